@@ -1,0 +1,529 @@
+//! Configuration: the TOML file, the built-in defaults and the command-line
+//! overrides, merged into one validated [`Config`].
+//!
+//! Every key is optional, so `verdict serve` with no file at all runs on
+//! loopback. Unknown keys are an error that names the key and its line, because
+//! a misspelt limit that silently falls back to a default is how a sidecar ends
+//! up guarding money with the wrong settings.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Default API listener address.
+pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8181";
+/// Default proxy listener address.
+pub const DEFAULT_PROXY_LISTEN: &str = "127.0.0.1:8080";
+
+/// A configuration that could not be read or is invalid. `main` exits 64 on it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{col}: {message}")]
+    Parse {
+        path: String,
+        line: usize,
+        col: usize,
+        message: String,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The whole, validated configuration of one `verdict serve` process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub api: ApiConfig,
+    pub proxy: ProxyConfig,
+    pub keys_file: Option<PathBuf>,
+    pub policies_dir: PathBuf,
+    pub data_dir: PathBuf,
+    pub evidence: EvidenceConfig,
+    pub audit: AuditConfig,
+    pub review_ttl: Duration,
+    pub jobs: JobsConfig,
+    pub limits: Limits,
+    pub server: ServerConfig,
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    pub listen: SocketAddr,
+    pub tls: Option<TlsFiles>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    pub listen: SocketAddr,
+    pub upstream: Option<String>,
+    pub unmatched: Unmatched,
+    pub tls: Option<TlsFiles>,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unmatched {
+    Forward,
+    Deny,
+}
+
+#[derive(Debug, Clone)]
+pub struct EvidenceConfig {
+    pub roots: Vec<PathBuf>,
+    pub allow_origins: Vec<String>,
+    pub fetch_timeout: Duration,
+    pub max_source_bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct AuditConfig {
+    /// `None` means `verdict/<hostname>`, resolved when the log opens.
+    pub origin: Option<String>,
+    pub max_wait: Duration,
+    pub max_batch: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct JobsConfig {
+    pub retention: Duration,
+    pub workers: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_batch_body_bytes: usize,
+    pub max_batch_items: usize,
+}
+
+/// Listener behaviour shared by the API and proxy listeners.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// A client that has not sent its full request head by then is dropped
+    /// (slowloris protection).
+    pub header_read_timeout: Duration,
+    /// Connections beyond this are closed right after accept.
+    pub max_connections: usize,
+    /// How long in-flight requests may take to finish after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Json,
+    Pretty,
+}
+
+/// Command-line values that override the file.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub api_listen: Option<SocketAddr>,
+    pub proxy_listen: Option<SocketAddr>,
+    pub upstream: Option<String>,
+    pub policies: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub keys: Option<PathBuf>,
+    pub log_format: Option<LogFormat>,
+}
+
+// === file format ===
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    api: FileApi,
+    #[serde(default)]
+    proxy: FileProxy,
+    #[serde(default)]
+    auth: FileAuth,
+    #[serde(default)]
+    policies: FilePolicies,
+    #[serde(default)]
+    data: FileData,
+    #[serde(default)]
+    evidence: FileEvidence,
+    #[serde(default)]
+    audit: FileAudit,
+    #[serde(default)]
+    review: FileReview,
+    #[serde(default)]
+    jobs: FileJobs,
+    #[serde(default)]
+    limits: FileLimits,
+    #[serde(default)]
+    server: FileServer,
+    #[serde(default)]
+    log: FileLog,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileApi {
+    listen: Option<SocketAddr>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileProxy {
+    listen: Option<SocketAddr>,
+    upstream: Option<String>,
+    unmatched: Option<Unmatched>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    connect_timeout: Option<String>,
+    response_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAuth {
+    keys_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePolicies {
+    dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileData {
+    dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileEvidence {
+    roots: Option<Vec<PathBuf>>,
+    allow_origins: Option<Vec<String>>,
+    fetch_timeout: Option<String>,
+    max_source_bytes: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAudit {
+    origin: Option<String>,
+    max_wait: Option<String>,
+    max_batch: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileReview {
+    ttl: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileJobs {
+    retention: Option<String>,
+    workers: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLimits {
+    max_body_bytes: Option<usize>,
+    max_batch_body_bytes: Option<usize>,
+    max_batch_items: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileServer {
+    header_read_timeout: Option<String>,
+    max_connections: Option<usize>,
+    shutdown_grace: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLog {
+    format: Option<LogFormat>,
+}
+
+// === impl Config ===
+
+impl Config {
+    /// Loads `path` (or the defaults when `None`) and applies `overrides`.
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let file = match path {
+            None => FileConfig::default(),
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.display().to_string(),
+                    source,
+                })?;
+                parse_file(&p.display().to_string(), &text)?
+            }
+        };
+        Self::from_file(file, overrides)
+    }
+
+    /// Parses config text; used by tests and by [`Config::load`].
+    pub fn from_toml(name: &str, text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+        Self::from_file(parse_file(name, text)?, overrides)
+    }
+
+    /// Built-in defaults with the overrides applied.
+    pub fn defaults(overrides: &Overrides) -> Result<Config, ConfigError> {
+        Self::from_file(FileConfig::default(), overrides)
+    }
+
+    fn from_file(f: FileConfig, o: &Overrides) -> Result<Config, ConfigError> {
+        let api_tls = tls_pair("api", f.api.tls_cert, f.api.tls_key)?;
+        let proxy_tls = tls_pair("proxy", f.proxy.tls_cert, f.proxy.tls_key)?;
+        let default_api = parse_addr(DEFAULT_API_LISTEN)?;
+        let default_proxy = parse_addr(DEFAULT_PROXY_LISTEN)?;
+        let upstream = o.upstream.clone().or(f.proxy.upstream);
+        if let Some(u) = &upstream {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err(ConfigError::Invalid(format!(
+                    "proxy.upstream: {u:?} must start with http:// or https://"
+                )));
+            }
+        }
+        let limits = Limits {
+            max_body_bytes: f.limits.max_body_bytes.unwrap_or(1 << 20),
+            max_batch_body_bytes: f.limits.max_batch_body_bytes.unwrap_or(32 << 20),
+            max_batch_items: f.limits.max_batch_items.unwrap_or(10_000),
+        };
+        if limits.max_body_bytes == 0 || limits.max_batch_body_bytes == 0 || limits.max_batch_items == 0
+        {
+            return Err(ConfigError::Invalid("limits: values must be greater than 0".into()));
+        }
+        let max_batch = f.audit.max_batch.unwrap_or(512);
+        if max_batch == 0 {
+            return Err(ConfigError::Invalid("audit.max_batch: must be greater than 0".into()));
+        }
+        let workers = f.jobs.workers.unwrap_or(1);
+        if workers == 0 {
+            return Err(ConfigError::Invalid("jobs.workers: must be greater than 0".into()));
+        }
+        let max_connections = f.server.max_connections.unwrap_or(4096);
+        if max_connections == 0 {
+            return Err(ConfigError::Invalid(
+                "server.max_connections: must be greater than 0".into(),
+            ));
+        }
+        Ok(Config {
+            api: ApiConfig {
+                listen: o.api_listen.or(f.api.listen).unwrap_or(default_api),
+                tls: api_tls,
+            },
+            proxy: ProxyConfig {
+                listen: o.proxy_listen.or(f.proxy.listen).unwrap_or(default_proxy),
+                upstream,
+                unmatched: f.proxy.unmatched.unwrap_or(Unmatched::Forward),
+                tls: proxy_tls,
+                connect_timeout: duration("proxy.connect_timeout", f.proxy.connect_timeout, "5s")?,
+                response_timeout: duration(
+                    "proxy.response_timeout",
+                    f.proxy.response_timeout,
+                    "30s",
+                )?,
+            },
+            keys_file: o.keys.clone().or(f.auth.keys_file),
+            policies_dir: o
+                .policies
+                .clone()
+                .or(f.policies.dir)
+                .unwrap_or_else(|| PathBuf::from("policies")),
+            data_dir: o
+                .data_dir
+                .clone()
+                .or(f.data.dir)
+                .unwrap_or_else(|| PathBuf::from("data")),
+            evidence: EvidenceConfig {
+                roots: f.evidence.roots.unwrap_or_default(),
+                allow_origins: f.evidence.allow_origins.unwrap_or_default(),
+                fetch_timeout: duration("evidence.fetch_timeout", f.evidence.fetch_timeout, "5s")?,
+                max_source_bytes: f.evidence.max_source_bytes.unwrap_or(4 << 20),
+            },
+            audit: AuditConfig {
+                origin: f.audit.origin,
+                max_wait: duration("audit.max_wait", f.audit.max_wait, "2ms")?,
+                max_batch,
+            },
+            review_ttl: duration("review.ttl", f.review.ttl, "24h")?,
+            jobs: JobsConfig {
+                retention: duration("jobs.retention", f.jobs.retention, "24h")?,
+                workers,
+            },
+            limits,
+            server: ServerConfig {
+                header_read_timeout: duration(
+                    "server.header_read_timeout",
+                    f.server.header_read_timeout,
+                    "10s",
+                )?,
+                max_connections,
+                shutdown_grace: duration("server.shutdown_grace", f.server.shutdown_grace, "10s")?,
+            },
+            log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Json),
+        })
+    }
+}
+
+fn parse_file(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
+    toml::from_str::<FileConfig>(text).map_err(|e| {
+        let (line, col) = e
+            .span()
+            .map(|s| line_col(text, s.start))
+            .unwrap_or((1, 1));
+        ConfigError::Parse {
+            path: name.to_string(),
+            line,
+            col,
+            message: e.message().to_string(),
+        }
+    })
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+pub fn line_col(text: &str, byte: usize) -> (usize, usize) {
+    let byte = byte.min(text.len());
+    let before = text.get(..byte).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count() + 1)
+        .unwrap_or(1);
+    (line, col)
+}
+
+fn parse_addr(s: &str) -> Result<SocketAddr, ConfigError> {
+    s.parse()
+        .map_err(|e| ConfigError::Invalid(format!("bad address {s:?}: {e}")))
+}
+
+fn tls_pair(
+    section: &str,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Result<Option<TlsFiles>, ConfigError> {
+    match (cert, key) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles { cert, key })),
+        _ => Err(ConfigError::Invalid(format!(
+            "{section}: tls_cert and tls_key must be set together"
+        ))),
+    }
+}
+
+fn duration(key: &str, value: Option<String>, default: &str) -> Result<Duration, ConfigError> {
+    let text = value.as_deref().unwrap_or(default);
+    parse_duration(text).map_err(|e| ConfigError::Invalid(format!("{key}: {e}")))
+}
+
+/// Parses durations such as `2ms`, `30s`, `24h` or `0`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(text).map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_serve_on_loopback() {
+        let c = Config::defaults(&Overrides::default()).unwrap();
+        assert_eq!(c.api.listen.to_string(), "127.0.0.1:8181");
+        assert_eq!(c.proxy.listen.to_string(), "127.0.0.1:8080");
+        assert!(c.proxy.upstream.is_none());
+        assert_eq!(c.limits.max_body_bytes, 1_048_576);
+        assert_eq!(c.limits.max_batch_body_bytes, 33_554_432);
+        assert_eq!(c.limits.max_batch_items, 10_000);
+        assert_eq!(c.audit.max_wait, Duration::from_millis(2));
+        assert_eq!(c.audit.max_batch, 512);
+        assert_eq!(c.review_ttl, Duration::from_secs(86_400));
+        assert_eq!(c.jobs.workers, 1);
+        assert_eq!(c.policies_dir, PathBuf::from("policies"));
+        assert_eq!(c.data_dir, PathBuf::from("data"));
+        assert_eq!(c.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let text = "[api]\nlisten = \"127.0.0.1:1\"\n\n[limits]\nmax_body_byts = 5\n";
+        let err = Config::from_toml("c.toml", text, &Overrides::default()).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("c.toml:5:"), "{msg}");
+        assert!(msg.contains("max_body_byts"), "{msg}");
+    }
+
+    #[test]
+    fn unknown_section_is_an_error() {
+        let err = Config::from_toml("c.toml", "[apii]\n", &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("apii"), "{err}");
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let text = "[api]\nlisten = \"127.0.0.1:1000\"\n[data]\ndir = \"/x\"\n";
+        let o = Overrides {
+            api_listen: Some("127.0.0.1:2000".parse().unwrap()),
+            ..Default::default()
+        };
+        let c = Config::from_toml("c.toml", text, &o).unwrap();
+        assert_eq!(c.api.listen.port(), 2000);
+        assert_eq!(c.data_dir, PathBuf::from("/x"));
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        for text in [
+            "[audit]\nmax_wait = \"soon\"\n",
+            "[limits]\nmax_body_bytes = 0\n",
+            "[api]\ntls_cert = \"a.pem\"\n",
+            "[proxy]\nupstream = \"ftp://x\"\n",
+            "[proxy]\nunmatched = \"maybe\"\n",
+            "[limits]\nmax_body_bytes = \"big\"\n",
+        ] {
+            assert!(
+                Config::from_toml("c.toml", text, &Overrides::default()).is_err(),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("2ms").unwrap(), Duration::from_millis(2));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86_400));
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn line_col_counts_chars() {
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+        assert_eq!(line_col("é\nx", 3), (2, 1));
+        assert_eq!(line_col("abc", 99), (1, 4));
+    }
+}
