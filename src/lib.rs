@@ -1,5 +1,27 @@
 //! verdict: a sidecar that gates actions with evidence.
 //!
+//! It runs beside a service, intercepts the routes named in policy files, and
+//! forwards, blocks or holds each call after checking the claims it carries
+//! against its evidence. Apps can also call the native JSON API directly.
+//!
 //! # Layout
 //! - [`config`]: the TOML file, defaults and flags merged into one [`config::Config`].
+//! - [`app`]: start-up and shutdown of a whole sidecar; the shared [`app::App`] state.
+//! - [`server`]: listeners, TLS, connection limits, graceful drain.
+//! - [`api`]: the native JSON API: routing table, request pipeline, handlers.
+//! - [`error`]: every client-visible error and its one mapping to HTTP.
+//! - [`http_util`]: body reading with limits, request ids, request hashes.
+//! - [`auth`]: API keys, scopes, constant-time lookup, protected mode.
+//! - [`health`]: `/health` and the component registry of `/health/detailed`.
+//! - [`metrics`]: the Prometheus registry and HTTP metrics.
+//! - [`telemetry`]: logging set-up and the shutdown signal.
+pub mod api;
+pub mod app;
+pub mod auth;
 pub mod config;
+pub mod error;
+pub mod health;
+pub mod http_util;
+pub mod metrics;
+pub mod server;
+pub mod telemetry;

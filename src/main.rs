@@ -1,2 +1,141 @@
-//! The `verdict` binary: parse the command line and hand off to the library.
-fn main() {}
+//! The `verdict` binary: parse the command line, load the config, run.
+//!
+//! Kept thin on purpose: everything that can be tested lives in the library.
+//! Exit codes: 0 on success and after a graceful drain, 1 when a check fails,
+//! 2 on a usage error, 64 when the configuration is bad or start-up is refused.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use verdict::auth::Scope;
+use verdict::config::{Config, LogFormat, Overrides};
+
+/// Exit code for a bad configuration (EX_USAGE from sysexits).
+const EXIT_CONFIG: u8 = 64;
+
+#[derive(Parser)]
+#[command(
+    name = "verdict",
+    version,
+    about = "A sidecar that gates actions with evidence"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the API listener (and the proxy when an upstream is configured).
+    Serve(ServeArgs),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Config file (TOML); built-in defaults when absent.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    api_listen: Option<std::net::SocketAddr>,
+    #[arg(long)]
+    proxy_listen: Option<std::net::SocketAddr>,
+    /// Upstream service URL, e.g. http://127.0.0.1:9000.
+    #[arg(long)]
+    upstream: Option<String>,
+    /// Policies directory.
+    #[arg(long)]
+    policies: Option<PathBuf>,
+    /// Data directory (SQLite database, audit signing keys).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// API keys file.
+    #[arg(long)]
+    keys: Option<PathBuf>,
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormat>,
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Print a fresh API key once, plus the entry for the keys file.
+    New {
+        #[arg(long)]
+        name: String,
+        /// Comma-separated: verify, authorize, batch, audit, review.
+        #[arg(long, value_delimiter = ',', value_parser = parse_scope)]
+        scopes: Vec<Scope>,
+    },
+}
+
+fn parse_scope(s: &str) -> Result<Scope, String> {
+    Scope::parse(s.trim())
+        .ok_or_else(|| format!("unknown scope {s:?} (verify, authorize, batch, audit, review)"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Keys(KeysCommand::New { name, scopes }) => {
+            match verdict::auth::new_key(&name, &scopes) {
+                Ok(k) => {
+                    println!("API key (shown once, store it now):\n  {}\n", k.token);
+                    println!("Add this entry to the keys file:\n\n{}", k.entry);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("verdict: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let overrides = Overrides {
+        api_listen: args.api_listen,
+        proxy_listen: args.proxy_listen,
+        upstream: args.upstream,
+        policies: args.policies,
+        data_dir: args.data_dir,
+        keys: args.keys,
+        log_format: args.log_format,
+    };
+    let config = match Config::load(args.config.as_deref(), &overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("verdict: config: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    verdict::telemetry::init(config.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("verdict: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let running = match verdict::app::start(config).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "start-up refused");
+                eprintln!("verdict: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        };
+        verdict::telemetry::shutdown_signal().await;
+        tracing::info!("signal received; draining");
+        running.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,454 @@
+//! API keys: the keys file, scopes, constant-time lookup and protected mode.
+//!
+//! Keys are stored only as `sha256:<hex>` hashes, so a leaked keys file or a
+//! config dump never hands out a working key. A presented bearer token is
+//! hashed and compared with every stored hash in constant time, so the time a
+//! lookup takes says nothing about how close a guess was. The key set lives
+//! behind an `ArcSwap` so that the file can be reloaded while requests run.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::line_col;
+
+/// What a key may do. DESIGN §2 maps each endpoint to one scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Verify,
+    Authorize,
+    Batch,
+    Audit,
+    Review,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 5] = [
+        Scope::Verify,
+        Scope::Authorize,
+        Scope::Batch,
+        Scope::Audit,
+        Scope::Review,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Verify => "verify",
+            Scope::Authorize => "authorize",
+            Scope::Batch => "batch",
+            Scope::Audit => "audit",
+            Scope::Review => "review",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|sc| sc.as_str() == s)
+    }
+}
+
+/// The caller behind a request, after authentication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The key's name from the keys file; `anonymous` when auth is off.
+    pub name: String,
+    pub scopes: Vec<Scope>,
+}
+
+impl Principal {
+    /// The principal used when protected mode turns auth off (no keys, API
+    /// on loopback): every scope.
+    pub fn anonymous() -> Principal {
+        Principal {
+            name: "anonymous".to_string(),
+            scopes: Scope::ALL.to_vec(),
+        }
+    }
+
+    pub fn has(&self, scope: Scope) -> bool {
+        self.scopes.contains(&scope)
+    }
+}
+
+/// An error in the keys file.
+#[derive(Debug, thiserror::Error)]
+pub enum KeysError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{col}: {message}")]
+    Parse {
+        path: String,
+        line: usize,
+        col: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeysFile {
+    #[serde(default)]
+    key: Vec<KeyEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyEntry {
+    name: String,
+    hash: String,
+    scopes: Vec<Scope>,
+}
+
+/// One stored key: its name, scopes and the 32 bytes of its hash.
+#[derive(Clone)]
+struct StoredKey {
+    name: String,
+    hash: [u8; 32],
+    scopes: Vec<Scope>,
+}
+
+impl fmt::Debug for StoredKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The hash is not the key, but there is no reason to print it either.
+        f.debug_struct("StoredKey")
+            .field("name", &self.name)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A validated set of keys.
+#[derive(Debug, Clone, Default)]
+pub struct KeySet {
+    keys: Vec<StoredKey>,
+}
+
+impl KeySet {
+    /// Parses keys-file text. `name` is used in error messages.
+    pub fn parse(name: &str, text: &str) -> Result<KeySet, KeysError> {
+        let file: KeysFile = toml::from_str(text).map_err(|e| {
+            let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
+            KeysError::Parse {
+                path: name.to_string(),
+                line,
+                col,
+                message: e.message().to_string(),
+            }
+        })?;
+        let mut keys = Vec::with_capacity(file.key.len());
+        for (i, entry) in file.key.into_iter().enumerate() {
+            let invalid = |message: String| KeysError::Invalid {
+                path: name.to_string(),
+                message: format!("key[{i}] ({:?}): {message}", entry.name),
+            };
+            if entry.name.trim().is_empty() {
+                return Err(invalid("name must not be empty".into()));
+            }
+            let hex_part = entry
+                .hash
+                .strip_prefix("sha256:")
+                .ok_or_else(|| invalid("hash must look like sha256:<64 hex digits>".into()))?;
+            let bytes = hex::decode(hex_part)
+                .ok()
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .ok_or_else(|| invalid("hash must look like sha256:<64 hex digits>".into()))?;
+            if keys.iter().any(|k: &StoredKey| k.name == entry.name) {
+                return Err(invalid("duplicate key name".into()));
+            }
+            keys.push(StoredKey {
+                name: entry.name,
+                hash: bytes,
+                scopes: entry.scopes,
+            });
+        }
+        Ok(KeySet { keys })
+    }
+
+    pub fn load(path: &Path) -> Result<KeySet, KeysError> {
+        let text = std::fs::read_to_string(path).map_err(|source| KeysError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        KeySet::parse(&path.display().to_string(), &text)
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Finds the key whose hash matches `token`. Every stored hash is compared,
+    /// in constant time, whatever matches first.
+    pub fn lookup(&self, token: &str) -> Option<Principal> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let mut found: Option<&StoredKey> = None;
+        for key in &self.keys {
+            if bool::from(key.hash.ct_eq(&digest)) && found.is_none() {
+                found = Some(key);
+            }
+        }
+        found.map(|k| Principal {
+            name: k.name.clone(),
+            scopes: k.scopes.clone(),
+        })
+    }
+}
+
+/// How the API authenticates callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// Bearer keys from the keys file.
+    Keys,
+    /// No keys configured and the API listens on loopback: every caller is
+    /// [`Principal::anonymous`].
+    Open,
+}
+
+/// The live key set and where it came from.
+#[derive(Debug)]
+pub struct KeyStore {
+    mode: AuthMode,
+    path: Option<PathBuf>,
+    keys: ArcSwap<KeySet>,
+}
+
+/// Why authentication failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// No bearer token, or an unknown one (401).
+    Unauthenticated,
+    /// A known key without the scope (403).
+    MissingScope(Scope),
+}
+
+impl KeyStore {
+    /// Opens the key store for a listener. With no keys file, auth is off only
+    /// when the API listens on loopback; on any other address this refuses.
+    pub fn open(path: Option<&Path>, api_is_loopback: bool) -> Result<KeyStore, KeysError> {
+        match path {
+            Some(p) => {
+                let keys = KeySet::load(p)?;
+                if keys.is_empty() && !api_is_loopback {
+                    return Err(KeysError::Invalid {
+                        path: p.display().to_string(),
+                        message: "the keys file holds no keys and the API does not listen on loopback; refusing to start unprotected".into(),
+                    });
+                }
+                Ok(KeyStore {
+                    mode: AuthMode::Keys,
+                    path: Some(p.to_path_buf()),
+                    keys: ArcSwap::from_pointee(keys),
+                })
+            }
+            None if api_is_loopback => Ok(KeyStore {
+                mode: AuthMode::Open,
+                path: None,
+                keys: ArcSwap::from_pointee(KeySet::default()),
+            }),
+            None => Err(KeysError::Invalid {
+                path: "auth.keys_file".into(),
+                message: "no API keys are configured and the API does not listen on loopback; refusing to start unprotected (set --keys FILE)".into(),
+            }),
+        }
+    }
+
+    /// A store with a fixed key set, for tests and embedding.
+    pub fn with_keys(keys: KeySet) -> KeyStore {
+        KeyStore {
+            mode: AuthMode::Keys,
+            path: None,
+            keys: ArcSwap::from_pointee(keys),
+        }
+    }
+
+    pub fn mode(&self) -> AuthMode {
+        self.mode
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    pub fn key_count(&self) -> usize {
+        self.keys.load().len()
+    }
+
+    /// Re-reads the keys file; on error the previous set stays in force.
+    pub fn reload(&self) -> Result<usize, KeysError> {
+        let Some(path) = &self.path else {
+            return Ok(0);
+        };
+        let keys = KeySet::load(path)?;
+        let n = keys.len();
+        self.keys.store(Arc::new(keys));
+        Ok(n)
+    }
+
+    /// Authenticates an `Authorization` header value for `scope`.
+    pub fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        scope: Option<Scope>,
+    ) -> Result<Principal, AuthFailure> {
+        let principal = match self.mode {
+            AuthMode::Open => Principal::anonymous(),
+            AuthMode::Keys => {
+                let token = authorization
+                    .and_then(bearer_token)
+                    .ok_or(AuthFailure::Unauthenticated)?;
+                self.keys
+                    .load()
+                    .lookup(token)
+                    .ok_or(AuthFailure::Unauthenticated)?
+            }
+        };
+        match scope {
+            Some(s) if !principal.has(s) => Err(AuthFailure::MissingScope(s)),
+            _ => Ok(principal),
+        }
+    }
+}
+
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// A fresh random API key and the keys-file entry that admits it.
+pub struct NewKey {
+    pub token: String,
+    pub entry: String,
+}
+
+/// Makes a new key for `verdict keys new`. The token is 32 random bytes,
+/// base64url, prefixed `vk_` so that secret scanners can spot it.
+pub fn new_key(name: &str, scopes: &[Scope]) -> Result<NewKey, String> {
+    use base64::Engine as _;
+    use ring::rand::SecureRandom;
+    let mut raw = [0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut raw)
+        .map_err(|_| "the system random number generator failed".to_string())?;
+    let token = format!(
+        "vk_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    );
+    let hash = hex::encode(Sha256::digest(token.as_bytes()));
+    let scopes = scopes
+        .iter()
+        .map(|s| format!("\"{}\"", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let name_toml = toml::Value::String(name.to_string()).to_string();
+    let entry =
+        format!("[[key]]\nname = {name_toml}\nhash = \"sha256:{hash}\"\nscopes = [{scopes}]\n");
+    Ok(NewKey { token, entry })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sha(s: &str) -> String {
+        format!("sha256:{}", hex::encode(Sha256::digest(s.as_bytes())))
+    }
+
+    fn store() -> KeyStore {
+        let text = format!(
+            "[[key]]\nname = \"app\"\nhash = \"{}\"\nscopes = [\"verify\", \"authorize\"]\n\n[[key]]\nname = \"rev\"\nhash = \"{}\"\nscopes = [\"review\"]\n",
+            sha("app-key"),
+            sha("rev-key")
+        );
+        KeyStore::with_keys(KeySet::parse("keys.toml", &text).unwrap())
+    }
+
+    #[test]
+    fn lookup_and_scopes() {
+        let s = store();
+        let p = s
+            .authenticate(Some("Bearer app-key"), Some(Scope::Verify))
+            .unwrap();
+        assert_eq!(p.name, "app");
+        assert_eq!(
+            s.authenticate(Some("bearer app-key"), Some(Scope::Review)),
+            Err(AuthFailure::MissingScope(Scope::Review))
+        );
+        assert_eq!(
+            s.authenticate(Some("Bearer nope"), Some(Scope::Verify)),
+            Err(AuthFailure::Unauthenticated)
+        );
+        assert_eq!(
+            s.authenticate(None, None),
+            Err(AuthFailure::Unauthenticated)
+        );
+        assert_eq!(
+            s.authenticate(Some("Basic app-key"), None),
+            Err(AuthFailure::Unauthenticated)
+        );
+        assert_eq!(
+            s.authenticate(Some("Bearer rev-key"), None).unwrap().name,
+            "rev"
+        );
+    }
+
+    #[test]
+    fn keys_file_errors_name_the_line() {
+        let err = KeySet::parse(
+            "k.toml",
+            "[[key]]\nname = \"a\"\nhash = \"x\"\nscopes = [\"verify\"]\nextra = 1\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("k.toml:5:"), "{err}");
+        let err = KeySet::parse(
+            "k.toml",
+            "[[key]]\nname = \"a\"\nhash = \"x\"\nscopes = [\"fly\"]\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("fly"), "{err}");
+        let err = KeySet::parse(
+            "k.toml",
+            "[[key]]\nname = \"a\"\nhash = \"sha256:zz\"\nscopes = []\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("sha256:<64 hex digits>"), "{err}");
+    }
+
+    #[test]
+    fn protected_mode() {
+        assert_eq!(KeyStore::open(None, true).unwrap().mode(), AuthMode::Open);
+        assert!(KeyStore::open(None, false).is_err());
+        let open = KeyStore::open(None, true).unwrap();
+        assert_eq!(
+            open.authenticate(None, Some(Scope::Review)).unwrap().name,
+            "anonymous"
+        );
+    }
+
+    #[test]
+    fn new_key_round_trips() {
+        let k = new_key("ci \"bot\"", &[Scope::Verify, Scope::Batch]).unwrap();
+        assert!(k.token.starts_with("vk_"));
+        let set = KeySet::parse("new", &k.entry).unwrap();
+        let p = set.lookup(&k.token).unwrap();
+        assert_eq!(p.name, "ci \"bot\"");
+        assert_eq!(p.scopes, vec![Scope::Verify, Scope::Batch]);
+        assert_ne!(
+            new_key("a", &[]).unwrap().token,
+            new_key("a", &[]).unwrap().token
+        );
+    }
+}

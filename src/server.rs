@@ -1,0 +1,216 @@
+//! Listeners: accept loop, optional TLS, connection limits and graceful
+//! shutdown, shared by the API and the proxy.
+//!
+//! Each listener serves HTTP/1.1 and HTTP/2 (h2c by preface, or ALPN on TLS)
+//! through hyper-util's auto builder. Three limits protect the process from
+//! misbehaving clients: a cap on concurrent connections (excess connections get
+//! a short 503 and are closed), a header read timeout (slowloris) and a bound
+//! on the TLS handshake. On shutdown the listener stops accepting, asks every
+//! connection to finish its in-flight requests, and gives up after the grace
+//! period.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::{ServerConfig, TlsFiles};
+use crate::http_util::RespBody;
+
+/// Facts about the connection a request arrived on.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnInfo {
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    pub tls: bool,
+}
+
+/// Something that answers requests: the API or the proxy.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnInfo,
+    ) -> impl Future<Output = Response<RespBody>> + Send;
+}
+
+/// A TLS configuration that could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("tls: {0}")]
+pub struct TlsError(String);
+
+/// Builds a rustls server config (ring provider, ALPN h2 and http/1.1) from
+/// PEM files.
+pub fn load_tls(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| TlsError(format!("{}: {e}", files.cert.display())))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError(format!("{}: {e}", files.cert.display())))?;
+    if certs.is_empty() {
+        return Err(TlsError(format!(
+            "{}: no certificate found",
+            files.cert.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| TlsError(format!("{}: {e}", files.key.display())))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Serves `handler` on `listener` until `shutdown` turns true, then drains.
+pub async fn serve<H: Handler>(
+    name: &'static str,
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    handler: Arc<H>,
+    limits: ServerConfig,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let local = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!(listener = name, error = %e, "listener has no local address");
+            return;
+        }
+    };
+    let acceptor = tls.map(TlsAcceptor::from);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256);
+    let builder = Arc::new(builder);
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|s| *s) => break,
+            a = listener.accept() => a,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                tracing::warn!(listener = name, error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::warn!(listener = name, %peer, "connection limit reached; refusing connection");
+            if acceptor.is_none() {
+                tokio::spawn(refuse_overloaded(stream));
+            }
+            continue;
+        };
+        let conn = ConnInfo {
+            peer,
+            local,
+            tls: acceptor.is_some(),
+        };
+        let handler = handler.clone();
+        let builder = builder.clone();
+        let acceptor = acceptor.clone();
+        let watcher = graceful.watcher();
+        let header_timeout = limits.header_read_timeout;
+        tokio::spawn(async move {
+            let _permit = permit;
+            let service = service_fn(move |req: Request<Incoming>| {
+                let handler = handler.clone();
+                async move { Ok::<_, std::convert::Infallible>(handler.handle(req, conn).await) }
+            });
+            let result = match acceptor {
+                Some(acceptor) => {
+                    let tls =
+                        match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "tls handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "tls handshake timed out");
+                                return;
+                            }
+                        };
+                    watcher
+                        .watch(builder.serve_connection(TokioIo::new(tls), service))
+                        .await
+                }
+                None => {
+                    // The auto builder waits for the first bytes to pick
+                    // HTTP/1 or HTTP/2 before any timer runs; a client that
+                    // connects and says nothing is dropped at the header timeout.
+                    let mut first = [0u8; 1];
+                    match tokio::time::timeout(header_timeout, stream.peek(&mut first)).await {
+                        Ok(Ok(n)) if n > 0 => {}
+                        _ => return,
+                    }
+                    watcher
+                        .watch(builder.serve_connection(TokioIo::new(stream), service))
+                        .await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!(
+        listener = name,
+        connections = graceful.count(),
+        "draining connections"
+    );
+    tokio::select! {
+        _ = graceful.shutdown() => {
+            tracing::info!(listener = name, "all connections closed");
+        }
+        _ = tokio::time::sleep(limits.shutdown_grace) => {
+            tracing::warn!(listener = name, grace = ?limits.shutdown_grace, "grace period over; closing remaining connections");
+        }
+    }
+}
+
+/// Answers a connection over the cap with a short 503 and closes it.
+async fn refuse_overloaded(mut stream: TcpStream) {
+    const BODY: &str =
+        r#"{"error":{"code":"unavailable","message":"too many connections","request_id":""}}"#;
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), write).await;
+}

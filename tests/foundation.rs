@@ -1,0 +1,147 @@
+//! Foundation: health, metrics, routing errors, request ids, protected mode,
+//! and the CLI's start-up refusals.
+
+mod support;
+
+use std::process::Command;
+
+use http::Method;
+use support::{TestServer, APP_KEY};
+
+#[tokio::test]
+async fn health_is_ok_and_detailed_lists_components() {
+    let s = TestServer::start().await;
+    let r = s.get("/health", None).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json(), serde_json::json!({"status": "ok"}));
+    let d = s.get("/health/detailed", None).await.json();
+    assert_eq!(d["status"], "ok");
+    assert!(d["components"]["auth"]["status"].is_string(), "{d}");
+    assert!(d["uptime_s"].is_u64());
+    assert!(!d.to_string().contains(support::APP_KEY));
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn metrics_are_prometheus_text() {
+    let s = TestServer::start().await;
+    s.get("/health", None).await;
+    let r = s.get("/metrics", None).await;
+    assert_eq!(r.status, 200);
+    let text = r.text();
+    assert!(
+        text.contains("# TYPE verdict_http_requests counter"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"verdict_http_requests_total{endpoint="/health",method="GET",status="200"}"#
+        ),
+        "{text}"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_path_is_404_and_wrong_method_405_with_allow() {
+    let s = TestServer::start().await;
+    let r = s.get("/v2/nope", Some(APP_KEY)).await;
+    r.assert_error(404, "not_found");
+    let r = s.send(Method::DELETE, "/health", &[], "").await;
+    r.assert_error(405, "method_not_allowed");
+    assert_eq!(r.header("allow"), Some("GET"));
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn request_id_is_echoed_or_generated() {
+    let s = TestServer::start().await;
+    let r = s
+        .send(Method::GET, "/health", &[("x-request-id", "req-42")], "")
+        .await;
+    assert_eq!(r.header("x-request-id"), Some("req-42"));
+    let r = s
+        .send(
+            Method::GET,
+            "/nope",
+            &[("x-request-id", "bad id with spaces")],
+            "",
+        )
+        .await;
+    let id = r.header("x-request-id").expect("generated id").to_string();
+    assert!(uuid::Uuid::parse_str(&id).is_ok(), "{id}");
+    assert_eq!(r.json()["error"]["request_id"], id.as_str());
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn health_turns_503_while_draining() {
+    let s = TestServer::start().await;
+    let app = s.running.as_ref().expect("running").app.clone();
+    app.health.set_draining();
+    let r = s.get("/health", None).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["status"], "draining");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn refuses_a_public_listener_without_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = support::test_config(&dir);
+    config.keys_file = None;
+    config.api.listen = "0.0.0.0:0".parse().unwrap();
+    let err = verdict::app::start(config).await.err().expect("refused");
+    assert!(err.to_string().contains("refusing to start"), "{err}");
+}
+
+#[test]
+fn binary_exits_64_on_a_public_listener_without_keys_or_a_bad_config() {
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let out = Command::new(bin)
+        .args(["serve", "--api-listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "[limits]\nmax_body_byts = 3\n").unwrap();
+    let out = Command::new(bin)
+        .args(["serve", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("c.toml:2:1") && err.contains("max_body_byts"),
+        "{err}"
+    );
+}
+
+#[test]
+fn keys_new_prints_a_working_entry() {
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let out = Command::new(bin)
+        .args(["keys", "new", "--name", "ci", "--scopes", "verify,batch"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let token = text
+        .split_whitespace()
+        .find(|w| w.starts_with("vk_"))
+        .expect("a key")
+        .to_string();
+    let entry = &text[text.find("[[key]]").expect("entry")..];
+    assert!(entry.contains(&support::sha(&token)), "{text}");
+    let bad = Command::new(bin)
+        .args(["keys", "new", "--name", "ci", "--scopes", "fly"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
