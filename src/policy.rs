@@ -7,13 +7,14 @@
 //! [`file`] is the serde shape, [`validate`] turns it into domain types while
 //! collecting *every* error as `file:line:col: message`, and the rest of the
 //! crate only sees [`PolicySet`]. A set is built whole or not at all, which is
-//! what lets the store swap it in atomically on hot reload and keep
+//! what lets [`store::PolicyStore`] swap it in atomically on hot reload and keep
 //! the last good one when an edit is broken.
 //!
 //! # Layout
 //! - [`rules`]: action policies, floors and the pure rule evaluator.
 //! - [`route`]: route patterns and the most-specific-wins matcher.
 //! - [`extract`]: extractors (`path:`, `query:`, `header:`, `body:`, literals).
+//! - [`store`]: `ArcSwap` store with reload status.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,6 +26,7 @@ mod validate;
 pub mod extract;
 pub mod route;
 pub mod rules;
+pub mod store;
 
 pub use extract::{Extracted, Extractor, RequestParts};
 pub use route::{FailureMode, OnReview, PathParams, Route};
@@ -32,6 +34,7 @@ pub use rules::{
     ActionPolicy, Citations, DecisionMode, Effect, Op, Options, ParamLookup, ParamValue,
     Requirements, Rule, RuleHit, Scalar,
 };
+pub use store::{PolicyStore, ReloadOutcome, ReloadStatus};
 pub use validate::DEFAULT_HOLD_TIMEOUT;
 
 /// Something wrong with the policy directory or a file in it.
