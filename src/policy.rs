@@ -15,6 +15,7 @@
 //! - [`route`]: route patterns and the most-specific-wins matcher.
 //! - [`extract`]: extractors (`path:`, `query:`, `header:`, `body:`, literals).
 //! - [`store`]: `ArcSwap` store with reload status.
+//! - [`watch`]: debounced directory watcher that reloads the store.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -27,6 +28,7 @@ pub mod extract;
 pub mod route;
 pub mod rules;
 pub mod store;
+pub mod watch;
 
 pub use extract::{Extracted, Extractor, RequestParts};
 pub use route::{FailureMode, OnReview, PathParams, Route};
@@ -36,6 +38,7 @@ pub use rules::{
 };
 pub use store::{PolicyStore, ReloadOutcome, ReloadStatus};
 pub use validate::DEFAULT_HOLD_TIMEOUT;
+pub use watch::{spawn_watcher, watch_path, WatchError, WatchHandle, DEFAULT_DEBOUNCE};
 
 /// Something wrong with the policy directory or a file in it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
