@@ -151,11 +151,125 @@ impl FileOp {
     }
 }
 
-/// Parses one file. A TOML syntax or shape error stops this file (the TOML
-/// parser cannot continue past it) but not the others.
-pub(super) fn parse(text: &str) -> Result<FileDoc, (usize, String)> {
-    toml::from_str::<FileDoc>(text)
-        .map_err(|e| (e.span().map_or(0, |s| s.start), one_line(e.message())))
+/// One file, as far as it could be read.
+pub(super) struct Parsed {
+    /// `None` after a syntax error. When `errors` is not empty, the tables
+    /// that had errors are missing from it.
+    pub doc: Option<FileDoc>,
+    /// `(byte offset, message)` in the order found.
+    pub errors: Vec<(usize, String)>,
+}
+
+/// Where a table header starts, and whether it is a top-level table
+/// (`[[action]]`) or nested in one (`[[action.rule]]`).
+#[derive(Debug, Clone, Copy)]
+struct Header {
+    start: usize,
+    top: bool,
+}
+
+/// Parses one file, reporting as many errors as it can.
+///
+/// serde stops at the first error, but a file with a typo in two different
+/// tables should show both. So after a shape error (unknown key, bad type)
+/// the offending table is blanked out (every byte but newlines becomes a
+/// space, so offsets and line numbers stay true) and the file is parsed
+/// again, until it parses or nothing more can be learnt. A TOML syntax
+/// error stops the file: nothing after it can be trusted.
+pub(super) fn parse(text: &str) -> Parsed {
+    let first = match toml::from_str::<FileDoc>(text) {
+        Ok(doc) => {
+            return Parsed {
+                doc: Some(doc),
+                errors: Vec::new(),
+            }
+        }
+        Err(e) => error_of(&e),
+    };
+    let mut errors = vec![first];
+    let Ok(doc) = toml_edit::ImDocument::parse(text) else {
+        return Parsed { doc: None, errors };
+    };
+    let mut headers = Vec::new();
+    collect_headers(doc.as_table(), true, &mut headers);
+    headers.sort_by_key(|h| h.start);
+
+    let mut buf = text.as_bytes().to_vec();
+    // Each round blanks at least one more table or line, so this bounds it.
+    for _ in 0..=headers.len() + text.lines().count() {
+        let Some(&(at, _)) = errors.last() else { break };
+        for b in &mut buf[region(&headers, text, at)] {
+            if *b != b'\n' && *b != b'\r' {
+                *b = b' ';
+            }
+        }
+        // INVARIANT: regions start and end on ASCII bytes (`[` or a line
+        // break), so the blanked text is still UTF-8.
+        let Ok(blanked) = std::str::from_utf8(&buf) else {
+            break;
+        };
+        match toml::from_str::<FileDoc>(blanked) {
+            Ok(doc) => {
+                return Parsed {
+                    doc: Some(doc),
+                    errors,
+                }
+            }
+            Err(e) => {
+                let next = error_of(&e);
+                if errors.contains(&next) {
+                    break;
+                }
+                errors.push(next);
+            }
+        }
+    }
+    Parsed { doc: None, errors }
+}
+
+fn error_of(e: &toml::de::Error) -> (usize, String) {
+    (e.span().map_or(0, |s| s.start), one_line(e.message()))
+}
+
+fn collect_headers(table: &toml_edit::Table, top: bool, out: &mut Vec<Header>) {
+    let add = |t: &toml_edit::Table, out: &mut Vec<Header>| {
+        if let Some(span) = t.span() {
+            out.push(Header {
+                start: span.start,
+                top,
+            });
+        }
+        collect_headers(t, false, out);
+    };
+    for (_, item) in table.iter() {
+        match item {
+            toml_edit::Item::Table(t) => add(t, out),
+            toml_edit::Item::ArrayOfTables(a) => a.iter().for_each(|t| add(t, out)),
+            _ => {}
+        }
+    }
+}
+
+/// The bytes to blank for an error at `at`: the nested table that holds it
+/// (one `[[action.rule]]`), else the whole top-level table with its nested
+/// ones, else (before any header) the line.
+fn region(headers: &[Header], text: &str, at: usize) -> std::ops::Range<usize> {
+    let at = at.min(text.len());
+    match headers.iter().rposition(|h| h.start <= at) {
+        Some(i) => {
+            let h = headers[i];
+            let end = headers[i + 1..]
+                .iter()
+                .find(|n| !h.top || n.top)
+                .map_or(text.len(), |n| n.start);
+            h.start..end
+        }
+        None => {
+            let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+            let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+            start..end
+        }
+    }
 }
 
 /// TOML syntax messages span several lines (`invalid table header` then

@@ -581,3 +581,56 @@ fn shipped_example_policies_load() {
     assert_eq!(amount(600.0), Some(Effect::Review));
     assert_eq!(amount(6000.0), Some(Effect::Deny));
 }
+
+#[test]
+fn shape_errors_in_several_tables_are_all_reported() {
+    let text = r#"[[action]]
+type = "a"
+typo = 1
+[[action]]
+type = "b"
+  [[action.rule]]
+  param = "x"
+  op = "gt"
+  value = "no"
+  effect = "deny"
+  [[action.rule]]
+  param = "x"
+  op = "between"
+  effect = "deny"
+[[route]]
+name = "r"
+method = "GET"
+path = "/x"
+action = "a"
+color = "red"
+[[route]]
+name = "r2"
+method = "GET"
+path = "/y"
+action = "nope"
+params = { p = "cookie:x" }
+[[route]]
+name = "r3"
+path = "/z"
+action = "b"
+"#;
+    assert_eq!(
+        errors_of(&[("m.toml", text)]),
+        vec![
+            "m.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`",
+            "m.toml:9:11: op \"gt\" needs a number value",
+            "m.toml:13:8: unknown variant `between`, expected one of `eq`, `ne`, `gt`, `ge`, `lt`, `le`, `in`, `not_in`, `present`, `absent`, `matches`",
+            "m.toml:20:1: unknown field `color`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`",
+            "m.toml:26:16: params.p: invalid extractor \"cookie:x\": expected path:NAME, query:NAME, header:NAME, body:/POINTER or literal:VALUE",
+            "m.toml:27:1: missing field `method`",
+        ]
+    );
+    assert_eq!(
+        errors_of(&[("t.toml", "foo = 1\n[[action]]\ntype = 5\n")]),
+        vec![
+            "t.toml:1:1: unknown field `foo`, expected `action` or `route`",
+            "t.toml:3:8: invalid type: integer `5`, expected a string",
+        ]
+    );
+}

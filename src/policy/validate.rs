@@ -64,9 +64,10 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
     let revision = revision(&sources);
     let mut errors = Vec::new();
 
-    // Parse every file first; keep going past broken ones.
+    // Parse every file first; keep going past broken ones. `incomplete`
+    // says some table could not be read, so an action may be missing.
     let mut parsed = Vec::new();
-    let mut any_unparsed = false;
+    let mut incomplete = false;
     for src in &sources {
         let display = src.display.as_str();
         let Ok(text) = std::str::from_utf8(&src.bytes) else {
@@ -76,20 +77,26 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
                 col: 1,
                 message: "file is not valid UTF-8".into(),
             });
-            any_unparsed = true;
+            incomplete = true;
             continue;
         };
-        match file::parse(text) {
-            Ok(doc) => parsed.push((src, text, doc)),
-            Err((byte, message)) => {
-                FileCtx {
-                    display,
-                    text,
-                    errors: &mut errors,
-                }
-                .err(byte, message);
-                any_unparsed = true;
+        let file::Parsed {
+            doc,
+            errors: file_errors,
+        } = file::parse(text);
+        if !file_errors.is_empty() {
+            incomplete = true;
+            let mut cx = FileCtx {
+                display,
+                text,
+                errors: &mut errors,
+            };
+            for (byte, message) in file_errors {
+                cx.err(byte, message);
             }
+        }
+        if let Some(doc) = doc {
+            parsed.push((src, text, doc));
         }
     }
 
@@ -130,10 +137,10 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
             errors: &mut errors,
         };
         for fr in &doc.route {
-            // A file that failed to parse may define the action; do not pile
-            // a misleading "unknown action" on top of its real error.
+            // A table that could not be read may define the action; do not
+            // pile a misleading "unknown action" on top of its real error.
             let action = fr.action.get_ref();
-            if !any_unparsed && !action_at.contains_key(action) {
+            if !incomplete && !action_at.contains_key(action) {
                 cx.err(
                     fr.action.span().start,
                     format!(
