@@ -8,8 +8,20 @@
 //! could both match with equal specificity are rejected at load instead of
 //! being decided by file order.
 //!
-//! Request segments are percent-decoded before they are compared, so
-//! `/api/orders/1/%72efunds` cannot slip past a gate on `/refunds`.
+//! A gate must not be bypassed by spelling a path the way an upstream server
+//! would still accept it, so request paths are normalised before matching,
+//! always in the direction of intercepting more:
+//! - segments are percent-decoded, so `/api/orders/1/%72efunds` is
+//!   `/api/orders/1/refunds`;
+//! - empty segments (`//`, a trailing `/`) and `.` are dropped and `..` removes
+//!   the segment before it, as nginx and most frameworks do;
+//! - literal segments compare ASCII case-insensitively, as Express does by
+//!   default;
+//! - if nothing matches and the path has an encoded slash (`%2F`), the decoded
+//!   path is split again and tried, for upstreams that decode before routing.
+//!
+//! A captured `{param}` keeps its decoded text, including any `/` that was
+//! sent as `%2F`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -131,7 +143,13 @@ impl Pattern {
             ));
         }
         let mut segments = Vec::new();
-        for seg in rest.split('/') {
+        // Empty segments are dropped, as in request paths: `/a//b/` is `/a/b`.
+        for seg in rest.split('/').filter(|s| !s.is_empty()) {
+            if seg == "." || seg == ".." {
+                return Err(format!(
+                    "path {path:?} must not contain \".\" or \"..\" segments"
+                ));
+            }
             if let Some(inner) = seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
                 if !is_ident(inner) {
                     return Err(format!(
@@ -180,7 +198,7 @@ impl Pattern {
                 .iter()
                 .zip(&other.segments)
                 .all(|pair| match pair {
-                    (Segment::Literal(a), Segment::Literal(b)) => a == b,
+                    (Segment::Literal(a), Segment::Literal(b)) => a.eq_ignore_ascii_case(b),
                     _ => true,
                 })
     }
@@ -192,7 +210,7 @@ impl Pattern {
         let mut params = Vec::new();
         for (pat, seg) in self.segments.iter().zip(segments) {
             match pat {
-                Segment::Literal(l) if l == seg => {}
+                Segment::Literal(l) if l.eq_ignore_ascii_case(seg) => {}
                 Segment::Literal(_) => return None,
                 Segment::Param(name) => params.push((name.clone(), seg.clone())),
             }
@@ -238,12 +256,38 @@ impl RouteTable {
         })?;
         let path = path.split(['?', '#']).next().unwrap_or("");
         let rest = path.strip_prefix('/')?;
-        let segments: Vec<String> = rest.split('/').map(|s| percent_decode(s, false)).collect();
-        candidates.iter().find_map(|&i| {
-            let route = routes.get(i)?;
-            route.pattern.capture(&segments).map(|p| (route, p))
+        let find = |segments: &[String]| {
+            candidates.iter().find_map(|&i| {
+                let route = routes.get(i)?;
+                route.pattern.capture(segments).map(|p| (route, p))
+            })
+        };
+        let split_then_decode = normalize(rest.split('/').map(|s| percent_decode(s, false)));
+        find(&split_then_decode).or_else(|| {
+            let lower = rest.to_ascii_lowercase();
+            if !lower.contains("%2f") {
+                return None;
+            }
+            let decoded = percent_decode(rest, false);
+            find(&normalize(decoded.split('/').map(str::to_string)))
         })
     }
+}
+
+/// Drops empty and `.` segments and resolves `..` (RFC 3986 §5.2.4 on
+/// decoded segments).
+fn normalize(segments: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for seg in segments {
+        match seg.as_str() {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            _ => out.push(seg),
+        }
+    }
+    out
 }
 
 fn is_ident(s: &str) -> bool {
@@ -333,6 +377,10 @@ mod tests {
                 "/a?x=1",
                 "path \"/a?x=1\" must not contain a query string or fragment",
             ),
+            (
+                "/a/../b",
+                "path \"/a/../b\" must not contain \".\" or \"..\" segments",
+            ),
         ] {
             assert_eq!(Pattern::parse(path).unwrap_err(), want, "{path}");
         }
@@ -348,5 +396,8 @@ mod tests {
         assert!(p("/{x}/b").overlaps(&p("/a/{y}")));
         assert!(!p("/a/{x}").overlaps(&p("/b/{x}")));
         assert!(!p("/a/{x}").overlaps(&p("/a/{x}/c")));
+        assert!(p("/A/{x}").overlaps(&p("/a/{y}")));
+        assert_eq!(p("/a//b/"), p("/a/b"));
+        assert_eq!(p("/").specificity(), Vec::<u8>::new());
     }
 }

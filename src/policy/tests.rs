@@ -366,7 +366,19 @@ fn most_specific_route_wins() {
         ("post", "/users/1", Some(("post", &[("id", "1")]))),
         ("DELETE", "/users/1", None),
         ("GET", "/users/42/orders/9", None),
-        ("GET", "/users/42/", None),
+        // Spellings an upstream would still route the same way.
+        ("GET", "/users/42/", Some(("lit-param", &[("id", "42")]))),
+        ("GET", "/USERS/Me", Some(("lit-lit", &[]))),
+        ("GET", "//users///me", Some(("lit-lit", &[]))),
+        ("GET", "/users/x/../me", Some(("lit-lit", &[]))),
+        ("GET", "/users/%2e%2e/./users/me", Some(("lit-lit", &[]))),
+        (
+            "GET",
+            "/users%2F42%2Forders",
+            Some(("longer", &[("id", "42")])),
+        ),
+        ("GET", "/users/a%2fb", Some(("lit-param", &[("id", "a/b")]))),
+        ("GET", "/../..", Some(("root", &[]))),
         ("GET", "users/42", None),
         ("GET", "", None),
     ];
