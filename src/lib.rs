@@ -15,6 +15,8 @@
 //! - [`health`]: `/health` and the component registry of `/health/detailed`.
 //! - [`metrics`]: the Prometheus registry and HTTP metrics.
 //! - [`telemetry`]: logging set-up and the shutdown signal.
+//! - [`policy`]: `policies/*.toml` → validated [`policy::PolicySet`]; route matching,
+//!   extractors, param rules, the `ArcSwap` store and the hot-reload watcher.
 pub mod api;
 pub mod app;
 pub mod auth;
@@ -23,5 +25,6 @@ pub mod error;
 pub mod health;
 pub mod http_util;
 pub mod metrics;
+pub mod policy;
 pub mod server;
 pub mod telemetry;

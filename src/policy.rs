@@ -1,0 +1,213 @@
+//! Policy files: `policies/*.toml` → one validated, immutable [`PolicySet`].
+//!
+//! Platform teams say in these files which actions need which evidence
+//! (floors the requests may tighten but never loosen), which param rules send
+//! an action to review or deny it, and which HTTP routes the proxy
+//! intercepts. This module is the only place that knows the file format:
+//! [`file`] is the serde shape, [`validate`] turns it into domain types while
+//! collecting *every* error as `file:line:col: message`, and the rest of the
+//! crate only sees [`PolicySet`]. A set is built whole or not at all, which is
+//! what lets [`store::PolicyStore`] swap it in atomically on hot reload and keep
+//! the last good one when an edit is broken.
+//!
+//! # Layout
+//! - [`rules`]: action policies, floors and the pure rule evaluator.
+//! - [`route`]: route patterns and the most-specific-wins matcher.
+//! - [`extract`]: extractors (`path:`, `query:`, `header:`, `body:`, literals).
+//! - [`store`]: `ArcSwap` store with reload status.
+//! - [`watch`]: debounced directory watcher that reloads the store.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+mod file;
+mod validate;
+
+pub mod extract;
+pub mod route;
+pub mod rules;
+pub mod store;
+pub mod watch;
+
+pub use extract::{Extracted, Extractor, RequestParts};
+pub use route::{FailureMode, OnReview, PathParams, Route};
+pub use rules::{
+    ActionPolicy, Citations, DecisionMode, Effect, Op, Options, ParamLookup, ParamValue,
+    Requirements, Rule, RuleHit, Scalar,
+};
+pub use store::{PolicyStore, ReloadOutcome, ReloadStatus};
+pub use validate::DEFAULT_HOLD_TIMEOUT;
+pub use watch::{spawn_watcher, watch_path, WatchError, WatchHandle, DEFAULT_DEBOUNCE};
+
+/// Something wrong with the policy directory or a file in it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// The directory or a file could not be read.
+    #[error("{path}: {message}")]
+    Io { path: String, message: String },
+    /// A file is malformed or invalid; `line` and `col` are 1-based.
+    #[error("{file}:{line}:{col}: {message}")]
+    Invalid {
+        file: String,
+        line: usize,
+        col: usize,
+        message: String,
+    },
+}
+
+/// Every action policy and route of one policy directory, validated.
+/// Immutable: a reload builds a new one.
+#[derive(Debug, Clone)]
+pub struct PolicySet {
+    /// `sha256:<hex>` over every file's name and bytes in name order. Goes
+    /// into every audit record as `policy_revision`.
+    pub revision: String,
+    /// The file names that were loaded, sorted.
+    pub files: Vec<String>,
+    /// Action type → policy.
+    pub actions: BTreeMap<String, ActionPolicy>,
+    /// In file order, then order within the file.
+    pub routes: Vec<Route>,
+    table: route::RouteTable,
+}
+
+// === impl PolicyError ===
+
+impl PolicyError {
+    fn sort_key(&self) -> (&str, usize, usize) {
+        match self {
+            PolicyError::Io { path, .. } => (path, 0, 0),
+            PolicyError::Invalid {
+                file, line, col, ..
+            } => (file, *line, *col),
+        }
+    }
+}
+
+// === impl PolicySet ===
+
+impl PolicySet {
+    /// Builds a set from in-memory files `(file name, contents)`; errors name
+    /// the files as given. For tests and for callers that read files
+    /// themselves.
+    pub fn from_sources(files: &[(&str, &str)]) -> Result<PolicySet, Vec<PolicyError>> {
+        validate::build(
+            files
+                .iter()
+                .map(|(name, text)| validate::Source {
+                    name: name.to_string(),
+                    display: name.to_string(),
+                    bytes: text.as_bytes().to_vec(),
+                })
+                .collect(),
+        )
+    }
+
+    /// A set with no actions and no routes (what an empty directory gives).
+    pub fn empty() -> PolicySet {
+        // INVARIANT: an empty source list has nothing that can fail.
+        validate::build(Vec::new()).unwrap_or_else(|_| PolicySet {
+            revision: String::new(),
+            files: Vec::new(),
+            actions: BTreeMap::new(),
+            routes: Vec::new(),
+            table: route::RouteTable::default(),
+        })
+    }
+
+    /// The policy for an action type.
+    pub fn action(&self, type_: &str) -> Option<&ActionPolicy> {
+        self.actions.get(type_)
+    }
+
+    /// The most specific route for a request. `path` is the request target;
+    /// a query string is ignored. Captured path params are percent-decoded.
+    pub fn match_route(&self, method: &str, path: &str) -> Option<(&Route, PathParams)> {
+        self.table.find(&self.routes, method, path)
+    }
+}
+
+/// Loads and validates every `*.toml` file in `dir` (not recursive).
+/// Dotfiles and editor leftovers (`~`, `.swp`) are skipped. A missing
+/// directory is an error; an empty one is a valid empty set.
+pub fn load_dir(dir: &Path) -> Result<PolicySet, Vec<PolicyError>> {
+    let io = |path: &Path, e: std::io::Error| {
+        vec![PolicyError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        }]
+    };
+    let entries = std::fs::read_dir(dir).map_err(|e| io(dir, e))?;
+    let mut sources = Vec::new();
+    let mut errors = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| io(dir, e))?;
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if !is_policy_file(&name) {
+            continue;
+        }
+        let path = entry.path();
+        // `metadata` follows symlinks, so a symlinked file (as Kubernetes
+        // ConfigMaps mount them) counts and a symlinked directory does not.
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => continue,
+            Err(e) => {
+                errors.extend(io(&path, e));
+                continue;
+            }
+        }
+        match std::fs::read(&path) {
+            Ok(bytes) => sources.push(validate::Source {
+                name,
+                display: path.display().to_string(),
+                bytes,
+            }),
+            Err(e) => errors.extend(io(&path, e)),
+        }
+    }
+    match validate::build(sources) {
+        Ok(set) if errors.is_empty() => Ok(set),
+        Ok(_) => Err(errors),
+        Err(more) => {
+            errors.extend(more);
+            errors.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+            Err(errors)
+        }
+    }
+}
+
+/// Whether a directory entry name is a policy file.
+pub fn is_policy_file(name: &str) -> bool {
+    name.ends_with(".toml") && !name.starts_with('.') && !name.starts_with('#')
+}
+
+/// `verdict check`: the exit code and the text to print (stdout on success,
+/// stderr on failure).
+pub fn check_dir(dir: &Path) -> (i32, String) {
+    match load_dir(dir) {
+        Ok(set) => (
+            0,
+            format!(
+                "ok: {} files, {} actions, {} routes, revision {}\n",
+                set.files.len(),
+                set.actions.len(),
+                set.routes.len(),
+                set.revision
+            ),
+        ),
+        Err(errors) => {
+            let mut out = String::new();
+            for e in &errors {
+                let _ = writeln!(out, "{e}");
+            }
+            (1, out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,403 @@
+//! Routes: which HTTP calls the proxy intercepts, and how one is picked.
+//!
+//! Patterns are split into segments once, at load, and each method's routes
+//! are kept sorted most specific first, so matching a request is a short scan
+//! with no allocation until a route matches. Specificity is compared segment
+//! by segment from the left (a literal beats a `{param}`), which makes "which
+//! route wins" predictable for the person writing the policy; two routes that
+//! could both match with equal specificity are rejected at load instead of
+//! being decided by file order.
+//!
+//! A gate must not be bypassed by spelling a path the way an upstream server
+//! would still accept it, so request paths are normalised before matching,
+//! always in the direction of intercepting more:
+//! - segments are percent-decoded, so `/api/orders/1/%72efunds` is
+//!   `/api/orders/1/refunds`;
+//! - empty segments (`//`, a trailing `/`) and `.` are dropped and `..` removes
+//!   the segment before it, as nginx and most frameworks do;
+//! - literal segments compare ASCII case-insensitively, as Express does by
+//!   default;
+//! - if nothing matches and the path has an encoded slash (`%2F`), the decoded
+//!   path is split again and tried, for upstreams that decode before routing.
+//!
+//! A captured `{param}` keeps its decoded text, including any `/` that was
+//! sent as `%2F`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::extract::Extractor;
+
+/// What the proxy does with a `needs_review` decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnReview {
+    /// Keep the connection open up to `hold_timeout` for a reviewer.
+    Hold,
+    /// Answer 403 at once.
+    Deny,
+}
+
+/// What the proxy does when the engine or the audit log fails on this route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureMode {
+    /// 503 (the default: fail closed).
+    Closed,
+    /// Forward as if allowed.
+    Open,
+}
+
+/// One `[[route]]`, validated.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub name: String,
+    /// Uppercase, e.g. `POST`.
+    pub method: String,
+    /// The pattern as written, e.g. `/api/orders/{order_id}/refunds`.
+    pub path: String,
+    /// The action type this route gates; always defined in the same set.
+    pub action: String,
+    /// Param name → extractor, sorted by name.
+    pub params: Vec<(String, Extractor)>,
+    pub claims: Option<Extractor>,
+    pub sources: Option<Extractor>,
+    /// Output mode: the text whose sentences become the claims.
+    pub answer: Option<Extractor>,
+    pub on_review: OnReview,
+    /// How long a held request waits for a reviewer (default 30 s).
+    pub hold_timeout: Duration,
+    pub failure_mode: FailureMode,
+    /// The file that defined the route, for diagnostics.
+    pub file: String,
+    pub(super) pattern: Pattern,
+}
+
+/// Path parameters captured by a match, percent-decoded, in pattern order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathParams(Vec<(String, String)>);
+
+/// A compiled path pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Pattern {
+    segments: Vec<Segment>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(String),
+    Param(String),
+}
+
+/// Routes grouped by method, most specific first. Built once per set.
+#[derive(Debug, Clone, Default)]
+pub(super) struct RouteTable {
+    // INVARIANT: every index is < the owning PolicySet's routes.len().
+    by_method: HashMap<String, Vec<usize>>,
+}
+
+// === impl Route ===
+
+impl Route {
+    /// Whether any extractor reads the JSON body, i.e. whether the proxy must
+    /// buffer and parse it.
+    pub fn reads_body(&self) -> bool {
+        self.params
+            .iter()
+            .map(|(_, e)| e)
+            .chain(self.claims.iter())
+            .chain(self.sources.iter())
+            .chain(self.answer.iter())
+            .any(|e| matches!(e, Extractor::Body(_)))
+    }
+}
+
+// === impl PathParams ===
+
+impl PathParams {
+    pub fn new(pairs: Vec<(String, String)>) -> Self {
+        PathParams(pairs)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+// === impl Pattern ===
+
+impl Pattern {
+    /// Parses `/a/{b}/c`. Errors are messages for the policy author.
+    pub(super) fn parse(path: &str) -> Result<Pattern, String> {
+        let Some(rest) = path.strip_prefix('/') else {
+            return Err(format!("path {path:?} must start with \"/\""));
+        };
+        if path.contains(['?', '#']) {
+            return Err(format!(
+                "path {path:?} must not contain a query string or fragment"
+            ));
+        }
+        let mut segments = Vec::new();
+        // Empty segments are dropped, as in request paths: `/a//b/` is `/a/b`.
+        for seg in rest.split('/').filter(|s| !s.is_empty()) {
+            if seg == "." || seg == ".." {
+                return Err(format!(
+                    "path {path:?} must not contain \".\" or \"..\" segments"
+                ));
+            }
+            if let Some(inner) = seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                if !is_ident(inner) {
+                    return Err(format!(
+                        "invalid path parameter {seg:?}: names use letters, digits and _"
+                    ));
+                }
+                if segments
+                    .iter()
+                    .any(|s| matches!(s, Segment::Param(p) if p == inner))
+                {
+                    return Err(format!("duplicate path parameter {inner:?}"));
+                }
+                segments.push(Segment::Param(inner.to_string()));
+            } else if seg.contains(['{', '}']) {
+                return Err(format!(
+                    "invalid path segment {seg:?}: a parameter must be a whole segment like {{name}}"
+                ));
+            } else {
+                segments.push(Segment::Literal(percent_decode(seg, false)));
+            }
+        }
+        Ok(Pattern { segments })
+    }
+
+    pub(super) fn has_param(&self, name: &str) -> bool {
+        self.segments
+            .iter()
+            .any(|s| matches!(s, Segment::Param(p) if p == name))
+    }
+
+    /// One entry per segment, `1` for a literal and `0` for a parameter.
+    /// Comparing keys lexicographically is exactly the precedence rule:
+    /// left to right, literal beats parameter, longer beats its own prefix.
+    pub(super) fn specificity(&self) -> Vec<u8> {
+        self.segments
+            .iter()
+            .map(|s| u8::from(matches!(s, Segment::Literal(_))))
+            .collect()
+    }
+
+    /// Whether some path matches both patterns.
+    pub(super) fn overlaps(&self, other: &Pattern) -> bool {
+        self.segments.len() == other.segments.len()
+            && self
+                .segments
+                .iter()
+                .zip(&other.segments)
+                .all(|pair| match pair {
+                    (Segment::Literal(a), Segment::Literal(b)) => a.eq_ignore_ascii_case(b),
+                    _ => true,
+                })
+    }
+
+    fn capture(&self, segments: &[String]) -> Option<PathParams> {
+        if segments.len() != self.segments.len() {
+            return None;
+        }
+        let mut params = Vec::new();
+        for (pat, seg) in self.segments.iter().zip(segments) {
+            match pat {
+                Segment::Literal(l) if l.eq_ignore_ascii_case(seg) => {}
+                Segment::Literal(_) => return None,
+                Segment::Param(name) => params.push((name.clone(), seg.clone())),
+            }
+        }
+        Some(PathParams(params))
+    }
+}
+
+// === impl RouteTable ===
+
+impl RouteTable {
+    pub(super) fn build(routes: &[Route]) -> RouteTable {
+        let mut by_method: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, r) in routes.iter().enumerate() {
+            by_method.entry(r.method.clone()).or_default().push(i);
+        }
+        for list in by_method.values_mut() {
+            // Stable sort: equal keys never overlap (rejected at load), so
+            // their relative order does not change any outcome.
+            list.sort_by(|a, b| {
+                let (ka, kb) = (
+                    routes[*a].pattern.specificity(),
+                    routes[*b].pattern.specificity(),
+                );
+                kb.cmp(&ka)
+            });
+        }
+        RouteTable { by_method }
+    }
+
+    /// The most specific route for `method` and `path` (a request target; any
+    /// query string or fragment is ignored).
+    pub(super) fn find<'a>(
+        &self,
+        routes: &'a [Route],
+        method: &str,
+        path: &str,
+    ) -> Option<(&'a Route, PathParams)> {
+        let candidates = self.by_method.get(method).or_else(|| {
+            // Methods are case-sensitive tokens, but policies store uppercase
+            // and clients are expected to send uppercase; tolerate lowercase.
+            self.by_method.get(&method.to_ascii_uppercase())
+        })?;
+        let path = path.split(['?', '#']).next().unwrap_or("");
+        let rest = path.strip_prefix('/')?;
+        let find = |segments: &[String]| {
+            candidates.iter().find_map(|&i| {
+                let route = routes.get(i)?;
+                route.pattern.capture(segments).map(|p| (route, p))
+            })
+        };
+        let split_then_decode = normalize(rest.split('/').map(|s| percent_decode(s, false)));
+        find(&split_then_decode).or_else(|| {
+            let lower = rest.to_ascii_lowercase();
+            if !lower.contains("%2f") {
+                return None;
+            }
+            let decoded = percent_decode(rest, false);
+            find(&normalize(decoded.split('/').map(str::to_string)))
+        })
+    }
+}
+
+/// Drops empty and `.` segments and resolves `..` (RFC 3986 §5.2.4 on
+/// decoded segments).
+fn normalize(segments: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for seg in segments {
+        match seg.as_str() {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            _ => out.push(seg),
+        }
+    }
+    out
+}
+
+fn is_ident(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Decodes `%XX` escapes (and `+` as a space when `plus_is_space`, for query
+/// strings). Malformed escapes are kept as written; invalid UTF-8 becomes
+/// U+FFFD rather than an error, because a gate must still see the request.
+pub(super) fn percent_decode(s: &str, plus_is_space: bool) -> String {
+    if !(s.contains('%') || (plus_is_space && s.contains('+'))) {
+        return s.to_string();
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3).and_then(|h| {
+                    std::str::from_utf8(h)
+                        .ok()
+                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                });
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    None => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' if plus_is_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding() {
+        for (input, plus, want) in [
+            ("abc", false, "abc"),
+            ("a%20b", false, "a b"),
+            ("a+b", false, "a+b"),
+            ("a+b", true, "a b"),
+            ("%2F", false, "/"),
+            ("%zz%4", false, "%zz%4"),
+            ("%C3%A9", false, "é"),
+            ("%FF", false, "\u{FFFD}"),
+        ] {
+            assert_eq!(percent_decode(input, plus), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn pattern_errors() {
+        for (path, want) in [
+            ("api/x", "path \"api/x\" must start with \"/\""),
+            (
+                "/a/{b c}",
+                "invalid path parameter \"{b c}\": names use letters, digits and _",
+            ),
+            (
+                "/a/{}",
+                "invalid path parameter \"{}\": names use letters, digits and _",
+            ),
+            (
+                "/a/x{b}",
+                "invalid path segment \"x{b}\": a parameter must be a whole segment like {name}",
+            ),
+            ("/a/{b}/{b}", "duplicate path parameter \"b\""),
+            (
+                "/a?x=1",
+                "path \"/a?x=1\" must not contain a query string or fragment",
+            ),
+            (
+                "/a/../b",
+                "path \"/a/../b\" must not contain \".\" or \"..\" segments",
+            ),
+        ] {
+            assert_eq!(Pattern::parse(path).unwrap_err(), want, "{path}");
+        }
+    }
+
+    #[test]
+    fn specificity_and_overlap() {
+        let p = |s: &str| Pattern::parse(s).unwrap();
+        assert!(p("/a/b").specificity() > p("/a/{x}").specificity());
+        assert!(p("/a/{x}").specificity() > p("/{x}/b").specificity());
+        assert!(p("/a/{x}/c").specificity() > p("/a/{x}").specificity());
+        assert!(p("/a/{x}").overlaps(&p("/a/{y}")));
+        assert!(p("/{x}/b").overlaps(&p("/a/{y}")));
+        assert!(!p("/a/{x}").overlaps(&p("/b/{x}")));
+        assert!(!p("/a/{x}").overlaps(&p("/a/{x}/c")));
+        assert!(p("/A/{x}").overlaps(&p("/a/{y}")));
+        assert_eq!(p("/a//b/"), p("/a/b"));
+        assert_eq!(p("/").specificity(), Vec::<u8>::new());
+    }
+}

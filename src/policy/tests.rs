@@ -1,0 +1,648 @@
+//! Loader, validation, matching and extraction tests over whole policy files.
+
+use super::*;
+use http::HeaderMap;
+use serde_json::json;
+use std::time::Duration;
+
+const DESIGN_EXAMPLE: &str = r#"
+[[action]]
+type = "refund.create"
+requirements = { decision_mode = "strict", min_coverage = 0.9, citations = "required" }
+options = { deny_if_any_unsupported = true, evidence_limit = 3 }
+require_claims = true
+redact = ["params.card_number"]
+
+  [[action.rule]]
+  param = "amount"
+  op = "gt"
+  value = 500
+  effect = "review"
+  message = "refunds above 500 need a second pair of eyes"
+
+[[route]]
+name = "create-refund"
+method = "POST"
+path = "/api/orders/{order_id}/refunds"
+action = "refund.create"
+params = { order_id = "path:order_id", amount = "body:/amount", customer = "header:x-customer-id" }
+claims = "body:/justification/claims"
+sources = "body:/justification/evidence"
+on_review = "hold"
+hold_timeout = "30s"
+"#;
+
+fn errors_of(files: &[(&str, &str)]) -> Vec<String> {
+    match PolicySet::from_sources(files) {
+        Ok(_) => vec![],
+        Err(es) => es.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn design_example_parses() {
+    let set = PolicySet::from_sources(&[("refunds.toml", DESIGN_EXAMPLE)]).unwrap();
+    assert_eq!(set.files, vec!["refunds.toml"]);
+    let a = set.action("refund.create").unwrap();
+    assert_eq!(a.requirements.decision_mode, Some(DecisionMode::Strict));
+    assert_eq!(a.requirements.min_coverage, Some(0.9));
+    assert_eq!(a.requirements.citations, Some(Citations::Required));
+    assert_eq!(a.options.deny_if_any_unsupported, Some(true));
+    assert_eq!(a.options.evidence_limit, Some(3));
+    assert_eq!(a.options.min_coverage, None);
+    assert!(a.require_claims);
+    assert_eq!(a.redact, vec!["params.card_number"]);
+    assert_eq!(a.rules.len(), 1);
+    assert_eq!(a.rules[0].param, "amount");
+    assert_eq!(a.rules[0].effect, Effect::Review);
+    assert!(matches!(a.rules[0].op, Op::Gt(n) if n == 500.0));
+    assert_eq!(
+        a.rules[0].message,
+        "refunds above 500 need a second pair of eyes"
+    );
+
+    let r = &set.routes[0];
+    assert_eq!(r.name, "create-refund");
+    assert_eq!(r.method, "POST");
+    assert_eq!(r.action, "refund.create");
+    assert_eq!(
+        r.params,
+        vec![
+            ("amount".to_string(), Extractor::Body("/amount".into())),
+            (
+                "customer".to_string(),
+                Extractor::Header("x-customer-id".into())
+            ),
+            ("order_id".to_string(), Extractor::Path("order_id".into())),
+        ]
+    );
+    assert_eq!(
+        r.claims,
+        Some(Extractor::Body("/justification/claims".into()))
+    );
+    assert_eq!(
+        r.sources,
+        Some(Extractor::Body("/justification/evidence".into()))
+    );
+    assert_eq!(r.answer, None);
+    assert_eq!(r.on_review, OnReview::Hold);
+    assert_eq!(r.hold_timeout, Duration::from_secs(30));
+    assert_eq!(r.failure_mode, FailureMode::Closed);
+    assert_eq!(r.file, "refunds.toml");
+    assert!(r.reads_body());
+}
+
+#[test]
+fn defaults_and_minimal_files() {
+    let set = PolicySet::from_sources(&[
+        ("a.toml", "[[action]]\ntype = \"x\"\n"),
+        (
+            "b.toml",
+            "[[route]]\nname = \"r\"\nmethod = \"get\"\npath = \"/x\"\naction = \"x\"\n\
+             failure_mode = \"open\"\non_review = \"deny\"\nanswer = \"query:text\"\n",
+        ),
+        ("empty.toml", ""),
+    ])
+    .unwrap();
+    let a = set.action("x").unwrap();
+    assert!(a.require_claims);
+    assert_eq!(a.requirements, Requirements::default());
+    assert_eq!(a.options, Options::default());
+    let r = &set.routes[0];
+    assert_eq!(r.method, "GET");
+    assert_eq!(r.hold_timeout, DEFAULT_HOLD_TIMEOUT);
+    assert_eq!(r.failure_mode, FailureMode::Open);
+    assert_eq!(r.on_review, OnReview::Deny);
+    assert!(!r.reads_body());
+    assert_eq!(set.files, vec!["a.toml", "b.toml", "empty.toml"]);
+}
+
+#[test]
+fn rule_messages_default_to_the_rule() {
+    let set = PolicySet::from_sources(&[(
+        "a.toml",
+        "[[action]]\ntype = \"x\"\n[[action.rule]]\nparam = \"tier\"\nop = \"in\"\n\
+         value = [\"gold\", 2]\neffect = \"deny\"\n",
+    )])
+    .unwrap();
+    assert_eq!(
+        set.action("x").unwrap().rules[0].message,
+        "tier in [\"gold\", 2]"
+    );
+}
+
+/// Wraps a rule body in an action so error positions are easy to read:
+/// line 3 is `param`, line 4 `op`, line 5 `value` (when present).
+fn rule_file(op: &str, value: Option<&str>) -> String {
+    let mut s =
+        format!("[[action]]\ntype = \"x\"\n[[action.rule]]\nparam = \"p\"\nop = \"{op}\"\n");
+    if let Some(v) = value {
+        s.push_str(&format!("value = {v}\n"));
+    }
+    s.push_str("effect = \"deny\"\n");
+    s
+}
+
+#[test]
+fn rule_value_errors() {
+    let cases: &[(&str, Option<&str>, &str)] = &[
+        ("gt", Some("\"500\""), "r.toml:6:9: op \"gt\" needs a number value"),
+        ("ge", None, "r.toml:5:6: op \"ge\" needs a number value"),
+        ("lt", Some("nan"), "r.toml:6:9: op \"lt\" needs a number value"),
+        ("le", Some("[1]"), "r.toml:6:9: op \"le\" needs a number value"),
+        ("eq", None, "r.toml:5:6: op \"eq\" needs a string, number or boolean value"),
+        ("ne", Some("[1]"), "r.toml:6:9: op \"ne\" needs a string, number or boolean value"),
+        ("in", Some("\"a\""), "r.toml:6:9: op \"in\" needs an array of strings, numbers or booleans"),
+        ("not_in", Some("[[1]]"), "r.toml:6:9: op \"not_in\" needs an array of strings, numbers or booleans"),
+        ("in", None, "r.toml:5:6: op \"in\" needs an array of strings, numbers or booleans"),
+        ("present", Some("true"), "r.toml:6:9: op \"present\" takes no value"),
+        ("absent", Some("1"), "r.toml:6:9: op \"absent\" takes no value"),
+        ("matches", Some("5"), "r.toml:6:9: op \"matches\" needs a string value (a regex)"),
+        ("matches", Some("\"(abc\""), "r.toml:6:9: invalid regex \"(abc\": unclosed group"),
+        ("between", Some("1"), "r.toml:5:6: unknown variant `between`, expected one of `eq`, `ne`, `gt`, `ge`, `lt`, `le`, `in`, `not_in`, `present`, `absent`, `matches`"),
+    ];
+    for (op, value, want) in cases {
+        let text = rule_file(op, *value);
+        assert_eq!(
+            errors_of(&[("r.toml", &text)]),
+            vec![want.to_string()],
+            "{op} {value:?}"
+        );
+    }
+    // And the ones that are fine.
+    for (op, value) in [
+        ("gt", Some("1.5")),
+        ("eq", Some("true")),
+        ("eq", Some("\"x\"")),
+        ("in", Some("[]")),
+        ("present", None),
+        ("absent", None),
+        ("matches", Some("'^\\d+$'")),
+    ] {
+        let text = rule_file(op, value);
+        assert_eq!(
+            errors_of(&[("r.toml", &text)]),
+            Vec::<String>::new(),
+            "{op}"
+        );
+    }
+}
+
+#[test]
+fn validation_errors_have_exact_positions() {
+    let route = |extra: &str| {
+        format!(
+            "[[action]]\ntype = \"x\"\n[[route]]\nname = \"r\"\nmethod = \"POST\"\n\
+             path = \"/o/{{id}}\"\naction = \"x\"\n{extra}"
+        )
+    };
+    let cases: Vec<(String, &str)> = vec![
+        // Syntax and shape errors come from the TOML parser.
+        ("[[action]\n".into(), "f.toml:1:9: invalid table header: expected `.`, `]]`"),
+        ("[[action]]\ntype = 5\n".into(), "f.toml:2:8: invalid type: integer `5`, expected a string"),
+        ("[[action]]\ntype = \"x\"\ntypo = 1\n".into(),
+         "f.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`"),
+        ("[[action]]\ntype = \"x\"\nrequirements = { decision_mode = \"lenient\" }\n".into(),
+         "f.toml:3:34: unknown variant `lenient`, expected one of `strict`, `balanced`, `audit`"),
+        ("[[action]]\ntype = \"x\"\nrequirements = { min_cov = 1 }\n".into(),
+         "f.toml:3:18: unknown field `min_cov`, expected one of `decision_mode`, `min_coverage`, `citations`"),
+        ("[[policy]]\n".into(), "f.toml:1:3: unknown field `policy`, expected `action` or `route`"),
+        ("[[route]]\nname = \"r\"\n".into(), "f.toml:1:1: missing field `method`"),
+        // Semantic errors.
+        ("[[action]]\ntype = \"x\"\nrequirements = { min_coverage = 1.5 }\n".into(),
+         "f.toml:3:33: requirements.min_coverage must be between 0 and 1, got 1.5"),
+        ("[[action]]\ntype = \"x\"\nrequirements = { min_coverage = 0.9 }\noptions = { min_coverage = 0.8 }\n".into(),
+         "f.toml:4:28: options.min_coverage 0.8 conflicts with requirements.min_coverage 0.9; set it once"),
+        ("[[action]]\ntype = \"\"\n".into(), "f.toml:2:8: action type must not be empty"),
+        ("[[action]]\ntype = \"x\"\nredact = [\"\"]\n".into(), "f.toml:3:11: redact entries must not be empty"),
+        ("[[action]]\ntype = \"x\"\n[[action.rule]]\nparam = \"a..b\"\nop = \"present\"\neffect = \"deny\"\n".into(),
+         "f.toml:4:9: invalid rule param \"a..b\""),
+        ("[[action]]\ntype = \"x\"\n[[action]]\ntype = \"x\"\n".into(),
+         "f.toml:4:8: duplicate action type \"x\" (first defined at f.toml:2:8)"),
+        (route("params = { a = \"cookie:a\" }\n"),
+         "f.toml:8:16: params.a: invalid extractor \"cookie:a\": expected path:NAME, query:NAME, header:NAME, body:/POINTER or literal:VALUE"),
+        (route("params = { a = \"path:nope\" }\n"),
+         "f.toml:8:16: params.a: invalid extractor \"path:nope\": the route path has no {nope} segment"),
+        (route("claims = \"body:claims\"\n"),
+         "f.toml:8:10: claims: invalid extractor \"body:claims\": a JSON pointer must be empty or start with \"/\""),
+        (route("sources = \"body:/a~2\"\n"),
+         "f.toml:8:11: sources: invalid extractor \"body:/a~2\": \"~\" in a JSON pointer must be followed by 0 or 1"),
+        (route("answer = \"header:a b\"\n"),
+         "f.toml:8:10: answer: invalid extractor \"header:a b\": bad header name"),
+        (route("claims = \"body:/c\"\nanswer = \"body:/a\"\n"),
+         "f.toml:9:10: a route takes claims or answer (output mode), not both"),
+        (route("hold_timeout = \"soon\"\n"),
+         "f.toml:8:16: hold_timeout: invalid duration \"soon\": expected number at 0"),
+        (route("on_review = \"wait\"\n"),
+         "f.toml:8:13: unknown variant `wait`, expected `hold` or `deny`"),
+        (route("failure_mode = \"ajar\"\n"),
+         "f.toml:8:16: unknown variant `ajar`, expected `closed` or `open`"),
+        (route("bogus = 1\n"), "f.toml:8:1: unknown field `bogus`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`"),
+        ("[[action]]\ntype = \"x\"\n[[route]]\nname = \"r\"\nmethod = \"PO ST\"\npath = \"o\"\naction = \"y\"\n".into(),
+         "f.toml:5:10: invalid method \"PO ST\"\nf.toml:6:8: path \"o\" must start with \"/\"\nf.toml:7:10: route \"r\" references unknown action \"y\""),
+        ("[[action]]\ntype = \"x\"\n[[route]]\nname = \"r\"\nmethod = \"GET\"\npath = \"/a/{b}x\"\naction = \"x\"\n".into(),
+         "f.toml:6:8: invalid path segment \"{b}x\": a parameter must be a whole segment like {name}"),
+    ];
+    for (text, want) in cases {
+        let got = errors_of(&[("f.toml", &text)]).join("\n");
+        assert_eq!(got, want, "for file:\n{text}");
+    }
+}
+
+#[test]
+fn duplicate_and_overlapping_routes_across_files() {
+    let r = |name: &str, method: &str, path: &str| {
+        format!("[[route]]\nname = \"{name}\"\nmethod = \"{method}\"\npath = \"{path}\"\naction = \"x\"\n")
+    };
+    let a = format!(
+        "[[action]]\ntype = \"x\"\n{}",
+        r("one", "POST", "/o/{id}/r")
+    );
+    let b = [
+        r("two", "POST", "/o/{order}/r"), // overlaps one: equal specificity
+        r("three", "GET", "/o/{id}/r"),   // other method: fine
+        r("four", "POST", "/o/lit/r"),    // more specific: fine
+        r("one", "PUT", "/p"),            // duplicate name
+        r("five", "POST", "/{a}/x/r"),    // overlaps one, less specific: fine
+        r("six", "POST", "/o/{id}/s"),    // no overlap: fine
+    ]
+    .concat();
+    assert_eq!(
+        errors_of(&[("b.toml", &b), ("a.toml", &a)]),
+        vec![
+            "b.toml:4:8: route \"two\" overlaps route \"one\" (a.toml:6:8) with equal specificity",
+            "b.toml:17:8: duplicate route name \"one\" (first defined at a.toml:4:8)",
+        ]
+    );
+}
+
+#[test]
+fn errors_are_collected_across_files_and_sorted() {
+    let got = errors_of(&[
+        ("b.toml", "[[action]]\ntype = \"y\"\nrequirements = { min_coverage = 2 }\noptions = { min_coverage = -1 }\n"),
+        ("a.toml", "[[action]]\ntype = \"x\"\n[[action]]\ntype = \"x\"\nredact = [\"\"]\n"),
+        ("c.toml", "not toml at all"),
+        ("d.toml", "[[action]]\ntype = \"x\"\n"),
+    ]);
+    assert_eq!(
+        got,
+        vec![
+            "a.toml:4:8: duplicate action type \"x\" (first defined at a.toml:2:8)",
+            "b.toml:3:33: requirements.min_coverage must be between 0 and 1, got 2",
+            "b.toml:4:28: options.min_coverage must be between 0 and 1, got -1",
+            "c.toml:1:5: expected `.`, `=`",
+            "d.toml:2:8: duplicate action type \"x\" (first defined at a.toml:2:8)",
+        ]
+    );
+}
+
+#[test]
+fn unknown_action_is_not_reported_when_another_file_is_unparsable() {
+    let route = "[[route]]\nname = \"r\"\nmethod = \"GET\"\npath = \"/\"\naction = \"x\"\n";
+    assert_eq!(
+        errors_of(&[("a.toml", "[[action]\n"), ("b.toml", route)]),
+        vec!["a.toml:1:9: invalid table header: expected `.`, `]]`"]
+    );
+}
+
+fn routes_set() -> PolicySet {
+    let r = |name: &str, method: &str, path: &str| {
+        format!("[[route]]\nname = \"{name}\"\nmethod = \"{method}\"\npath = \"{path}\"\naction = \"x\"\n")
+    };
+    let text = [
+        "[[action]]\ntype = \"x\"\n".to_string(),
+        r("param-param", "GET", "/{a}/{b}"),
+        r("lit-param", "GET", "/users/{id}"),
+        r("lit-lit", "GET", "/users/me"),
+        r("param-lit", "GET", "/{a}/settings"),
+        r("longer", "GET", "/users/{id}/orders"),
+        r("root", "GET", "/"),
+        r("post", "POST", "/users/{id}"),
+        r("encoded", "GET", "/files/a b"),
+    ]
+    .concat();
+    PolicySet::from_sources(&[("r.toml", &text)]).unwrap()
+}
+
+#[test]
+fn most_specific_route_wins() {
+    let set = routes_set();
+    /// Route name and captured params.
+    type Want = Option<(&'static str, &'static [(&'static str, &'static str)])>;
+    let cases: &[(&str, &str, Want)] = &[
+        ("GET", "/users/me", Some(("lit-lit", &[]))),
+        ("GET", "/users/42", Some(("lit-param", &[("id", "42")]))),
+        (
+            "GET",
+            "/users/settings",
+            Some(("lit-param", &[("id", "settings")])),
+        ),
+        (
+            "GET",
+            "/teams/settings",
+            Some(("param-lit", &[("a", "teams")])),
+        ),
+        (
+            "GET",
+            "/teams/7",
+            Some(("param-param", &[("a", "teams"), ("b", "7")])),
+        ),
+        ("GET", "/users/42/orders", Some(("longer", &[("id", "42")]))),
+        (
+            "GET",
+            "/users/42/orders?x=1",
+            Some(("longer", &[("id", "42")])),
+        ),
+        (
+            "GET",
+            "/users/a%2Fb%20c",
+            Some(("lit-param", &[("id", "a/b c")])),
+        ),
+        ("GET", "/%75sers/me", Some(("lit-lit", &[]))),
+        ("GET", "/files/a%20b", Some(("encoded", &[]))),
+        ("GET", "/", Some(("root", &[]))),
+        ("GET", "/?q=1", Some(("root", &[]))),
+        ("POST", "/users/1", Some(("post", &[("id", "1")]))),
+        ("post", "/users/1", Some(("post", &[("id", "1")]))),
+        ("DELETE", "/users/1", None),
+        ("GET", "/users/42/orders/9", None),
+        // Spellings an upstream would still route the same way.
+        ("GET", "/users/42/", Some(("lit-param", &[("id", "42")]))),
+        ("GET", "/USERS/Me", Some(("lit-lit", &[]))),
+        ("GET", "//users///me", Some(("lit-lit", &[]))),
+        ("GET", "/users/x/../me", Some(("lit-lit", &[]))),
+        ("GET", "/users/%2e%2e/./users/me", Some(("lit-lit", &[]))),
+        (
+            "GET",
+            "/users%2F42%2Forders",
+            Some(("longer", &[("id", "42")])),
+        ),
+        ("GET", "/users/a%2fb", Some(("lit-param", &[("id", "a/b")]))),
+        ("GET", "/../..", Some(("root", &[]))),
+        ("GET", "users/42", None),
+        ("GET", "", None),
+    ];
+    for (method, path, want) in cases {
+        let got = set
+            .match_route(method, path)
+            .map(|(r, p)| (r.name.clone(), p));
+        let want = want.map(|(n, ps)| {
+            (
+                n.to_string(),
+                PathParams::new(
+                    ps.iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+            )
+        });
+        assert_eq!(got, want, "{method} {path}");
+    }
+}
+
+#[test]
+fn route_extracts_from_a_request() {
+    let set = PolicySet::from_sources(&[("refunds.toml", DESIGN_EXAMPLE)]).unwrap();
+    let (route, pp) = set
+        .match_route("POST", "/api/orders/A%2D17/refunds?dry=1")
+        .unwrap();
+    let mut headers = HeaderMap::new();
+    headers.insert("X-Customer-ID", "cust-9".parse().unwrap());
+    let body = json!({
+        "amount": 120,
+        "justification": {"claims": ["the parcel arrived broken"], "evidence": [{"id": "s1"}]},
+    });
+    let got = route.extract(&RequestParts {
+        path_params: &pp,
+        query: Some("dry=1"),
+        headers: &headers,
+        body: Some(&body),
+    });
+    let want_params = json!({"amount": 120, "customer": "cust-9", "order_id": "A-17"});
+    assert_eq!(serde_json::Value::Object(got.params), want_params);
+    assert_eq!(got.claims, Some(json!(["the parcel arrived broken"])));
+    assert_eq!(got.sources, Some(json!([{"id": "s1"}])));
+    assert_eq!(got.answer, None);
+
+    // Missing values are absent, not null.
+    let got = route.extract(&RequestParts {
+        path_params: &pp,
+        query: None,
+        headers: &HeaderMap::new(),
+        body: Some(&json!({})),
+    });
+    assert_eq!(
+        serde_json::Value::Object(got.params),
+        json!({"order_id": "A-17"})
+    );
+    assert_eq!(got.claims, None);
+
+    // Extracted params feed the rules directly.
+    let lookup = ParamLookup::from(
+        &route
+            .extract(&RequestParts {
+                path_params: &pp,
+                query: None,
+                headers: &headers,
+                body: Some(&json!({"amount": "600"})),
+            })
+            .params,
+    );
+    let hits = set.action("refund.create").unwrap().evaluate_rules(&lookup);
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].effect, Effect::Review);
+}
+
+#[test]
+fn revision_is_stable_and_sensitive() {
+    let a = ("a.toml", "[[action]]\ntype = \"a\"\n");
+    let b = ("b.toml", "[[action]]\ntype = \"b\"\n");
+    let r1 = PolicySet::from_sources(&[a, b]).unwrap().revision;
+    let r2 = PolicySet::from_sources(&[b, a]).unwrap().revision;
+    assert_eq!(r1, r2);
+    assert!(r1.starts_with("sha256:") && r1.len() == 7 + 64, "{r1}");
+    let renamed = PolicySet::from_sources(&[("c.toml", a.1), b])
+        .unwrap()
+        .revision;
+    assert_ne!(r1, renamed);
+    let edited = PolicySet::from_sources(&[("a.toml", "[[action]]\ntype = \"a\" \n"), b])
+        .unwrap()
+        .revision;
+    assert_ne!(r1, edited);
+    // Known value, so a change to the hashing scheme is a visible decision.
+    assert_eq!(
+        PolicySet::empty().revision,
+        "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
+}
+
+#[test]
+fn load_dir_reads_only_policy_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::write(p.join("a.toml"), "[[action]]\ntype = \"a\"\n").unwrap();
+    for junk in [
+        ".a.toml.swp",
+        "a.toml~",
+        ".hidden.toml",
+        "a.toml.swp",
+        "notes.txt",
+        "#a.toml#",
+    ] {
+        std::fs::write(p.join(junk), "garbage [[[").unwrap();
+    }
+    std::fs::create_dir(p.join("sub.toml")).unwrap();
+    let set = load_dir(p).unwrap();
+    assert_eq!(set.files, vec!["a.toml"]);
+    // Same revision as the in-memory build: directory location does not count.
+    assert_eq!(
+        set.revision,
+        PolicySet::from_sources(&[("a.toml", "[[action]]\ntype = \"a\"\n")])
+            .unwrap()
+            .revision
+    );
+
+    let empty = tempfile::tempdir().unwrap();
+    let set = load_dir(empty.path()).unwrap();
+    assert!(set.actions.is_empty() && set.routes.is_empty() && set.files.is_empty());
+
+    let missing = p.join("missing");
+    let errs = load_dir(&missing).unwrap_err();
+    assert_eq!(errs.len(), 1);
+    assert!(
+        matches!(&errs[0], PolicyError::Io { path, .. } if path == &missing.display().to_string())
+    );
+}
+
+#[test]
+fn load_dir_errors_name_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.toml"), "[[action]]\ntype = 1\n").unwrap();
+    std::fs::write(dir.path().join("bin.toml"), [0xff, 0xfe]).unwrap();
+    let errs: Vec<String> = load_dir(dir.path())
+        .unwrap_err()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let d = dir.path().display();
+    assert_eq!(
+        errs,
+        vec![
+            format!("{d}/bad.toml:2:8: invalid type: integer `1`, expected a string"),
+            format!("{d}/bin.toml:1:1: file is not valid UTF-8"),
+        ]
+    );
+}
+
+#[test]
+fn check_dir_output() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.toml"), DESIGN_EXAMPLE).unwrap();
+    let (code, out) = check_dir(dir.path());
+    assert_eq!(code, 0, "{out}");
+    let rev = load_dir(dir.path()).unwrap().revision;
+    assert_eq!(
+        out,
+        format!("ok: 1 files, 1 actions, 1 routes, revision {rev}\n")
+    );
+
+    std::fs::write(
+        dir.path().join("b.toml"),
+        "[[action]]\ntype = \"refund.create\"\nx = 1\n",
+    )
+    .unwrap();
+    let (code, out) = check_dir(dir.path());
+    assert_eq!(code, 1);
+    let d = dir.path().display();
+    assert_eq!(
+        out,
+        format!("{d}/b.toml:3:1: unknown field `x`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`\n")
+    );
+
+    let (code, out) = check_dir(&dir.path().join("nope"));
+    assert_eq!(code, 1);
+    assert!(out.contains("nope: "), "{out}");
+}
+
+#[test]
+fn shipped_example_policies_load() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let set = match load_dir(&dir) {
+        Ok(s) => s,
+        Err(es) => panic!(
+            "{}",
+            es.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+    };
+    for t in ["refund.create", "account.access", "llm.reply"] {
+        assert!(set.action(t).is_some(), "missing action {t}");
+    }
+    let (route, _) = set.match_route("POST", "/api/orders/o-1/refunds").unwrap();
+    assert_eq!(route.action, "refund.create");
+    let refunds = set.action("refund.create").unwrap();
+    let amount = |n: f64| {
+        let mut p = ParamLookup::new();
+        p.insert("amount", ParamValue::Number(n));
+        p.insert("currency", ParamValue::String("EUR".into()));
+        refunds.evaluate_rules(&p).iter().map(|h| h.effect).max()
+    };
+    assert_eq!(amount(100.0), None);
+    assert_eq!(amount(600.0), Some(Effect::Review));
+    assert_eq!(amount(6000.0), Some(Effect::Deny));
+}
+
+#[test]
+fn shape_errors_in_several_tables_are_all_reported() {
+    let text = r#"[[action]]
+type = "a"
+typo = 1
+[[action]]
+type = "b"
+  [[action.rule]]
+  param = "x"
+  op = "gt"
+  value = "no"
+  effect = "deny"
+  [[action.rule]]
+  param = "x"
+  op = "between"
+  effect = "deny"
+[[route]]
+name = "r"
+method = "GET"
+path = "/x"
+action = "a"
+color = "red"
+[[route]]
+name = "r2"
+method = "GET"
+path = "/y"
+action = "nope"
+params = { p = "cookie:x" }
+[[route]]
+name = "r3"
+path = "/z"
+action = "b"
+"#;
+    assert_eq!(
+        errors_of(&[("m.toml", text)]),
+        vec![
+            "m.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`",
+            "m.toml:9:11: op \"gt\" needs a number value",
+            "m.toml:13:8: unknown variant `between`, expected one of `eq`, `ne`, `gt`, `ge`, `lt`, `le`, `in`, `not_in`, `present`, `absent`, `matches`",
+            "m.toml:20:1: unknown field `color`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`",
+            "m.toml:26:16: params.p: invalid extractor \"cookie:x\": expected path:NAME, query:NAME, header:NAME, body:/POINTER or literal:VALUE",
+            "m.toml:27:1: missing field `method`",
+        ]
+    );
+    assert_eq!(
+        errors_of(&[("t.toml", "foo = 1\n[[action]]\ntype = 5\n")]),
+        vec![
+            "t.toml:1:1: unknown field `foo`, expected `action` or `route`",
+            "t.toml:3:8: invalid type: integer `5`, expected a string",
+        ]
+    );
+}

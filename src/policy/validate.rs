@@ -1,0 +1,481 @@
+//! Turns parsed files into one validated [`PolicySet`], collecting every error.
+//!
+//! A platform engineer fixing a broken policy directory should see all of
+//! its problems in one `verdict check` run, not one per run, so nothing here
+//! stops at the first error: each file, action, rule and route is checked and
+//! every complaint is kept with its `file:line:col`. Only a fully clean set is
+//! returned, which is what makes hot reload all-or-nothing.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use regex::Regex;
+use sha2::{Digest, Sha256};
+
+use super::extract::Extractor;
+use super::file::{self, FileAction, FileOp, FileRoute, FileRule};
+use super::route::{FailureMode, OnReview, Pattern, Route, RouteTable};
+use super::rules::{
+    ActionPolicy, Citations, DecisionMode, Effect, Op, Options, Requirements, Rule, Scalar,
+};
+use super::{PolicyError, PolicySet};
+use crate::config::{line_col, parse_duration};
+
+/// The default `hold_timeout` of a route.
+pub const DEFAULT_HOLD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One policy file's contents.
+pub(super) struct Source {
+    /// The bare file name (`refunds.toml`); it goes into the revision.
+    pub name: String,
+    /// How errors name the file (`policies/refunds.toml`).
+    pub display: String,
+    pub bytes: Vec<u8>,
+}
+
+/// Error collector for one file.
+struct FileCtx<'a> {
+    display: &'a str,
+    text: &'a str,
+    errors: &'a mut Vec<PolicyError>,
+}
+
+impl FileCtx<'_> {
+    fn at(&self, byte: usize) -> String {
+        let (line, col) = line_col(self.text, byte);
+        format!("{}:{line}:{col}", self.display)
+    }
+
+    fn err(&mut self, byte: usize, message: impl Into<String>) {
+        let (line, col) = line_col(self.text, byte);
+        self.errors.push(PolicyError::Invalid {
+            file: self.display.to_string(),
+            line,
+            col,
+            message: message.into(),
+        });
+    }
+}
+
+/// Validates `sources` (in any order) into a set, or returns every error
+/// sorted by file and position.
+pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyError>> {
+    sources.sort_by(|a, b| a.name.cmp(&b.name));
+    let revision = revision(&sources);
+    let mut errors = Vec::new();
+
+    // Parse every file first; keep going past broken ones. `incomplete`
+    // says some table could not be read, so an action may be missing.
+    let mut parsed = Vec::new();
+    let mut incomplete = false;
+    for src in &sources {
+        let display = src.display.as_str();
+        let Ok(text) = std::str::from_utf8(&src.bytes) else {
+            errors.push(PolicyError::Invalid {
+                file: display.to_string(),
+                line: 1,
+                col: 1,
+                message: "file is not valid UTF-8".into(),
+            });
+            incomplete = true;
+            continue;
+        };
+        let file::Parsed {
+            doc,
+            errors: file_errors,
+        } = file::parse(text);
+        if !file_errors.is_empty() {
+            incomplete = true;
+            let mut cx = FileCtx {
+                display,
+                text,
+                errors: &mut errors,
+            };
+            for (byte, message) in file_errors {
+                cx.err(byte, message);
+            }
+        }
+        if let Some(doc) = doc {
+            parsed.push((src, text, doc));
+        }
+    }
+
+    // Actions, across all files: type → (where first defined, policy).
+    let mut actions: BTreeMap<String, ActionPolicy> = BTreeMap::new();
+    let mut action_at: BTreeMap<String, String> = BTreeMap::new();
+    for (src, text, doc) in &parsed {
+        let mut cx = FileCtx {
+            display: &src.display,
+            text,
+            errors: &mut errors,
+        };
+        for fa in &doc.action {
+            let type_ = fa.type_.get_ref();
+            let start = fa.type_.span().start;
+            if let Some(first) = action_at.get(type_) {
+                cx.err(
+                    start,
+                    format!("duplicate action type {type_:?} (first defined at {first})"),
+                );
+                continue;
+            }
+            action_at.insert(type_.clone(), cx.at(start));
+            if let Some(policy) = action(&mut cx, fa) {
+                actions.insert(type_.clone(), policy);
+            }
+        }
+    }
+
+    // Routes, across all files.
+    let mut routes: Vec<Route> = Vec::new();
+    // Where each accepted route's name and path were written.
+    let mut route_at: Vec<(String, String)> = Vec::new();
+    for (src, text, doc) in &parsed {
+        let mut cx = FileCtx {
+            display: &src.display,
+            text,
+            errors: &mut errors,
+        };
+        for fr in &doc.route {
+            // A table that could not be read may define the action; do not
+            // pile a misleading "unknown action" on top of its real error.
+            let action = fr.action.get_ref();
+            if !incomplete && !action_at.contains_key(action) {
+                cx.err(
+                    fr.action.span().start,
+                    format!(
+                        "route {:?} references unknown action {action:?}",
+                        fr.name.get_ref()
+                    ),
+                );
+            }
+            let Some(r) = route(&mut cx, fr, &src.name) else {
+                continue;
+            };
+            let name_start = fr.name.span().start;
+            let path_start = fr.path.span().start;
+            if let Some(i) = routes.iter().position(|o| o.name == r.name) {
+                cx.err(
+                    name_start,
+                    format!(
+                        "duplicate route name {:?} (first defined at {})",
+                        r.name, route_at[i].0
+                    ),
+                );
+                continue;
+            }
+            if let Some(i) = routes.iter().position(|o| {
+                o.method == r.method
+                    && o.pattern.specificity() == r.pattern.specificity()
+                    && o.pattern.overlaps(&r.pattern)
+            }) {
+                cx.err(
+                    path_start,
+                    format!(
+                        "route {:?} overlaps route {:?} ({}) with equal specificity",
+                        r.name, routes[i].name, route_at[i].1
+                    ),
+                );
+                continue;
+            }
+            route_at.push((cx.at(name_start), cx.at(path_start)));
+            routes.push(r);
+        }
+    }
+
+    if !errors.is_empty() {
+        errors.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+        return Err(errors);
+    }
+    let table = RouteTable::build(&routes);
+    Ok(PolicySet {
+        revision,
+        files: sources.iter().map(|s| s.name.clone()).collect(),
+        actions,
+        routes,
+        table,
+    })
+}
+
+/// `sha256:<hex>` over every file's name and bytes in name order, each
+/// length-prefixed (u64 big-endian) so no two different sets collide by
+/// concatenation.
+fn revision(sorted: &[Source]) -> String {
+    let mut h = Sha256::new();
+    for s in sorted {
+        h.update((s.name.len() as u64).to_be_bytes());
+        h.update(s.name.as_bytes());
+        h.update((s.bytes.len() as u64).to_be_bytes());
+        h.update(&s.bytes);
+    }
+    format!("sha256:{}", hex::encode(h.finalize()))
+}
+
+// === actions ===
+
+fn action(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<ActionPolicy> {
+    let before = cx.errors.len();
+    if fa.type_.get_ref().trim().is_empty() {
+        cx.err(fa.type_.span().start, "action type must not be empty");
+    }
+    let req_cov = coverage(
+        cx,
+        "requirements.min_coverage",
+        fa.requirements.min_coverage.as_ref(),
+    );
+    let opt_cov = coverage(cx, "options.min_coverage", fa.options.min_coverage.as_ref());
+    if let (Some(r), Some(o), Some(span)) = (req_cov, opt_cov, fa.options.min_coverage.as_ref()) {
+        if r != o {
+            cx.err(
+                span.span().start,
+                format!(
+                    "options.min_coverage {o} conflicts with requirements.min_coverage {r}; set it once"
+                ),
+            );
+        }
+    }
+    for r in &fa.redact {
+        if r.get_ref().trim().is_empty() {
+            cx.err(r.span().start, "redact entries must not be empty");
+        }
+    }
+    let rules: Vec<Rule> = fa.rule.iter().filter_map(|fr| rule(cx, fr)).collect();
+    if cx.errors.len() != before {
+        return None;
+    }
+    Some(ActionPolicy {
+        type_: fa.type_.get_ref().clone(),
+        requirements: Requirements {
+            decision_mode: fa.requirements.decision_mode.map(|m| match m {
+                file::FileDecisionMode::Strict => DecisionMode::Strict,
+                file::FileDecisionMode::Balanced => DecisionMode::Balanced,
+                file::FileDecisionMode::Audit => DecisionMode::Audit,
+            }),
+            min_coverage: req_cov,
+            citations: fa.requirements.citations.map(|c| match c {
+                file::FileCitations::Required => Citations::Required,
+                file::FileCitations::Optional => Citations::Optional,
+            }),
+        },
+        options: Options {
+            deny_if_any_unsupported: fa.options.deny_if_any_unsupported,
+            evidence_limit: fa.options.evidence_limit,
+            // Equal to the requirements value when both are set (checked above).
+            min_coverage: opt_cov,
+        },
+        require_claims: fa.require_claims.unwrap_or(true),
+        redact: fa.redact.iter().map(|r| r.get_ref().clone()).collect(),
+        rules,
+    })
+}
+
+fn coverage(cx: &mut FileCtx<'_>, key: &str, v: Option<&toml::Spanned<f64>>) -> Option<f64> {
+    let v = v?;
+    let n = *v.get_ref();
+    if (0.0..=1.0).contains(&n) {
+        Some(n)
+    } else {
+        cx.err(
+            v.span().start,
+            format!("{key} must be between 0 and 1, got {n}"),
+        );
+        None
+    }
+}
+
+fn rule(cx: &mut FileCtx<'_>, fr: &FileRule) -> Option<Rule> {
+    let param = fr.param.get_ref();
+    let mut ok = true;
+    if param.trim().is_empty() || param.split('.').any(str::is_empty) {
+        cx.err(
+            fr.param.span().start,
+            format!("invalid rule param {param:?}"),
+        );
+        ok = false;
+    }
+    let file_op = *fr.op.get_ref();
+    let name = file_op.name();
+    // Where to point when the value is wrong: the value, or the op if the
+    // value is missing.
+    let (value, at) = match &fr.value {
+        Some(v) => (Some(v.get_ref()), v.span().start),
+        None => (None, fr.op.span().start),
+    };
+    let op = match file_op {
+        FileOp::Present | FileOp::Absent => match value {
+            None if file_op == FileOp::Present => Ok(Op::Present),
+            None => Ok(Op::Absent),
+            Some(_) => Err(format!("op {name:?} takes no value")),
+        },
+        FileOp::Eq | FileOp::Ne => value
+            .and_then(scalar)
+            .map(|s| {
+                if file_op == FileOp::Eq {
+                    Op::Eq(s)
+                } else {
+                    Op::Ne(s)
+                }
+            })
+            .ok_or_else(|| format!("op {name:?} needs a string, number or boolean value")),
+        FileOp::Gt | FileOp::Ge | FileOp::Lt | FileOp::Le => value
+            .and_then(number)
+            .map(|n| match file_op {
+                FileOp::Gt => Op::Gt(n),
+                FileOp::Ge => Op::Ge(n),
+                FileOp::Lt => Op::Lt(n),
+                _ => Op::Le(n),
+            })
+            .ok_or_else(|| format!("op {name:?} needs a number value")),
+        FileOp::In | FileOp::NotIn => value
+            .and_then(|v| match v {
+                toml::Value::Array(a) => a.iter().map(scalar).collect::<Option<Vec<_>>>(),
+                _ => None,
+            })
+            .map(|l| {
+                if file_op == FileOp::In {
+                    Op::In(l)
+                } else {
+                    Op::NotIn(l)
+                }
+            })
+            .ok_or_else(|| format!("op {name:?} needs an array of strings, numbers or booleans")),
+        FileOp::Matches => match value {
+            Some(toml::Value::String(p)) => Regex::new(p)
+                .map(Op::Matches)
+                .map_err(|e| format!("invalid regex {p:?}: {}", regex_message(&e))),
+            _ => Err(format!("op {name:?} needs a string value (a regex)")),
+        },
+    };
+    let op = match op {
+        Ok(op) => op,
+        Err(m) => {
+            cx.err(at, m);
+            return None;
+        }
+    };
+    if !ok {
+        return None;
+    }
+    let message = fr
+        .message
+        .clone()
+        .unwrap_or_else(|| format!("{param} {}", op.describe()));
+    Some(Rule {
+        param: param.clone(),
+        op,
+        effect: match fr.effect {
+            file::FileEffect::Review => Effect::Review,
+            file::FileEffect::Deny => Effect::Deny,
+        },
+        message,
+    })
+}
+
+fn scalar(v: &toml::Value) -> Option<Scalar> {
+    match v {
+        toml::Value::String(s) => Some(Scalar::String(s.clone())),
+        toml::Value::Boolean(b) => Some(Scalar::Bool(*b)),
+        _ => number(v).map(Scalar::Number),
+    }
+}
+
+fn number(v: &toml::Value) -> Option<f64> {
+    match v {
+        toml::Value::Integer(i) => Some(*i as f64),
+        toml::Value::Float(f) if f.is_finite() => Some(*f),
+        _ => None,
+    }
+}
+
+/// The one-line reason from a regex error (its `Display` is a multi-line
+/// diagram, which would break `file:line:col: message` lines).
+fn regex_message(e: &regex::Error) -> String {
+    let text = e.to_string();
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("error: "))
+        .map(str::to_string)
+        .unwrap_or_else(|| text.lines().last().unwrap_or("").trim().to_string())
+}
+
+// === routes ===
+
+fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route> {
+    let before = cx.errors.len();
+    let name = fr.name.get_ref();
+    if name.trim().is_empty() {
+        cx.err(fr.name.span().start, "route name must not be empty");
+    }
+    let method = fr.method.get_ref().to_ascii_uppercase();
+    if method.is_empty() || http::Method::from_bytes(method.as_bytes()).is_err() {
+        cx.err(
+            fr.method.span().start,
+            format!("invalid method {:?}", fr.method.get_ref()),
+        );
+    }
+    let pattern = match Pattern::parse(fr.path.get_ref()) {
+        Ok(p) => Some(p),
+        Err(m) => {
+            cx.err(fr.path.span().start, m);
+            None
+        }
+    };
+    // With a broken pattern, do not also blame every path: extractor.
+    let has = |n: &str| pattern.as_ref().map_or(true, |p| p.has_param(n));
+    let extractor = |cx: &mut FileCtx<'_>, key: &str, v: &toml::Spanned<toml::Value>| {
+        Extractor::parse(v.get_ref(), has)
+            .map_err(|m| cx.err(v.span().start, format!("{key}: {m}")))
+            .ok()
+    };
+    let mut params = Vec::new();
+    for (k, v) in &fr.params {
+        if let Some(e) = extractor(cx, &format!("params.{k}"), v) {
+            params.push((k.clone(), e));
+        }
+    }
+    let claims = fr.claims.as_ref().and_then(|v| extractor(cx, "claims", v));
+    let sources = fr
+        .sources
+        .as_ref()
+        .and_then(|v| extractor(cx, "sources", v));
+    let answer = fr.answer.as_ref().and_then(|v| extractor(cx, "answer", v));
+    if let (Some(_), Some(a)) = (&fr.claims, &fr.answer) {
+        cx.err(
+            a.span().start,
+            "a route takes claims or answer (output mode), not both",
+        );
+    }
+    let hold_timeout = match &fr.hold_timeout {
+        None => DEFAULT_HOLD_TIMEOUT,
+        Some(t) => match parse_duration(t.get_ref()) {
+            Ok(d) => d,
+            Err(m) => {
+                cx.err(t.span().start, format!("hold_timeout: {m}"));
+                DEFAULT_HOLD_TIMEOUT
+            }
+        },
+    };
+    if cx.errors.len() != before {
+        return None;
+    }
+    Some(Route {
+        name: name.clone(),
+        method,
+        path: fr.path.get_ref().clone(),
+        action: fr.action.get_ref().clone(),
+        params,
+        claims,
+        sources,
+        answer,
+        on_review: match fr.on_review {
+            None | Some(file::FileOnReview::Hold) => OnReview::Hold,
+            Some(file::FileOnReview::Deny) => OnReview::Deny,
+        },
+        hold_timeout,
+        failure_mode: match fr.failure_mode {
+            None | Some(file::FileFailureMode::Closed) => FailureMode::Closed,
+            Some(file::FileFailureMode::Open) => FailureMode::Open,
+        },
+        file: file_name.to_string(),
+        pattern: pattern?,
+    })
+}
