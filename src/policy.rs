@@ -4,7 +4,7 @@
 //! (floors the requests may tighten but never loosen), which param rules send
 //! an action to review or deny it, and which HTTP routes the proxy
 //! intercepts. This module is the only place that knows the file format:
-//! [`file`] is the serde shape, [`validate`] turns it into domain types while
+//! `file` is the serde shape, `validate` turns it into domain types while
 //! collecting *every* error as `file:line:col: message`, and the rest of the
 //! crate only sees [`PolicySet`]. A set is built whole or not at all, which is
 //! what lets [`store::PolicyStore`] swap it in atomically on hot reload and keep

@@ -221,6 +221,8 @@ fn validation_errors_have_exact_positions() {
          "f.toml:4:8: duplicate action type \"x\" (first defined at f.toml:2:8)"),
         (route("params = { a = \"cookie:a\" }\n"),
          "f.toml:8:16: params.a: invalid extractor \"cookie:a\": expected path:NAME, query:NAME, header:NAME, body:/POINTER or literal:VALUE"),
+        (route("params = { \"a.b\" = \"body:/x\" }\n"),
+         "f.toml:8:20: param name \"a.b\" must be non-empty and contain no \".\""),
         (route("params = { a = \"path:nope\" }\n"),
          "f.toml:8:16: params.a: invalid extractor \"path:nope\": the route path has no {nope} segment"),
         (route("claims = \"body:claims\"\n"),

@@ -428,6 +428,15 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
     };
     let mut params = Vec::new();
     for (k, v) in &fr.params {
+        // Rules address params by dotted path, so a dot in a name would make
+        // `a.b` ambiguous.
+        if k.is_empty() || k.contains('.') {
+            cx.err(
+                v.span().start,
+                format!("param name {k:?} must be non-empty and contain no \".\""),
+            );
+            continue;
+        }
         if let Some(e) = extractor(cx, &format!("params.{k}"), v) {
             params.push((k.clone(), e));
         }

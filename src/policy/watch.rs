@@ -204,7 +204,10 @@ mod tests {
         .unwrap();
 
         // A broken edit: rejected, old set kept, error has file:line:col.
-        std::fs::write(&file, "[[action]]\ntype = \"a\"\nbogus = 1\n").unwrap();
+        // Renamed into place so no reload can see a half-written file.
+        let tmp = dir.path().join(".p.toml.tmp");
+        std::fs::write(&tmp, "[[action]]\ntype = \"a\"\nbogus = 1\n").unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
         let rejected = tokio::task::spawn_blocking(move || {
             let o = wait_for(&rx, Duration::from_secs(5), |o| {
                 matches!(o, ReloadOutcome::Rejected { .. })
@@ -226,7 +229,6 @@ mod tests {
         assert!(store.status().degraded);
 
         // A good file written elsewhere and renamed into place, as editors do.
-        let tmp = dir.path().join(".p.toml.tmp");
         std::fs::write(&tmp, GOOD_B).unwrap();
         let started = Instant::now();
         std::fs::rename(&tmp, &file).unwrap();
