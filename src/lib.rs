@@ -2,4 +2,6 @@
 //!
 //! # Layout
 //! - [`config`]: the TOML file, defaults and flags merged into one [`config::Config`].
+//! - [`engine`]: PURE claim verification: claims + sources → checks, and LLM answers → claims.
 pub mod config;
+pub mod engine;
