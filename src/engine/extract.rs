@@ -200,6 +200,29 @@ fn strip_meta_prefix(s: &str) -> String {
         "to summarize",
         "in short",
     ];
+    // "It is important to note that X" / "Passage 2 explains that X" → "X".
+    const THAT_PREFIXES: &[&str] = &[
+        "it is important to note that",
+        "it's important to note that",
+        "it is worth noting that",
+        "it should be noted that",
+        "note that",
+        "please note that",
+    ];
+    for p in THAT_PREFIXES {
+        if lower.starts_with(p) {
+            return capitalize(s[p.len()..].trim_start());
+        }
+    }
+    if lower.starts_with("passage")
+        || lower.starts_with("the passage")
+        || lower.starts_with("both passage")
+    {
+        return match lower.find(" that ") {
+            Some(i) => capitalize(s[i + 6..].trim_start()),
+            None => String::new(),
+        };
+    }
     if PREFIXES.iter().any(|p| lower.starts_with(p)) {
         if let Some(comma) = s.find(',') {
             let rest = s[comma + 1..].trim_start();
@@ -211,6 +234,14 @@ fn strip_meta_prefix(s: &str) -> String {
         }
     }
     s.to_string()
+}
+
+fn capitalize(s: &str) -> String {
+    let mut cs = s.chars();
+    match cs.next() {
+        Some(f) => f.to_uppercase().chain(cs).collect(),
+        None => String::new(),
+    }
 }
 
 /// False for questions, greetings, hedges, refusals, meta statements and

@@ -470,7 +470,12 @@ pub fn backs(c: &Quantity, e: &Quantity) -> bool {
             year_only(e).is_some_and(|y| close(f64::from(y), c.value, false))
         }
         (_, QtyKind::Date) | (QtyKind::Date, _) => false,
-        (QtyKind::Money, QtyKind::Percent) | (QtyKind::Percent, QtyKind::Money) => false,
+        // An amount or a percentage needs evidence of the same kind; a bare
+        // claim number may be backed by either ("refund of 100" by "$100").
+        (QtyKind::Money | QtyKind::Percent, k) if k != c.kind => false,
+        (QtyKind::Count, QtyKind::Money | QtyKind::Percent) => {
+            close(c.value, e.value, c.approx || e.approx)
+        }
         _ => close(c.value, e.value, c.approx || e.approx),
     }
 }

@@ -122,7 +122,14 @@ pub fn tokenize(text: &str, stemmer: &Stemmer) -> Vec<Token> {
                 fold_char(ch, &mut norm);
             }
             let capitalized = c.is_uppercase();
-            if let Some(base) = norm.strip_suffix("n't") {
+            let non_rest = norm
+                .strip_prefix("non")
+                .filter(|r| r.chars().count() >= 5 && !matches!(*r, "etheless" | "sense"));
+            if let Some(rest) = non_rest {
+                // "nonessential" reads as "non essential", like "non-essential".
+                out.push(word_token(start, end, "non".to_string(), false, stemmer));
+                out.push(word_token(start, end, rest.to_string(), false, stemmer));
+            } else if let Some(base) = norm.strip_suffix("n't") {
                 let base = match base {
                     "ca" => "can",
                     "wo" => "will",
@@ -291,7 +298,7 @@ const STOPWORDS: &[&str] = &[
 pub const NEGATORS: &[&str] = &[
     "not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot",
     "non", "nowhere", "unable", "fails", "failed", "fail", "lacks", "lacked", "lack", "denied",
-    "refused",
+    "refused", "avoid", "avoids", "avoided", "avoiding",
 ];
 
 pub fn is_stopword(norm: &str) -> bool {
@@ -420,6 +427,20 @@ pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> 
             if matches!(c, '。' | '！' | '？') {
                 let at = if j < n { chars[j].0 } else { text.len() };
                 cuts.push(at);
+                i = j;
+                continue;
+            }
+            // "diet.These": a period glued between a lowercase letter and an
+            // uppercase one is a missing space, not an abbreviation.
+            if c == '.'
+                && j == i + 1
+                && j < n
+                && chars[j].1.is_uppercase()
+                && i >= 2
+                && chars[i - 1].1.is_lowercase()
+                && chars[i - 2].1.is_lowercase()
+            {
+                cuts.push(chars[j].0);
                 i = j;
                 continue;
             }

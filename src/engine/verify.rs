@@ -37,6 +37,9 @@ mod tune {
     pub const CANDIDATES: usize = 12;
     /// A sentence pair must beat the single sentence by this factor.
     pub const PAIR_FACTOR: f64 = 0.97;
+    /// Coverage below which polarity is not compared: the passage is not
+    /// aligned closely enough with the claim to judge it.
+    pub const NEG_MIN_COV: f64 = 0.7;
     /// Tokens after a negator that fall in its scope.
     pub const NEG_WINDOW: usize = 3;
     /// Extra complementary sentences allowed in the evidence set.
@@ -288,18 +291,20 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     let mut terms: Vec<Term> = Vec::new();
     let mut negated = false;
     let mut polarity: Vec<(String, bool)> = Vec::new();
-    let mut last_neg: Option<usize> = None;
+    let mut mixed: Vec<String> = Vec::new();
     for (i, tok) in tokens.iter().enumerate() {
         if text::is_negator(&tok.norm) {
-            if tokens.get(i + 1).map_or(true, |n| n.norm != "only") {
-                negated = true;
-                last_neg = Some(i);
-            }
+            negated |= tokens.get(i + 1).map_or(true, |n| n.norm != "only");
             continue;
         }
-        if !text::is_stopword(&tok.norm) && !polarity.iter().any(|(s, _)| *s == tok.stem) {
-            let neg = last_neg.is_some_and(|n| i - n <= tune::NEG_WINDOW);
-            polarity.push((tok.stem.clone(), neg));
+        if !text::is_stopword(&tok.norm) {
+            let neg = in_negation_scope(claim, &tokens, i);
+            match polarity.iter().position(|(s, _)| *s == tok.stem) {
+                None => polarity.push((tok.stem.clone(), neg)),
+                // Mentioned with both polarities: no single polarity to compare.
+                Some(k) if polarity[k].1 != neg => mixed.push(tok.stem.clone()),
+                Some(_) => {}
+            }
         }
         if in_qty[i] || text::is_stopword(&tok.norm) {
             continue;
@@ -326,6 +331,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             name,
         });
     }
+    polarity.retain(|(s, _)| !mixed.contains(s));
     let qty: Vec<ClaimQty> = qty
         .into_iter()
         .map(|q| ClaimQty {
@@ -479,7 +485,7 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
             &allowed,
             set,
             primary,
-            *c >= params.review_floor,
+            *c >= tune::NEG_MIN_COV,
             &mut reasons,
         );
     }
@@ -667,6 +673,7 @@ fn rank(a: &Analysis, idx: &Index<'_>, allowed: &[bool]) -> (Vec<(Passage, f64)>
     }
     out.sort_by(|x, y| {
         y.1.total_cmp(&x.1)
+            .then((x.0.last - x.0.first).cmp(&(y.0.last - y.0.first)))
             .then(x.0.first.cmp(&y.0.first))
             .then(x.0.last.cmp(&y.0.last))
     });
@@ -731,35 +738,42 @@ fn gates(
     }
 }
 
+/// Is token `i` within the scope of a preceding negator: at most
+/// `NEG_WINDOW` tokens after it with no clause punctuation in between?
+/// "not only" is not a negation.
+fn in_negation_scope(text: &str, toks: &[Token], i: usize) -> bool {
+    (i.saturating_sub(tune::NEG_WINDOW)..i).any(|k| {
+        text::is_negator(&toks[k].norm)
+            && toks.get(k + 1).map_or(true, |n| n.norm != "only")
+            && text
+                .get(toks[k].end..toks[i].start)
+                .is_some_and(|gap| !gap.contains([',', '.', ';', ':', '(', ')', '!', '?', '"']))
+    })
+}
+
 /// True when the claim and the passage disagree on polarity around the
 /// claim's matched content, or use a pair of antonyms.
 fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
-    let spans: Vec<&[Token]> = runs
+    let spans: Vec<(&str, &[Token])> = runs
         .iter()
         .map(|p| {
             let (first, last) = (&idx.units[p.first], &idx.units[p.last]);
-            idx.sources[first.source]
-                .tokens
-                .get(first.tok_start..last.tok_end)
-                .unwrap_or(&[])
+            let src = &idx.sources[first.source];
+            (
+                src.text,
+                src.tokens.get(first.tok_start..last.tok_end).unwrap_or(&[]),
+            )
         })
         .collect();
-    // Polarity per content stem: negated when a negator precedes it within
-    // the window. A stem flips when every mention of it in the passage has
-    // the opposite polarity to the claim's; "not only" is not a negation.
-    let is_neg = |toks: &[Token], k: usize| {
-        text::is_negator(&toks[k].norm) && toks.get(k + 1).map_or(true, |n| n.norm != "only")
-    };
-    let scope =
-        |toks: &[Token], i: usize| (i.saturating_sub(tune::NEG_WINDOW)..i).any(|k| is_neg(toks, k));
+    let scope = |text: &str, toks: &[Token], i: usize| in_negation_scope(text, toks, i);
     for (stem, claim_neg) in &a.polarity {
         let (mut same, mut opposite) = (false, false);
-        for toks in &spans {
+        for &(body, toks) in &spans {
             for (i, t) in toks.iter().enumerate() {
                 if t.stem != *stem || text::is_negator(&t.norm) {
                     continue;
                 }
-                if scope(toks, i) == *claim_neg {
+                if scope(body, toks, i) == *claim_neg {
                     same = true;
                 } else {
                     opposite = true;
@@ -770,7 +784,11 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
             return true;
         }
     }
-    let has = |stem: &str| spans.iter().any(|toks| toks.iter().any(|t| t.stem == stem));
+    let has = |stem: &str| {
+        spans
+            .iter()
+            .any(|(_, toks)| toks.iter().any(|t| t.stem == stem))
+    };
     for &(x, y) in ANTONYMS {
         for (c, e) in [(x, y), (y, x)] {
             if a.terms.iter().any(|t| t.stem_text == c) && has(e) && !has(c) {
