@@ -8,6 +8,9 @@
 //! rule based (abbreviations, decimals, initials, URLs, list items, markdown)
 //! because UAX #29 alone splits after "Mr." and "e.g.".
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use rust_stemmers::{Algorithm, Stemmer};
 
 /// What a token is, as far as matching cares.
@@ -52,10 +55,32 @@ fn is_apostrophe(c: char) -> bool {
     matches!(c, '\'' | '\u{2019}' | '\u{02BC}')
 }
 
-/// Shared stemmer. Creating one is cheap, but keeping it in one place makes
-/// the language choice explicit.
-pub fn stemmer() -> Stemmer {
-    Stemmer::create(Algorithm::English)
+/// The Snowball English stemmer with a per-request memo: sources repeat
+/// their vocabulary, and stemming dominates indexing time without it.
+pub struct Stems {
+    stemmer: Stemmer,
+    /// RefCell because tokenising happens behind shared references to the
+    /// request index; the index never crosses threads.
+    cache: RefCell<HashMap<String, String>>,
+}
+
+impl Stems {
+    pub fn stem(&self, word: &str) -> String {
+        if let Some(s) = self.cache.borrow().get(word) {
+            return s.clone();
+        }
+        let s = self.stemmer.stem(word).into_owned();
+        self.cache.borrow_mut().insert(word.to_string(), s.clone());
+        s
+    }
+}
+
+/// A fresh stemmer (English) with an empty memo.
+pub fn stemmer() -> Stems {
+    Stems {
+        stemmer: Stemmer::create(Algorithm::English),
+        cache: RefCell::new(HashMap::new()),
+    }
 }
 
 /// Splits `text` into tokens. Numbers keep their inner `,`/`.`/`:`/`/`/`-`
@@ -63,7 +88,7 @@ pub fn stemmer() -> Stemmer {
 /// trailing `%`; words keep inner apostrophes. A contraction ending in "n't"
 /// yields its base plus a virtual "not" token with the same span, so "don't"
 /// and "do not" compare equal.
-pub fn tokenize(text: &str, stemmer: &Stemmer) -> Vec<Token> {
+pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
     let chars: Vec<(usize, char)> = text.char_indices().collect();
     let mut out = Vec::new();
     let mut i = 0;
@@ -162,8 +187,8 @@ pub fn tokenize(text: &str, stemmer: &Stemmer) -> Vec<Token> {
     out
 }
 
-fn word_token(start: usize, end: usize, norm: String, capitalized: bool, st: &Stemmer) -> Token {
-    let stem = st.stem(&norm).into_owned();
+fn word_token(start: usize, end: usize, norm: String, capitalized: bool, st: &Stems) -> Token {
+    let stem = st.stem(&norm);
     Token {
         start,
         end,

@@ -12,8 +12,6 @@
 
 use std::collections::HashMap;
 
-use rust_stemmers::Stemmer;
-
 use super::numbers::{self, QtyKind, Quantity};
 use super::text::{self, Token, TokenKind};
 use super::{
@@ -131,7 +129,7 @@ struct Index<'a> {
     /// stem id → units containing it, ascending.
     postings: Vec<Vec<u32>>,
     avg_len: f64,
-    stemmer: Stemmer,
+    stemmer: text::Stems,
 }
 
 fn intern(map: &mut HashMap<String, u32>, key: &str) -> u32 {
