@@ -17,10 +17,12 @@
 //! - [`telemetry`]: logging set-up and the shutdown signal.
 //! - [`policy`]: `policies/*.toml` → validated [`policy::PolicySet`]; route matching,
 //!   extractors, param rules, the `ArcSwap` store and the hot-reload watcher.
+//! - [`engine`]: PURE claim verification: claims + sources → checks, and LLM answers → claims.
 pub mod api;
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod health;
 pub mod http_util;

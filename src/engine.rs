@@ -1,0 +1,235 @@
+//! The verification engine: claims plus sources in, one [`Check`] per claim
+//! out, following DESIGN §4.
+//!
+//! It is pure on purpose. No IO: it does not read files, open sockets, read
+//! the clock or use randomness, and it knows nothing about JSON; the API layer
+//! maps these types to the wire. Given the same input it returns the same
+//! output, and the order of the sources never changes a claim's status or
+//! coverage, because sources are indexed in id order and every tie is broken
+//! by source id and offset. The engine is lexical: it is a precise detector of
+//! fabricated specifics (numbers, dates, amounts, names, negation flips) and
+//! a coarse judge of paraphrase.
+//!
+//! - [`text`]: tokens and sentences with offsets into the original text.
+//! - [`numbers`]: numbers, amounts, percentages and dates as canonical values.
+//! - [`verify`]: the per-request index and the per-claim scoring and gates.
+//! - [`extract`]: output mode, an LLM answer split into claims.
+
+pub mod extract;
+pub mod numbers;
+pub mod text;
+pub mod verify;
+
+#[cfg(test)]
+mod tests;
+
+pub use extract::extract_claims;
+pub use verify::verify;
+
+/// A claim to check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub id: String,
+    pub text: String,
+    /// Empty means the caller sent no citation; the engine then searches every
+    /// available source.
+    pub citations: Vec<CallerCitation>,
+}
+
+/// A citation the caller attached to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallerCitation {
+    pub source_id: String,
+    /// When present, must occur verbatim in the source.
+    pub quote: Option<String>,
+}
+
+/// One evidence source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub id: String,
+    /// `None` means unavailable (fetch failed or checksum mismatch). An
+    /// unavailable source never supports anything.
+    pub text: Option<String>,
+}
+
+/// Thresholds for one verify call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Params {
+    /// Coverage at or above which a claim without contradictions is supported.
+    pub min_coverage: f64,
+    /// Coverage at or above which a claim is ambiguous rather than unsupported.
+    pub review_floor: f64,
+    /// Maximum number of evidence snippets per check.
+    pub evidence_limit: usize,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            min_coverage: 0.85,
+            review_floor: 0.5,
+            evidence_limit: 5,
+        }
+    }
+}
+
+/// Per-claim outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimStatus {
+    Supported,
+    Ambiguous,
+    Unsupported,
+}
+
+impl ClaimStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimStatus::Supported => "supported",
+            ClaimStatus::Ambiguous => "ambiguous",
+            ClaimStatus::Unsupported => "unsupported",
+        }
+    }
+}
+
+/// The result for one claim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub claim_id: String,
+    pub claim_text: String,
+    pub status: ClaimStatus,
+    /// Weighted fraction of the claim's content found in the best evidence
+    /// passage, in 0..=1, rounded to 4 places. Not a probability.
+    pub coverage: f64,
+    /// Quotes the engine verified: the caller's verified quotes, then the best
+    /// passage when the claim is supported or ambiguous.
+    pub citations: Vec<Citation>,
+    /// Up to `evidence_limit` passages, best first.
+    pub evidence: Vec<Evidence>,
+    /// Why the claim is not supported; empty when it is. Sorted, no repeats.
+    pub reasons: Vec<Reason>,
+}
+
+/// An exact quote from a source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Citation {
+    pub source_id: String,
+    pub quote: String,
+    /// Unicode code point offsets, end exclusive: Python's `text[start:end]`.
+    pub start: usize,
+    pub end: usize,
+}
+
+/// An evidence snippet: one sentence or two adjacent sentences of a source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evidence {
+    pub source_id: String,
+    pub snippet: String,
+}
+
+/// Stable machine-readable reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    /// A count or percentage differs from the one in the best evidence.
+    NumberMismatch,
+    /// A date or year differs from the one in the best evidence.
+    DateMismatch,
+    /// A money amount differs from the one in the best evidence.
+    AmountMismatch,
+    /// A number, amount or date appears in no searched source.
+    NumberNotFound,
+    /// The claim and its evidence disagree on negation, or use antonyms.
+    NegationConflict,
+    /// A name in the claim appears in no searched source.
+    NameMissing,
+    /// No available source shares any content with the claim.
+    NoEvidence,
+    /// A caller citation names an unknown source or a quote not in it.
+    CitationNotFound,
+    /// A searched or cited source is unavailable.
+    SourceUnavailable,
+    /// Coverage is below `min_coverage`.
+    LowCoverage,
+    /// The claim has no content words or quantities to check.
+    EmptyClaim,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NumberMismatch => "number_mismatch",
+            Reason::DateMismatch => "date_mismatch",
+            Reason::AmountMismatch => "amount_mismatch",
+            Reason::NumberNotFound => "number_not_found",
+            Reason::NegationConflict => "negation_conflict",
+            Reason::NameMissing => "name_missing",
+            Reason::NoEvidence => "no_evidence",
+            Reason::CitationNotFound => "citation_not_found",
+            Reason::SourceUnavailable => "source_unavailable",
+            Reason::LowCoverage => "low_coverage",
+            Reason::EmptyClaim => "empty_claim",
+        }
+    }
+
+    /// Contradictions force `unsupported` whatever the coverage.
+    pub fn is_contradiction(self) -> bool {
+        matches!(
+            self,
+            Reason::NumberMismatch
+                | Reason::DateMismatch
+                | Reason::AmountMismatch
+                | Reason::NumberNotFound
+                | Reason::NegationConflict
+                | Reason::NameMissing
+                | Reason::CitationNotFound
+        )
+    }
+}
+
+/// Overall outcome of a verify call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    Supported,
+    Ambiguous,
+    Unsupported,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Supported => "supported",
+            Verdict::Ambiguous => "ambiguous",
+            Verdict::Unsupported => "unsupported",
+        }
+    }
+}
+
+/// Rounds to 4 decimal places, the precision every reported score uses.
+pub fn round4(x: f64) -> f64 {
+    if x.is_finite() {
+        (x * 10_000.0).round() / 10_000.0
+    } else {
+        0.0
+    }
+}
+
+/// The verdict and `coverage_score` for a set of checks: supported if every
+/// claim is, unsupported if any claim is (or there are none: fail closed),
+/// ambiguous otherwise. The score is the mean coverage, 0 without sources.
+pub fn summarize(checks: &[Check], sources_present: bool) -> (Verdict, f64) {
+    let verdict =
+        if checks.is_empty() || checks.iter().any(|c| c.status == ClaimStatus::Unsupported) {
+            Verdict::Unsupported
+        } else if checks.iter().all(|c| c.status == ClaimStatus::Supported) {
+            Verdict::Supported
+        } else {
+            Verdict::Ambiguous
+        };
+    let score = if !sources_present || checks.is_empty() {
+        0.0
+    } else {
+        let sum: f64 = checks.iter().map(|c| c.coverage).sum();
+        round4(sum / checks.len() as f64)
+    };
+    (verdict, score)
+}

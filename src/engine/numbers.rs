@@ -1,0 +1,569 @@
+//! Numbers, amounts, percentages and dates read out of a token stream and
+//! reduced to canonical values.
+//!
+//! A lexical verifier is only trustworthy on specifics if "1,000", "1000" and
+//! "one thousand" are the same number and "March 3, 2024" is the same day as
+//! "2024-03-03". Comparing canonical values, not surfaces, is what lets the
+//! engine call "$120" against "$100" a contradiction rather than a near match.
+
+use super::text::{month_number, Token, TokenKind};
+
+/// The slot a quantity fills; only quantities of the same kind contradict
+/// each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QtyKind {
+    Count,
+    Money,
+    Percent,
+    Date,
+}
+
+/// A calendar date with the parts that were stated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DateParts {
+    pub year: Option<i32>,
+    pub month: Option<u8>,
+    pub day: Option<u8>,
+}
+
+/// One quantity and the token range it came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Quantity {
+    pub kind: QtyKind,
+    /// Numeric value (for dates: the year, or 0 when the year is unknown).
+    pub value: f64,
+    pub date: DateParts,
+    /// Preceded by "about", "approximately", ... : compare with tolerance.
+    pub approx: bool,
+    /// Spelled out ("three"): matched like a number but never reported as a
+    /// fabricated specific, because small number words are everyday language.
+    pub soft: bool,
+    /// First token (inclusive) and last token (exclusive).
+    pub tok_start: usize,
+    pub tok_end: usize,
+}
+
+const APPROX: &[&str] = &[
+    "about",
+    "approximately",
+    "around",
+    "roughly",
+    "nearly",
+    "almost",
+    "circa",
+    "some",
+    "over",
+    "under",
+    "approx",
+    "estimated",
+    "up",
+];
+
+fn magnitude(norm: &str) -> Option<f64> {
+    Some(match norm {
+        "hundred" => 1e2,
+        "thousand" | "k" => 1e3,
+        "million" | "millions" | "mn" | "m" => 1e6,
+        "billion" | "billions" | "bn" | "b" => 1e9,
+        "trillion" => 1e12,
+        _ => return None,
+    })
+}
+
+fn unit_word(norm: &str) -> Option<QtyKind> {
+    match norm {
+        "percent" | "pct" | "percentage" => Some(QtyKind::Percent),
+        "dollar" | "dollars" | "usd" | "euro" | "euros" | "eur" | "pound" | "pounds" | "gbp"
+        | "yen" | "cents" | "cent" | "bucks" => Some(QtyKind::Money),
+        _ => None,
+    }
+}
+
+fn small_word(norm: &str) -> Option<f64> {
+    const W: &[&str] = &[
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+    ];
+    if let Some(i) = W.iter().position(|w| *w == norm) {
+        return Some(i as f64);
+    }
+    const T: &[&str] = &[
+        "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+    ];
+    T.iter()
+        .position(|w| *w == norm)
+        .map(|i| (i as f64 + 2.0) * 10.0)
+}
+
+/// Parses a numeric token surface ("$1,000.50", "12%", "3,5", "5k", "3rd").
+/// Returns value, kind and whether the token carried its own unit.
+fn parse_number_token(s: &str) -> Option<(f64, QtyKind)> {
+    let mut kind = QtyKind::Count;
+    let mut body = s;
+    if let Some(c) = body.chars().next() {
+        if matches!(c, '$' | '€' | '£' | '¥' | '₹') {
+            kind = QtyKind::Money;
+            body = &body[c.len_utf8()..];
+        }
+    }
+    if let Some(b) = body.strip_suffix('%') {
+        kind = QtyKind::Percent;
+        body = b;
+    }
+    let digits_end = body
+        .char_indices()
+        .find(|&(_, c)| !(c.is_ascii_digit() || c == ',' || c == '.'))
+        .map_or(body.len(), |(i, _)| i);
+    let (num, suffix) = body.split_at(digits_end);
+    if num.is_empty() {
+        return None;
+    }
+    let mut mult = 1.0;
+    match suffix {
+        "" | "st" | "nd" | "rd" | "th" | "s" | "x" => {}
+        other => match magnitude(other) {
+            Some(m) => mult = m,
+            None => return None,
+        },
+    }
+    let cleaned: String = if num.contains(',') {
+        let parts: Vec<&str> = num.split(',').collect();
+        let grouped = parts.len() > 1
+            && parts
+                .iter()
+                .skip(1)
+                .all(|p| p.len() == 3 || (p.len() > 3 && p.as_bytes()[3] == b'.'));
+        if grouped || num.contains('.') {
+            num.replace(',', "")
+        } else {
+            // "3,5": a decimal comma
+            num.replacen(',', ".", 1)
+        }
+    } else {
+        num.to_string()
+    };
+    let v: f64 = cleaned.trim_end_matches('.').parse().ok()?;
+    if !v.is_finite() {
+        return None;
+    }
+    Some((v * mult, kind))
+}
+
+fn parse_day(s: &str) -> Option<u8> {
+    let d = s.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let v: u8 = d.parse().ok()?;
+    (1..=31).contains(&v).then_some(v)
+}
+
+fn parse_year(s: &str) -> Option<i32> {
+    if s.len() != 4 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let y: i32 = s.parse().ok()?;
+    (1000..=2199).contains(&y).then_some(y)
+}
+
+/// ISO "2024-03-03", "2024/03/03", US "03/03/2024" and "2024-03".
+fn parse_numeric_date(s: &str) -> Option<DateParts> {
+    let parts: Vec<&str> = s.split(['-', '/', '.']).collect();
+    let num = |p: &str| -> Option<u32> { p.parse().ok() };
+    match parts.as_slice() {
+        [y, m, d] if y.len() == 4 => {
+            let (m, d) = (num(m)?, num(d)?);
+            ((1..=12).contains(&m) && (1..=31).contains(&d)).then(|| DateParts {
+                year: parse_year(y),
+                month: u8::try_from(m).ok(),
+                day: u8::try_from(d).ok(),
+            })
+        }
+        [m, d, y] if y.len() == 4 && s.contains('/') => {
+            let (m, d) = (num(m)?, num(d)?);
+            ((1..=12).contains(&m) && (1..=31).contains(&d)).then(|| DateParts {
+                year: parse_year(y),
+                month: u8::try_from(m).ok(),
+                day: u8::try_from(d).ok(),
+            })
+        }
+        [y, m] if y.len() == 4 && m.len() == 2 && s.contains('-') => {
+            let m = num(m)?;
+            (1..=12).contains(&m).then(|| DateParts {
+                year: parse_year(y),
+                month: u8::try_from(m).ok(),
+                day: None,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Extracts every quantity from `tokens` (in order, non-overlapping).
+pub fn extract(tokens: &[Token]) -> Vec<Quantity> {
+    let mut out = Vec::new();
+    let n = tokens.len();
+    let mut i = 0;
+    let norm = |k: usize| tokens.get(k).map_or("", |t| t.norm.as_str());
+    let is_num = |k: usize| tokens.get(k).is_some_and(|t| t.kind == TokenKind::Number);
+    while i < n {
+        let approx = i > 0 && APPROX.contains(&norm(i - 1))
+            || i > 1
+                && matches!(
+                    (norm(i - 2), norm(i - 1)),
+                    ("more", "than")
+                        | ("less", "than")
+                        | ("at", "least")
+                        | ("at", "most")
+                        | ("up", "to")
+                );
+        // Month-first dates: "March 3, 2024", "March 2024", "Mar 3".
+        if let Some(m) = month_number(norm(i)) {
+            let day = if is_num(i + 1) {
+                parse_day(norm(i + 1))
+            } else {
+                None
+            };
+            let year_at = if day.is_some() { i + 2 } else { i + 1 };
+            let year = if is_num(year_at) {
+                parse_year(norm(year_at))
+            } else {
+                None
+            };
+            if day.is_some() || year.is_some() {
+                let end = if year.is_some() { year_at + 1 } else { i + 2 };
+                out.push(date_qty(
+                    DateParts {
+                        year,
+                        month: Some(m),
+                        day,
+                    },
+                    i,
+                    end,
+                ));
+                i = end;
+                continue;
+            }
+        }
+        if is_num(i) {
+            let s = norm(i);
+            // Day-first dates: "3 March 2024", "3rd of March".
+            let of = usize::from(norm(i + 1) == "of");
+            if let (Some(d), Some(m)) = (parse_day(s), month_number(norm(i + 1 + of))) {
+                if norm(i + 1 + of) != "may" || is_num(i + 2 + of) {
+                    let year = if is_num(i + 2 + of) {
+                        parse_year(norm(i + 2 + of))
+                    } else {
+                        None
+                    };
+                    let end = i + 2 + of + usize::from(year.is_some());
+                    out.push(date_qty(
+                        DateParts {
+                            year,
+                            month: Some(m),
+                            day: Some(d),
+                        },
+                        i,
+                        end,
+                    ));
+                    i = end;
+                    continue;
+                }
+            }
+            if let Some(d) = parse_numeric_date(s) {
+                out.push(date_qty(d, i, i + 1));
+                i += 1;
+                continue;
+            }
+            // Ranges "2019-2021", "10-20": two quantities.
+            if let Some((a, b)) = s.split_once('-') {
+                for part in [a, b] {
+                    if let Some(y) = parse_year(part) {
+                        out.push(date_qty(
+                            DateParts {
+                                year: Some(y),
+                                ..DateParts::default()
+                            },
+                            i,
+                            i + 1,
+                        ));
+                    } else if let Some((v, kind)) = parse_number_token(part) {
+                        out.push(Quantity {
+                            kind,
+                            value: v,
+                            date: DateParts::default(),
+                            approx,
+                            soft: false,
+                            tok_start: i,
+                            tok_end: i + 1,
+                        });
+                    }
+                }
+                i += 1;
+                continue;
+            }
+            let next = norm(i + 1);
+            let unit_follows = magnitude(next).is_some() || unit_word(next).is_some();
+            if let Some(y) = parse_year(s) {
+                if !unit_follows {
+                    out.push(date_qty(
+                        DateParts {
+                            year: Some(y),
+                            ..DateParts::default()
+                        },
+                        i,
+                        i + 1,
+                    ));
+                    i += 1;
+                    continue;
+                }
+            }
+            if let Some((mut v, mut kind)) = parse_number_token(s) {
+                let mut end = i + 1;
+                while let Some(m) = magnitude(norm(end)) {
+                    v *= m;
+                    end += 1;
+                }
+                if let Some(k) = unit_word(norm(end)) {
+                    if kind == QtyKind::Count {
+                        kind = k;
+                    }
+                    if norm(end) == "cents" || norm(end) == "cent" {
+                        v /= 100.0;
+                    }
+                    end += 1;
+                    if norm(end - 1) == "per" && norm(end) == "cent" {
+                        end += 1;
+                    }
+                } else if norm(end) == "per" && norm(end + 1) == "cent" {
+                    kind = QtyKind::Percent;
+                    end += 2;
+                }
+                out.push(Quantity {
+                    kind,
+                    value: v,
+                    date: DateParts::default(),
+                    approx,
+                    soft: false,
+                    tok_start: i,
+                    tok_end: end,
+                });
+                i = end;
+                continue;
+            }
+            i += 1;
+            continue;
+        }
+        // Spelled-out numbers: "three", "twenty five", "one thousand".
+        if let Some(first) = small_word(norm(i)) {
+            let mut v = first;
+            let mut end = i + 1;
+            let mut total = 0.0;
+            loop {
+                let w = norm(end);
+                if let Some(s) = small_word(w) {
+                    if v % 10.0 == 0.0 && v >= 20.0 && s < 10.0 {
+                        v += s;
+                        end += 1;
+                        continue;
+                    }
+                    break;
+                }
+                if let Some(m) = magnitude(w) {
+                    if m == 100.0 {
+                        v *= m;
+                    } else {
+                        total += v * m;
+                        v = 0.0;
+                    }
+                    end += 1;
+                    continue;
+                }
+                break;
+            }
+            let value = total + v;
+            // "one" alone is too common ("one of the ...") to be a specific.
+            if !(end == i + 1 && first <= 1.0) {
+                let mut kind = QtyKind::Count;
+                if let Some(k) = unit_word(norm(end)) {
+                    kind = k;
+                    end += 1;
+                }
+                let soft = end - i == 1 || (end - i == 2 && kind != QtyKind::Count);
+                out.push(Quantity {
+                    kind,
+                    value,
+                    date: DateParts::default(),
+                    approx,
+                    soft,
+                    tok_start: i,
+                    tok_end: end,
+                });
+            }
+            i = end;
+            continue;
+        }
+        i += 1;
+    }
+    out
+}
+
+fn date_qty(date: DateParts, tok_start: usize, tok_end: usize) -> Quantity {
+    Quantity {
+        kind: QtyKind::Date,
+        value: f64::from(date.year.unwrap_or(0)),
+        date,
+        approx: false,
+        soft: false,
+        tok_start,
+        tok_end,
+    }
+}
+
+fn close(a: f64, b: f64, approx: bool) -> bool {
+    let scale = a.abs().max(b.abs()).max(1e-9);
+    let tol = if approx { 0.1 } else { 1e-9 };
+    (a - b).abs() <= tol * scale
+}
+
+fn year_only(q: &Quantity) -> Option<i32> {
+    (q.kind == QtyKind::Date && q.date.month.is_none() && q.date.day.is_none())
+        .then_some(q.date.year)
+        .flatten()
+}
+
+/// Does evidence quantity `e` state what claim quantity `c` states? A claim
+/// may be less specific than its evidence ("March 2024" is backed by
+/// "March 3, 2024") but never more.
+pub fn backs(c: &Quantity, e: &Quantity) -> bool {
+    match (c.kind, e.kind) {
+        (QtyKind::Date, QtyKind::Date) => {
+            // An evidence date without a year ("April 9") backs a claim that
+            // adds one, as long as month and day are stated and agree.
+            let f = |a: Option<i32>, b: Option<i32>| {
+                a.is_none() || a == b || (b.is_none() && e.date.day.is_some())
+            };
+            let g = |a: Option<u8>, b: Option<u8>| a.is_none() || a == b;
+            f(c.date.year, e.date.year)
+                && g(c.date.month, e.date.month)
+                && g(c.date.day, e.date.day)
+        }
+        (QtyKind::Date, QtyKind::Count) => {
+            year_only(c).is_some_and(|y| close(f64::from(y), e.value, false))
+        }
+        (QtyKind::Count, QtyKind::Date) => {
+            year_only(e).is_some_and(|y| close(f64::from(y), c.value, false))
+        }
+        (_, QtyKind::Date) | (QtyKind::Date, _) => false,
+        // An amount or a percentage needs evidence of the same kind; a bare
+        // claim number may be backed by either ("refund of 100" by "$100").
+        (QtyKind::Money | QtyKind::Percent, k) if k != c.kind => false,
+        (QtyKind::Count, QtyKind::Money | QtyKind::Percent) => {
+            close(c.value, e.value, c.approx || e.approx)
+        }
+        _ => close(c.value, e.value, c.approx || e.approx),
+    }
+}
+
+/// Does `e` state a different value for the slot `c` fills? Only then is a
+/// missing match a contradiction rather than a gap. Dates conflict when a
+/// part both state differs ("1995" does not conflict with "October 6, 1995").
+pub fn conflicts(c: &Quantity, e: &Quantity) -> bool {
+    if c.kind != e.kind {
+        return false;
+    }
+    if c.kind == QtyKind::Date {
+        let differ = |a: Option<u8>, b: Option<u8>| a.is_some() && b.is_some() && a != b;
+        let year_differs =
+            c.date.year.is_some() && e.date.year.is_some() && c.date.year != e.date.year;
+        return year_differs
+            || differ(c.date.month, e.date.month) && c.date.day.is_some() && e.date.day.is_some()
+            || differ(c.date.day, e.date.day) && c.date.month == e.date.month;
+    }
+    !close(c.value, e.value, c.approx || e.approx)
+}
+
+/// Is `e` consistent with `c` (no stated part differs)?
+pub fn consistent(c: &Quantity, e: &Quantity) -> bool {
+    c.kind == e.kind && !conflicts(c, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::text::{stemmer, tokenize};
+
+    fn q(s: &str) -> Vec<Quantity> {
+        extract(&tokenize(s, &stemmer()))
+    }
+
+    fn same(a: &str, b: &str) -> bool {
+        let (qa, qb) = (q(a), q(b));
+        !qa.is_empty() && qa.iter().all(|c| qb.iter().any(|e| backs(c, e)))
+    }
+
+    #[test]
+    fn equal_values() {
+        let cases = [
+            ("1,000", "1000"),
+            ("one thousand", "1000"),
+            ("March 3, 2024", "2024-03-03"),
+            ("3 March 2024", "2024-03-03"),
+            ("March 2024", "2024-03-03"),
+            ("$1.2 million", "$1,200,000"),
+            ("12%", "12 percent"),
+            ("twenty five", "25"),
+            ("$5k", "5,000 dollars"),
+            ("about 3 million", "2,970,000"),
+            ("in 2019", "2019"),
+            ("3.5", "3,5"),
+            ("03/03/2024", "2024-03-03"),
+            ("50 cents", "$0.50"),
+        ];
+        for (a, b) in cases {
+            assert!(
+                same(a, b),
+                "{a:?} should equal {b:?}: {:?} vs {:?}",
+                q(a),
+                q(b)
+            );
+        }
+    }
+
+    #[test]
+    fn different_values() {
+        let cases = [
+            ("$120", "$100"),
+            ("2024-03-04", "March 3, 2024"),
+            ("March 3, 2024", "March 2024"),
+            ("15%", "12%"),
+            ("1,000", "100"),
+            ("2019", "2018"),
+            ("3 million", "2,970,000"),
+        ];
+        for (a, b) in cases {
+            assert!(!same(a, b), "{a:?} should differ from {b:?}");
+        }
+    }
+
+    #[test]
+    fn may_is_not_always_a_month() {
+        assert!(q("You may request a refund").is_empty());
+        assert_eq!(q("on May 5, 2023")[0].kind, QtyKind::Date);
+    }
+}

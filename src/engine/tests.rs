@@ -1,0 +1,437 @@
+//! Table-driven tests of the public engine API: contradictions never pass,
+//! faithful paraphrases do, offsets reproduce quotes, output is deterministic
+//! and independent of source order.
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn src(id: &str, text: &str) -> Source {
+    Source {
+        id: id.to_string(),
+        text: Some(text.to_string()),
+    }
+}
+
+fn claim(id: &str, text: &str) -> Claim {
+    Claim {
+        id: id.to_string(),
+        text: text.to_string(),
+        citations: Vec::new(),
+    }
+}
+
+fn check(text: &str, evidence: &str) -> Check {
+    let v = verify(
+        &[claim("c1", text)],
+        &[src("s1", evidence)],
+        &Params::default(),
+    );
+    v.into_iter()
+        .next()
+        .expect("verify returns one check per claim")
+}
+
+/// Python's `text[start:end]`.
+fn py_slice(text: &str, start: usize, end: usize) -> String {
+    text.chars()
+        .skip(start)
+        .take(end.saturating_sub(start))
+        .collect()
+}
+
+const POLICY: &str = "Refunds are available within 30 days of delivery. \
+    The refund for order 1234 was $100, issued on March 3, 2024. \
+    Customers can reset their password from the login page. \
+    Accounts are locked after 5 failed login attempts. \
+    Orders ship from our Berlin warehouse within 2 business days.";
+
+#[test]
+fn contradictions_are_never_supported() {
+    // Every case keeps all other words of a supported sentence.
+    let cases: &[(&str, Reason)] = &[
+        (
+            "The refund for order 1234 was $120, issued on March 3, 2024.",
+            Reason::AmountMismatch,
+        ),
+        (
+            "The refund for order 1234 was $100, issued on March 4, 2024.",
+            Reason::DateMismatch,
+        ),
+        (
+            "The refund for order 1234 was $100, issued on 2023-03-03.",
+            Reason::DateMismatch,
+        ),
+        (
+            "Refunds are available within 60 days of delivery.",
+            Reason::NumberMismatch,
+        ),
+        (
+            "Accounts are locked after 3 failed login attempts.",
+            Reason::NumberMismatch,
+        ),
+        (
+            "Refunds are not available within 30 days of delivery.",
+            Reason::NegationConflict,
+        ),
+        (
+            "Customers cannot reset their password from the login page.",
+            Reason::NegationConflict,
+        ),
+        (
+            "Orders ship from our Munich warehouse within 2 business days.",
+            Reason::NameMissing,
+        ),
+        (
+            "Accounts are unlocked after 5 failed login attempts.",
+            Reason::NegationConflict,
+        ),
+        (
+            "Orders ship from our Berlin warehouse within 2 business days for $5.",
+            Reason::NumberNotFound,
+        ),
+    ];
+    for (text, reason) in cases {
+        let c = check(text, POLICY);
+        assert_eq!(c.status, ClaimStatus::Unsupported, "{text}: {c:?}");
+        assert!(
+            c.reasons.contains(reason),
+            "{text}: want {reason:?}, got {:?}",
+            c.reasons
+        );
+    }
+}
+
+#[test]
+fn faithful_statements_are_supported() {
+    let cases = [
+        "Refunds are available within 30 days of delivery.",
+        "The refund for order 1234 was $100.",
+        "The refund for order 1234 was 100 dollars, issued on 2024-03-03.",
+        "The refund for order 1234 was issued on 3 March 2024.",
+        "Refunds are available within thirty days of delivery.",
+        "Orders ship from the Berlin warehouse within two business days.",
+        "Customers can reset their passwords from the login page.",
+        "After 5 failed login attempts, accounts are locked.",
+        "Order 1234 was refunded $100 on March 3, 2024.",
+    ];
+    for text in cases {
+        let c = check(text, POLICY);
+        assert_eq!(c.status, ClaimStatus::Supported, "{text}: {c:?}");
+        assert!(c.reasons.is_empty(), "{text}: {:?}", c.reasons);
+        assert!(!c.citations.is_empty(), "{text}: supported claims cite");
+    }
+}
+
+#[test]
+fn number_forms_are_equal() {
+    let cases = [
+        ("The fee is 1,000 dollars.", "The fee is $1000."),
+        ("The fee is one thousand dollars.", "The fee is $1,000."),
+        (
+            "The deadline is March 3, 2024.",
+            "The deadline is 2024-03-03.",
+        ),
+        ("Growth was 12 percent.", "Growth was 12%."),
+        (
+            "The company raised $1.2 million.",
+            "The company raised $1,200,000.",
+        ),
+    ];
+    for (claim_text, evidence) in cases {
+        let c = check(claim_text, evidence);
+        assert_eq!(
+            c.status,
+            ClaimStatus::Supported,
+            "{claim_text} vs {evidence}: {c:?}"
+        );
+    }
+}
+
+#[test]
+fn unrelated_claims_are_unsupported() {
+    let c = check("The CEO resigned in a scandal.", POLICY);
+    assert_eq!(c.status, ClaimStatus::Unsupported);
+    assert!(c.citations.is_empty());
+}
+
+#[test]
+fn thresholds_follow_design() {
+    // Half of the claim's content is present: ambiguous at the defaults.
+    let c = check(
+        "Refunds are available within 30 days and gift cards never expire anywhere.",
+        POLICY,
+    );
+    assert!(c.coverage < 0.85, "{c:?}");
+    let p = Params {
+        min_coverage: 0.0,
+        review_floor: 0.0,
+        evidence_limit: 5,
+    };
+    let v = verify(
+        &[claim("c1", "Refunds are available within 30 days.")],
+        &[src("s", POLICY)],
+        &p,
+    );
+    assert_eq!(v[0].status, ClaimStatus::Supported);
+}
+
+#[test]
+fn no_sources_and_unavailable_sources_never_support() {
+    let p = Params::default();
+    let v = verify(&[claim("c1", "Refunds take 30 days.")], &[], &p);
+    assert_eq!(v[0].status, ClaimStatus::Unsupported);
+    assert!(v[0].reasons.contains(&Reason::NoEvidence));
+    assert_eq!(summarize(&v, false), (Verdict::Unsupported, 0.0));
+
+    let down = Source {
+        id: "s1".into(),
+        text: None,
+    };
+    let v = verify(
+        &[claim("c1", "Refunds take 30 days.")],
+        std::slice::from_ref(&down),
+        &p,
+    );
+    assert_eq!(v[0].status, ClaimStatus::Unsupported);
+    assert!(
+        v[0].reasons.contains(&Reason::SourceUnavailable),
+        "{:?}",
+        v[0].reasons
+    );
+
+    let mut cited = claim("c1", "Refunds are available within 30 days of delivery.");
+    cited.citations = vec![CallerCitation {
+        source_id: "s1".into(),
+        quote: None,
+    }];
+    let v = verify(&[cited], &[down, src("s2", POLICY)], &p);
+    assert_eq!(
+        v[0].status,
+        ClaimStatus::Unsupported,
+        "cited source is down: {:?}",
+        v[0]
+    );
+    assert!(v[0].reasons.contains(&Reason::SourceUnavailable));
+}
+
+#[test]
+fn caller_citations_restrict_and_quotes_must_match() {
+    let sources = [
+        src("policy", POLICY),
+        src("other", "Shipping is free on all orders."),
+    ];
+    let p = Params::default();
+    let cite = |id: &str, quote: Option<&str>| CallerCitation {
+        source_id: id.into(),
+        quote: quote.map(str::to_string),
+    };
+
+    // Restricted to a source that does not say it.
+    let mut c = claim("c1", "Refunds are available within 30 days of delivery.");
+    c.citations = vec![cite("other", None)];
+    assert_ne!(
+        verify(&[c.clone()], &sources, &p)[0].status,
+        ClaimStatus::Supported
+    );
+
+    // Verbatim quote: supported, with the quote's exact offsets.
+    let quote = "Refunds are available within 30 days of delivery.";
+    c.citations = vec![cite("policy", Some(quote))];
+    let v = verify(&[c.clone()], &sources, &p);
+    assert_eq!(v[0].status, ClaimStatus::Supported, "{:?}", v[0]);
+    let got = &v[0].citations[0];
+    assert_eq!(got.quote, quote);
+    assert_eq!(py_slice(POLICY, got.start, got.end), quote);
+
+    // Quote not in the source: unsupported whatever the overlap.
+    c.citations = vec![cite(
+        "policy",
+        Some("Refunds are available within 90 days."),
+    )];
+    let v = verify(&[c.clone()], &sources, &p);
+    assert_eq!(v[0].status, ClaimStatus::Unsupported);
+    assert!(v[0].reasons.contains(&Reason::CitationNotFound));
+
+    // Unknown source id.
+    c.citations = vec![cite("nope", None)];
+    let v = verify(&[c], &sources, &p);
+    assert_eq!(v[0].status, ClaimStatus::Unsupported);
+    assert!(v[0].reasons.contains(&Reason::CitationNotFound));
+}
+
+#[test]
+fn evidence_is_limited_and_best_first() {
+    let p = Params {
+        evidence_limit: 1,
+        ..Params::default()
+    };
+    let v = verify(
+        &[claim(
+            "c1",
+            "Accounts are locked after 5 failed login attempts.",
+        )],
+        &[src("s", POLICY)],
+        &p,
+    );
+    assert_eq!(v[0].evidence.len(), 1);
+    assert_eq!(
+        v[0].evidence[0].snippet,
+        "Accounts are locked after 5 failed login attempts."
+    );
+}
+
+#[test]
+fn summarize_follows_design() {
+    let mk = |status, coverage| Check {
+        claim_id: "c".into(),
+        claim_text: String::new(),
+        status,
+        coverage,
+        citations: vec![],
+        evidence: vec![],
+        reasons: vec![],
+    };
+    let s = ClaimStatus::Supported;
+    let a = ClaimStatus::Ambiguous;
+    let u = ClaimStatus::Unsupported;
+    assert_eq!(
+        summarize(&[mk(s, 1.0), mk(s, 0.9)], true),
+        (Verdict::Supported, 0.95)
+    );
+    assert_eq!(
+        summarize(&[mk(s, 1.0), mk(a, 0.6)], true),
+        (Verdict::Ambiguous, 0.8)
+    );
+    assert_eq!(
+        summarize(&[mk(a, 0.6), mk(u, 0.0)], true),
+        (Verdict::Unsupported, 0.3)
+    );
+    assert_eq!(summarize(&[mk(s, 1.0)], false), (Verdict::Supported, 0.0));
+    assert_eq!(
+        summarize(&[mk(s, 1.0), mk(s, 0.0), mk(s, 0.0)], true).1,
+        0.3333
+    );
+    assert_eq!(summarize(&[], true).0, Verdict::Unsupported);
+}
+
+#[test]
+fn reason_codes_are_stable() {
+    assert_eq!(Reason::NumberMismatch.as_str(), "number_mismatch");
+    assert_eq!(Reason::CitationNotFound.as_str(), "citation_not_found");
+    assert_eq!(Reason::SourceUnavailable.as_str(), "source_unavailable");
+    assert_eq!(ClaimStatus::Ambiguous.as_str(), "ambiguous");
+    assert_eq!(Verdict::Unsupported.as_str(), "unsupported");
+}
+
+fn sample() -> (Vec<Claim>, Vec<Source>) {
+    let claims = vec![
+        claim("c1", "The refund for order 1234 was $100."),
+        claim("c2", "Orders ship from Berlin within 2 business days."),
+        claim("c3", "Shipping is free on every order."),
+        claim("c4", "Accounts are locked after 3 failed attempts."),
+        claim("c5", "Refunds are available within 30 days."),
+    ];
+    let sources = vec![
+        src("b-policy", POLICY),
+        src(
+            "a-faq",
+            "Shipping is free on every order. Refunds are available within 30 days.",
+        ),
+        src(
+            "c-dup",
+            "Refunds are available within 30 days. Orders ship from Berlin.",
+        ),
+        Source {
+            id: "d-down".into(),
+            text: None,
+        },
+    ];
+    (claims, sources)
+}
+
+#[test]
+fn deterministic() {
+    let (claims, sources) = sample();
+    let p = Params::default();
+    let first = verify(&claims, &sources, &p);
+    for _ in 0..5 {
+        assert_eq!(verify(&claims, &sources, &p), first);
+    }
+}
+
+#[test]
+fn source_order_does_not_matter() {
+    let (claims, sources) = sample();
+    let p = Params::default();
+    let base = verify(&claims, &sources, &p);
+    let n = sources.len();
+    // Every rotation plus every reversal of it.
+    for r in 0..n {
+        for rev in [false, true] {
+            let mut s = sources.clone();
+            s.rotate_left(r);
+            if rev {
+                s.reverse();
+            }
+            let got = verify(&claims, &s, &p);
+            assert_eq!(got, base, "rotation {r} reversed {rev}");
+        }
+    }
+}
+
+#[test]
+fn no_panics_on_odd_input() {
+    let odd = [
+        "",
+        " ",
+        "\u{0}",
+        "....",
+        "$",
+        "$$$1",
+        "1,,,000",
+        "99999999999999999999999999999999999999 %",
+        "Ünïcödé 🎉 日本語 العربية e\u{301}",
+        "\r\n\r\n- \n1. \n#",
+        "nonnonnon n't 'n't",
+        "March May June 31 February 2024-13-45",
+    ];
+    let p = Params::default();
+    for a in odd {
+        for b in odd {
+            let v = verify(&[claim("c", a)], &[src("s", b)], &p);
+            assert_eq!(v.len(), 1);
+            let _ = extract_claims(a, &[src("s", b)]);
+        }
+    }
+    let huge = "Refunds are available within 30 days. ".repeat(5000);
+    let v = verify(
+        &[claim("c", "Refunds are available within 30 days.")],
+        &[src("s", &huge)],
+        &p,
+    );
+    assert_eq!(v[0].status, ClaimStatus::Supported);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn citation_offsets_reproduce_quotes(
+        before in "[a-z \u{1F389}\u{65E5}\u{672C}e\u{301}\r\n.]{0,40}",
+        core in "[a-z\u{1F600}\u{4E2D}\u{0301}]{1,6}( [a-z\u{1F600}\u{4E2D}]{1,6}){2,5}",
+        after in "[a-z \u{1F389}\r\n.]{0,40}",
+    ) {
+        let body = format!("{before}\r\n{core}.\r\n{after}");
+        let sources = [src("s", &body)];
+        let mut c = claim("c", &core);
+        c.citations = vec![CallerCitation { source_id: "s".into(), quote: Some(core.clone()) }];
+        let v = verify(&[c, claim("d", &core)], &sources, &Params { min_coverage: 0.0, review_floor: 0.0, evidence_limit: 5 });
+        for check in &v {
+            for cit in &check.citations {
+                prop_assert_eq!(py_slice(&body, cit.start, cit.end), cit.quote.clone());
+            }
+        }
+        prop_assert!(!v[0].citations.is_empty());
+    }
+}

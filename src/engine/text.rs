@@ -1,0 +1,681 @@
+//! Text handling for the engine: tokens and sentences that keep byte offsets
+//! into the *original* text.
+//!
+//! Matching runs on a normalised form (lowercase, typographic quotes folded,
+//! Snowball stems), but quotes and offsets must always come from the text the
+//! caller sent, so every token and sentence here carries its original byte
+//! span and normalisation never rewrites the source. The sentence splitter is
+//! rule based (abbreviations, decimals, initials, URLs, list items, markdown)
+//! because UAX #29 alone splits after "Mr." and "e.g.".
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use rust_stemmers::{Algorithm, Stemmer};
+
+/// What a token is, as far as matching cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// Letters (any script), possibly with inner apostrophes.
+    Word,
+    /// Starts with a digit or a currency sign followed by a digit.
+    Number,
+}
+
+/// One token: its original byte span and its normalised forms.
+#[derive(Debug, Clone)]
+pub struct Token {
+    /// Byte offset of the first byte in the original text.
+    pub start: usize,
+    /// Byte offset one past the last byte in the original text.
+    pub end: usize,
+    /// Lowercased, quote-folded surface form.
+    pub norm: String,
+    /// Snowball stem of `norm` (equal to `norm` for numbers).
+    pub stem: String,
+    pub kind: TokenKind,
+    /// First character is uppercase in the original text.
+    pub capitalized: bool,
+}
+
+fn is_currency(c: char) -> bool {
+    matches!(c, '$' | '€' | '£' | '¥' | '₹')
+}
+
+fn fold_char(c: char, out: &mut String) {
+    match c {
+        '\u{2018}' | '\u{2019}' | '\u{02BC}' | '`' => out.push('\''),
+        '\u{FB01}' => out.push_str("fi"),
+        '\u{FB02}' => out.push_str("fl"),
+        _ => out.extend(c.to_lowercase()),
+    }
+}
+
+fn is_apostrophe(c: char) -> bool {
+    matches!(c, '\'' | '\u{2019}' | '\u{02BC}')
+}
+
+/// The Snowball English stemmer with a per-request memo: sources repeat
+/// their vocabulary, and stemming dominates indexing time without it.
+pub struct Stems {
+    stemmer: Stemmer,
+    /// RefCell because tokenising happens behind shared references to the
+    /// request index; the index never crosses threads.
+    cache: RefCell<HashMap<String, String>>,
+}
+
+impl Stems {
+    pub fn stem(&self, word: &str) -> String {
+        if let Some(s) = self.cache.borrow().get(word) {
+            return s.clone();
+        }
+        let s = self.stemmer.stem(word).into_owned();
+        self.cache.borrow_mut().insert(word.to_string(), s.clone());
+        s
+    }
+}
+
+/// A fresh stemmer (English) with an empty memo.
+pub fn stemmer() -> Stems {
+    Stems {
+        stemmer: Stemmer::create(Algorithm::English),
+        cache: RefCell::new(HashMap::new()),
+    }
+}
+
+/// Splits `text` into tokens. Numbers keep their inner `,`/`.`/`:`/`/`/`-`
+/// separators ("1,000", "3.5", "2024-03-03") and a leading currency sign or a
+/// trailing `%`; words keep inner apostrophes. A contraction ending in "n't"
+/// yields its base plus a virtual "not" token with the same span, so "don't"
+/// and "do not" compare equal.
+pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    let n = chars.len();
+    while i < n {
+        let (start, c) = chars[i];
+        let next_is_digit = i + 1 < n && chars[i + 1].1.is_ascii_digit();
+        if c.is_ascii_digit() || (is_currency(c) && next_is_digit) {
+            let mut j = i + 1;
+            while j < n {
+                let cj = chars[j].1;
+                if cj.is_alphanumeric() {
+                    j += 1;
+                } else if matches!(cj, ',' | '.' | ':' | '/' | '-')
+                    && j + 1 < n
+                    && chars[j + 1].1.is_ascii_digit()
+                    && chars[j - 1].1.is_ascii_digit()
+                {
+                    j += 2;
+                } else {
+                    break;
+                }
+            }
+            if j < n && chars[j].1 == '%' {
+                j += 1;
+            }
+            let end = if j < n { chars[j].0 } else { text.len() };
+            let mut norm = String::new();
+            for &(_, ch) in &chars[i..j] {
+                fold_char(ch, &mut norm);
+            }
+            out.push(Token {
+                start,
+                end,
+                stem: norm.clone(),
+                norm,
+                kind: TokenKind::Number,
+                capitalized: false,
+            });
+            i = j;
+        } else if c.is_alphanumeric() {
+            let mut j = i + 1;
+            while j < n {
+                let cj = chars[j].1;
+                if cj.is_alphanumeric() || matches!(cj, '\u{0300}'..='\u{036F}') {
+                    j += 1;
+                } else if is_apostrophe(cj) && j + 1 < n && chars[j + 1].1.is_alphabetic() {
+                    j += 2;
+                } else {
+                    break;
+                }
+            }
+            let end = if j < n { chars[j].0 } else { text.len() };
+            let mut norm = String::new();
+            for &(_, ch) in &chars[i..j] {
+                fold_char(ch, &mut norm);
+            }
+            let capitalized = c.is_uppercase();
+            let non_rest = norm
+                .strip_prefix("non")
+                .filter(|r| r.chars().count() >= 5 && !matches!(*r, "etheless" | "sense"));
+            if let Some(rest) = non_rest {
+                // "nonessential" reads as "non essential", like "non-essential".
+                out.push(word_token(start, end, "non".to_string(), false, stemmer));
+                out.push(word_token(start, end, rest.to_string(), false, stemmer));
+            } else if let Some(base) = norm.strip_suffix("n't") {
+                let base = match base {
+                    "ca" => "can",
+                    "wo" => "will",
+                    "sha" => "shall",
+                    b => b,
+                };
+                if !base.is_empty() {
+                    out.push(word_token(
+                        start,
+                        end,
+                        base.to_string(),
+                        capitalized,
+                        stemmer,
+                    ));
+                }
+                out.push(word_token(start, end, "not".to_string(), false, stemmer));
+            } else {
+                // Possessive "'s" adds nothing to matching.
+                let norm = match norm.strip_suffix("'s") {
+                    Some(b) if !b.is_empty() => b.to_string(),
+                    _ => norm,
+                };
+                out.push(word_token(start, end, norm, capitalized, stemmer));
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn word_token(start: usize, end: usize, norm: String, capitalized: bool, st: &Stems) -> Token {
+    let stem = st.stem(&norm);
+    Token {
+        start,
+        end,
+        norm,
+        stem,
+        kind: TokenKind::Word,
+        capitalized,
+    }
+}
+
+/// Function words that carry no content. Negators, quantifiers, modals and
+/// comparatives are deliberately absent: dropping them would erase exactly the
+/// words that flip a claim's truth.
+const STOPWORDS: &[&str] = &[
+    "a",
+    "about",
+    "also",
+    "am",
+    "an",
+    "and",
+    "are",
+    "as",
+    "at",
+    "be",
+    "been",
+    "being",
+    "but",
+    "by",
+    "did",
+    "do",
+    "does",
+    "doing",
+    "for",
+    "from",
+    "had",
+    "has",
+    "have",
+    "having",
+    "he",
+    "her",
+    "here",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "itself",
+    "me",
+    "my",
+    "myself",
+    "of",
+    "on",
+    "or",
+    "our",
+    "ours",
+    "she",
+    "so",
+    "that",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "to",
+    "too",
+    "us",
+    "very",
+    "was",
+    "we",
+    "were",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "whom",
+    "why",
+    "with",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "just",
+    "such",
+    "other",
+    "own",
+    "same",
+    "s",
+    "t",
+    "can",
+    "will",
+    "would",
+    "shall",
+    "currently",
+    "however",
+    "its",
+    "via",
+    "etc",
+    "one",
+    "well",
+    "both",
+    "either",
+    "because",
+    "through",
+    "during",
+    "upon",
+    "within",
+    "including",
+    "include",
+    "includes",
+    "included",
+    "per",
+];
+
+/// Words that negate what follows. Never stopwords; handled by the polarity
+/// check rather than counted as coverage terms.
+pub const NEGATORS: &[&str] = &[
+    "not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot",
+    "non", "nowhere", "unable", "fails", "failed", "fail", "lacks", "lacked", "lack", "denied",
+    "refused", "avoid", "avoids", "avoided", "avoiding",
+];
+
+pub fn is_stopword(norm: &str) -> bool {
+    STOPWORDS.contains(&norm)
+}
+
+pub fn is_negator(norm: &str) -> bool {
+    NEGATORS.contains(&norm)
+}
+
+const MONTHS: &[&str] = &[
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
+
+/// 1-based month number for a full or abbreviated month name.
+pub fn month_number(norm: &str) -> Option<u8> {
+    let n = norm.trim_end_matches('.');
+    let idx = MONTHS.iter().position(|m| *m == n).or(match n {
+        "jan" => Some(0),
+        "feb" => Some(1),
+        "mar" => Some(2),
+        "apr" => Some(3),
+        "jun" => Some(5),
+        "jul" => Some(6),
+        "aug" => Some(7),
+        "sep" | "sept" => Some(8),
+        "oct" => Some(9),
+        "nov" => Some(10),
+        "dec" => Some(11),
+        _ => None,
+    })?;
+    u8::try_from(idx + 1).ok()
+}
+
+/// Counts code points in `text[..byte]`; `byte` must be a char boundary
+/// (callers only pass token or sentence offsets, which always are).
+pub fn char_offset(text: &str, byte: usize) -> usize {
+    text.get(..byte).map_or(0, |s| s.chars().count())
+}
+
+// === sentences ===
+
+/// Abbreviations after which a period does not end a sentence.
+const ABBREVIATIONS: &[&str] = &[
+    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "etc", "e.g", "i.e", "eg", "ie",
+    "inc", "ltd", "co", "corp", "no", "nos", "vol", "fig", "approx", "dept", "est", "gen", "gov",
+    "sen", "rep", "rev", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct",
+    "nov", "dec", "u.s", "u.k", "a.m", "p.m", "ph.d", "cf", "al", "op", "ca", "lt", "col", "capt",
+    "sgt", "p", "pp", "univ", "assn", "bros", "ave", "blvd", "rd", "hon", "pres",
+];
+
+/// True when the line starts like a list item or heading, which always starts
+/// a new sentence.
+fn is_block_start(line: &str) -> bool {
+    let t = line.trim_start();
+    if t.starts_with("- ")
+        || t.starts_with("* ")
+        || t.starts_with("+ ")
+        || t.starts_with('#')
+        || t.starts_with("• ")
+    {
+        return true;
+    }
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0
+        && digits < 4
+        && matches!(t.as_bytes().get(digits), Some(b'.') | Some(b')'))
+        && matches!(t.as_bytes().get(digits + 1), Some(b' ') | Some(b'\t'))
+}
+
+/// Splits `text` into sentences, returned as trimmed byte ranges into `text`.
+///
+/// Rules: a blank line, or a newline followed by a list item or heading,
+/// always breaks (single newlines do too when `newline_breaks`). `.`, `!`, `?`
+/// and `…` (plus closing quotes or brackets) break when followed by whitespace
+/// and then an uppercase letter, digit, quote or bracket, unless the period
+/// closes an abbreviation, a single-letter initial or a multi-dot acronym.
+/// Decimals and URLs never break because their periods are not followed by
+/// whitespace.
+pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> {
+    let mut cuts: Vec<usize> = Vec::new(); // byte offsets where a new sentence starts
+    let bytes = text.as_bytes();
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let n = chars.len();
+    let mut i = 0;
+    while i < n {
+        let (b, c) = chars[i];
+        if c == '\n' {
+            let rest = &text[b + 1..];
+            let blank = rest.trim_start_matches([' ', '\t', '\r']).starts_with('\n');
+            let line_start = text[..b].rfind('\n').map_or(0, |p| p + 1);
+            let this_line = &text[line_start..b];
+            if newline_breaks
+                || blank
+                || is_block_start(rest)
+                || this_line.trim_start().starts_with('#')
+                || this_line.trim_end().ends_with(':')
+            {
+                cuts.push(b + 1);
+            }
+            i += 1;
+            continue;
+        }
+        if matches!(c, '.' | '!' | '?' | '…' | '。' | '！' | '？') {
+            // swallow runs of terminators and closing quotes/brackets
+            let mut j = i + 1;
+            while j < n
+                && matches!(
+                    chars[j].1,
+                    '.' | '!' | '?' | '…' | '"' | '\'' | ')' | ']' | '”' | '’' | '*'
+                )
+            {
+                j += 1;
+            }
+            if matches!(c, '。' | '！' | '？') {
+                let at = if j < n { chars[j].0 } else { text.len() };
+                cuts.push(at);
+                i = j;
+                continue;
+            }
+            // "diet.These": a period glued between a lowercase letter and an
+            // uppercase one is a missing space, not an abbreviation.
+            if c == '.'
+                && j == i + 1
+                && j < n
+                && chars[j].1.is_uppercase()
+                && i >= 2
+                && chars[i - 1].1.is_lowercase()
+                && chars[i - 2].1.is_lowercase()
+            {
+                cuts.push(chars[j].0);
+                i = j;
+                continue;
+            }
+            // need whitespace next
+            if j < n && chars[j].1.is_whitespace() {
+                let mut k = j;
+                while k < n && chars[k].1.is_whitespace() {
+                    k += 1;
+                }
+                if k >= n {
+                    i = k;
+                    continue;
+                }
+                let nextc = chars[k].1;
+                let starts_ok = nextc.is_uppercase()
+                    || nextc.is_ascii_digit()
+                    || matches!(
+                        nextc,
+                        '"' | '\'' | '(' | '[' | '“' | '‘' | '*' | '#' | '-' | '•'
+                    )
+                    || !nextc.is_alphabetic() && !nextc.is_ascii_punctuation();
+                let line_start = text[..b].rfind('\n').map_or(0, |p| p + 1);
+                let marker = text[line_start..b].trim();
+                let list_marker = !marker.is_empty()
+                    && marker.len() < 4
+                    && marker.bytes().all(|x| x.is_ascii_digit());
+                if starts_ok
+                    && !list_marker
+                    && !(c == '.' && j == i + 1 && is_abbreviation_before(text, b))
+                {
+                    cuts.push(chars[k].0);
+                }
+                i = k;
+                continue;
+            }
+            i = j;
+            continue;
+        }
+        i += 1;
+    }
+    let _ = bytes;
+    let mut out = Vec::new();
+    let mut prev = 0;
+    cuts.push(text.len());
+    for cut in cuts {
+        if cut <= prev {
+            continue;
+        }
+        push_trimmed(text, prev, cut, &mut out);
+        prev = cut;
+    }
+    out
+}
+
+fn push_trimmed(text: &str, start: usize, end: usize, out: &mut Vec<(usize, usize)>) {
+    let Some(seg) = text.get(start..end) else {
+        return;
+    };
+    let lead = seg.len() - seg.trim_start().len();
+    let trimmed = seg.trim();
+    if trimmed.is_empty() || !trimmed.chars().any(char::is_alphanumeric) {
+        return;
+    }
+    out.push((start + lead, start + lead + trimmed.len()));
+}
+
+/// Is the word ending just before the period at byte `dot` an abbreviation,
+/// an initial, or part of a dotted acronym?
+fn is_abbreviation_before(text: &str, dot: usize) -> bool {
+    let before = &text[..dot];
+    let word_start = before
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| c.is_whitespace() || c == '(' || c == '"')
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    let word = &before[word_start..];
+    if word.is_empty() {
+        return false;
+    }
+    let lower = word.to_lowercase();
+    if ABBREVIATIONS.contains(&lower.as_str()) {
+        return true;
+    }
+    let mut cs = word.chars();
+    // single-letter initial: "J."
+    if let (Some(first), None) = (cs.next(), cs.next()) {
+        return first.is_alphabetic() && first.is_uppercase();
+    }
+    // dotted acronym "U.S" / "e.g" already has an inner period
+    word.contains('.')
+        && word.chars().filter(|c| c.is_alphabetic()).count() <= 4
+        && word.split('.').all(|p| p.chars().count() <= 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sents(text: &str) -> Vec<&str> {
+        split_sentences(text, false)
+            .into_iter()
+            .map(|(a, b)| &text[a..b])
+            .collect()
+    }
+
+    #[test]
+    fn golden_sentence_splits() {
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "Hello World. My name is Jonas.",
+                &["Hello World.", "My name is Jonas."],
+            ),
+            (
+                "What is your name? My name is Jonas.",
+                &["What is your name?", "My name is Jonas."],
+            ),
+            ("There it is! I found it.", &["There it is!", "I found it."]),
+            (
+                "My name is Jonas E. Smith.",
+                &["My name is Jonas E. Smith."],
+            ),
+            ("Please turn to p. 55.", &["Please turn to p. 55."]),
+            (
+                "Were Jane and co. at the party?",
+                &["Were Jane and co. at the party?"],
+            ),
+            (
+                "They closed the deal with Pitt, Briggs & Co. at noon.",
+                &["They closed the deal with Pitt, Briggs & Co. at noon."],
+            ),
+            (
+                "Let's ask Mr. Smith. He knows.",
+                &["Let's ask Mr. Smith.", "He knows."],
+            ),
+            (
+                "The refund was $12.50 in total. It was paid.",
+                &["The refund was $12.50 in total.", "It was paid."],
+            ),
+            (
+                "It costs 3.5 million. See https://example.com/a.b for more.",
+                &[
+                    "It costs 3.5 million.",
+                    "See https://example.com/a.b for more.",
+                ],
+            ),
+            (
+                "She lives in the U.S. and works there.",
+                &["She lives in the U.S. and works there."],
+            ),
+            (
+                "Use tools, e.g. hammers. Then rest.",
+                &["Use tools, e.g. hammers.", "Then rest."],
+            ),
+            (
+                "J. R. R. Tolkien wrote it.",
+                &["J. R. R. Tolkien wrote it."],
+            ),
+            (
+                "Items:\n- first item\n- second item",
+                &["Items:", "- first item", "- second item"],
+            ),
+            (
+                "Steps:\n1. Open it\n2. Close it",
+                &["Steps:", "1. Open it", "2. Close it"],
+            ),
+            ("# Title\nSome text here.", &["# Title", "Some text here."]),
+            ("Para one\n\nPara two.", &["Para one", "Para two."]),
+            (
+                "He said \"Stop.\" Then he left.",
+                &["He said \"Stop.\"", "Then he left."],
+            ),
+            (
+                "Version 2.0.1 shipped on 2024-03-03. Done.",
+                &["Version 2.0.1 shipped on 2024-03-03.", "Done."],
+            ),
+            ("", &[]),
+            ("...", &[]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(&sents(text), want, "splitting {text:?}");
+        }
+    }
+
+    #[test]
+    fn tokens_keep_numbers_and_contractions() {
+        let st = stemmer();
+        let toks = tokenize("Don't refund $1,000.50 or 12% on 2024-03-03, Bob's.", &st);
+        let norms: Vec<&str> = toks.iter().map(|t| t.norm.as_str()).collect();
+        assert_eq!(
+            norms,
+            [
+                "do",
+                "not",
+                "refund",
+                "$1,000.50",
+                "or",
+                "12%",
+                "on",
+                "2024-03-03",
+                "bob"
+            ]
+        );
+    }
+
+    #[test]
+    fn tokens_spans_are_char_boundaries() {
+        let st = stemmer();
+        let text = "Caf\u{e9}\u{301} 🎉 日本語 x\r\ny";
+        for t in tokenize(text, &st) {
+            assert!(text.get(t.start..t.end).is_some());
+        }
+    }
+}

@@ -1,0 +1,798 @@
+//! Claim × sources → [`Check`]: the per-request index, passage retrieval,
+//! coverage and the contradiction gates.
+//!
+//! Sources are indexed once per call: split into sentences (the passage
+//! unit), tokenised, stemmed and interned, with an inverted index from stem
+//! to sentence. Each claim then ranks sentences BM25-style (IDF over the
+//! request's sentences blended with a fixed prior, so one short source still
+//! scores sensibly), rescoring the best few as single sentences and adjacent
+//! pairs by rarity-weighted coverage. Gates on numbers, dates, amounts,
+//! names and negation then override coverage: a claim that gets a specific
+//! wrong is unsupported however many of its words match.
+
+use std::collections::HashMap;
+
+use super::numbers::{self, QtyKind, Quantity};
+use super::text::{self, Token, TokenKind};
+use super::{
+    round4, CallerCitation, Check, Citation, Claim, ClaimStatus, Evidence, Params, Reason, Source,
+};
+
+/// Tunables, chosen on WiCE dev and RAGTruth even ids only (see
+/// docs/accuracy.md). Kept together so the choice is visible in one place.
+mod tune {
+    /// Weight of a stem-only match relative to an exact surface match.
+    pub const STEM_MATCH: f64 = 0.9;
+    /// Multiplier for capitalised names.
+    pub const NAME_WEIGHT: f64 = 2.0;
+    /// Weight of a number, amount or date relative to the rarest word.
+    pub const QTY_WEIGHT: f64 = 2.5;
+    /// Fixed IDF prior blended with the request-local IDF.
+    pub const IDF_PRIOR: f64 = 2.0;
+    /// Share of the local IDF in the blend.
+    pub const LOCAL_SHARE: f64 = 0.5;
+    /// Sentences rescored per claim after BM25 ranking.
+    pub const CANDIDATES: usize = 12;
+    /// A sentence pair must beat the single sentence by this factor.
+    pub const PAIR_FACTOR: f64 = 0.97;
+    /// Coverage below which polarity is not compared: the passage is not
+    /// aligned closely enough with the claim to judge it.
+    pub const NEG_MIN_COV: f64 = 0.7;
+    /// Tokens after a negator that fall in its scope.
+    pub const NEG_WINDOW: usize = 3;
+    /// Extra complementary sentences allowed in the evidence set.
+    pub const MAX_EXTRA: usize = 2;
+    /// Coverage a complementary sentence must add to be taken.
+    pub const MIN_GAIN: f64 = 0.08;
+    /// BM25 parameters.
+    pub const K1: f64 = 1.2;
+    pub const B: f64 = 0.75;
+}
+
+/// Word pairs that contradict each other like a negation does (stems).
+const ANTONYMS: &[(&str, &str)] = &[
+    ("increas", "decreas"),
+    ("rise", "fall"),
+    ("approv", "reject"),
+    ("approv", "deni"),
+    ("allow", "prohibit"),
+    ("allow", "forbid"),
+    ("includ", "exclud"),
+    ("befor", "after"),
+    ("elig", "inelig"),
+    ("refund", "nonrefund"),
+    ("enabl", "disabl"),
+    ("activ", "inact"),
+    ("valid", "invalid"),
+    ("accept", "reject"),
+    ("win", "lose"),
+    ("won", "lost"),
+    ("above", "below"),
+    ("more", "less"),
+    ("more", "fewer"),
+    ("maximum", "minimum"),
+    ("success", "fail"),
+    ("lock", "unlock"),
+    ("open", "close"),
+    ("possibl", "imposs"),
+    ("legal", "illeg"),
+    ("high", "low"),
+    ("higher", "lower"),
+    ("earli", "later"),
+    ("first", "last"),
+    ("male", "femal"),
+    ("true", "fals"),
+    ("paid", "unpaid"),
+    ("avail", "unavail"),
+    ("complet", "incomplet"),
+    ("deliv", "undeliv"),
+];
+
+// === index ===
+
+/// One sentence of one source.
+struct Unit {
+    /// Index into `Index::sources`.
+    source: usize,
+    /// Byte range in the source text.
+    start: usize,
+    end: usize,
+    /// Token range in the source's token list.
+    tok_start: usize,
+    tok_end: usize,
+    /// Sorted, deduplicated interned ids.
+    surf: Vec<u32>,
+    stems: Vec<u32>,
+    /// Range in the source's quantity list.
+    qty_start: usize,
+    qty_end: usize,
+    len: usize,
+}
+
+struct IndexedSource<'a> {
+    id: &'a str,
+    text: &'a str,
+    tokens: Vec<Token>,
+    qty: Vec<Quantity>,
+    /// Range in `Index::units`.
+    unit_start: usize,
+    unit_end: usize,
+}
+
+struct Index<'a> {
+    /// Available and unavailable sources, sorted by id then text.
+    sources: Vec<IndexedSource<'a>>,
+    unavailable: Vec<&'a str>,
+    units: Vec<Unit>,
+    surf_ids: HashMap<String, u32>,
+    stem_ids: HashMap<String, u32>,
+    /// stem id → units containing it, ascending.
+    postings: Vec<Vec<u32>>,
+    avg_len: f64,
+    stemmer: text::Stems,
+}
+
+fn intern(map: &mut HashMap<String, u32>, key: &str) -> u32 {
+    if let Some(&id) = map.get(key) {
+        return id;
+    }
+    let id = u32::try_from(map.len()).unwrap_or(u32::MAX);
+    map.insert(key.to_string(), id);
+    id
+}
+
+impl<'a> Index<'a> {
+    fn build(sources: &'a [Source]) -> Index<'a> {
+        let stemmer = text::stemmer();
+        let mut order: Vec<&'a Source> = sources.iter().collect();
+        order.sort_by(|a, b| a.id.cmp(&b.id).then_with(|| a.text.cmp(&b.text)));
+        let mut idx = Index {
+            sources: Vec::new(),
+            unavailable: Vec::new(),
+            units: Vec::new(),
+            surf_ids: HashMap::new(),
+            stem_ids: HashMap::new(),
+            postings: Vec::new(),
+            avg_len: 1.0,
+            stemmer,
+        };
+        for src in order {
+            let Some(body) = src.text.as_deref() else {
+                idx.unavailable.push(&src.id);
+                continue;
+            };
+            let tokens = text::tokenize(body, &idx.stemmer);
+            let qty = numbers::extract(&tokens);
+            let si = idx.sources.len();
+            let unit_start = idx.units.len();
+            let mut t = 0;
+            let mut q = 0;
+            for (start, end) in text::split_sentences(body, true) {
+                while t < tokens.len() && tokens[t].start < start {
+                    t += 1;
+                }
+                let tok_start = t;
+                while t < tokens.len() && tokens[t].end <= end {
+                    t += 1;
+                }
+                let tok_end = t;
+                while q < qty.len() && qty[q].tok_start < tok_start {
+                    q += 1;
+                }
+                let qty_start = q;
+                while q < qty.len() && qty[q].tok_end <= tok_end {
+                    q += 1;
+                }
+                let mut surf = Vec::with_capacity(tok_end - tok_start);
+                let mut stems = Vec::with_capacity(tok_end - tok_start);
+                for tok in &tokens[tok_start..tok_end] {
+                    surf.push(intern(&mut idx.surf_ids, &tok.norm));
+                    stems.push(intern(&mut idx.stem_ids, &tok.stem));
+                }
+                surf.sort_unstable();
+                surf.dedup();
+                stems.sort_unstable();
+                stems.dedup();
+                let uid = u32::try_from(idx.units.len()).unwrap_or(u32::MAX);
+                for &s in &stems {
+                    let s = s as usize;
+                    if idx.postings.len() <= s {
+                        idx.postings.resize_with(s + 1, Vec::new);
+                    }
+                    idx.postings[s].push(uid);
+                }
+                idx.units.push(Unit {
+                    source: si,
+                    start,
+                    end,
+                    tok_start,
+                    tok_end,
+                    surf,
+                    stems,
+                    qty_start,
+                    qty_end: q,
+                    len: tok_end - tok_start,
+                });
+            }
+            let unit_end = idx.units.len();
+            idx.sources.push(IndexedSource {
+                id: &src.id,
+                text: body,
+                tokens,
+                qty,
+                unit_start,
+                unit_end,
+            });
+        }
+        let total: usize = idx.units.iter().map(|u| u.len).sum();
+        idx.avg_len = (total as f64 / idx.units.len().max(1) as f64).max(1.0);
+        idx
+    }
+
+    fn df(&self, stem: Option<u32>) -> usize {
+        stem.and_then(|s| self.postings.get(s as usize))
+            .map_or(0, Vec::len)
+    }
+
+    fn idf(&self, stem: Option<u32>) -> f64 {
+        let n = self.units.len() as f64;
+        let df = self.df(stem) as f64;
+        let local = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+        tune::LOCAL_SHARE * local + (1.0 - tune::LOCAL_SHARE) * tune::IDF_PRIOR
+    }
+
+    fn unit_qty(&self, u: &Unit) -> &[Quantity] {
+        self.sources[u.source]
+            .qty
+            .get(u.qty_start..u.qty_end)
+            .unwrap_or(&[])
+    }
+}
+
+// === claim analysis ===
+
+/// One content term of a claim.
+struct Term {
+    surf: Option<u32>,
+    stem: Option<u32>,
+    stem_text: String,
+    weight: f64,
+    name: bool,
+}
+
+struct ClaimQty {
+    q: Quantity,
+    weight: f64,
+}
+
+struct Analysis {
+    terms: Vec<Term>,
+    qty: Vec<ClaimQty>,
+    /// Any negator in the claim (kept for diagnostics and tests).
+    #[allow(dead_code)]
+    negated: bool,
+    /// (stem, negated in the claim) for each content word.
+    polarity: Vec<(String, bool)>,
+    total: f64,
+}
+
+fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
+    let tokens = text::tokenize(claim, &idx.stemmer);
+    let qty = numbers::extract(&tokens);
+    let mut in_qty = vec![false; tokens.len()];
+    for q in &qty {
+        for flag in in_qty.iter_mut().take(q.tok_end).skip(q.tok_start) {
+            *flag = true;
+        }
+    }
+    let max_idf = idx.idf(None);
+    let mut terms: Vec<Term> = Vec::new();
+    let mut negated = false;
+    let mut polarity: Vec<(String, bool)> = Vec::new();
+    let mut mixed: Vec<String> = Vec::new();
+    for (i, tok) in tokens.iter().enumerate() {
+        if text::is_negator(&tok.norm) {
+            negated |= tokens.get(i + 1).map_or(true, |n| n.norm != "only");
+            continue;
+        }
+        if !text::is_stopword(&tok.norm) {
+            let neg = in_negation_scope(claim, &tokens, i);
+            match polarity.iter().position(|(s, _)| *s == tok.stem) {
+                None => polarity.push((tok.stem.clone(), neg)),
+                // Mentioned with both polarities: no single polarity to compare.
+                Some(k) if polarity[k].1 != neg => mixed.push(tok.stem.clone()),
+                Some(_) => {}
+            }
+        }
+        if in_qty[i] || text::is_stopword(&tok.norm) {
+            continue;
+        }
+        if terms.iter().any(|t| t.stem_text == tok.stem) {
+            continue;
+        }
+        let stem = idx.stem_ids.get(&tok.stem).copied();
+        let surf = idx.surf_ids.get(&tok.norm).copied();
+        let name = i > 0
+            && tok.capitalized
+            && tok.kind == TokenKind::Word
+            && tok.norm.chars().count() > 1
+            && text::month_number(&tok.norm).is_none();
+        let mut weight = idx.idf(stem);
+        if name {
+            weight *= tune::NAME_WEIGHT;
+        }
+        terms.push(Term {
+            surf,
+            stem,
+            stem_text: tok.stem.clone(),
+            weight,
+            name,
+        });
+    }
+    polarity.retain(|(s, _)| !mixed.contains(s));
+    let qty: Vec<ClaimQty> = qty
+        .into_iter()
+        .map(|q| ClaimQty {
+            weight: if q.soft {
+                max_idf
+            } else {
+                max_idf * tune::QTY_WEIGHT
+            },
+            q,
+        })
+        .collect();
+    let total =
+        terms.iter().map(|t| t.weight).sum::<f64>() + qty.iter().map(|q| q.weight).sum::<f64>();
+    Analysis {
+        terms,
+        qty,
+        negated,
+        polarity,
+        total,
+    }
+}
+
+// === passages ===
+
+/// A passage: one unit, or two adjacent units of the same source.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Passage {
+    first: usize,
+    last: usize,
+}
+
+impl Passage {
+    fn units(self) -> std::ops::RangeInclusive<usize> {
+        self.first..=self.last
+    }
+}
+
+/// The evidence a claim is judged on: the best passage plus, when they add
+/// enough of the claim's content, a few complementary sentences of the
+/// searched sources (facts are often spread over a page). Unit ids, sorted.
+#[derive(Clone, PartialEq, Eq)]
+struct EvidenceSet {
+    units: Vec<usize>,
+}
+
+fn contains(sorted: &[u32], id: Option<u32>) -> bool {
+    id.is_some_and(|id| sorted.binary_search(&id).is_ok())
+}
+
+fn coverage(a: &Analysis, idx: &Index<'_>, units: impl Iterator<Item = usize> + Clone) -> f64 {
+    if a.total <= 0.0 {
+        return 0.0;
+    }
+    let mut got = 0.0;
+    for t in &a.terms {
+        if units.clone().any(|u| contains(&idx.units[u].surf, t.surf)) {
+            got += t.weight;
+        } else if units.clone().any(|u| contains(&idx.units[u].stems, t.stem)) {
+            got += t.weight * tune::STEM_MATCH;
+        }
+    }
+    for cq in &a.qty {
+        if units.clone().any(|u| {
+            idx.unit_qty(&idx.units[u])
+                .iter()
+                .any(|e| numbers::backs(&cq.q, e))
+        }) {
+            got += cq.weight;
+        }
+    }
+    (got / a.total).clamp(0.0, 1.0)
+}
+
+/// Greedily adds complementary sentences to the best passage while each adds
+/// at least `tune::MIN_GAIN` coverage.
+fn complete(a: &Analysis, idx: &Index<'_>, best: Passage, cands: &[usize]) -> (EvidenceSet, f64) {
+    let mut set: Vec<usize> = best.units().collect();
+    let mut cov = coverage(a, idx, set.iter().copied());
+    for _ in 0..tune::MAX_EXTRA {
+        let mut pick: Option<(usize, f64)> = None;
+        for &u in cands {
+            if set.contains(&u) {
+                continue;
+            }
+            let c = coverage(a, idx, set.iter().copied().chain(std::iter::once(u)));
+            if c - cov >= tune::MIN_GAIN && pick.map_or(true, |(_, pc)| c > pc) {
+                pick = Some((u, c));
+            }
+        }
+        match pick {
+            Some((u, c)) => {
+                set.push(u);
+                cov = c;
+            }
+            None => break,
+        }
+    }
+    set.sort_unstable();
+    (EvidenceSet { units: set }, cov)
+}
+
+// === verify ===
+
+/// Checks every claim against the sources: one [`Check`] per claim, in order.
+/// The sources are indexed once for the whole call.
+pub fn verify(claims: &[Claim], sources: &[Source], params: &Params) -> Vec<Check> {
+    let idx = Index::build(sources);
+    claims
+        .iter()
+        .map(|c| check_claim(c, &idx, params))
+        .collect()
+}
+
+fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
+    let mut reasons: Vec<Reason> = Vec::new();
+    let mut citations: Vec<Citation> = Vec::new();
+
+    // Which sources may be searched.
+    let allowed: Vec<bool> = if claim.citations.is_empty() {
+        if !idx.unavailable.is_empty() && idx.sources.is_empty() {
+            reasons.push(Reason::SourceUnavailable);
+        }
+        vec![true; idx.sources.len()]
+    } else {
+        let mut allowed = vec![false; idx.sources.len()];
+        for cc in &claim.citations {
+            resolve_citation(cc, idx, &mut allowed, &mut citations, &mut reasons);
+        }
+        allowed
+    };
+
+    let a = analyse(&claim.text, idx);
+    let mut best: Option<(EvidenceSet, f64)> = None;
+    let mut ranked: Vec<(Passage, f64)> = Vec::new();
+    if a.total <= 0.0 {
+        reasons.push(Reason::EmptyClaim);
+    } else {
+        let (r, cands) = rank(&a, idx, &allowed);
+        ranked = r;
+        best = ranked.first().map(|&(p, _)| complete(&a, idx, p, &cands));
+    }
+    let cov = round4(best.as_ref().map_or(0.0, |(_, c)| *c));
+
+    if best.is_none() && a.total > 0.0 && !reasons.contains(&Reason::CitationNotFound) {
+        reasons.push(Reason::NoEvidence);
+    }
+    if let (Some((set, c)), Some(&(primary, _))) = (&best, ranked.first()) {
+        gates(
+            &a,
+            idx,
+            &allowed,
+            set,
+            primary,
+            *c >= tune::NEG_MIN_COV,
+            &mut reasons,
+        );
+    }
+
+    let contradiction = reasons.iter().any(|r| r.is_contradiction());
+    let hard_fail = contradiction
+        || reasons.contains(&Reason::NoEvidence)
+        || reasons.contains(&Reason::EmptyClaim);
+    let status = if hard_fail {
+        ClaimStatus::Unsupported
+    } else if cov >= params.min_coverage {
+        ClaimStatus::Supported
+    } else if cov >= params.review_floor {
+        ClaimStatus::Ambiguous
+    } else {
+        ClaimStatus::Unsupported
+    };
+    if status != ClaimStatus::Supported && !contradiction && cov < params.min_coverage {
+        reasons.push(Reason::LowCoverage);
+    }
+    if status != ClaimStatus::Unsupported {
+        if let Some((set, _)) = &best {
+            for p in runs(idx, &set.units) {
+                let c = passage_citation(idx, p);
+                if !citations.contains(&c) {
+                    citations.push(c);
+                }
+            }
+        }
+    }
+    let evidence = ranked
+        .iter()
+        .take(params.evidence_limit)
+        .map(|&(p, _)| {
+            let src = &idx.sources[idx.units[p.first].source];
+            Evidence {
+                source_id: src.id.to_string(),
+                snippet: src
+                    .text
+                    .get(idx.units[p.first].start..idx.units[p.last].end)
+                    .unwrap_or("")
+                    .to_string(),
+            }
+        })
+        .collect();
+    reasons.sort_unstable();
+    reasons.dedup();
+    Check {
+        claim_id: claim.id.clone(),
+        claim_text: claim.text.clone(),
+        status,
+        coverage: cov,
+        citations,
+        evidence,
+        reasons,
+    }
+}
+
+fn resolve_citation(
+    cc: &CallerCitation,
+    idx: &Index<'_>,
+    allowed: &mut [bool],
+    citations: &mut Vec<Citation>,
+    reasons: &mut Vec<Reason>,
+) {
+    let Some(si) = idx.sources.iter().position(|s| s.id == cc.source_id) else {
+        if idx.unavailable.iter().any(|id| *id == cc.source_id) {
+            reasons.push(Reason::SourceUnavailable);
+        } else {
+            reasons.push(Reason::CitationNotFound);
+        }
+        return;
+    };
+    allowed[si] = true;
+    let Some(quote) = cc.quote.as_deref().filter(|q| !q.trim().is_empty()) else {
+        return;
+    };
+    let src = &idx.sources[si];
+    match src.text.find(quote) {
+        Some(b) => {
+            let start = text::char_offset(src.text, b);
+            let c = Citation {
+                source_id: src.id.to_string(),
+                quote: quote.to_string(),
+                start,
+                end: start + quote.chars().count(),
+            };
+            if !citations.contains(&c) {
+                citations.push(c);
+            }
+        }
+        None => reasons.push(Reason::CitationNotFound),
+    }
+}
+
+/// Groups sorted unit ids into runs of adjacent units of one source.
+fn runs(idx: &Index<'_>, units: &[usize]) -> Vec<Passage> {
+    let mut out: Vec<Passage> = Vec::new();
+    for &u in units {
+        match out.last_mut() {
+            Some(p) if p.last + 1 == u && idx.units[p.last].source == idx.units[u].source => {
+                p.last = u
+            }
+            _ => out.push(Passage { first: u, last: u }),
+        }
+    }
+    out
+}
+
+fn passage_citation(idx: &Index<'_>, p: Passage) -> Citation {
+    let (first, last) = (&idx.units[p.first], &idx.units[p.last]);
+    let src = &idx.sources[first.source];
+    let quote = src.text.get(first.start..last.end).unwrap_or("");
+    let start = text::char_offset(src.text, first.start);
+    Citation {
+        source_id: src.id.to_string(),
+        quote: quote.to_string(),
+        start,
+        end: start + quote.chars().count(),
+    }
+}
+
+/// BM25 over the allowed units, then coverage on the best candidates as single
+/// units and adjacent pairs. Returns passages by coverage, best first, with
+/// ties broken by position in the id-sorted index.
+fn rank(a: &Analysis, idx: &Index<'_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<usize>) {
+    let mut score = vec![0.0f64; idx.units.len()];
+    for t in &a.terms {
+        let Some(s) = t.stem else { continue };
+        let Some(post) = idx.postings.get(s as usize) else {
+            continue;
+        };
+        for &u in post {
+            let unit = &idx.units[u as usize];
+            if !allowed[unit.source] {
+                continue;
+            }
+            let norm = 1.0 - tune::B + tune::B * unit.len as f64 / idx.avg_len;
+            score[u as usize] += t.weight * (tune::K1 + 1.0) / (1.0 + tune::K1 * norm);
+        }
+    }
+    if !a.qty.is_empty() {
+        for (ui, unit) in idx.units.iter().enumerate() {
+            if !allowed[unit.source] {
+                continue;
+            }
+            for cq in &a.qty {
+                if idx.unit_qty(unit).iter().any(|e| numbers::backs(&cq.q, e)) {
+                    score[ui] += cq.weight;
+                }
+            }
+        }
+    }
+    let mut cands: Vec<usize> = (0..score.len()).filter(|&u| score[u] > 0.0).collect();
+    cands.sort_by(|&x, &y| score[y].total_cmp(&score[x]).then(x.cmp(&y)));
+    cands.truncate(tune::CANDIDATES);
+
+    let mut out: Vec<(Passage, f64)> = Vec::new();
+    for &u in &cands {
+        let unit = &idx.units[u];
+        let src = &idx.sources[unit.source];
+        let single = Passage { first: u, last: u };
+        let mut best = (single, coverage(a, idx, single.units()));
+        for p in [
+            (u > src.unit_start).then(|| Passage {
+                first: u - 1,
+                last: u,
+            }),
+            (u + 1 < src.unit_end).then_some(Passage {
+                first: u,
+                last: u + 1,
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let c = coverage(a, idx, p.units());
+            if c * tune::PAIR_FACTOR > best.1 {
+                best = (p, c);
+            }
+        }
+        if best.1 > 0.0 && !out.iter().any(|(p, _)| *p == best.0) {
+            out.push(best);
+        }
+    }
+    out.sort_by(|x, y| {
+        y.1.total_cmp(&x.1)
+            .then((x.0.last - x.0.first).cmp(&(y.0.last - y.0.first)))
+            .then(x.0.first.cmp(&y.0.first))
+            .then(x.0.last.cmp(&y.0.last))
+    });
+    (out, cands)
+}
+
+/// Contradiction gates on the chosen passage.
+fn gates(
+    a: &Analysis,
+    idx: &Index<'_>,
+    allowed: &[bool],
+    set: &EvidenceSet,
+    primary: Passage,
+    check_negation: bool,
+    reasons: &mut Vec<Reason>,
+) {
+    let units: Vec<&Unit> = set.units.iter().map(|&u| &idx.units[u]).collect();
+    let pq: Vec<&Quantity> = units.iter().flat_map(|u| idx.unit_qty(u)).collect();
+    let backed_anywhere = |cq: &Quantity| {
+        idx.units
+            .iter()
+            .filter(|u| allowed[u.source])
+            .any(|u| idx.unit_qty(u).iter().any(|e| numbers::backs(cq, e)))
+    };
+    for cq in &a.qty {
+        if pq.iter().any(|e| numbers::backs(&cq.q, e)) {
+            continue;
+        }
+        let rival = pq.iter().any(|e| {
+            numbers::conflicts(&cq.q, e)
+                && !a
+                    .qty
+                    .iter()
+                    .any(|c2| numbers::backs(&c2.q, e) || numbers::consistent(&c2.q, e))
+        });
+        if rival {
+            reasons.push(match cq.q.kind {
+                QtyKind::Date => Reason::DateMismatch,
+                QtyKind::Money => Reason::AmountMismatch,
+                QtyKind::Count | QtyKind::Percent => Reason::NumberMismatch,
+            });
+        } else if !cq.q.soft && !backed_anywhere(&cq.q) {
+            reasons.push(Reason::NumberNotFound);
+        }
+    }
+    for t in a.terms.iter().filter(|t| t.name) {
+        let in_passage = units.iter().any(|u| contains(&u.stems, t.stem));
+        if in_passage {
+            continue;
+        }
+        let anywhere = t
+            .stem
+            .and_then(|s| idx.postings.get(s as usize))
+            .is_some_and(|post| post.iter().any(|&u| allowed[idx.units[u as usize].source]));
+        if !anywhere {
+            reasons.push(Reason::NameMissing);
+            break;
+        }
+    }
+    if check_negation && negation_conflict(a, idx, &[primary]) {
+        reasons.push(Reason::NegationConflict);
+    }
+}
+
+/// Is token `i` within the scope of a preceding negator: at most
+/// `NEG_WINDOW` tokens after it with no clause punctuation in between?
+/// "not only" is not a negation.
+fn in_negation_scope(text: &str, toks: &[Token], i: usize) -> bool {
+    (i.saturating_sub(tune::NEG_WINDOW)..i).any(|k| {
+        text::is_negator(&toks[k].norm)
+            && toks.get(k + 1).map_or(true, |n| n.norm != "only")
+            && text
+                .get(toks[k].end..toks[i].start)
+                .is_some_and(|gap| !gap.contains([',', '.', ';', ':', '(', ')', '!', '?', '"']))
+    })
+}
+
+/// True when the claim and the passage disagree on polarity around the
+/// claim's matched content, or use a pair of antonyms.
+fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
+    let spans: Vec<(&str, &[Token])> = runs
+        .iter()
+        .map(|p| {
+            let (first, last) = (&idx.units[p.first], &idx.units[p.last]);
+            let src = &idx.sources[first.source];
+            (
+                src.text,
+                src.tokens.get(first.tok_start..last.tok_end).unwrap_or(&[]),
+            )
+        })
+        .collect();
+    let scope = |text: &str, toks: &[Token], i: usize| in_negation_scope(text, toks, i);
+    for (stem, claim_neg) in &a.polarity {
+        let (mut same, mut opposite) = (false, false);
+        for &(body, toks) in &spans {
+            for (i, t) in toks.iter().enumerate() {
+                if t.stem != *stem || text::is_negator(&t.norm) {
+                    continue;
+                }
+                if scope(body, toks, i) == *claim_neg {
+                    same = true;
+                } else {
+                    opposite = true;
+                }
+            }
+        }
+        if opposite && !same {
+            return true;
+        }
+    }
+    let has = |stem: &str| {
+        spans
+            .iter()
+            .any(|(_, toks)| toks.iter().any(|t| t.stem == stem))
+    };
+    for &(x, y) in ANTONYMS {
+        for (c, e) in [(x, y), (y, x)] {
+            if a.terms.iter().any(|t| t.stem_text == c) && has(e) && !has(c) {
+                return true;
+            }
+        }
+    }
+    false
+}
