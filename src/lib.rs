@@ -17,6 +17,8 @@
 //! - [`telemetry`]: logging set-up and the shutdown signal.
 //! - [`policy`]: `policies/*.toml` → validated [`policy::PolicySet`]; route matching,
 //!   extractors, param rules, the `ArcSwap` store and the hot-reload watcher.
+//! - [`review`]: held requests and their review: durable store, single-use
+//!   resolutions, expiry, and the exactly-once forward claim.
 pub mod api;
 pub mod app;
 pub mod auth;
@@ -26,5 +28,6 @@ pub mod health;
 pub mod http_util;
 pub mod metrics;
 pub mod policy;
+pub mod review;
 pub mod server;
 pub mod telemetry;
