@@ -162,8 +162,18 @@ pub struct ForwardView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RequestView {
     pub method: String,
-    /// Path and query.
+    /// The path only: the query string is left out like the headers and
+    /// body, since it may carry secrets too.
     pub path: String,
+}
+
+/// The upstream's answer to a forwarded review, as stored: at most
+/// [`MAX_STORED_UPSTREAM_BODY`] bytes of the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamResponse {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: Bytes,
 }
 
 /// Facts for `/health/detailed`, from memory (no database IO).
@@ -274,17 +284,12 @@ impl Reviews {
         let expires_at = now
             .checked_add(self.inner.ttl)
             .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400));
-        let row = on_store(&self.inner, move |s| {
-            s.insert(&review_id, now, expires_at, &new)
+        let row = on_store(&self.inner, move |s, inner| {
+            let row = s.insert(&review_id, now, expires_at, &new)?;
+            inner.created(&row);
+            Ok(row)
         })
         .await?;
-        {
-            let mut pending = lock(&self.inner.pending);
-            pending.insert((row.created_at, row.review_id.clone()));
-            self.inner.metrics.held.set(gauge_value(pending.len()));
-        }
-        self.inner.sweeper.notify_one();
-        tracing::info!(review_id = %row.review_id, owner = %row.owner, route = %row.route, "request held for review");
         Ok(view(&row, now))
     }
 
@@ -338,20 +343,24 @@ impl Reviews {
             Verdict::Reject
         };
         let (review_id, reviewer_name) = (id.to_string(), reviewer.to_string());
-        let resolved = on_store(&self.inner, move |s| {
-            s.resolve(&review_id, verdict, &reviewer_name, note.as_deref(), now)
+        let resolved = on_store(&self.inner, move |s, inner| {
+            let resolved = s.resolve(&review_id, verdict, &reviewer_name, note.as_deref(), now)?;
+            match &resolved {
+                Resolved::Stored(row) => {
+                    tracing::info!(review_id = %row.review_id, status = %row.status, reviewer = %reviewer_name, "review resolved");
+                    inner.resolved(row);
+                }
+                Resolved::ExpiredNow(row) => {
+                    tracing::info!(review_id = %row.review_id, "review expired");
+                    inner.resolved(row);
+                }
+            }
+            Ok(resolved)
         })
         .await?;
         match resolved {
-            Resolved::Stored(row) => {
-                self.inner.resolved(&row);
-                tracing::info!(review_id = %row.review_id, status = %row.status, reviewer, "review resolved");
-                Ok(view(&row, now))
-            }
-            Resolved::ExpiredNow(row) => {
-                self.inner.resolved(&row);
-                Err(ReviewError::Expired)
-            }
+            Resolved::Stored(row) => Ok(view(&row, now)),
+            Resolved::ExpiredNow(_) => Err(ReviewError::Expired),
         }
     }
 
@@ -364,7 +373,10 @@ impl Reviews {
     /// `outcome_unknown` at the next start).
     pub async fn claim_forward(&self, id: &str) -> Result<Option<HeldRequest>, ReviewError> {
         let review_id = id.to_string();
-        on_store(&self.inner, move |s| s.claim(&review_id, SystemTime::now())).await
+        on_store(&self.inner, move |s, _| {
+            s.claim(&review_id, SystemTime::now())
+        })
+        .await
     }
 
     /// Records how a claimed forward ended.
@@ -381,7 +393,7 @@ impl Reviews {
             );
         }
         let review_id = id.to_string();
-        on_store(&self.inner, move |s| {
+        on_store(&self.inner, move |s, _| {
             s.finish(&review_id, &outcome, SystemTime::now())
         })
         .await
@@ -392,6 +404,19 @@ impl Reviews {
         let row = self.load(id).await?;
         let now = SystemTime::now();
         Ok(row.filter(|r| viewer.sees(&r.owner)).map(|r| view(&r, now)))
+    }
+
+    /// The stored upstream answer of a review whose forward is done, so an
+    /// app that got `202` can fetch the result of its held call; `None` when
+    /// unknown, not `viewer`'s, or not forwarded (yet).
+    pub async fn upstream_response(
+        &self,
+        id: &str,
+        viewer: &Viewer,
+    ) -> Result<Option<UpstreamResponse>, ReviewError> {
+        let review_id = id.to_string();
+        let found = on_store(&self.inner, move |s, _| s.upstream(&review_id)).await?;
+        Ok(found.and_then(|(owner, response)| viewer.sees(&owner).then_some(response)))
     }
 
     /// Reviews `viewer` may see, with the given status (as of now) or any.
@@ -406,7 +431,7 @@ impl Reviews {
         let owner = (!viewer.sees_all).then(|| viewer.name.clone());
         let limit = limit.min(MAX_LIST_LIMIT);
         let now = SystemTime::now();
-        let rows = on_store(&self.inner, move |s| {
+        let rows = on_store(&self.inner, move |s, _| {
             s.list(status, owner.as_deref(), now, limit)
         })
         .await?;
@@ -453,12 +478,12 @@ impl Reviews {
     /// first: the proxy forwards these in the background (approved after
     /// the hold timed out, or before a restart).
     pub async fn approved_unforwarded(&self) -> Result<Vec<String>, ReviewError> {
-        on_store(&self.inner, |s| s.approved_unforwarded()).await
+        on_store(&self.inner, |s, _| s.approved_unforwarded()).await
     }
 
     async fn load(&self, id: &str) -> Result<Option<Row>, ReviewError> {
         let review_id = id.to_string();
-        on_store(&self.inner, move |s| s.get(&review_id)).await
+        on_store(&self.inner, move |s, _| s.get(&review_id)).await
     }
 }
 
@@ -497,6 +522,18 @@ impl crate::health::Component for Reviews {
 // === impl Inner ===
 
 impl Inner {
+    /// Bookkeeping after a new review is stored.
+    fn created(&self, row: &Row) {
+        {
+            let mut pending = lock(&self.pending);
+            pending.insert((row.created_at, row.review_id.clone()));
+            self.metrics.held.set(gauge_value(pending.len()));
+        }
+        // The new deadline may be the next one.
+        self.sweeper.notify_one();
+        tracing::info!(review_id = %row.review_id, owner = %row.owner, route = %row.route, "request held for review");
+    }
+
     /// Bookkeeping after a review left `pending` (resolved or expired):
     /// health, metrics, and waking its waiters.
     fn resolved(&self, row: &Row) {
@@ -532,13 +569,20 @@ impl Drop for Inner {
 }
 
 /// Runs `f` on the store on a blocking thread.
+///
+/// `f` also gets the in-memory state, so bookkeeping that must follow a
+/// commit (waking waiters, health, metrics) happens on that same thread:
+/// a blocking task runs to the end even when the caller's future is dropped
+/// (a reviewer hanging up mid-approve must still wake the held request).
 async fn on_store<T, F>(inner: &Arc<Inner>, f: F) -> Result<T, ReviewError>
 where
     T: Send + 'static,
-    F: FnOnce(&mut Store) -> Result<T, ReviewError> + Send + 'static,
+    F: FnOnce(&mut Store, &Inner) -> Result<T, ReviewError> + Send + 'static,
 {
     let inner = Arc::clone(inner);
-    tokio::task::spawn_blocking(move || f(&mut lock(&inner.store)))
+    // Lock order: `store` first, then `pending` or `waiters`; nothing
+    // takes `store` while holding either of those.
+    tokio::task::spawn_blocking(move || f(&mut lock(&inner.store), &inner))
         .await
         .map_err(|e| ReviewError::Storage(format!("storage task failed: {e}")))?
 }
@@ -551,12 +595,17 @@ async fn sweep(inner: Weak<Inner>, wake: Arc<Notify>) {
         let Some(strong) = inner.upgrade() else {
             return;
         };
-        let pause = match on_store(&strong, |s| s.expire_due(SystemTime::now())).await {
-            Ok((expired, next)) => {
-                for row in &expired {
-                    tracing::info!(review_id = %row.review_id, "review expired");
-                    strong.resolved(row);
-                }
+        let swept = on_store(&strong, |s, inner| {
+            let (expired, next) = s.expire_due(SystemTime::now())?;
+            for row in &expired {
+                tracing::info!(review_id = %row.review_id, "review expired");
+                inner.resolved(row);
+            }
+            Ok(next)
+        })
+        .await;
+        let pause = match swept {
+            Ok(next) => {
                 *lock(&strong.last_sweep_error) = None;
                 next.map_or(MAX_SWEEP_INTERVAL, |t| {
                     t.duration_since(SystemTime::now())
@@ -707,7 +756,8 @@ fn view(row: &Row, now: SystemTime) -> ReviewView {
         },
         request: RequestView {
             method: row.method.clone(),
-            path: row.path.clone(),
+            // INVARIANT: no query string, which may carry secrets too.
+            path: row.path.split('?').next().unwrap_or_default().to_string(),
         },
         owner: row.owner.clone(),
     }

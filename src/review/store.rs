@@ -18,7 +18,9 @@ use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, Type, V
 use rusqlite::{named_params, params, Connection, OptionalExtension, ToSql, TransactionBehavior};
 
 use super::state::{self, ForwardEnd, ForwardState, ReviewStatus, Verdict};
-use super::{ForwardOutcome, HeldRequest, NewReview, ReviewError, MAX_STORED_UPSTREAM_BODY};
+use super::{
+    ForwardOutcome, HeldRequest, NewReview, ReviewError, UpstreamResponse, MAX_STORED_UPSTREAM_BODY,
+};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS review_reviews (
@@ -403,6 +405,35 @@ impl Store {
         )?;
         tx.commit()?;
         Ok((expired, next.map(from_micros)))
+    }
+
+    /// The owner and the stored upstream answer of a review whose forward
+    /// is done; `None` otherwise.
+    pub fn upstream(
+        &self,
+        review_id: &str,
+    ) -> Result<Option<(String, UpstreamResponse)>, ReviewError> {
+        let found = self
+            .conn
+            .query_row(
+                "SELECT owner, upstream_status, upstream_content_type, upstream_body \
+                 FROM review_reviews WHERE review_id = ?1 AND forward_state = 'done'",
+                [review_id],
+                |r| {
+                    let status: i64 = r.get(1)?;
+                    let status = u16::try_from(status)
+                        .map_err(|e| corrupt(1, Type::Integer, e.to_string()))?;
+                    let body: Option<Vec<u8>> = r.get(3)?;
+                    let response = UpstreamResponse {
+                        status,
+                        content_type: r.get(2)?,
+                        body: Bytes::from(body.unwrap_or_default()),
+                    };
+                    Ok((r.get::<_, String>(0)?, response))
+                },
+            )
+            .optional()?;
+        Ok(found)
     }
 
     /// `(created_at, review_id)` of every review stored as pending.

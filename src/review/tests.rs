@@ -102,6 +102,7 @@ async fn hold_wait_approve_then_claim_exactly_once() {
     assert!(r.approved_unforwarded().await.unwrap().is_empty());
     let v = r.get(&id, &admin()).await.unwrap().unwrap();
     assert_eq!(v.forward.state, "started");
+    assert_eq!(r.upstream_response(&id, &admin()).await.unwrap(), None);
 
     let big = Bytes::from(vec![b'x'; MAX_STORED_UPSTREAM_BODY + 10]);
     r.finish_forward(
@@ -133,6 +134,23 @@ async fn hold_wait_approve_then_claim_exactly_once() {
         Err(ReviewError::NotForwarding("done"))
     );
     assert_eq!(r.claim_forward(&id).await.unwrap(), None);
+
+    let answer = r
+        .upstream_response(&id, &app("refund-app"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status, 201);
+    assert_eq!(answer.content_type.as_deref(), Some("application/json"));
+    assert_eq!(answer.body.len(), MAX_STORED_UPSTREAM_BODY);
+    assert_eq!(
+        r.upstream_response(&id, &app("other-app")).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        r.upstream_response("unknown", &admin()).await.unwrap(),
+        None
+    );
 
     let stored: usize = {
         let store = lock(&r.inner.store);
@@ -562,7 +580,7 @@ async fn view_json_never_shows_the_held_request() {
     assert_eq!(json["forward"], serde_json::json!({"state": "not_started"}));
     assert_eq!(
         json["request"],
-        serde_json::json!({"method": "POST", "path": "/api/orders/7/refunds?dry=0"})
+        serde_json::json!({"method": "POST", "path": "/api/orders/7/refunds"})
     );
     let created = json["created_at"].as_str().unwrap();
     assert!(created.ends_with('Z') && created.contains('T'), "{created}");
@@ -620,4 +638,28 @@ fn open_needs_a_runtime() {
         Reviews::open(&db(&dir), HOUR).unwrap_err(),
         ReviewError::NoRuntime
     );
+}
+
+#[tokio::test]
+async fn a_dropped_resolve_call_still_wakes_the_held_request() {
+    // hyper drops a handler future when the reviewer hangs up; once the
+    // resolution is on its way to disk, the held request must still hear it.
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let waiter = {
+        let (r, id) = (r.clone(), id.clone());
+        tokio::spawn(async move { r.wait(&id, Duration::from_secs(30)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let resolve = approve(&r, &id);
+    tokio::select! {
+        biased;
+        _ = resolve => panic!("a blocking store call cannot finish in one poll"),
+        () = std::future::ready(()) => {}
+    }
+    let started = Instant::now();
+    assert_eq!(waiter.await.unwrap().unwrap(), Some(Resolution::Approved));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(r.health().pending, 0);
 }
