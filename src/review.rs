@@ -44,6 +44,10 @@ use store::{Resolved, Row, Store};
 /// How much of an upstream answer to a forwarded review is stored.
 pub const MAX_STORED_UPSTREAM_BODY: usize = 64 * 1024;
 
+/// A longer `review.ttl` is cut to this, so every deadline stays a
+/// printable date.
+pub const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 86_400);
+
 /// The most reviews one [`Reviews::list`] call returns.
 pub const MAX_LIST_LIMIT: usize = 1000;
 
@@ -281,9 +285,7 @@ impl Reviews {
     pub async fn create(&self, new: NewReview) -> Result<ReviewView, ReviewError> {
         let review_id = new.review_id.unwrap_or_else(uuid::Uuid::new_v4).to_string();
         let now = SystemTime::now();
-        let expires_at = now
-            .checked_add(self.inner.ttl)
-            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400));
+        let expires_at = now.checked_add(self.inner.ttl.min(MAX_TTL)).unwrap_or(now);
         let row = on_store(&self.inner, move |s, inner| {
             let row = s.insert(&review_id, now, expires_at, &new)?;
             inner.created(&row);
@@ -763,13 +765,21 @@ fn view(row: &Row, now: SystemTime) -> ReviewView {
     }
 }
 
-/// RFC 3339 UTC, e.g. `2026-11-22T21:30:00.123456Z`.
-pub fn format_time(t: SystemTime) -> Result<String, time::error::Format> {
-    time::OffsetDateTime::from(t).format(&time::format_description::well_known::Rfc3339)
+/// RFC 3339 UTC, e.g. `2026-11-22T21:30:00.123456Z`. An error (not the
+/// panic of `OffsetDateTime::from`) for times outside years 1..=9999.
+fn rfc3339(t: SystemTime) -> Result<String, String> {
+    let nanos = match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => i128::try_from(d.as_nanos()).unwrap_or(i128::MAX),
+        Err(before) => i128::try_from(before.duration().as_nanos()).map_or(i128::MIN, |n| -n),
+    };
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .map_err(|e| e.to_string())?
+        .format(&time::format_description::well_known::Rfc3339)
+        .map_err(|e| e.to_string())
 }
 
 fn ser_time<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    let text = format_time(*t).map_err(serde::ser::Error::custom)?;
+    let text = rfc3339(*t).map_err(serde::ser::Error::custom)?;
     s.serialize_str(&text)
 }
 

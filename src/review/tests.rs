@@ -663,3 +663,28 @@ async fn a_dropped_resolve_call_still_wakes_the_held_request() {
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(r.health().pending, 0);
 }
+
+#[tokio::test]
+async fn an_absurd_ttl_is_capped_and_still_printable() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), Duration::MAX).unwrap();
+    let v = r.create(new_review("refund-app")).await.unwrap();
+    assert_eq!(v.expires_at.duration_since(v.created_at).unwrap(), MAX_TTL);
+    let json = serde_json::to_value(&v).unwrap();
+    assert!(
+        json["expires_at"].as_str().unwrap().starts_with("21"),
+        "{json}"
+    );
+}
+
+#[test]
+fn times_format_as_rfc3339_utc() {
+    let t = SystemTime::UNIX_EPOCH + Duration::from_micros(1_795_000_000_123_456);
+    assert_eq!(rfc3339(t).unwrap(), "2026-11-18T11:06:40.123456Z");
+    assert_eq!(
+        rfc3339(SystemTime::UNIX_EPOCH).unwrap(),
+        "1970-01-01T00:00:00Z"
+    );
+    let far = SystemTime::UNIX_EPOCH + Duration::from_secs(400_000_000_000);
+    assert!(rfc3339(far).is_err(), "an error, not a panic");
+}
