@@ -35,7 +35,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use serde::{Serialize, Serializer};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
 use state::Verdict;
 pub use state::{ForwardState, ReviewStatus};
@@ -232,6 +232,11 @@ struct Inner {
     /// and the gauge need no database IO.
     pending: Mutex<BTreeSet<(SystemTime, String)>>,
     last_sweep_error: Mutex<Option<String>>,
+    /// Approvals that no live [`Reviews::wait`] took: the background
+    /// forwarder's queue. Unbounded: one short id per approval.
+    unattended_tx: mpsc::UnboundedSender<String>,
+    /// Taken once by [`Reviews::take_unattended_approvals`].
+    unattended_rx: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
     metrics: Metrics,
     /// Wakes the sweeper: a new deadline, or this `Inner` being dropped.
     sweeper: Arc<Notify>,
@@ -268,12 +273,15 @@ impl Reviews {
         let pending: BTreeSet<(SystemTime, String)> = store.pending()?.into_iter().collect();
         let metrics = Metrics::new();
         metrics.held.set(gauge_value(pending.len()));
+        let (unattended_tx, unattended_rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             store: Mutex::new(store),
             ttl,
             waiters: Mutex::new(HashMap::new()),
             pending: Mutex::new(pending),
             last_sweep_error: Mutex::new(None),
+            unattended_tx,
+            unattended_rx: Mutex::new(Some(unattended_rx)),
             metrics,
             sweeper: Arc::new(Notify::new()),
         });
@@ -297,6 +305,12 @@ impl Reviews {
 
     /// Waits up to `timeout` for the review to be resolved. Returns at once
     /// when it is resolved already, `None` on timeout.
+    ///
+    /// The held connection's wait decides who forwards: an approval that
+    /// wakes this wait is this caller's to forward (it is not queued for the
+    /// background); after `None`, or if this future is dropped, a later
+    /// approval goes to [`Reviews::take_unattended_approvals`] instead. In
+    /// every case [`Reviews::claim_forward`] stays the exactly-once gate.
     pub async fn wait(
         &self,
         id: &str,
@@ -308,23 +322,28 @@ impl Reviews {
         let row = self.load(id).await?.ok_or(ReviewError::NotFound)?;
         let status = state::effective_status(row.status, row.expires_at, SystemTime::now());
         if let Some(resolution) = Resolution::of(status) {
+            sub.delivered = true;
             return Ok(Some(resolution));
         }
         let woken = tokio::time::timeout(timeout, sub.rx.wait_for(Option::is_some))
             .await
             .map(|r| r.map(|resolution| *resolution));
         match woken {
-            Ok(Ok(resolution)) => Ok(resolution),
+            Ok(Ok(resolution)) => {
+                sub.delivered = true;
+                Ok(resolution)
+            }
             // The sender lives while we hold a receiver; read again anyway.
             Ok(Err(_)) => {
                 let row = self.load(id).await?.ok_or(ReviewError::NotFound)?;
+                sub.delivered = true;
                 Ok(Resolution::of(state::effective_status(
                     row.status,
                     row.expires_at,
                     SystemTime::now(),
                 )))
             }
-            Err(_elapsed) => Ok(None),
+            Err(_elapsed) => Ok(sub.give_up()),
         }
     }
 
@@ -476,6 +495,14 @@ impl Reviews {
         );
     }
 
+    /// The queue of approvals that no held connection will forward: the
+    /// review's hold timed out (or its connection went away, or it was
+    /// pending across a restart) before a reviewer approved it. The
+    /// background forwarder drains it. `Some` only on the first call.
+    pub fn take_unattended_approvals(&self) -> Option<mpsc::UnboundedReceiver<String>> {
+        lock(&self.inner.unattended_rx).take()
+    }
+
     /// Approved reviews whose forward nobody has claimed, oldest approval
     /// first: the proxy forwards these in the background (approved after
     /// the hold timed out, or before a restart).
@@ -557,9 +584,27 @@ impl Inner {
             let held = at.duration_since(row.created_at).unwrap_or_default();
             self.metrics.hold_duration.observe(held.as_secs_f64());
         }
-        if let Some(tx) = lock(&self.waiters).get(&row.review_id) {
-            tx.send_replace(Some(resolution));
+        let attended = match lock(&self.waiters).get(&row.review_id) {
+            Some(tx) if tx.receiver_count() > 0 => {
+                tx.send_replace(Some(resolution));
+                true
+            }
+            _ => false,
+        };
+        if resolution.is_approved() && !attended {
+            self.unattended(&row.review_id);
         }
+    }
+
+    /// Queues an approval that no held connection will forward.
+    fn unattended(&self, review_id: &str) {
+        tracing::debug!(
+            review_id,
+            "approved with no held connection waiting: queued for the background forwarder"
+        );
+        // Fails only when the receiver was dropped: then nobody forwards in
+        // the background, and `approved_unforwarded` still lists it.
+        let _ = self.unattended_tx.send(review_id.to_string());
     }
 }
 
@@ -629,12 +674,16 @@ async fn sweep(inner: Weak<Inner>, wake: Arc<Notify>) {
     }
 }
 
-/// A waiter's receiver; on drop it removes the review's channel once nobody
-/// else waits on it.
+/// A waiter's receiver. Whether a waiter or the background forwarder owns
+/// an approval is decided under the `waiters` lock: an approval sent to a
+/// live receiver belongs to it, and a receiver that leaves without taking
+/// the approval sent to it passes it on to the unattended queue.
 struct Subscription {
     inner: Arc<Inner>,
     id: String,
     rx: watch::Receiver<Option<Resolution>>,
+    /// The caller got the resolution, so it owns an approval's forward.
+    delivered: bool,
 }
 
 impl Subscription {
@@ -647,21 +696,46 @@ impl Subscription {
             inner: Arc::clone(inner),
             id: id.to_string(),
             rx,
+            delivered: false,
         }
     }
-}
 
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        // Drop our receiver first (swapping in a detached one), so that of
-        // two waiters leaving at once, the last one always sees zero.
-        drop(std::mem::replace(&mut self.rx, watch::channel(None).1));
+    /// Ends the wait at its timeout: takes a resolution that raced in, or
+    /// unsubscribes so that a later approval goes to the unattended queue.
+    fn give_up(&mut self) -> Option<Resolution> {
         let mut waiters = lock(&self.inner.waiters);
+        let current = *self.rx.borrow();
+        if current.is_some() {
+            self.delivered = true;
+            return current;
+        }
+        drop(std::mem::replace(&mut self.rx, watch::channel(None).1));
         if waiters
             .get(&self.id)
             .is_some_and(|tx| tx.receiver_count() == 0)
         {
             waiters.remove(&self.id);
+        }
+        None
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut waiters = lock(&self.inner.waiters);
+        // An approval was sent to us (so nobody queued it) but the caller
+        // never saw it: its future was dropped, e.g. the client hung up.
+        let stranded = !self.delivered && *self.rx.borrow() == Some(Resolution::Approved);
+        drop(std::mem::replace(&mut self.rx, watch::channel(None).1));
+        let alone = waiters
+            .get(&self.id)
+            .map_or(true, |tx| tx.receiver_count() == 0);
+        if alone {
+            waiters.remove(&self.id);
+        }
+        drop(waiters);
+        if stranded && alone {
+            self.inner.unattended(&self.id);
         }
     }
 }

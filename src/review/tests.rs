@@ -688,3 +688,70 @@ fn times_format_as_rfc3339_utc() {
     let far = SystemTime::UNIX_EPOCH + Duration::from_secs(400_000_000_000);
     assert!(rfc3339(far).is_err(), "an error, not a panic");
 }
+
+#[tokio::test]
+async fn approvals_go_to_the_live_hold_or_else_to_the_background_queue() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let mut queue = r.take_unattended_approvals().unwrap();
+    assert!(r.take_unattended_approvals().is_none(), "taken once");
+
+    // Approved while the hold waits: the hold owns it, nothing is queued.
+    let live = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let waiter = {
+        let (r, id) = (r.clone(), live.clone());
+        tokio::spawn(async move { r.wait(&id, Duration::from_secs(30)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    approve(&r, &live).await.unwrap();
+    assert_eq!(waiter.await.unwrap().unwrap(), Some(Resolution::Approved));
+
+    // Approved after the hold timed out: queued.
+    let late = r.create(new_review("refund-app")).await.unwrap().review_id;
+    assert_eq!(
+        r.wait(&late, Duration::from_millis(20)).await.unwrap(),
+        None
+    );
+    approve(&r, &late).await.unwrap();
+
+    // Rejected after the hold timed out: nothing to forward.
+    let no = r.create(new_review("refund-app")).await.unwrap().review_id;
+    r.resolve(&no, false, "bob", None, SystemTime::now())
+        .await
+        .unwrap();
+
+    // Sent to a waiter whose future was dropped before it saw it: queued.
+    let dropped = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let sub = Subscription::new(&r.inner, &dropped);
+    approve(&r, &dropped).await.unwrap();
+    drop(sub);
+
+    // An approval that lands as the hold times out goes to the hold.
+    let raced = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let mut sub = Subscription::new(&r.inner, &raced);
+    approve(&r, &raced).await.unwrap();
+    assert_eq!(sub.give_up(), Some(Resolution::Approved));
+    drop(sub);
+
+    assert_eq!(queue.recv().await, Some(late));
+    assert_eq!(queue.recv().await, Some(dropped));
+    assert!(
+        queue.try_recv().is_err(),
+        "the live hold's approval is not queued"
+    );
+    assert!(lock(&r.inner.waiters).is_empty());
+}
+
+#[tokio::test]
+async fn approvals_of_reviews_pending_across_a_restart_are_queued() {
+    let dir = TempDir::new().unwrap();
+    let id = {
+        let r = Reviews::open(&db(&dir), HOUR).unwrap();
+        r.create(new_review("refund-app")).await.unwrap().review_id
+    };
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let mut queue = r.take_unattended_approvals().unwrap();
+    approve(&r, &id).await.unwrap();
+    assert_eq!(queue.recv().await, Some(id.clone()));
+    assert!(r.claim_forward(&id).await.unwrap().is_some());
+}
