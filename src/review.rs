@@ -71,6 +71,36 @@ pub struct HeldRequest {
     pub body: Bytes,
 }
 
+// === impl HeldRequest ===
+
+impl HeldRequest {
+    /// `sha256:<hex>` over the method, path, every header in order and the
+    /// body, each length-prefixed so no two requests encode alike. Stored at
+    /// hold time, shown to reviewers (an approval is bound to these exact
+    /// bytes) and checked again before the request is handed out.
+    pub fn hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        fn field(h: &mut Sha256, bytes: &[u8]) {
+            h.update(u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_be_bytes());
+            h.update(bytes);
+        }
+        let mut h = Sha256::new();
+        field(&mut h, self.method.as_bytes());
+        field(&mut h, self.path.as_bytes());
+        h.update(
+            u64::try_from(self.headers.len())
+                .unwrap_or(u64::MAX)
+                .to_be_bytes(),
+        );
+        for (name, value) in &self.headers {
+            field(&mut h, name.as_bytes());
+            field(&mut h, value);
+        }
+        field(&mut h, &self.body);
+        format!("sha256:{}", hex::encode(h.finalize()))
+    }
+}
+
 /// Everything needed to hold a request for review.
 #[derive(Debug, Clone)]
 pub struct NewReview {
@@ -169,6 +199,8 @@ pub struct RequestView {
     /// The path only: the query string is left out like the headers and
     /// body, since it may carry secrets too.
     pub path: String,
+    /// [`HeldRequest::hash`] of the held request: what an approval releases.
+    pub hash: String,
 }
 
 /// The upstream's answer to a forwarded review, as stored: at most
@@ -205,6 +237,10 @@ pub enum ReviewError {
     /// `finish_forward` on a review whose forward is not in flight.
     #[error("review forward is not in flight (it is {0})")]
     NotForwarding(&'static str),
+    /// A stored held request no longer matches the hash taken when it was
+    /// held; it is not handed out.
+    #[error("held request of review {0} fails its integrity check")]
+    Corrupt(String),
     /// The database failed. The text is for logs, not clients.
     #[error("review storage failed: {0}")]
     Storage(String),
@@ -796,9 +832,10 @@ impl From<ReviewError> for crate::error::ApiError {
             ReviewError::AlreadyResolved(_) | ReviewError::Expired => {
                 ApiError::Conflict(e.to_string())
             }
-            ReviewError::NotForwarding(_) | ReviewError::Storage(_) | ReviewError::NoRuntime => {
-                ApiError::Internal(e.to_string())
-            }
+            ReviewError::NotForwarding(_)
+            | ReviewError::Corrupt(_)
+            | ReviewError::Storage(_)
+            | ReviewError::NoRuntime => ApiError::Internal(e.to_string()),
         }
     }
 }
@@ -834,6 +871,7 @@ fn view(row: &Row, now: SystemTime) -> ReviewView {
             method: row.method.clone(),
             // INVARIANT: no query string, which may carry secrets too.
             path: row.path.split('?').next().unwrap_or_default().to_string(),
+            hash: row.request_hash.clone(),
         },
         owner: row.owner.clone(),
     }

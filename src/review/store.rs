@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS review_reviews (
     req_method            TEXT NOT NULL,
     req_path              TEXT NOT NULL,     -- path and query
     req_body              BLOB NOT NULL,
+    req_hash              TEXT NOT NULL,     -- HeldRequest::hash, checked on claim
     status                TEXT NOT NULL
         CHECK (status IN ('pending', 'approved', 'rejected', 'expired')),
     reviewer              TEXT,
@@ -66,7 +67,7 @@ CREATE TABLE IF NOT EXISTS review_request_headers (
 /// [`Row::read`] expects.
 const COLUMNS: &str = "review_id, created_at, expires_at, owner, route, action, reason, \
      record_id, req_method, req_path, status, reviewer, note, resolved_at, forward_state, \
-     upstream_status";
+     upstream_status, req_hash";
 
 /// One stored review, without the held headers and body (which only a
 /// forward claim reads, so they never travel into views by accident).
@@ -82,6 +83,7 @@ pub(super) struct Row {
     pub record_id: Option<String>,
     pub method: String,
     pub path: String,
+    pub request_hash: String,
     pub status: ReviewStatus,
     pub reviewer: Option<String>,
     pub note: Option<String>,
@@ -169,8 +171,8 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute(
             "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, action, \
-             reason, record_id, req_method, req_path, req_body, status, forward_state) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+             reason, record_id, req_method, req_path, req_body, req_hash, status, forward_state) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             params![
                 review_id,
                 micros(created_at),
@@ -183,6 +185,7 @@ impl Store {
                 new.request.method,
                 new.request.path,
                 new.request.body.as_ref(),
+                new.request.hash(),
                 ReviewStatus::Pending,
                 ForwardState::NotStarted,
             ],
@@ -320,13 +323,23 @@ impl Store {
             })?;
             rows.collect::<Result<Vec<_>, _>>()?
         };
-        tx.commit()?;
-        Ok(Some(HeldRequest {
+        let request = HeldRequest {
             method,
             path,
             headers,
             body: Bytes::from(body),
-        }))
+        };
+        if request.hash() != row.request_hash {
+            // Dropping `tx` rolls the claim back: corrupt bytes are never
+            // forwarded, and the review stays approved for an operator.
+            tracing::error!(
+                review_id,
+                "held request fails its integrity check; not forwarded"
+            );
+            return Err(ReviewError::Corrupt(review_id.to_string()));
+        }
+        tx.commit()?;
+        Ok(Some(request))
     }
 
     /// Records how a claimed forward ended.
@@ -504,6 +517,7 @@ impl Row {
             note: r.get(12)?,
             resolved_at: r.get::<_, Option<i64>>(13)?.map(from_micros),
             forward,
+            request_hash: r.get(16)?,
         })
     }
 }
@@ -549,6 +563,17 @@ pub(super) fn from_micros(us: i64) -> SystemTime {
 #[cfg(test)]
 pub(super) mod tests_support {
     use super::Store;
+
+    /// Flips the stored body of a review, as a disk error might.
+    pub fn corrupt_body(store: &Store, review_id: &str) {
+        store
+            .conn
+            .execute(
+                "UPDATE review_reviews SET req_body = ?2 WHERE review_id = ?1",
+                rusqlite::params![review_id, b"{\"amount\":9000}".as_slice()],
+            )
+            .unwrap();
+    }
 
     /// How many upstream body bytes are stored for a review.
     pub fn upstream_body_len(store: &Store, review_id: &str) -> usize {

@@ -580,7 +580,7 @@ async fn view_json_never_shows_the_held_request() {
     assert_eq!(json["forward"], serde_json::json!({"state": "not_started"}));
     assert_eq!(
         json["request"],
-        serde_json::json!({"method": "POST", "path": "/api/orders/7/refunds"})
+        serde_json::json!({"method": "POST", "path": "/api/orders/7/refunds", "hash": held().hash()})
     );
     let created = json["created_at"].as_str().unwrap();
     assert!(created.ends_with('Z') && created.contains('T'), "{created}");
@@ -754,4 +754,53 @@ async fn approvals_of_reviews_pending_across_a_restart_are_queued() {
     approve(&r, &id).await.unwrap();
     assert_eq!(queue.recv().await, Some(id.clone()));
     assert!(r.claim_forward(&id).await.unwrap().is_some());
+}
+
+#[test]
+fn held_request_hash_covers_every_byte_and_the_boundaries() {
+    let base = held();
+    let h = base.hash();
+    assert!(h.starts_with("sha256:") && h.len() == 7 + 64, "{h}");
+    assert_eq!(held().hash(), h, "deterministic");
+    let mut variants = Vec::new();
+    let mut v = held();
+    v.method = "PUT".into();
+    variants.push(v);
+    let mut v = held();
+    v.path = "/api/orders/7/refunds?dry=1".into();
+    variants.push(v);
+    let mut v = held();
+    v.headers.swap(2, 3);
+    variants.push(v);
+    let mut v = held();
+    v.headers.pop();
+    variants.push(v);
+    let mut v = held();
+    v.body = Bytes::from_static(b"{\"amount\":901}");
+    variants.push(v);
+    // Moving bytes between fields changes the hash too.
+    let mut v = held();
+    v.headers[0] = (
+        "content-typea".into(),
+        Bytes::from_static(b"pplication/json"),
+    );
+    variants.push(v);
+    for v in variants {
+        assert_ne!(v.hash(), h, "{v:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_corrupted_held_request_is_never_handed_out() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    approve(&r, &id).await.unwrap();
+    store::tests_support::corrupt_body(&lock(&r.inner.store), &id);
+    assert_eq!(
+        r.claim_forward(&id).await,
+        Err(ReviewError::Corrupt(id.clone()))
+    );
+    let v = r.get(&id, &admin()).await.unwrap().unwrap();
+    assert_eq!(v.forward.state, "not_started", "the claim was rolled back");
 }
