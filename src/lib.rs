@@ -18,6 +18,9 @@
 //! - [`policy`]: `policies/*.toml` → validated [`policy::PolicySet`]; route matching,
 //!   extractors, param rules, the `ArcSwap` store and the hot-reload watcher.
 //! - [`engine`]: PURE claim verification: claims + sources → checks, and LLM answers → claims.
+//! - [`review`]: held requests and their review: durable store, single-use
+//!   resolutions, expiry, and the exactly-once forward claim.
+
 pub mod api;
 pub mod app;
 pub mod auth;
@@ -28,5 +31,6 @@ pub mod health;
 pub mod http_util;
 pub mod metrics;
 pub mod policy;
+pub mod review;
 pub mod server;
 pub mod telemetry;

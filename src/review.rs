@@ -1,0 +1,914 @@
+//! Held requests and their review: the durable core of the proxy's `hold`.
+//!
+//! When a call on a gated route needs a human, the proxy stores it here and
+//! waits a while for a reviewer. This module owns that promise: the held
+//! request is on disk before [`Reviews::create`] returns, a resolution is
+//! single-use, a pending review expires after `review.ttl` (and then counts as
+//! rejected), and an approved request is handed out for forwarding **exactly
+//! once** ([`Reviews::claim_forward`]), even across restarts: a forward that
+//! was in flight when the process stopped becomes `outcome_unknown` and is
+//! never retried, because sending a refund twice is worse than asking a human
+//! to check once.
+//!
+//! It does not forward anything itself; the proxy does, and reports back with
+//! [`Reviews::finish_forward`]. The rules live in pure transitions
+//! (`state`), the storage in SQLite (`store`), and this file is the thin
+//! async shell: database work runs on blocking threads, waiters are woken by
+//! a per-review `watch` channel (never by polling the database), and a
+//! sweeper task expires reviews at their deadline.
+
+mod state;
+mod store;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use serde::{Serialize, Serializer};
+use tokio::sync::{mpsc, watch, Notify};
+
+use state::Verdict;
+pub use state::{ForwardState, ReviewStatus};
+use store::{Resolved, Row, Store};
+
+/// How much of an upstream answer to a forwarded review is stored.
+pub const MAX_STORED_UPSTREAM_BODY: usize = 64 * 1024;
+
+/// A longer `review.ttl` is cut to this, so every deadline stays a
+/// printable date.
+pub const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// The most reviews one [`Reviews::list`] call returns.
+pub const MAX_LIST_LIMIT: usize = 1000;
+
+/// The longest the sweeper sleeps when no deadline is near; a new review
+/// wakes it early.
+const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// How long the sweeper waits after a storage error before it tries again.
+const SWEEP_RETRY: Duration = Duration::from_secs(5);
+
+/// A request exactly as the proxy will forward it once approved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRequest {
+    pub method: String,
+    /// Path and query, e.g. `/api/orders/7/refunds?dry=1`.
+    pub path: String,
+    /// In the order received; values are bytes because HTTP allows non-UTF-8.
+    /// Store them as they should be forwarded (the proxy decides which
+    /// `X-Verdict-*` and hop-by-hop headers to add or strip).
+    pub headers: Vec<(String, Bytes)>,
+    pub body: Bytes,
+}
+
+// === impl HeldRequest ===
+
+impl HeldRequest {
+    /// `sha256:<hex>` over the method, path, every header in order and the
+    /// body, each length-prefixed so no two requests encode alike. Stored at
+    /// hold time, shown to reviewers (an approval is bound to these exact
+    /// bytes) and checked again before the request is handed out.
+    pub fn hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        fn field(h: &mut Sha256, bytes: &[u8]) {
+            h.update(u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_be_bytes());
+            h.update(bytes);
+        }
+        let mut h = Sha256::new();
+        field(&mut h, self.method.as_bytes());
+        field(&mut h, self.path.as_bytes());
+        h.update(
+            u64::try_from(self.headers.len())
+                .unwrap_or(u64::MAX)
+                .to_be_bytes(),
+        );
+        for (name, value) in &self.headers {
+            field(&mut h, name.as_bytes());
+            field(&mut h, value);
+        }
+        field(&mut h, &self.body);
+        format!("sha256:{}", hex::encode(h.finalize()))
+    }
+}
+
+/// Everything needed to hold a request for review.
+#[derive(Debug, Clone)]
+pub struct NewReview {
+    /// Lets the caller pick the id first (e.g. to name it in the decision's
+    /// audit record); a fresh UUID v4 when `None`.
+    pub review_id: Option<uuid::Uuid>,
+    /// The API key name of the app whose call is held: the review's tenant.
+    pub owner: String,
+    /// The policy route name.
+    pub route: String,
+    /// The action type, e.g. `refund.create`.
+    pub action: String,
+    /// Why the decision asked for review, shown to the reviewer.
+    pub reason: String,
+    /// The audit record of the original decision.
+    pub record_id: Option<String>,
+    pub request: HeldRequest,
+}
+
+/// How a review ended, as seen by a waiter. `Expired` counts as rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    Approved,
+    Rejected,
+    Expired,
+}
+
+/// How a claimed forward ended, reported by the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForwardOutcome {
+    /// The upstream answered. Only the first [`MAX_STORED_UPSTREAM_BODY`]
+    /// bytes of the body are stored.
+    Done {
+        status: u16,
+        body: Bytes,
+        content_type: Option<String>,
+    },
+    /// The forward failed (connect error, timeout, ...). Whether the upstream
+    /// acted on it is unknown, so the review's forward becomes
+    /// `outcome_unknown` and is never retried.
+    Failed { error: String },
+}
+
+/// Who is looking: an app key sees only its own reviews, a `review`-scope
+/// key sees all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Viewer {
+    pub name: String,
+    pub sees_all: bool,
+}
+
+/// A review as the Review API shows it. Never carries the held headers or
+/// body: they may hold secrets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReviewView {
+    pub review_id: String,
+    pub status: ReviewStatus,
+    #[serde(serialize_with = "ser_time")]
+    pub created_at: SystemTime,
+    #[serde(serialize_with = "ser_time")]
+    pub expires_at: SystemTime,
+    pub route: String,
+    pub action: String,
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reviewer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "ser_opt_time"
+    )]
+    pub resolved_at: Option<SystemTime>,
+    pub forward: ForwardView,
+    pub request: RequestView,
+    /// The tenant, for the caller's audit records; not part of the JSON.
+    #[serde(skip)]
+    pub owner: String,
+}
+
+/// The forward part of a [`ReviewView`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ForwardView {
+    /// `not_started`, `started`, `done` or `outcome_unknown`.
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_status: Option<u16>,
+}
+
+/// The request part of a [`ReviewView`]: what was held, not its contents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RequestView {
+    pub method: String,
+    /// The path only: the query string is left out like the headers and
+    /// body, since it may carry secrets too.
+    pub path: String,
+    /// [`HeldRequest::hash`] of the held request: what an approval releases.
+    pub hash: String,
+}
+
+/// The upstream's answer to a forwarded review, as stored: at most
+/// [`MAX_STORED_UPSTREAM_BODY`] bytes of the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamResponse {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: Bytes,
+}
+
+/// Facts for `/health/detailed`, from memory (no database IO).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewsHealth {
+    pub pending: usize,
+    pub oldest_pending_age: Option<Duration>,
+    /// The sweeper's last storage error, cleared by its next good run.
+    pub last_error: Option<String>,
+}
+
+/// Why a review operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReviewError {
+    /// Unknown id (the Review API answers 404).
+    #[error("review not found")]
+    NotFound,
+    /// A second resolution (the Review API answers 409).
+    #[error("review is already {0}")]
+    AlreadyResolved(ReviewStatus),
+    /// The review expired before anyone resolved it (the Review API answers
+    /// 409); an expired review counts as rejected.
+    #[error("review expired before it was resolved")]
+    Expired,
+    /// `finish_forward` on a review whose forward is not in flight.
+    #[error("review forward is not in flight (it is {0})")]
+    NotForwarding(&'static str),
+    /// A stored held request no longer matches the hash taken when it was
+    /// held; it is not handed out.
+    #[error("held request of review {0} fails its integrity check")]
+    Corrupt(String),
+    /// The database failed. The text is for logs, not clients.
+    #[error("review storage failed: {0}")]
+    Storage(String),
+    /// [`Reviews::open`] was called outside a Tokio runtime.
+    #[error("the review store must be opened inside a tokio runtime")]
+    NoRuntime,
+}
+
+/// The review subsystem: cheap to clone, one per process.
+#[derive(Clone)]
+pub struct Reviews {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// std `Mutex`: locked only on blocking threads, never across an
+    /// `.await`. One connection serialises this process's writes; the
+    /// `IMMEDIATE` transactions inside serialise them with other processes.
+    store: Mutex<Store>,
+    ttl: Duration,
+    /// One `watch` channel per review somebody waits on. An entry lives while
+    /// it has receivers; a resolution is sent into it and never changes.
+    waiters: Mutex<HashMap<String, watch::Sender<Option<Resolution>>>>,
+    /// `(created_at, review_id)` of every stored pending review, so health
+    /// and the gauge need no database IO.
+    pending: Mutex<BTreeSet<(SystemTime, String)>>,
+    last_sweep_error: Mutex<Option<String>>,
+    /// Approvals that no live [`Reviews::wait`] took: the background
+    /// forwarder's queue. Unbounded: one short id per approval.
+    unattended_tx: mpsc::UnboundedSender<String>,
+    /// Taken once by [`Reviews::take_unattended_approvals`].
+    unattended_rx: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
+    metrics: Metrics,
+    /// Wakes the sweeper: a new deadline, or this `Inner` being dropped.
+    sweeper: Arc<Notify>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug)]
+struct Metrics {
+    held: Gauge,
+    resolutions: Family<OutcomeLabels, Counter>,
+    hold_duration: Histogram,
+}
+
+// === impl Reviews ===
+
+impl Reviews {
+    /// Opens the review tables in the SQLite file at `db_path` (shared with
+    /// other subsystems), turns any forward left `started` into
+    /// `outcome_unknown`, and starts the expiry sweeper, which stops when the
+    /// last clone is dropped. Blocking file IO: call it at start-up.
+    pub fn open(db_path: &Path, ttl: Duration) -> Result<Reviews, ReviewError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ReviewError::NoRuntime)?;
+        let (store, recovered) = Store::open(db_path)?;
+        for review_id in &recovered {
+            tracing::warn!(
+                review_id,
+                "forward was in flight when the process stopped: outcome unknown, not retried"
+            );
+        }
+        let pending: BTreeSet<(SystemTime, String)> = store.pending()?.into_iter().collect();
+        let metrics = Metrics::new();
+        metrics.held.set(gauge_value(pending.len()));
+        let (unattended_tx, unattended_rx) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            store: Mutex::new(store),
+            ttl,
+            waiters: Mutex::new(HashMap::new()),
+            pending: Mutex::new(pending),
+            last_sweep_error: Mutex::new(None),
+            unattended_tx,
+            unattended_rx: Mutex::new(Some(unattended_rx)),
+            metrics,
+            sweeper: Arc::new(Notify::new()),
+        });
+        runtime.spawn(sweep(Arc::downgrade(&inner), Arc::clone(&inner.sweeper)));
+        Ok(Reviews { inner })
+    }
+
+    /// Holds a request: stores a pending review, durable before it returns.
+    pub async fn create(&self, new: NewReview) -> Result<ReviewView, ReviewError> {
+        let review_id = new.review_id.unwrap_or_else(uuid::Uuid::new_v4).to_string();
+        let now = SystemTime::now();
+        let expires_at = now.checked_add(self.inner.ttl.min(MAX_TTL)).unwrap_or(now);
+        let row = on_store(&self.inner, move |s, inner| {
+            let row = s.insert(&review_id, now, expires_at, &new)?;
+            inner.created(&row);
+            Ok(row)
+        })
+        .await?;
+        Ok(view(&row, now))
+    }
+
+    /// Waits up to `timeout` for the review to be resolved. Returns at once
+    /// when it is resolved already, `None` on timeout.
+    ///
+    /// The held connection's wait decides who forwards: an approval that
+    /// wakes this wait is this caller's to forward (it is not queued for the
+    /// background); after `None`, or if this future is dropped, a later
+    /// approval goes to [`Reviews::take_unattended_approvals`] instead. In
+    /// every case [`Reviews::claim_forward`] stays the exactly-once gate.
+    pub async fn wait(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<Option<Resolution>, ReviewError> {
+        // Subscribe before reading, so a resolution between the read and the
+        // wait is still seen.
+        let mut sub = Subscription::new(&self.inner, id);
+        let row = self.load(id).await?.ok_or(ReviewError::NotFound)?;
+        let status = state::effective_status(row.status, row.expires_at, SystemTime::now());
+        if let Some(resolution) = Resolution::of(status) {
+            sub.delivered = true;
+            return Ok(Some(resolution));
+        }
+        let woken = tokio::time::timeout(timeout, sub.rx.wait_for(Option::is_some))
+            .await
+            .map(|r| r.map(|resolution| *resolution));
+        match woken {
+            Ok(Ok(resolution)) => {
+                sub.delivered = true;
+                Ok(resolution)
+            }
+            // The sender lives while we hold a receiver; read again anyway.
+            Ok(Err(_)) => {
+                let row = self.load(id).await?.ok_or(ReviewError::NotFound)?;
+                sub.delivered = true;
+                Ok(Resolution::of(state::effective_status(
+                    row.status,
+                    row.expires_at,
+                    SystemTime::now(),
+                )))
+            }
+            Err(_elapsed) => Ok(sub.give_up()),
+        }
+    }
+
+    /// A reviewer approves or rejects. Single use: a second resolution is
+    /// `AlreadyResolved`, and a review past its deadline is stored as expired
+    /// and answered with `Expired`. Wakes every waiter.
+    pub async fn resolve(
+        &self,
+        id: &str,
+        approve: bool,
+        reviewer: &str,
+        note: Option<String>,
+        now: SystemTime,
+    ) -> Result<ReviewView, ReviewError> {
+        let verdict = if approve {
+            Verdict::Approve
+        } else {
+            Verdict::Reject
+        };
+        let (review_id, reviewer_name) = (id.to_string(), reviewer.to_string());
+        let resolved = on_store(&self.inner, move |s, inner| {
+            let resolved = s.resolve(&review_id, verdict, &reviewer_name, note.as_deref(), now)?;
+            match &resolved {
+                Resolved::Stored(row) => {
+                    tracing::info!(review_id = %row.review_id, status = %row.status, reviewer = %reviewer_name, "review resolved");
+                    inner.resolved(row);
+                }
+                Resolved::ExpiredNow(row) => {
+                    tracing::info!(review_id = %row.review_id, "review expired");
+                    inner.resolved(row);
+                }
+            }
+            Ok(resolved)
+        })
+        .await?;
+        match resolved {
+            Resolved::Stored(row) => Ok(view(&row, now)),
+            Resolved::ExpiredNow(_) => Err(ReviewError::Expired),
+        }
+    }
+
+    /// Claims the forward of an approved review: returns the held request
+    /// exactly once, `None` when it is not approved or was claimed before.
+    ///
+    /// Run the claim, the forward and [`Reviews::finish_forward`] in a
+    /// spawned task: if this future is dropped after the claim committed, the
+    /// request is lost to forwarding (it stays `started`, and becomes
+    /// `outcome_unknown` at the next start).
+    pub async fn claim_forward(&self, id: &str) -> Result<Option<HeldRequest>, ReviewError> {
+        let review_id = id.to_string();
+        on_store(&self.inner, move |s, _| {
+            s.claim(&review_id, SystemTime::now())
+        })
+        .await
+    }
+
+    /// Records how a claimed forward ended.
+    pub async fn finish_forward(
+        &self,
+        id: &str,
+        outcome: ForwardOutcome,
+    ) -> Result<(), ReviewError> {
+        if let ForwardOutcome::Failed { error } = &outcome {
+            tracing::warn!(
+                review_id = id,
+                error,
+                "forward of an approved review failed; not retried"
+            );
+        }
+        let review_id = id.to_string();
+        on_store(&self.inner, move |s, _| {
+            s.finish(&review_id, &outcome, SystemTime::now())
+        })
+        .await
+    }
+
+    /// One review, or `None` when it is unknown or not `viewer`'s.
+    pub async fn get(&self, id: &str, viewer: &Viewer) -> Result<Option<ReviewView>, ReviewError> {
+        let row = self.load(id).await?;
+        let now = SystemTime::now();
+        Ok(row.filter(|r| viewer.sees(&r.owner)).map(|r| view(&r, now)))
+    }
+
+    /// The stored upstream answer of a review whose forward is done, so an
+    /// app that got `202` can fetch the result of its held call; `None` when
+    /// unknown, not `viewer`'s, or not forwarded (yet).
+    pub async fn upstream_response(
+        &self,
+        id: &str,
+        viewer: &Viewer,
+    ) -> Result<Option<UpstreamResponse>, ReviewError> {
+        let review_id = id.to_string();
+        let found = on_store(&self.inner, move |s, _| s.upstream(&review_id)).await?;
+        Ok(found.and_then(|(owner, response)| viewer.sees(&owner).then_some(response)))
+    }
+
+    /// Reviews `viewer` may see, with the given status (as of now) or any.
+    /// Pending ones come oldest first, all others newest first; at most
+    /// `limit` (capped at [`MAX_LIST_LIMIT`]).
+    pub async fn list(
+        &self,
+        status: Option<ReviewStatus>,
+        viewer: &Viewer,
+        limit: usize,
+    ) -> Result<Vec<ReviewView>, ReviewError> {
+        let owner = (!viewer.sees_all).then(|| viewer.name.clone());
+        let limit = limit.min(MAX_LIST_LIMIT);
+        let now = SystemTime::now();
+        let rows = on_store(&self.inner, move |s, _| {
+            s.list(status, owner.as_deref(), now, limit)
+        })
+        .await?;
+        Ok(rows.iter().map(|r| view(r, now)).collect())
+    }
+
+    /// Pending count and the age of the oldest, from memory.
+    pub fn health(&self) -> ReviewsHealth {
+        let (pending, oldest) = {
+            let pending = lock(&self.inner.pending);
+            (pending.len(), pending.first().map(|(t, _)| *t))
+        };
+        ReviewsHealth {
+            pending,
+            oldest_pending_age: oldest
+                .map(|t| SystemTime::now().duration_since(t).unwrap_or_default()),
+            last_error: lock(&self.inner.last_sweep_error).clone(),
+        }
+    }
+
+    /// Registers `verdict_review_held_requests` (gauge),
+    /// `verdict_review_resolutions_total{outcome}` and
+    /// `verdict_review_hold_duration_seconds`.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        let m = &self.inner.metrics;
+        registry.register(
+            "verdict_review_held_requests",
+            "Requests held for review and still pending",
+            m.held.clone(),
+        );
+        registry.register(
+            "verdict_review_resolutions",
+            "Review resolutions by outcome (approved, rejected, expired)",
+            m.resolutions.clone(),
+        );
+        registry.register(
+            "verdict_review_hold_duration_seconds",
+            "Time from holding a request to its resolution",
+            m.hold_duration.clone(),
+        );
+    }
+
+    /// The queue of approvals that no held connection will forward: the
+    /// review's hold timed out (or its connection went away, or it was
+    /// pending across a restart) before a reviewer approved it. The
+    /// background forwarder drains it. `Some` only on the first call.
+    pub fn take_unattended_approvals(&self) -> Option<mpsc::UnboundedReceiver<String>> {
+        lock(&self.inner.unattended_rx).take()
+    }
+
+    /// Approved reviews whose forward nobody has claimed, oldest approval
+    /// first: the proxy forwards these in the background (approved after
+    /// the hold timed out, or before a restart).
+    pub async fn approved_unforwarded(&self) -> Result<Vec<String>, ReviewError> {
+        on_store(&self.inner, |s, _| s.approved_unforwarded()).await
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<Row>, ReviewError> {
+        let review_id = id.to_string();
+        on_store(&self.inner, move |s, _| s.get(&review_id)).await
+    }
+}
+
+impl std::fmt::Debug for Reviews {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reviews")
+            .field("ttl", &self.inner.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl crate::health::Component for Reviews {
+    fn name(&self) -> &'static str {
+        "reviews"
+    }
+
+    fn report(&self) -> crate::health::Report {
+        use crate::health::{Report, Status};
+        let h = self.health();
+        let status = if h.last_error.is_some() {
+            Status::Degraded
+        } else {
+            Status::Ok
+        };
+        let mut report = Report::new(status).fact("pending", h.pending);
+        if let Some(age) = h.oldest_pending_age {
+            report = report.fact("oldest_pending_age_s", age.as_secs());
+        }
+        if let Some(err) = h.last_error {
+            report = report.fact("last_error", err);
+        }
+        report
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    /// Bookkeeping after a new review is stored.
+    fn created(&self, row: &Row) {
+        {
+            let mut pending = lock(&self.pending);
+            pending.insert((row.created_at, row.review_id.clone()));
+            self.metrics.held.set(gauge_value(pending.len()));
+        }
+        // The new deadline may be the next one.
+        self.sweeper.notify_one();
+        tracing::info!(review_id = %row.review_id, owner = %row.owner, route = %row.route, "request held for review");
+    }
+
+    /// Bookkeeping after a review left `pending` (resolved or expired):
+    /// health, metrics, and waking its waiters.
+    fn resolved(&self, row: &Row) {
+        let Some(resolution) = Resolution::of(row.status) else {
+            return;
+        };
+        {
+            let mut pending = lock(&self.pending);
+            pending.remove(&(row.created_at, row.review_id.clone()));
+            self.metrics.held.set(gauge_value(pending.len()));
+        }
+        self.metrics
+            .resolutions
+            .get_or_create(&OutcomeLabels {
+                outcome: row.status.as_str().to_string(),
+            })
+            .inc();
+        if let Some(at) = row.resolved_at {
+            let held = at.duration_since(row.created_at).unwrap_or_default();
+            self.metrics.hold_duration.observe(held.as_secs_f64());
+        }
+        let attended = match lock(&self.waiters).get(&row.review_id) {
+            Some(tx) if tx.receiver_count() > 0 => {
+                tx.send_replace(Some(resolution));
+                true
+            }
+            _ => false,
+        };
+        if resolution.is_approved() && !attended {
+            self.unattended(&row.review_id);
+        }
+    }
+
+    /// Queues an approval that no held connection will forward.
+    fn unattended(&self, review_id: &str) {
+        tracing::debug!(
+            review_id,
+            "approved with no held connection waiting: queued for the background forwarder"
+        );
+        // Fails only when the receiver was dropped: then nobody forwards in
+        // the background, and `approved_unforwarded` still lists it.
+        let _ = self.unattended_tx.send(review_id.to_string());
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Lets the sweeper see that it is alone and stop.
+        self.sweeper.notify_one();
+    }
+}
+
+/// Runs `f` on the store on a blocking thread.
+///
+/// `f` also gets the in-memory state, so bookkeeping that must follow a
+/// commit (waking waiters, health, metrics) happens on that same thread:
+/// a blocking task runs to the end even when the caller's future is dropped
+/// (a reviewer hanging up mid-approve must still wake the held request).
+async fn on_store<T, F>(inner: &Arc<Inner>, f: F) -> Result<T, ReviewError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Store, &Inner) -> Result<T, ReviewError> + Send + 'static,
+{
+    let inner = Arc::clone(inner);
+    // Lock order: `store` first, then `pending` or `waiters`; nothing
+    // takes `store` while holding either of those.
+    tokio::task::spawn_blocking(move || f(&mut lock(&inner.store), &inner))
+        .await
+        .map_err(|e| ReviewError::Storage(format!("storage task failed: {e}")))?
+}
+
+/// The expiry sweeper: expires every pending review at its deadline and
+/// wakes its waiters, then sleeps until the next deadline (or a new review).
+/// Holds only a `Weak`, so it stops once every [`Reviews`] is dropped.
+async fn sweep(inner: Weak<Inner>, wake: Arc<Notify>) {
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let swept = on_store(&strong, |s, inner| {
+            let (expired, next) = s.expire_due(SystemTime::now())?;
+            for row in &expired {
+                tracing::info!(review_id = %row.review_id, "review expired");
+                inner.resolved(row);
+            }
+            Ok(next)
+        })
+        .await;
+        let pause = match swept {
+            Ok(next) => {
+                *lock(&strong.last_sweep_error) = None;
+                next.map_or(MAX_SWEEP_INTERVAL, |t| {
+                    t.duration_since(SystemTime::now())
+                        .unwrap_or_default()
+                        .min(MAX_SWEEP_INTERVAL)
+                })
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "review expiry sweep failed");
+                *lock(&strong.last_sweep_error) = Some(e.to_string());
+                SWEEP_RETRY
+            }
+        };
+        drop(strong);
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = wake.notified() => {}
+        }
+    }
+}
+
+/// A waiter's receiver. Whether a waiter or the background forwarder owns
+/// an approval is decided under the `waiters` lock: an approval sent to a
+/// live receiver belongs to it, and a receiver that leaves without taking
+/// the approval sent to it passes it on to the unattended queue.
+struct Subscription {
+    inner: Arc<Inner>,
+    id: String,
+    rx: watch::Receiver<Option<Resolution>>,
+    /// The caller got the resolution, so it owns an approval's forward.
+    delivered: bool,
+}
+
+impl Subscription {
+    fn new(inner: &Arc<Inner>, id: &str) -> Subscription {
+        let rx = lock(&inner.waiters)
+            .entry(id.to_string())
+            .or_insert_with(|| watch::channel(None).0)
+            .subscribe();
+        Subscription {
+            inner: Arc::clone(inner),
+            id: id.to_string(),
+            rx,
+            delivered: false,
+        }
+    }
+
+    /// Ends the wait at its timeout: takes a resolution that raced in, or
+    /// unsubscribes so that a later approval goes to the unattended queue.
+    fn give_up(&mut self) -> Option<Resolution> {
+        let mut waiters = lock(&self.inner.waiters);
+        let current = *self.rx.borrow();
+        if current.is_some() {
+            self.delivered = true;
+            return current;
+        }
+        drop(std::mem::replace(&mut self.rx, watch::channel(None).1));
+        if waiters
+            .get(&self.id)
+            .is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            waiters.remove(&self.id);
+        }
+        None
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut waiters = lock(&self.inner.waiters);
+        // An approval was sent to us (so nobody queued it) but the caller
+        // never saw it: its future was dropped, e.g. the client hung up.
+        let stranded = !self.delivered && *self.rx.borrow() == Some(Resolution::Approved);
+        drop(std::mem::replace(&mut self.rx, watch::channel(None).1));
+        let alone = waiters
+            .get(&self.id)
+            .map_or(true, |tx| tx.receiver_count() == 0);
+        if alone {
+            waiters.remove(&self.id);
+        }
+        drop(waiters);
+        if stranded && alone {
+            self.inner.unattended(&self.id);
+        }
+    }
+}
+
+// === impl Resolution ===
+
+impl Resolution {
+    /// The resolution a status stands for; `None` while pending.
+    pub fn of(status: ReviewStatus) -> Option<Resolution> {
+        match status {
+            ReviewStatus::Pending => None,
+            ReviewStatus::Approved => Some(Resolution::Approved),
+            ReviewStatus::Rejected => Some(Resolution::Rejected),
+            ReviewStatus::Expired => Some(Resolution::Expired),
+        }
+    }
+
+    pub fn is_approved(self) -> bool {
+        self == Resolution::Approved
+    }
+}
+
+// === impl Viewer ===
+
+impl Viewer {
+    /// Whether this viewer may see a review held for `owner`.
+    pub fn sees(&self, owner: &str) -> bool {
+        self.sees_all || self.name == owner
+    }
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    fn new() -> Metrics {
+        Metrics {
+            held: Gauge::default(),
+            resolutions: Family::default(),
+            // 1 s to about 18 h, by factors of 4.
+            hold_duration: Histogram::new(exponential_buckets(1.0, 4.0, 9)),
+        }
+    }
+}
+
+// === impl ReviewError ===
+
+impl From<rusqlite::Error> for ReviewError {
+    fn from(e: rusqlite::Error) -> ReviewError {
+        ReviewError::Storage(e.to_string())
+    }
+}
+
+impl From<ReviewError> for crate::error::ApiError {
+    fn from(e: ReviewError) -> crate::error::ApiError {
+        use crate::error::ApiError;
+        match e {
+            ReviewError::NotFound => ApiError::NotFound(e.to_string()),
+            ReviewError::AlreadyResolved(_) | ReviewError::Expired => {
+                ApiError::Conflict(e.to_string())
+            }
+            ReviewError::NotForwarding(_)
+            | ReviewError::Corrupt(_)
+            | ReviewError::Storage(_)
+            | ReviewError::NoRuntime => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+/// The view of a stored row at `now`: a pending review past its deadline
+/// reads as expired (at its deadline) before the sweeper writes it down.
+fn view(row: &Row, now: SystemTime) -> ReviewView {
+    let status = state::effective_status(row.status, row.expires_at, now);
+    let resolved_at = match (row.resolved_at, status) {
+        (None, ReviewStatus::Expired) => Some(row.expires_at),
+        (at, _) => at,
+    };
+    ReviewView {
+        review_id: row.review_id.clone(),
+        status,
+        created_at: row.created_at,
+        expires_at: row.expires_at,
+        route: row.route.clone(),
+        action: row.action.clone(),
+        reason: row.reason.clone(),
+        record_id: row.record_id.clone(),
+        reviewer: row.reviewer.clone(),
+        note: row.note.clone(),
+        resolved_at,
+        forward: ForwardView {
+            state: row.forward.as_str(),
+            upstream_status: match row.forward {
+                ForwardState::Done { status } => Some(status),
+                _ => None,
+            },
+        },
+        request: RequestView {
+            method: row.method.clone(),
+            // INVARIANT: no query string, which may carry secrets too.
+            path: row.path.split('?').next().unwrap_or_default().to_string(),
+            hash: row.request_hash.clone(),
+        },
+        owner: row.owner.clone(),
+    }
+}
+
+/// RFC 3339 UTC, e.g. `2026-11-22T21:30:00.123456Z`. An error (not the
+/// panic of `OffsetDateTime::from`) for times outside years 1..=9999.
+fn rfc3339(t: SystemTime) -> Result<String, String> {
+    let nanos = match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => i128::try_from(d.as_nanos()).unwrap_or(i128::MAX),
+        Err(before) => i128::try_from(before.duration().as_nanos()).map_or(i128::MIN, |n| -n),
+    };
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .map_err(|e| e.to_string())?
+        .format(&time::format_description::well_known::Rfc3339)
+        .map_err(|e| e.to_string())
+}
+
+fn ser_time<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    let text = rfc3339(*t).map_err(serde::ser::Error::custom)?;
+    s.serialize_str(&text)
+}
+
+fn ser_opt_time<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => ser_time(t, s),
+        None => s.serialize_none(),
+    }
+}
+
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Locks, ignoring poisoning: a panic elsewhere cannot leave these maps or
+/// the connection half-updated in a harmful way (a transaction that did not
+/// commit rolls back when dropped).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

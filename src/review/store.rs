@@ -1,0 +1,590 @@
+//! SQLite storage for reviews and their held requests: synchronous, called
+//! only from blocking threads by the async shell in [`super`].
+//!
+//! The exactly-once forward promise rests on this file. Every change runs in
+//! an `IMMEDIATE` transaction (the write lock is taken before the row is read,
+//! so two claims can never both see `not_started`), the pure transition in
+//! [`super::state`] decides whether the change is allowed, and the connection
+//! runs with `synchronous=FULL` so a commit is on disk before the caller is
+//! answered. The database file is shared with other subsystems, so every
+//! table here is prefixed `review_` and nothing outside those tables is
+//! touched (not even `user_version`).
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, Type, ValueRef};
+use rusqlite::{named_params, params, Connection, OptionalExtension, ToSql, TransactionBehavior};
+
+use super::state::{self, ForwardEnd, ForwardState, ReviewStatus, Verdict};
+use super::{
+    ForwardOutcome, HeldRequest, NewReview, ReviewError, UpstreamResponse, MAX_STORED_UPSTREAM_BODY,
+};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS review_reviews (
+    review_id             TEXT PRIMARY KEY NOT NULL,
+    created_at            INTEGER NOT NULL,  -- unix microseconds
+    expires_at            INTEGER NOT NULL,
+    owner                 TEXT NOT NULL,     -- API key name of the held app
+    route                 TEXT NOT NULL,
+    action                TEXT NOT NULL,
+    reason                TEXT NOT NULL,
+    record_id             TEXT,              -- audit record of the decision
+    req_method            TEXT NOT NULL,
+    req_path              TEXT NOT NULL,     -- path and query
+    req_body              BLOB NOT NULL,
+    req_hash              TEXT NOT NULL,     -- HeldRequest::hash, checked on claim
+    status                TEXT NOT NULL
+        CHECK (status IN ('pending', 'approved', 'rejected', 'expired')),
+    reviewer              TEXT,
+    note                  TEXT,
+    resolved_at           INTEGER,
+    forward_state         TEXT NOT NULL DEFAULT 'not_started'
+        CHECK (forward_state IN ('not_started', 'started', 'done', 'outcome_unknown')),
+    forward_started_at    INTEGER,
+    forward_finished_at   INTEGER,
+    forward_error         TEXT,
+    upstream_status       INTEGER,
+    upstream_body         BLOB,              -- first 64 KiB only
+    upstream_content_type TEXT
+) STRICT;
+CREATE INDEX IF NOT EXISTS review_reviews_status_created
+    ON review_reviews (status, created_at);
+CREATE INDEX IF NOT EXISTS review_reviews_owner_created
+    ON review_reviews (owner, created_at);
+CREATE TABLE IF NOT EXISTS review_request_headers (
+    review_id TEXT NOT NULL REFERENCES review_reviews (review_id) ON DELETE CASCADE,
+    position  INTEGER NOT NULL,              -- order as received
+    name      TEXT NOT NULL,
+    value     BLOB NOT NULL,
+    PRIMARY KEY (review_id, position)
+) STRICT;
+";
+
+/// Every column of a review except the held headers and body, in the order
+/// [`Row::read`] expects.
+const COLUMNS: &str = "review_id, created_at, expires_at, owner, route, action, reason, \
+     record_id, req_method, req_path, status, reviewer, note, resolved_at, forward_state, \
+     upstream_status, req_hash";
+
+/// One stored review, without the held headers and body (which only a
+/// forward claim reads, so they never travel into views by accident).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Row {
+    pub review_id: String,
+    pub created_at: SystemTime,
+    pub expires_at: SystemTime,
+    pub owner: String,
+    pub route: String,
+    pub action: String,
+    pub reason: String,
+    pub record_id: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub request_hash: String,
+    pub status: ReviewStatus,
+    pub reviewer: Option<String>,
+    pub note: Option<String>,
+    pub resolved_at: Option<SystemTime>,
+    pub forward: ForwardState,
+}
+
+/// What a resolve call did.
+#[derive(Debug)]
+pub(super) enum Resolved {
+    /// The reviewer's verdict is stored; the row as it is now.
+    Stored(Row),
+    /// The review was pending past its deadline: it is stored as expired now
+    /// and the verdict is refused.
+    ExpiredNow(Row),
+}
+
+/// The open database connection.
+#[derive(Debug)]
+pub(super) struct Store {
+    conn: Connection,
+}
+
+// === impl Store ===
+
+impl Store {
+    /// Opens (or creates) the review tables in the file at `path`, and turns
+    /// every forward left `started` by a previous process into
+    /// `outcome_unknown`. Returns the store and the ids it recovered.
+    pub fn open(path: &Path) -> Result<(Store, Vec<String>), ReviewError> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        // WAL is a property of the file; `synchronous` and `foreign_keys`
+        // are per connection, and this connection only touches review tables.
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(ReviewError::Storage(format!(
+                "cannot enable WAL mode (got {mode})"
+            )));
+        }
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.execute_batch(SCHEMA)?;
+        let mut store = Store { conn };
+        let recovered = store.recover()?;
+        Ok((store, recovered))
+    }
+
+    fn recover(&mut self) -> Result<Vec<String>, ReviewError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let ids: Vec<String> = {
+            let mut stmt =
+                tx.prepare("SELECT review_id FROM review_reviews WHERE forward_state = 'started'")?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let to = state::recover(ForwardState::Started);
+        for id in &ids {
+            tx.execute(
+                "UPDATE review_reviews SET forward_state = ?2, forward_error = ?3 \
+                 WHERE review_id = ?1 AND forward_state = 'started'",
+                params![
+                    id,
+                    to,
+                    "the process stopped while the forward was in flight"
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(ids)
+    }
+
+    /// Stores a new pending review and its held request in one transaction.
+    pub fn insert(
+        &mut self,
+        review_id: &str,
+        created_at: SystemTime,
+        expires_at: SystemTime,
+        new: &NewReview,
+    ) -> Result<Row, ReviewError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, action, \
+             reason, record_id, req_method, req_path, req_body, req_hash, status, forward_state) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+            params![
+                review_id,
+                micros(created_at),
+                micros(expires_at),
+                new.owner,
+                new.route,
+                new.action,
+                new.reason,
+                new.record_id,
+                new.request.method,
+                new.request.path,
+                new.request.body.as_ref(),
+                new.request.hash(),
+                ReviewStatus::Pending,
+                ForwardState::NotStarted,
+            ],
+        )?;
+        {
+            let mut stmt = tx.prepare(
+                "INSERT INTO review_request_headers (review_id, position, name, value) \
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for (position, (name, value)) in new.request.headers.iter().enumerate() {
+                let position = i64::try_from(position).unwrap_or(i64::MAX);
+                stmt.execute(params![review_id, position, name, value.as_ref()])?;
+            }
+        }
+        let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
+        tx.commit()?;
+        Ok(row)
+    }
+
+    pub fn get(&self, review_id: &str) -> Result<Option<Row>, ReviewError> {
+        load(&self.conn, review_id)
+    }
+
+    /// Reviews whose status *at `now`* is `status` (any when `None`), of
+    /// `owner` only when given. Pending ones come oldest first (the queue a
+    /// reviewer works through); every other listing comes newest first.
+    pub fn list(
+        &self,
+        status: Option<ReviewStatus>,
+        owner: Option<&str>,
+        now: SystemTime,
+        limit: usize,
+    ) -> Result<Vec<Row>, ReviewError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM review_reviews \
+             WHERE (:owner IS NULL OR owner = :owner) \
+               AND (:status IS NULL \
+                 OR (:status = 'pending' AND status = 'pending' AND expires_at > :now) \
+                 OR (:status = 'expired' AND (status = 'expired' \
+                      OR (status = 'pending' AND expires_at <= :now))) \
+                 OR (:status IN ('approved', 'rejected') AND status = :status)) \
+             ORDER BY CASE WHEN :status = 'pending' THEN created_at ELSE -created_at END, \
+                      review_id \
+             LIMIT :limit"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(
+            named_params! {
+                ":owner": owner,
+                ":status": status,
+                ":now": micros(now),
+                ":limit": i64::try_from(limit).unwrap_or(i64::MAX),
+            },
+            Row::read,
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Applies a reviewer's verdict, or stores the expiry that refuses it.
+    pub fn resolve(
+        &mut self,
+        review_id: &str,
+        verdict: Verdict,
+        reviewer: &str,
+        note: Option<&str>,
+        now: SystemTime,
+    ) -> Result<Resolved, ReviewError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
+        match state::resolve(row.status, row.expires_at, now, verdict) {
+            Ok(to) => {
+                tx.execute(
+                    "UPDATE review_reviews SET status = ?2, reviewer = ?3, note = ?4, resolved_at = ?5 \
+                     WHERE review_id = ?1 AND status = 'pending'",
+                    params![review_id, to, reviewer, note, micros(now)],
+                )?;
+                let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
+                tx.commit()?;
+                Ok(Resolved::Stored(row))
+            }
+            Err(state::ResolveRefusal::Expired) if row.status == ReviewStatus::Pending => {
+                mark_expired(&tx, &row)?;
+                let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
+                tx.commit()?;
+                Ok(Resolved::ExpiredNow(row))
+            }
+            Err(state::ResolveRefusal::Expired) => Err(ReviewError::Expired),
+            Err(state::ResolveRefusal::AlreadyResolved(status)) => {
+                Err(ReviewError::AlreadyResolved(status))
+            }
+        }
+    }
+
+    /// Claims the forward of an approved review: returns the held request the
+    /// one time the claim succeeds, `None` every other time.
+    pub fn claim(
+        &mut self,
+        review_id: &str,
+        now: SystemTime,
+    ) -> Result<Option<HeldRequest>, ReviewError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
+        let to = match state::claim(row.status, row.forward) {
+            Ok(to) => to,
+            Err(refusal) => {
+                tracing::debug!(review_id, ?refusal, "forward claim refused");
+                return Ok(None);
+            }
+        };
+        // INVARIANT: the guard on `forward_state` repeats the transition's
+        // precondition, so even a bug above could not claim twice.
+        let changed = tx.execute(
+            "UPDATE review_reviews SET forward_state = ?2, forward_started_at = ?3 \
+             WHERE review_id = ?1 AND status = 'approved' AND forward_state = 'not_started'",
+            params![review_id, to, micros(now)],
+        )?;
+        if changed != 1 {
+            return Ok(None);
+        }
+        let (method, path, body): (String, String, Vec<u8>) = tx.query_row(
+            "SELECT req_method, req_path, req_body FROM review_reviews WHERE review_id = ?1",
+            [review_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        let headers = {
+            let mut stmt = tx.prepare(
+                "SELECT name, value FROM review_request_headers WHERE review_id = ?1 ORDER BY position",
+            )?;
+            let rows = stmt.query_map([review_id], |r| {
+                Ok((r.get::<_, String>(0)?, Bytes::from(r.get::<_, Vec<u8>>(1)?)))
+            })?;
+            rows.collect::<Result<Vec<_>, _>>()?
+        };
+        let request = HeldRequest {
+            method,
+            path,
+            headers,
+            body: Bytes::from(body),
+        };
+        if request.hash() != row.request_hash {
+            // Dropping `tx` rolls the claim back: corrupt bytes are never
+            // forwarded, and the review stays approved for an operator.
+            tracing::error!(
+                review_id,
+                "held request fails its integrity check; not forwarded"
+            );
+            return Err(ReviewError::Corrupt(review_id.to_string()));
+        }
+        tx.commit()?;
+        Ok(Some(request))
+    }
+
+    /// Records how a claimed forward ended.
+    pub fn finish(
+        &mut self,
+        review_id: &str,
+        outcome: &ForwardOutcome,
+        now: SystemTime,
+    ) -> Result<(), ReviewError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
+        let end = match outcome {
+            ForwardOutcome::Done { status, .. } => ForwardEnd::Done { status: *status },
+            ForwardOutcome::Failed { .. } => ForwardEnd::Failed,
+        };
+        let to = state::finish(row.forward, end)
+            .map_err(|r| ReviewError::NotForwarding(r.0.as_str()))?;
+        match outcome {
+            ForwardOutcome::Done {
+                status,
+                body,
+                content_type,
+            } => {
+                let capped = &body[..body.len().min(MAX_STORED_UPSTREAM_BODY)];
+                tx.execute(
+                    "UPDATE review_reviews SET forward_state = ?2, forward_finished_at = ?3, \
+                     upstream_status = ?4, upstream_body = ?5, upstream_content_type = ?6 \
+                     WHERE review_id = ?1 AND forward_state = 'started'",
+                    params![review_id, to, micros(now), status, capped, content_type],
+                )?;
+            }
+            ForwardOutcome::Failed { error } => {
+                tx.execute(
+                    "UPDATE review_reviews SET forward_state = ?2, forward_finished_at = ?3, \
+                     forward_error = ?4 WHERE review_id = ?1 AND forward_state = 'started'",
+                    params![review_id, to, micros(now), error],
+                )?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Stores every pending review at or past its deadline as expired.
+    /// Returns those rows and the earliest deadline still pending.
+    pub fn expire_due(
+        &mut self,
+        now: SystemTime,
+    ) -> Result<(Vec<Row>, Option<SystemTime>), ReviewError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let due: Vec<Row> = {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {COLUMNS} FROM review_reviews \
+                 WHERE status = 'pending' AND expires_at <= ?1 ORDER BY expires_at"
+            ))?;
+            let rows = stmt.query_map([micros(now)], Row::read)?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut expired = Vec::with_capacity(due.len());
+        for row in due {
+            if state::expire(row.status, row.expires_at, now).is_some() {
+                mark_expired(&tx, &row)?;
+                if let Some(row) = load(&tx, &row.review_id)? {
+                    expired.push(row);
+                }
+            }
+        }
+        let next: Option<i64> = tx.query_row(
+            "SELECT MIN(expires_at) FROM review_reviews WHERE status = 'pending'",
+            [],
+            |r| r.get(0),
+        )?;
+        tx.commit()?;
+        Ok((expired, next.map(from_micros)))
+    }
+
+    /// The owner and the stored upstream answer of a review whose forward
+    /// is done; `None` otherwise.
+    pub fn upstream(
+        &self,
+        review_id: &str,
+    ) -> Result<Option<(String, UpstreamResponse)>, ReviewError> {
+        let found = self
+            .conn
+            .query_row(
+                "SELECT owner, upstream_status, upstream_content_type, upstream_body \
+                 FROM review_reviews WHERE review_id = ?1 AND forward_state = 'done'",
+                [review_id],
+                |r| {
+                    let status: i64 = r.get(1)?;
+                    let status = u16::try_from(status)
+                        .map_err(|e| corrupt(1, Type::Integer, e.to_string()))?;
+                    let body: Option<Vec<u8>> = r.get(3)?;
+                    let response = UpstreamResponse {
+                        status,
+                        content_type: r.get(2)?,
+                        body: Bytes::from(body.unwrap_or_default()),
+                    };
+                    Ok((r.get::<_, String>(0)?, response))
+                },
+            )
+            .optional()?;
+        Ok(found)
+    }
+
+    /// `(created_at, review_id)` of every review stored as pending.
+    pub fn pending(&self) -> Result<Vec<(SystemTime, String)>, ReviewError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT created_at, review_id FROM review_reviews WHERE status = 'pending'")?;
+        let rows = stmt.query_map([], |r| Ok((from_micros(r.get(0)?), r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Approved reviews nobody has claimed the forward of, oldest approval first.
+    pub fn approved_unforwarded(&self) -> Result<Vec<String>, ReviewError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT review_id FROM review_reviews \
+             WHERE status = 'approved' AND forward_state = 'not_started' \
+             ORDER BY resolved_at, review_id",
+        )?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+fn load(conn: &Connection, review_id: &str) -> Result<Option<Row>, ReviewError> {
+    let sql = format!("SELECT {COLUMNS} FROM review_reviews WHERE review_id = ?1");
+    Ok(conn.query_row(&sql, [review_id], Row::read).optional()?)
+}
+
+/// Stores a pending review as expired; it expired at its deadline.
+fn mark_expired(conn: &Connection, row: &Row) -> Result<(), ReviewError> {
+    conn.execute(
+        "UPDATE review_reviews SET status = ?2, resolved_at = ?3 \
+         WHERE review_id = ?1 AND status = 'pending'",
+        params![row.review_id, ReviewStatus::Expired, micros(row.expires_at)],
+    )?;
+    Ok(())
+}
+
+// === impl Row ===
+
+impl Row {
+    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+        let forward_name: String = r.get(14)?;
+        let upstream_status: Option<i64> = r.get(15)?;
+        let upstream_status = upstream_status
+            .map(|s| u16::try_from(s).map_err(|e| corrupt(15, Type::Integer, e.to_string())))
+            .transpose()?;
+        let forward = ForwardState::parse(&forward_name, upstream_status).ok_or_else(|| {
+            corrupt(
+                14,
+                Type::Text,
+                format!("bad forward state {forward_name:?}"),
+            )
+        })?;
+        Ok(Row {
+            review_id: r.get(0)?,
+            created_at: from_micros(r.get(1)?),
+            expires_at: from_micros(r.get(2)?),
+            owner: r.get(3)?,
+            route: r.get(4)?,
+            action: r.get(5)?,
+            reason: r.get(6)?,
+            record_id: r.get(7)?,
+            method: r.get(8)?,
+            path: r.get(9)?,
+            status: r.get(10)?,
+            reviewer: r.get(11)?,
+            note: r.get(12)?,
+            resolved_at: r.get::<_, Option<i64>>(13)?.map(from_micros),
+            forward,
+            request_hash: r.get(16)?,
+        })
+    }
+}
+
+fn corrupt(column: usize, ty: Type, message: String) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(column, ty, message.into())
+}
+
+// === SQL conversions ===
+
+impl ToSql for ReviewStatus {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+impl FromSql for ReviewStatus {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        let s = value.as_str()?;
+        ReviewStatus::parse(s)
+            .ok_or_else(|| FromSqlError::Other(format!("bad review status {s:?}").into()))
+    }
+}
+
+/// Only the name: the upstream status has its own column.
+impl ToSql for ForwardState {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+/// Unix microseconds, saturating; times before 1970 are stored as 0.
+pub(super) fn micros(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+pub(super) fn from_micros(us: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_micros(u64::try_from(us).unwrap_or(0))
+}
+
+#[cfg(test)]
+pub(super) mod tests_support {
+    use super::Store;
+
+    /// Flips the stored body of a review, as a disk error might.
+    pub fn corrupt_body(store: &Store, review_id: &str) {
+        store
+            .conn
+            .execute(
+                "UPDATE review_reviews SET req_body = ?2 WHERE review_id = ?1",
+                rusqlite::params![review_id, b"{\"amount\":9000}".as_slice()],
+            )
+            .unwrap();
+    }
+
+    /// How many upstream body bytes are stored for a review.
+    pub fn upstream_body_len(store: &Store, review_id: &str) -> usize {
+        let len: i64 = store
+            .conn
+            .query_row(
+                "SELECT length(upstream_body) FROM review_reviews WHERE review_id = ?1",
+                [review_id],
+                |r| r.get(0),
+            )
+            .unwrap();
+        usize::try_from(len).unwrap()
+    }
+}

@@ -1,0 +1,806 @@
+//! The async shell against a real SQLite file in a temp dir: the hold
+//! workflow end to end, restarts, expiry, tenants and racing claims.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use tempfile::TempDir;
+
+use super::*;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn db(dir: &TempDir) -> std::path::PathBuf {
+    dir.path().join("verdict.db")
+}
+
+fn held() -> HeldRequest {
+    HeldRequest {
+        method: "POST".into(),
+        path: "/api/orders/7/refunds?dry=0".into(),
+        headers: vec![
+            (
+                "content-type".into(),
+                Bytes::from_static(b"application/json"),
+            ),
+            ("x-opaque".into(), Bytes::from_static(b"\xff\x00raw")),
+            ("x-dup".into(), Bytes::from_static(b"1")),
+            ("x-dup".into(), Bytes::from_static(b"2")),
+        ],
+        body: Bytes::from_static(b"{\"amount\":900}"),
+    }
+}
+
+fn new_review(owner: &str) -> NewReview {
+    NewReview {
+        review_id: None,
+        owner: owner.into(),
+        route: "create-refund".into(),
+        action: "refund.create".into(),
+        reason: "refunds above 500 need a second pair of eyes".into(),
+        record_id: Some("rec-1".into()),
+        request: held(),
+    }
+}
+
+fn admin() -> Viewer {
+    Viewer {
+        name: "reviewer-key".into(),
+        sees_all: true,
+    }
+}
+
+fn app(name: &str) -> Viewer {
+    Viewer {
+        name: name.into(),
+        sees_all: false,
+    }
+}
+
+async fn approve(r: &Reviews, id: &str) -> Result<ReviewView, ReviewError> {
+    r.resolve(
+        id,
+        true,
+        "alice",
+        Some("looks fine".into()),
+        SystemTime::now(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn hold_wait_approve_then_claim_exactly_once() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let v = r.create(new_review("refund-app")).await.unwrap();
+    assert_eq!(v.status, ReviewStatus::Pending);
+    assert_eq!(v.forward.state, "not_started");
+    assert_eq!(v.expires_at.duration_since(v.created_at).unwrap(), HOUR);
+    let id = v.review_id.clone();
+
+    assert_eq!(r.wait(&id, Duration::from_millis(50)).await.unwrap(), None);
+    assert_eq!(
+        r.claim_forward(&id).await.unwrap(),
+        None,
+        "pending cannot be claimed"
+    );
+    assert!(r.approved_unforwarded().await.unwrap().is_empty());
+
+    let v = approve(&r, &id).await.unwrap();
+    assert_eq!(v.status, ReviewStatus::Approved);
+    assert_eq!(v.reviewer.as_deref(), Some("alice"));
+    assert_eq!(v.note.as_deref(), Some("looks fine"));
+    assert!(v.resolved_at.is_some());
+    assert_eq!(
+        r.wait(&id, Duration::from_secs(5)).await.unwrap(),
+        Some(Resolution::Approved)
+    );
+    assert_eq!(r.approved_unforwarded().await.unwrap(), vec![id.clone()]);
+
+    assert_eq!(r.claim_forward(&id).await.unwrap(), Some(held()));
+    assert_eq!(r.claim_forward(&id).await.unwrap(), None);
+    assert!(r.approved_unforwarded().await.unwrap().is_empty());
+    let v = r.get(&id, &admin()).await.unwrap().unwrap();
+    assert_eq!(v.forward.state, "started");
+    assert_eq!(r.upstream_response(&id, &admin()).await.unwrap(), None);
+
+    let big = Bytes::from(vec![b'x'; MAX_STORED_UPSTREAM_BODY + 10]);
+    r.finish_forward(
+        &id,
+        ForwardOutcome::Done {
+            status: 201,
+            body: big,
+            content_type: Some("application/json".into()),
+        },
+    )
+    .await
+    .unwrap();
+    let v = r.get(&id, &admin()).await.unwrap().unwrap();
+    assert_eq!(
+        v.forward,
+        ForwardView {
+            state: "done",
+            upstream_status: Some(201)
+        }
+    );
+    assert_eq!(
+        r.finish_forward(
+            &id,
+            ForwardOutcome::Failed {
+                error: "late".into()
+            }
+        )
+        .await,
+        Err(ReviewError::NotForwarding("done"))
+    );
+    assert_eq!(r.claim_forward(&id).await.unwrap(), None);
+
+    let answer = r
+        .upstream_response(&id, &app("refund-app"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status, 201);
+    assert_eq!(answer.content_type.as_deref(), Some("application/json"));
+    assert_eq!(answer.body.len(), MAX_STORED_UPSTREAM_BODY);
+    assert_eq!(
+        r.upstream_response(&id, &app("other-app")).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        r.upstream_response("unknown", &admin()).await.unwrap(),
+        None
+    );
+
+    let stored: usize = {
+        let store = lock(&r.inner.store);
+        store::tests_support::upstream_body_len(&store, &id)
+    };
+    assert_eq!(stored, MAX_STORED_UPSTREAM_BODY);
+}
+
+#[tokio::test]
+async fn second_resolution_is_a_conflict() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    approve(&r, &id).await.unwrap();
+    let again = approve(&r, &id).await.unwrap_err();
+    assert_eq!(again, ReviewError::AlreadyResolved(ReviewStatus::Approved));
+    let reject = r
+        .resolve(&id, false, "bob", None, SystemTime::now())
+        .await
+        .unwrap_err();
+    assert_eq!(reject, ReviewError::AlreadyResolved(ReviewStatus::Approved));
+    assert_eq!(
+        crate::error::ApiError::from(reject).status(),
+        http::StatusCode::CONFLICT
+    );
+    // The first resolution stands.
+    let v = r.get(&id, &admin()).await.unwrap().unwrap();
+    assert_eq!(
+        (v.status, v.reviewer.as_deref()),
+        (ReviewStatus::Approved, Some("alice"))
+    );
+
+    let missing = approve(&r, "00000000-0000-4000-8000-000000000000")
+        .await
+        .unwrap_err();
+    assert_eq!(missing, ReviewError::NotFound);
+    assert_eq!(
+        crate::error::ApiError::from(missing).status(),
+        http::StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        r.wait("nope", Duration::from_millis(10)).await,
+        Err(ReviewError::NotFound)
+    );
+    assert_eq!(r.claim_forward("nope").await, Err(ReviewError::NotFound));
+}
+
+#[tokio::test]
+async fn rejected_review_is_never_forwarded() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let v = r
+        .resolve(&id, false, "bob", None, SystemTime::now())
+        .await
+        .unwrap();
+    assert_eq!(v.status, ReviewStatus::Rejected);
+    assert_eq!(v.note, None);
+    assert_eq!(
+        r.wait(&id, Duration::from_secs(5)).await.unwrap(),
+        Some(Resolution::Rejected)
+    );
+    assert_eq!(r.claim_forward(&id).await.unwrap(), None);
+    assert!(r.approved_unforwarded().await.unwrap().is_empty());
+    assert_eq!(
+        r.finish_forward(&id, ForwardOutcome::Failed { error: "x".into() })
+            .await,
+        Err(ReviewError::NotForwarding("not_started"))
+    );
+}
+
+#[tokio::test]
+async fn wait_returns_as_soon_as_another_task_resolves() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let (r, id) = (r.clone(), id.clone());
+            tokio::spawn(async move {
+                let started = Instant::now();
+                (
+                    r.wait(&id, Duration::from_secs(30)).await,
+                    started.elapsed(),
+                )
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(lock(&r.inner.waiters).len(), 1, "one channel per review");
+    r.resolve(&id, false, "bob", None, SystemTime::now())
+        .await
+        .unwrap();
+    for w in waiters {
+        let (got, elapsed) = w.await.unwrap();
+        assert_eq!(got.unwrap(), Some(Resolution::Rejected));
+        assert!(
+            elapsed < Duration::from_secs(10),
+            "woken, not timed out: {elapsed:?}"
+        );
+    }
+    assert!(
+        lock(&r.inner.waiters).is_empty(),
+        "channels are removed with their last waiter"
+    );
+}
+
+#[tokio::test]
+async fn sweeper_expires_and_wakes_waiters() {
+    let dir = TempDir::new().unwrap();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let r = Reviews::open(&db(&dir), Duration::from_millis(300)).unwrap();
+    r.register_metrics(&mut registry);
+    let v = r.create(new_review("refund-app")).await.unwrap();
+    let id = v.review_id.clone();
+    assert_eq!(r.health().pending, 1);
+
+    let started = Instant::now();
+    assert_eq!(
+        r.wait(&id, Duration::from_secs(30)).await.unwrap(),
+        Some(Resolution::Expired)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    let v = r.get(&id, &admin()).await.unwrap().unwrap();
+    assert_eq!(v.status, ReviewStatus::Expired);
+    assert_eq!(v.resolved_at, Some(v.expires_at));
+    assert_eq!(approve(&r, &id).await, Err(ReviewError::Expired));
+    assert_eq!(r.claim_forward(&id).await.unwrap(), None);
+    let h = r.health();
+    assert_eq!((h.pending, h.oldest_pending_age), (0, None));
+
+    let text = crate::metrics::encode(&registry).unwrap();
+    assert!(text.contains("verdict_review_held_requests 0"), "{text}");
+    assert!(
+        text.contains("verdict_review_resolutions_total{outcome=\"expired\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("verdict_review_hold_duration_seconds_count 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn resolving_past_the_deadline_stores_the_expiry() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let waiter = {
+        let (r, id) = (r.clone(), id.clone());
+        tokio::spawn(async move { r.wait(&id, Duration::from_secs(30)).await })
+    };
+    let late = SystemTime::now() + 2 * HOUR;
+    let err = r.resolve(&id, true, "alice", None, late).await.unwrap_err();
+    assert_eq!(err, ReviewError::Expired);
+    assert_eq!(err.to_string(), "review expired before it was resolved");
+    assert_eq!(waiter.await.unwrap().unwrap(), Some(Resolution::Expired));
+    let v = r.get(&id, &admin()).await.unwrap().unwrap();
+    assert_eq!((v.status, v.reviewer), (ReviewStatus::Expired, None));
+    assert_eq!(
+        r.resolve(&id, true, "alice", None, SystemTime::now()).await,
+        Err(ReviewError::Expired)
+    );
+}
+
+#[tokio::test]
+async fn restart_turns_an_in_flight_forward_into_outcome_unknown() {
+    let dir = TempDir::new().unwrap();
+    let id = {
+        let r = Reviews::open(&db(&dir), HOUR).unwrap();
+        let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+        approve(&r, &id).await.unwrap();
+        assert!(r.claim_forward(&id).await.unwrap().is_some());
+        id
+    };
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let v = r.get(&id, &admin()).await.unwrap().unwrap();
+    assert_eq!(v.status, ReviewStatus::Approved);
+    assert_eq!(
+        v.forward,
+        ForwardView {
+            state: "outcome_unknown",
+            upstream_status: None
+        }
+    );
+    assert_eq!(r.claim_forward(&id).await.unwrap(), None);
+    assert!(r.approved_unforwarded().await.unwrap().is_empty());
+    assert_eq!(
+        r.finish_forward(
+            &id,
+            ForwardOutcome::Done {
+                status: 200,
+                body: Bytes::new(),
+                content_type: None
+            }
+        )
+        .await,
+        Err(ReviewError::NotForwarding("outcome_unknown"))
+    );
+    assert_eq!(
+        r.wait(&id, Duration::from_secs(5)).await.unwrap(),
+        Some(Resolution::Approved)
+    );
+}
+
+#[tokio::test]
+async fn a_failed_forward_is_outcome_unknown() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    approve(&r, &id).await.unwrap();
+    assert!(r.claim_forward(&id).await.unwrap().is_some());
+    r.finish_forward(
+        &id,
+        ForwardOutcome::Failed {
+            error: "upstream timed out".into(),
+        },
+    )
+    .await
+    .unwrap();
+    let v = r.get(&id, &admin()).await.unwrap().unwrap();
+    assert_eq!(v.forward.state, "outcome_unknown");
+    assert_eq!(r.claim_forward(&id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn pending_and_approved_reviews_survive_a_restart() {
+    let dir = TempDir::new().unwrap();
+    let (pending_id, approved_id) = {
+        let r = Reviews::open(&db(&dir), HOUR).unwrap();
+        let p = r.create(new_review("refund-app")).await.unwrap().review_id;
+        let a = r.create(new_review("refund-app")).await.unwrap().review_id;
+        approve(&r, &a).await.unwrap();
+        (p, a)
+    };
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    assert_eq!(r.health().pending, 1);
+    assert!(r.health().oldest_pending_age.is_some());
+    assert_eq!(
+        r.approved_unforwarded().await.unwrap(),
+        vec![approved_id.clone()]
+    );
+    assert_eq!(r.claim_forward(&approved_id).await.unwrap(), Some(held()));
+
+    let v = r.get(&pending_id, &admin()).await.unwrap().unwrap();
+    assert_eq!(v.status, ReviewStatus::Pending);
+    approve(&r, &pending_id).await.unwrap();
+    assert_eq!(r.health().pending, 0);
+    assert_eq!(r.claim_forward(&pending_id).await.unwrap(), Some(held()));
+    assert_eq!(r.claim_forward(&pending_id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn tenants_see_only_their_own_reviews() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let a1 = r.create(new_review("app-a")).await.unwrap().review_id;
+    let a2 = r.create(new_review("app-a")).await.unwrap().review_id;
+    let b1 = r.create(new_review("app-b")).await.unwrap().review_id;
+    approve(&r, &a2).await.unwrap();
+
+    assert!(r.get(&a1, &app("app-a")).await.unwrap().is_some());
+    assert_eq!(
+        r.get(&b1, &app("app-a")).await.unwrap(),
+        None,
+        "another tenant's review"
+    );
+    assert_eq!(
+        r.get(&b1, &app("app-b")).await.unwrap().map(|v| v.owner),
+        Some("app-b".into())
+    );
+    assert!(r.get(&b1, &admin()).await.unwrap().is_some());
+    assert_eq!(r.get("unknown", &admin()).await.unwrap(), None);
+
+    let ids = |vs: Vec<ReviewView>| vs.into_iter().map(|v| v.review_id).collect::<Vec<_>>();
+    // Newest first without a filter; oldest first for the pending queue.
+    assert_eq!(
+        ids(r.list(None, &admin(), 100).await.unwrap()),
+        vec![b1.clone(), a2.clone(), a1.clone()]
+    );
+    assert_eq!(
+        ids(r.list(None, &app("app-a"), 100).await.unwrap()),
+        vec![a2.clone(), a1.clone()]
+    );
+    assert_eq!(
+        ids(r
+            .list(Some(ReviewStatus::Pending), &admin(), 100)
+            .await
+            .unwrap()),
+        vec![a1.clone(), b1.clone()]
+    );
+    assert_eq!(
+        ids(r
+            .list(Some(ReviewStatus::Pending), &app("app-b"), 100)
+            .await
+            .unwrap()),
+        vec![b1.clone()]
+    );
+    assert_eq!(
+        ids(r
+            .list(Some(ReviewStatus::Approved), &app("app-b"), 100)
+            .await
+            .unwrap()),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        ids(r
+            .list(Some(ReviewStatus::Approved), &admin(), 100)
+            .await
+            .unwrap()),
+        vec![a2.clone()]
+    );
+    assert_eq!(
+        ids(r.list(None, &admin(), 1).await.unwrap()),
+        vec![b1.clone()]
+    );
+    assert!(r
+        .list(Some(ReviewStatus::Expired), &admin(), 100)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(r.list(None, &app("nobody"), 100).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn list_shows_overdue_pending_reviews_as_expired() {
+    let dir = TempDir::new().unwrap();
+    // A zero ttl: every review is overdue at once, whether or not the
+    // sweeper has written it down yet.
+    let r = Reviews::open(&db(&dir), Duration::ZERO).unwrap();
+    let id = r.create(new_review("app-a")).await.unwrap().review_id;
+    let expired = r
+        .list(Some(ReviewStatus::Expired), &admin(), 10)
+        .await
+        .unwrap();
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].review_id, id);
+    assert_eq!(expired[0].resolved_at, Some(expired[0].expires_at));
+    assert!(r
+        .list(Some(ReviewStatus::Pending), &admin(), 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_claims_forward_exactly_once() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    approve(&r, &id).await.unwrap();
+    let barrier = Arc::new(tokio::sync::Barrier::new(20));
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let (r, id, barrier) = (r.clone(), id.clone(), Arc::clone(&barrier));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                r.claim_forward(&id).await
+            })
+        })
+        .collect();
+    let mut claimed = 0;
+    for t in tasks {
+        if t.await.unwrap().unwrap().is_some() {
+            claimed += 1;
+        }
+    }
+    assert_eq!(claimed, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_claims_through_two_handles_forward_exactly_once() {
+    // Two opens of the same file (two connections, like two processes)
+    // still hand the request out once.
+    let dir = TempDir::new().unwrap();
+    let r1 = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r2 = Reviews::open(&db(&dir), HOUR).unwrap();
+    let id = r1.create(new_review("refund-app")).await.unwrap().review_id;
+    approve(&r2, &id).await.unwrap();
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let (r, id) = (if i % 2 == 0 { r1.clone() } else { r2.clone() }, id.clone());
+            tokio::spawn(async move { r.claim_forward(&id).await })
+        })
+        .collect();
+    let mut claimed = 0;
+    for t in tasks {
+        if t.await.unwrap().unwrap().is_some() {
+            claimed += 1;
+        }
+    }
+    assert_eq!(claimed, 1);
+}
+
+#[tokio::test]
+async fn view_json_never_shows_the_held_request() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let mut new = new_review("refund-app");
+    new.record_id = None;
+    new.review_id = Some(uuid::Uuid::from_u128(0x1234));
+    let v = r.create(new).await.unwrap();
+    assert_eq!(v.review_id, "00000000-0000-0000-0000-000000001234");
+    let json = serde_json::to_value(&v).unwrap();
+    let keys: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        vec![
+            "action",
+            "created_at",
+            "expires_at",
+            "forward",
+            "reason",
+            "request",
+            "review_id",
+            "route",
+            "status"
+        ]
+    );
+    assert_eq!(json["status"], "pending");
+    assert_eq!(json["forward"], serde_json::json!({"state": "not_started"}));
+    assert_eq!(
+        json["request"],
+        serde_json::json!({"method": "POST", "path": "/api/orders/7/refunds", "hash": held().hash()})
+    );
+    let created = json["created_at"].as_str().unwrap();
+    assert!(created.ends_with('Z') && created.contains('T'), "{created}");
+    assert!(!json.to_string().contains("amount"), "no body in the view");
+
+    approve(&r, &v.review_id).await.unwrap();
+    r.claim_forward(&v.review_id).await.unwrap();
+    r.finish_forward(
+        &v.review_id,
+        ForwardOutcome::Done {
+            status: 204,
+            body: Bytes::new(),
+            content_type: None,
+        },
+    )
+    .await
+    .unwrap();
+    let json = serde_json::to_value(r.get(&v.review_id, &admin()).await.unwrap().unwrap()).unwrap();
+    assert_eq!(json["status"], "approved");
+    assert_eq!(json["reviewer"], "alice");
+    assert_eq!(json["note"], "looks fine");
+    assert!(json["resolved_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(
+        json["forward"],
+        serde_json::json!({"state": "done", "upstream_status": 204})
+    );
+}
+
+#[tokio::test]
+async fn health_counts_pending_reviews() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    assert_eq!(
+        r.health(),
+        ReviewsHealth {
+            pending: 0,
+            oldest_pending_age: None,
+            last_error: None
+        }
+    );
+    let a = r.create(new_review("x")).await.unwrap().review_id;
+    r.create(new_review("x")).await.unwrap();
+    assert_eq!(r.health().pending, 2);
+    approve(&r, &a).await.unwrap();
+    assert_eq!(r.health().pending, 1);
+    let report = crate::health::Component::report(&r);
+    assert_eq!(report.status, crate::health::Status::Ok);
+    assert_eq!(report.facts["pending"], 1);
+}
+
+#[test]
+fn open_needs_a_runtime() {
+    let dir = TempDir::new().unwrap();
+    assert_eq!(
+        Reviews::open(&db(&dir), HOUR).unwrap_err(),
+        ReviewError::NoRuntime
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_resolve_call_still_wakes_the_held_request() {
+    // hyper drops a handler future when the reviewer hangs up; once the
+    // resolution is on its way to disk, the held request must still hear it.
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let waiter = {
+        let (r, id) = (r.clone(), id.clone());
+        tokio::spawn(async move { r.wait(&id, Duration::from_secs(30)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let resolve = approve(&r, &id);
+    tokio::select! {
+        biased;
+        _ = resolve => panic!("a blocking store call cannot finish in one poll"),
+        () = std::future::ready(()) => {}
+    }
+    let started = Instant::now();
+    assert_eq!(waiter.await.unwrap().unwrap(), Some(Resolution::Approved));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(r.health().pending, 0);
+}
+
+#[tokio::test]
+async fn an_absurd_ttl_is_capped_and_still_printable() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), Duration::MAX).unwrap();
+    let v = r.create(new_review("refund-app")).await.unwrap();
+    assert_eq!(v.expires_at.duration_since(v.created_at).unwrap(), MAX_TTL);
+    let json = serde_json::to_value(&v).unwrap();
+    assert!(
+        json["expires_at"].as_str().unwrap().starts_with("21"),
+        "{json}"
+    );
+}
+
+#[test]
+fn times_format_as_rfc3339_utc() {
+    let t = SystemTime::UNIX_EPOCH + Duration::from_micros(1_795_000_000_123_456);
+    assert_eq!(rfc3339(t).unwrap(), "2026-11-18T11:06:40.123456Z");
+    assert_eq!(
+        rfc3339(SystemTime::UNIX_EPOCH).unwrap(),
+        "1970-01-01T00:00:00Z"
+    );
+    let far = SystemTime::UNIX_EPOCH + Duration::from_secs(400_000_000_000);
+    assert!(rfc3339(far).is_err(), "an error, not a panic");
+}
+
+#[tokio::test]
+async fn approvals_go_to_the_live_hold_or_else_to_the_background_queue() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let mut queue = r.take_unattended_approvals().unwrap();
+    assert!(r.take_unattended_approvals().is_none(), "taken once");
+
+    // Approved while the hold waits: the hold owns it, nothing is queued.
+    let live = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let waiter = {
+        let (r, id) = (r.clone(), live.clone());
+        tokio::spawn(async move { r.wait(&id, Duration::from_secs(30)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    approve(&r, &live).await.unwrap();
+    assert_eq!(waiter.await.unwrap().unwrap(), Some(Resolution::Approved));
+
+    // Approved after the hold timed out: queued.
+    let late = r.create(new_review("refund-app")).await.unwrap().review_id;
+    assert_eq!(
+        r.wait(&late, Duration::from_millis(20)).await.unwrap(),
+        None
+    );
+    approve(&r, &late).await.unwrap();
+
+    // Rejected after the hold timed out: nothing to forward.
+    let no = r.create(new_review("refund-app")).await.unwrap().review_id;
+    r.resolve(&no, false, "bob", None, SystemTime::now())
+        .await
+        .unwrap();
+
+    // Sent to a waiter whose future was dropped before it saw it: queued.
+    let dropped = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let sub = Subscription::new(&r.inner, &dropped);
+    approve(&r, &dropped).await.unwrap();
+    drop(sub);
+
+    // An approval that lands as the hold times out goes to the hold.
+    let raced = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let mut sub = Subscription::new(&r.inner, &raced);
+    approve(&r, &raced).await.unwrap();
+    assert_eq!(sub.give_up(), Some(Resolution::Approved));
+    drop(sub);
+
+    assert_eq!(queue.recv().await, Some(late));
+    assert_eq!(queue.recv().await, Some(dropped));
+    assert!(
+        queue.try_recv().is_err(),
+        "the live hold's approval is not queued"
+    );
+    assert!(lock(&r.inner.waiters).is_empty());
+}
+
+#[tokio::test]
+async fn approvals_of_reviews_pending_across_a_restart_are_queued() {
+    let dir = TempDir::new().unwrap();
+    let id = {
+        let r = Reviews::open(&db(&dir), HOUR).unwrap();
+        r.create(new_review("refund-app")).await.unwrap().review_id
+    };
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let mut queue = r.take_unattended_approvals().unwrap();
+    approve(&r, &id).await.unwrap();
+    assert_eq!(queue.recv().await, Some(id.clone()));
+    assert!(r.claim_forward(&id).await.unwrap().is_some());
+}
+
+#[test]
+fn held_request_hash_covers_every_byte_and_the_boundaries() {
+    let base = held();
+    let h = base.hash();
+    assert!(h.starts_with("sha256:") && h.len() == 7 + 64, "{h}");
+    assert_eq!(held().hash(), h, "deterministic");
+    let mut variants = Vec::new();
+    let mut v = held();
+    v.method = "PUT".into();
+    variants.push(v);
+    let mut v = held();
+    v.path = "/api/orders/7/refunds?dry=1".into();
+    variants.push(v);
+    let mut v = held();
+    v.headers.swap(2, 3);
+    variants.push(v);
+    let mut v = held();
+    v.headers.pop();
+    variants.push(v);
+    let mut v = held();
+    v.body = Bytes::from_static(b"{\"amount\":901}");
+    variants.push(v);
+    // Moving bytes between fields changes the hash too.
+    let mut v = held();
+    v.headers[0] = (
+        "content-typea".into(),
+        Bytes::from_static(b"pplication/json"),
+    );
+    variants.push(v);
+    for v in variants {
+        assert_ne!(v.hash(), h, "{v:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_corrupted_held_request_is_never_handed_out() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    approve(&r, &id).await.unwrap();
+    store::tests_support::corrupt_body(&lock(&r.inner.store), &id);
+    assert_eq!(
+        r.claim_forward(&id).await,
+        Err(ReviewError::Corrupt(id.clone()))
+    );
+    let v = r.get(&id, &admin()).await.unwrap().unwrap();
+    assert_eq!(v.forward.state, "not_started", "the claim was rolled back");
+}
