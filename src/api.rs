@@ -22,12 +22,18 @@ use crate::error::ApiError;
 use crate::http_util::{self, bytes_response, json_response, JsonBody, RespBody, REQUEST_ID};
 use crate::server::{ConnInfo, Handler};
 
+mod authorize;
+mod verify;
+pub mod wire;
+
 /// The endpoints the API serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Endpoint {
     Health,
     HealthDetailed,
     Metrics,
+    Verify,
+    Authorize,
 }
 
 /// One row of the routing table.
@@ -64,6 +70,18 @@ static ROUTES: &[RouteDef] = &[
         None,
     ),
     route("/metrics", Method::GET, Endpoint::Metrics, None),
+    route(
+        "/v2/verify",
+        Method::POST,
+        Endpoint::Verify,
+        Some(Scope::Verify),
+    ),
+    route(
+        "/v2/authorize",
+        Method::POST,
+        Endpoint::Authorize,
+        Some(Scope::Authorize),
+    ),
 ];
 
 /// `(method, template)` of every route, for the OpenAPI consistency test.
@@ -149,6 +167,7 @@ impl Api {
         &self,
         req: Request<Incoming>,
         request_id: &str,
+        started: Instant,
     ) -> (&'static str, Result<Response<RespBody>, ApiError>) {
         let path = req.uri().path().to_string();
         let routed = match resolve(req.method(), &path) {
@@ -173,24 +192,59 @@ impl Api {
         let ctx = Ctx {
             request_id: request_id.to_string(),
             principal,
-            started: Instant::now(),
+            started,
         };
+        let _ = &routed.params;
         let result = match def.endpoint {
             Endpoint::Health => self.health(),
             Endpoint::HealthDetailed => self.health_detailed(),
             Endpoint::Metrics => self.metrics(),
+            Endpoint::Verify => self.verify(req, &ctx).await,
+            Endpoint::Authorize => self.authorize(req, &ctx).await,
         };
-        let _ = (&ctx, &routed.params);
         (def.template, result)
     }
 
     /// Reads and parses a JSON body under `limit` bytes.
-    #[allow(dead_code)] // the JSON endpoints land with the engine
     async fn json_body(&self, req: Request<Incoming>, limit: usize) -> Result<JsonBody, ApiError> {
         let (parts, body) = req.into_parts();
         http_util::require_json(&parts.headers)?;
         let bytes = http_util::read_body(&parts.headers, body, limit).await?;
         http_util::parse_json(&bytes)
+    }
+
+    async fn verify(
+        &self,
+        req: Request<Incoming>,
+        ctx: &Ctx,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let body = self
+            .json_body(req, self.app.config.limits.max_body_bytes)
+            .await?;
+        let resp = verify::handle(body, &self.app.resolver, &ctx.request_id, ctx.started).await?;
+        json_response(StatusCode::OK, &resp)
+    }
+
+    async fn authorize(
+        &self,
+        req: Request<Incoming>,
+        ctx: &Ctx,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let body = self
+            .json_body(req, self.app.config.limits.max_body_bytes)
+            .await?;
+        let typed: crate::gate::AuthorizeRequest = http_util::typed(&body.value)?;
+        let set = self.app.policies.load_full();
+        let gate_ctx = crate::gate::GateCtx {
+            principal: &ctx.principal,
+            request_id: &ctx.request_id,
+            request_hash: &body.hash,
+            route: None,
+            started: ctx.started,
+        };
+        let outcome = crate::gate::authorize(&self.app, &set, typed, &gate_ctx).await?;
+        let resp = authorize::response(&outcome, &ctx.request_id, &body.hash, ctx.started);
+        json_response(StatusCode::OK, &resp)
     }
 
     fn health(&self) -> Result<Response<RespBody>, ApiError> {
@@ -232,7 +286,7 @@ impl Handler for Api {
         let path = req.uri().path().to_string();
         let span = tracing::info_span!("request", request_id = %request_id, %method, %path, peer = %conn.peer);
         async move {
-            let (endpoint, result) = self.dispatch(req, &request_id).await;
+            let (endpoint, result) = self.dispatch(req, &request_id, started).await;
             let mut resp = result.unwrap_or_else(|e| e.into_response(&request_id));
             if let Ok(v) = HeaderValue::from_str(&request_id) {
                 resp.headers_mut().insert(REQUEST_ID, v);

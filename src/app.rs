@@ -17,8 +17,10 @@ use tokio::task::JoinHandle;
 use crate::api::Api;
 use crate::auth::{AuthMode, KeyStore, KeysError};
 use crate::config::Config;
+use crate::evidence::Resolver;
 use crate::health::{self, Component, Health};
 use crate::metrics::HttpMetrics;
+use crate::policy::{self, PolicyStore, ReloadOutcome};
 use crate::server::{self, TlsError};
 
 /// Shared state of a running sidecar. Built once; subsystems hold `Arc`s.
@@ -29,6 +31,10 @@ pub struct App {
     /// Read-only after start-up: every subsystem registers before serving.
     pub registry: Registry,
     pub http_metrics: HttpMetrics,
+    /// Reads `uri` sources within the operator's fences.
+    pub resolver: Resolver,
+    /// The live policy set; each request takes one snapshot.
+    pub policies: Arc<PolicyStore>,
 }
 
 /// Why the sidecar could not start. `main` exits 64 on any of these.
@@ -38,6 +44,10 @@ pub enum StartError {
     Keys(#[from] KeysError),
     #[error(transparent)]
     Tls(#[from] TlsError),
+    #[error("policies: the first load failed:\n{0}")]
+    Policies(String),
+    #[error("cannot watch {what}: {error}")]
+    Watch { what: &'static str, error: String },
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -51,6 +61,8 @@ pub struct Running {
     pub app: Arc<App>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    /// Dropping it stops watching the keys file.
+    _keys_watch: Option<policy::WatchHandle>,
 }
 
 impl Running {
@@ -86,6 +98,59 @@ impl Component for AuthComponent {
     }
 }
 
+/// Reports the policy store in `/health/detailed`.
+struct PoliciesComponent(Arc<PolicyStore>);
+
+impl Component for PoliciesComponent {
+    fn name(&self) -> &'static str {
+        "policies"
+    }
+
+    fn report(&self) -> health::Report {
+        let set = self.0.load_full();
+        let st = self.0.status();
+        let status = if st.degraded {
+            health::Status::Degraded
+        } else {
+            health::Status::Ok
+        };
+        let mut r = health::Report::new(status)
+            .fact("revision", set.revision.clone())
+            .fact("files", set.files.clone())
+            .fact("actions", set.actions.len())
+            .fact("routes", set.routes.len())
+            .fact("reloads_ok", st.reloads_ok)
+            .fact("reloads_failed", st.reloads_failed);
+        if let Some(at) = st.last_reload_at {
+            r = r.fact("last_reload", crate::gate::rfc3339(at));
+        }
+        if let Some(e) = st.last_error {
+            r = r.fact("last_error", e);
+        }
+        r
+    }
+}
+
+/// Opens the policy store. A missing directory is an empty set only when it
+/// is the default `policies` (so zero-config `serve` works anywhere); an
+/// explicitly configured directory must exist.
+fn open_policies(config: &Config) -> Result<PolicyStore, StartError> {
+    let dir = &config.policies_dir;
+    if !dir.exists() && dir.as_path() == std::path::Path::new(crate::config::DEFAULT_POLICIES_DIR) {
+        tracing::warn!(dir = %dir.display(), "no policies directory; serving with an empty policy set");
+        return Ok(PolicyStore::new(dir.clone(), policy::PolicySet::empty()));
+    }
+    PolicyStore::open(dir.clone()).map_err(|errors| {
+        StartError::Policies(
+            errors
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
+    })
+}
+
 /// Builds the shared state and starts the listeners.
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let config = Arc::new(config);
@@ -101,10 +166,18 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         );
     }
     let api_tls = config.api.tls.as_ref().map(server::load_tls).transpose()?;
+    let policies = Arc::new(open_policies(&config)?);
+    {
+        let set = policies.load_full();
+        tracing::info!(revision = %set.revision, actions = set.actions.len(), routes = set.routes.len(), "policies loaded");
+    }
 
     let mut registry = Registry::default();
     let http_metrics = HttpMetrics::register(&mut registry);
-    let components: Vec<Arc<dyn Component>> = vec![Arc::new(AuthComponent(keys.clone()))];
+    let components: Vec<Arc<dyn Component>> = vec![
+        Arc::new(AuthComponent(keys.clone())),
+        Arc::new(PoliciesComponent(policies.clone())),
+    ];
     let health = Arc::new(Health::new(components));
 
     let app = Arc::new(App {
@@ -113,7 +186,44 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         health,
         registry,
         http_metrics,
+        resolver: Resolver::new(&config.evidence),
+        policies: policies.clone(),
     });
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut watches = Vec::new();
+    if policies.dir().is_dir() {
+        let on_reload = move |outcome: ReloadOutcome| {
+            // Logged by the watcher; the audit record joins with the audit log.
+            let _ = outcome;
+        };
+        let mut rx = shutdown_rx.clone();
+        let stop = async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let task = policy::spawn_watcher(policies.clone(), on_reload, stop).map_err(|e| {
+            StartError::Watch {
+                what: "policies",
+                error: e.to_string(),
+            }
+        })?;
+        watches.push(task);
+    }
+    let keys_watch = match app.keys.path() {
+        Some(path) => {
+            let keys = app.keys.clone();
+            let handle = policy::watch_path(path, policy::DEFAULT_DEBOUNCE, move || match keys.reload() {
+                Ok(n) => tracing::info!(keys = n, "keys file reloaded"),
+                Err(e) => tracing::error!(error = %e, "keys file reload failed; keeping the previous keys"),
+            })
+            .map_err(|e| StartError::Watch {
+                what: "keys file",
+                error: e.to_string(),
+            })?;
+            Some(handle)
+        }
+        None => None,
+    };
 
     let api_listener = TcpListener::bind(config.api.listen)
         .await
@@ -128,8 +238,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             source,
         })?;
 
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let tasks = vec![tokio::spawn(server::serve(
+    let mut tasks = vec![tokio::spawn(server::serve(
         "api",
         api_listener,
         api_tls,
@@ -137,6 +246,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         config.server.clone(),
         shutdown_rx.clone(),
     ))];
+    tasks.extend(watches);
     tracing::info!(addr = %api_addr, tls = config.api.tls.is_some(), "api listening");
     app.health.set_ready();
 
@@ -145,5 +255,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         app,
         shutdown: shutdown_tx,
         tasks,
+        _keys_watch: keys_watch,
     })
 }

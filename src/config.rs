@@ -14,6 +14,8 @@ use serde::Deserialize;
 
 /// Default API listener address.
 pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8181";
+/// Default policies directory.
+pub const DEFAULT_POLICIES_DIR: &str = "policies";
 /// Default proxy listener address.
 pub const DEFAULT_PROXY_LISTEN: &str = "127.0.0.1:8080";
 
@@ -357,7 +359,7 @@ impl Config {
                 .policies
                 .clone()
                 .or(f.policies.dir)
-                .unwrap_or_else(|| PathBuf::from("policies")),
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_POLICIES_DIR)),
             data_dir: o
                 .data_dir
                 .clone()

@@ -14,7 +14,9 @@
 //! - [`numbers`]: numbers, amounts, percentages and dates as canonical values.
 //! - [`verify`]: the per-request index and the per-claim scoring and gates.
 //! - [`extract`]: output mode, an LLM answer split into claims.
+//! - [`decide`]: effective requirements and the DESIGN §5 decision table.
 
+pub mod decide;
 pub mod extract;
 pub mod numbers;
 pub mod text;

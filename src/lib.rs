@@ -10,6 +10,8 @@
 //! - [`server`]: listeners, TLS, connection limits, graceful drain.
 //! - [`api`]: the native JSON API: routing table, request pipeline, handlers.
 //! - [`error`]: every client-visible error and its one mapping to HTTP.
+//! - [`evidence`]: reading `file://` and `http(s)://` sources inside the operator's fences.
+//! - [`gate`]: one authorize decision end to end, shared by the API and the proxy.
 //! - [`http_util`]: body reading with limits, request ids, request hashes.
 //! - [`auth`]: API keys, scopes, constant-time lookup, protected mode.
 //! - [`health`]: `/health` and the component registry of `/health/detailed`.
@@ -27,6 +29,8 @@ pub mod auth;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod evidence;
+pub mod gate;
 pub mod health;
 pub mod http_util;
 pub mod metrics;

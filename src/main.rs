@@ -29,6 +29,12 @@ struct Cli {
 enum Command {
     /// Run the API listener (and the proxy when an upstream is configured).
     Serve(ServeArgs),
+    /// Validate every policy file; print `file:line:col: message` per error.
+    Check {
+        /// Policies directory.
+        #[arg(long, default_value = verdict::config::DEFAULT_POLICIES_DIR)]
+        policies: PathBuf,
+    },
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -80,6 +86,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Check { policies } => {
+            let (code, out) = verdict::policy::check_dir(&policies);
+            if code == 0 {
+                print!("{out}");
+            } else {
+                eprint!("{out}");
+            }
+            ExitCode::from(u8::try_from(code).unwrap_or(1))
+        }
         Command::Keys(KeysCommand::New { name, scopes }) => {
             match verdict::auth::new_key(&name, &scopes) {
                 Ok(k) => {

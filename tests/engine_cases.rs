@@ -2,6 +2,7 @@
 //! the domains verdict gates: refunds, account access, shipping and LLM
 //! answers. Each case states the status DESIGN §4 requires at the default
 //! thresholds. Project-owned text, no dataset content.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
 use verdict::engine::{verify, Claim, ClaimStatus, Params, Source};
 

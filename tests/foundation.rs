@@ -1,5 +1,6 @@
 //! Foundation: health, metrics, routing errors, request ids, protected mode,
 //! and the CLI's start-up refusals.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
 mod support;
 

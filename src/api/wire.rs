@@ -1,0 +1,496 @@
+//! Wire types shared by verify, authorize and batch: claims, sources,
+//! requirements, options and the check objects of responses.
+//!
+//! This is the boundary where JSON becomes engine types. Shape errors (a
+//! missing field, a wrong type) come out of serde with their field path and
+//! are `400`; values that parse but cannot be accepted (an empty claim, a
+//! `min_coverage` of 1.7, a duplicate source id) are checked here and are
+//! `422`, each naming the field.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use crate::engine;
+use crate::error::ApiError;
+use crate::evidence::{Content, Resolved, SourceRef};
+
+/// Upper bound for `evidence_limit`: more snippets than this per claim is a
+/// mistake, not a need.
+pub const MAX_EVIDENCE_LIMIT: u64 = 100;
+
+/// A claim: `{text, id?, citations?}`, or a bare string.
+#[derive(Debug, Clone)]
+pub struct ClaimIn {
+    pub text: String,
+    pub id: Option<String>,
+    pub citations: Vec<CitationIn>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ClaimObject {
+    text: String,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    citations: Option<Vec<CitationIn>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct CitationIn {
+    pub source_id: String,
+    #[serde(default)]
+    pub quote: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for ClaimIn {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ClaimIn;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a claim object {text, id?, citations?} or a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ClaimIn, E> {
+                Ok(ClaimIn {
+                    text: v.to_string(),
+                    id: None,
+                    citations: Vec::new(),
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ClaimIn, A::Error> {
+                let o = ClaimObject::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(ClaimIn {
+                    text: o.text,
+                    id: o.id,
+                    citations: o.citations.unwrap_or_default(),
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A list of claims, deserialised element by element so that errors keep
+/// their index (`claims[2].text`).
+#[derive(Debug, Clone, Default)]
+pub struct Claims(pub Vec<ClaimIn>);
+
+impl<'de> Deserialize<'de> for Claims {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Claims;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of claims")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Claims, A::Error> {
+                let mut out = Vec::new();
+                while let Some(c) = seq.next_element::<ClaimIn>()? {
+                    out.push(c);
+                }
+                Ok(Claims(out))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// A source: `{source_id | id, type = "text", text | uri, checksum?}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SourceIn {
+    #[serde(default)]
+    pub source_id: Option<String>,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub uri: Option<String>,
+    #[serde(default)]
+    pub checksum: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ResponseIn {
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RequirementsIn {
+    #[serde(default)]
+    pub decision_mode: Option<String>,
+    #[serde(default)]
+    pub min_coverage: Option<f64>,
+    #[serde(default)]
+    pub citations: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct OptionsIn {
+    #[serde(default)]
+    pub deny_if_any_unsupported: Option<bool>,
+    #[serde(default)]
+    pub evidence_limit: Option<u64>,
+    #[serde(default)]
+    pub min_coverage: Option<f64>,
+}
+
+/// Compact or verbose responses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Compact,
+    Verbose,
+}
+
+pub fn response_mode(r: Option<&ResponseIn>) -> Result<Mode, ApiError> {
+    match r.and_then(|r| r.mode.as_deref()) {
+        None | Some("compact") => Ok(Mode::Compact),
+        Some("verbose") => Ok(Mode::Verbose),
+        Some(other) => Err(ApiError::Unprocessable(format!(
+            "response.mode: unknown mode {other:?} (compact, verbose)"
+        ))),
+    }
+}
+
+/// `min_coverage` from `requirements` and `options`: both present and
+/// different is a conflict; outside 0..=1 is invalid.
+pub fn min_coverage(
+    req: Option<&RequirementsIn>,
+    opt: Option<&OptionsIn>,
+) -> Result<Option<f64>, ApiError> {
+    let a = req.and_then(|r| r.min_coverage);
+    let b = opt.and_then(|o| o.min_coverage);
+    for (name, v) in [
+        ("requirements.min_coverage", a),
+        ("options.min_coverage", b),
+    ] {
+        if let Some(v) = v {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(ApiError::Unprocessable(format!(
+                    "{name}: {v} is outside 0.0..=1.0"
+                )));
+            }
+        }
+    }
+    match (a, b) {
+        (Some(x), Some(y)) if x != y => Err(ApiError::Unprocessable(format!(
+            "requirements.min_coverage ({x}) and options.min_coverage ({y}) conflict"
+        ))),
+        (Some(x), _) | (None, Some(x)) => Ok(Some(x)),
+        (None, None) => Ok(None),
+    }
+}
+
+pub fn evidence_limit(opt: Option<&OptionsIn>) -> Result<Option<usize>, ApiError> {
+    match opt.and_then(|o| o.evidence_limit) {
+        None => Ok(None),
+        Some(n) if n <= MAX_EVIDENCE_LIMIT => Ok(Some(n as usize)),
+        Some(n) => Err(ApiError::Unprocessable(format!(
+            "options.evidence_limit: {n} is above the maximum of {MAX_EVIDENCE_LIMIT}"
+        ))),
+    }
+}
+
+/// Validates claims and gives them ids (`c1`, `c2`, … for claims without one).
+pub fn engine_claims(field: &str, claims: Vec<ClaimIn>) -> Result<Vec<engine::Claim>, ApiError> {
+    if claims.is_empty() {
+        return Err(ApiError::Unprocessable(format!(
+            "{field}: must not be empty"
+        )));
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(claims.len());
+    for (i, c) in claims.into_iter().enumerate() {
+        if c.text.trim().is_empty() {
+            return Err(ApiError::Unprocessable(format!(
+                "{field}[{i}].text: must not be empty"
+            )));
+        }
+        let id = c.id.unwrap_or_else(|| format!("c{}", i + 1));
+        if id.is_empty() || !seen.insert(id.clone()) {
+            return Err(ApiError::Unprocessable(format!(
+                "{field}[{i}].id: {id:?} is empty or a duplicate"
+            )));
+        }
+        for (j, cit) in c.citations.iter().enumerate() {
+            if cit.source_id.is_empty() {
+                return Err(ApiError::Unprocessable(format!(
+                    "{field}[{i}].citations[{j}].source_id: must not be empty"
+                )));
+            }
+        }
+        out.push(engine::Claim {
+            id,
+            text: c.text,
+            citations: c
+                .citations
+                .into_iter()
+                .map(|c| engine::CallerCitation {
+                    source_id: c.source_id,
+                    quote: c.quote,
+                })
+                .collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// Validates sources: an id (`source_id` or `id`), unique; exactly one of
+/// `text` or `uri`; `type` absent or `text`; a well-formed checksum.
+pub fn source_refs(field: &str, sources: Vec<SourceIn>) -> Result<Vec<SourceRef>, ApiError> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(sources.len());
+    for (i, s) in sources.into_iter().enumerate() {
+        let bad = |m: String| ApiError::Unprocessable(format!("{field}[{i}]{m}"));
+        let id = match (s.source_id, s.id) {
+            (Some(a), Some(b)) if a != b => return Err(bad(": source_id and id differ".into())),
+            (Some(a), _) | (None, Some(a)) => a,
+            (None, None) => return Err(bad(".source_id: missing (source_id or id)".into())),
+        };
+        if id.is_empty() {
+            return Err(bad(".source_id: must not be empty".into()));
+        }
+        if !seen.insert(id.clone()) {
+            return Err(bad(format!(".source_id: duplicate {id:?}")));
+        }
+        if let Some(kind) = &s.kind {
+            if kind != "text" {
+                return Err(bad(format!(".type: unsupported {kind:?} (only \"text\")")));
+            }
+        }
+        let content = match (s.text, s.uri) {
+            (Some(t), None) => Content::Inline(t),
+            (None, Some(u)) => Content::Uri(u),
+            _ => return Err(bad(": exactly one of text or uri is required".into())),
+        };
+        if let Some(c) = &s.checksum {
+            let ok = c
+                .strip_prefix("sha256:")
+                .map(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+                .unwrap_or(false);
+            if !ok {
+                return Err(bad(
+                    ".checksum: must look like sha256:<64 hex digits>".into()
+                ));
+            }
+        }
+        out.push(SourceRef {
+            id,
+            content,
+            checksum: s.checksum,
+        });
+    }
+    Ok(out)
+}
+
+/// Engine sources from resolved ones; unavailable sources carry no text.
+pub fn engine_sources(resolved: &[Resolved]) -> Vec<engine::Source> {
+    resolved
+        .iter()
+        .map(|r| engine::Source {
+            id: r.id.clone(),
+            text: r.text.as_ref().ok().cloned(),
+        })
+        .collect()
+}
+
+// === responses ===
+
+#[derive(Debug, Serialize)]
+pub struct CheckOut {
+    pub claim_id: String,
+    pub status: &'static str,
+    pub coverage: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim_text: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub citations: Option<Vec<CitationOut>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<Vec<EvidenceOut>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasons: Option<Vec<&'static str>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CitationOut {
+    pub source_id: String,
+    pub quote: String,
+    pub start: usize,
+    pub end: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EvidenceOut {
+    pub source_id: String,
+    pub snippet: String,
+}
+
+/// A check object: compact (`claim_id, status, coverage`) or verbose.
+pub fn check_out(c: &engine::Check, mode: Mode) -> CheckOut {
+    let verbose = mode == Mode::Verbose;
+    CheckOut {
+        claim_id: c.claim_id.clone(),
+        status: c.status.as_str(),
+        coverage: c.coverage,
+        claim_text: verbose.then(|| c.claim_text.clone()),
+        citations: verbose.then(|| {
+            c.citations
+                .iter()
+                .map(|x| CitationOut {
+                    source_id: x.source_id.clone(),
+                    quote: x.quote.clone(),
+                    start: x.start,
+                    end: x.end,
+                })
+                .collect()
+        }),
+        evidence: verbose.then(|| {
+            c.evidence
+                .iter()
+                .map(|x| EvidenceOut {
+                    source_id: x.source_id.clone(),
+                    snippet: x.snippet.clone(),
+                })
+                .collect()
+        }),
+        reasons: verbose.then(|| c.reasons.iter().map(|r| r.as_str()).collect()),
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct MetricsOut {
+    pub latency_ms: f64,
+    pub claims_total: usize,
+    pub claims_supported: usize,
+    pub sources_total: usize,
+}
+
+impl MetricsOut {
+    pub fn new(
+        started: std::time::Instant,
+        checks: &[engine::Check],
+        sources_total: usize,
+    ) -> MetricsOut {
+        MetricsOut {
+            latency_ms: (started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
+            claims_total: checks.len(),
+            claims_supported: checks
+                .iter()
+                .filter(|c| c.status == engine::ClaimStatus::Supported)
+                .count(),
+            sources_total,
+        }
+    }
+}
+
+/// Runs the engine off the async workers when the input is large, so a big
+/// request cannot stall other connections.
+pub async fn run_engine<T, F>(work_bytes: usize, f: F) -> Result<T, ApiError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    const INLINE_LIMIT: usize = 32 * 1024;
+    if work_bytes <= INLINE_LIMIT {
+        Ok(f())
+    } else {
+        tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| ApiError::Internal(format!("engine task failed: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_accept_strings_and_objects_and_keep_paths() {
+        #[derive(Deserialize)]
+        struct R {
+            claims: Claims,
+        }
+        let v = serde_json::json!({"claims": ["a", {"text": "b", "id": "x"}]});
+        let r: R = crate::http_util::typed(&v).unwrap();
+        assert_eq!(r.claims.0.len(), 2);
+        assert_eq!(r.claims.0[1].id.as_deref(), Some("x"));
+        let v = serde_json::json!({"claims": ["a", {"text": "b"}, {"id": "x"}]});
+        let err = crate::http_util::typed::<R>(&v).err().unwrap();
+        assert!(err.to_string().starts_with("claims[2]"), "{err}");
+        assert!(err.to_string().contains("text"), "{err}");
+        let v = serde_json::json!({"claims": "nope"});
+        assert!(crate::http_util::typed::<R>(&v)
+            .err()
+            .unwrap()
+            .to_string()
+            .starts_with("claims"));
+    }
+
+    #[test]
+    fn claim_ids_and_validation() {
+        let c = |t: &str| ClaimIn {
+            text: t.into(),
+            id: None,
+            citations: vec![],
+        };
+        let out = engine_claims("claims", vec![c("a"), c("b")]).unwrap();
+        assert_eq!(out[0].id, "c1");
+        assert_eq!(out[1].id, "c2");
+        assert!(engine_claims("claims", vec![]).is_err());
+        assert!(engine_claims("claims", vec![c("  ")]).is_err());
+    }
+
+    #[test]
+    fn source_validation() {
+        let s = |id: Option<&str>, text: Option<&str>, uri: Option<&str>| SourceIn {
+            source_id: id.map(Into::into),
+            id: None,
+            kind: None,
+            text: text.map(Into::into),
+            uri: uri.map(Into::into),
+            checksum: None,
+        };
+        assert!(source_refs("sources", vec![s(Some("a"), Some("t"), None)]).is_ok());
+        for bad in [
+            vec![s(Some("a"), Some("t"), Some("u"))],
+            vec![s(Some("a"), None, None)],
+            vec![s(None, Some("t"), None)],
+            vec![s(Some("a"), Some("t"), None), s(Some("a"), Some("u"), None)],
+        ] {
+            assert!(matches!(
+                source_refs("sources", bad),
+                Err(ApiError::Unprocessable(_))
+            ));
+        }
+        let mut alias = s(None, Some("t"), None);
+        alias.id = Some("doc".into());
+        assert_eq!(source_refs("sources", vec![alias]).unwrap()[0].id, "doc");
+    }
+
+    #[test]
+    fn min_coverage_rules() {
+        let req = |v| RequirementsIn {
+            min_coverage: Some(v),
+            ..Default::default()
+        };
+        let opt = |v| OptionsIn {
+            min_coverage: Some(v),
+            ..Default::default()
+        };
+        assert_eq!(min_coverage(Some(&req(0.9)), None).unwrap(), Some(0.9));
+        assert_eq!(min_coverage(None, Some(&opt(0.7))).unwrap(), Some(0.7));
+        assert_eq!(
+            min_coverage(Some(&req(0.7)), Some(&opt(0.7))).unwrap(),
+            Some(0.7)
+        );
+        assert!(min_coverage(Some(&req(0.7)), Some(&opt(0.8))).is_err());
+        assert!(min_coverage(Some(&req(1.7)), None).is_err());
+        assert!(min_coverage(None, Some(&opt(-0.1))).is_err());
+    }
+}

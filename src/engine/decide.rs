@@ -1,0 +1,626 @@
+//! Decisions: effective requirements (defaults, then the action policy as a
+//! floor, then the request), and the DESIGN §5 decision table.
+//!
+//! Pure like the rest of the engine: it takes the checks the verifier made and
+//! the rule hits the policy produced, and returns one [`Decision`] with its
+//! reason. The table lives in [`decide`] as one ordered `if` chain so that it
+//! can be read against the design row by row.
+
+use crate::policy::{ActionPolicy, Citations, DecisionMode, Effect, RuleHit};
+
+use super::{Check, ClaimStatus};
+
+/// Defaults when neither policy nor request says otherwise (spec §2.4, §2.5).
+pub const DEFAULT_MODE: DecisionMode = DecisionMode::Strict;
+pub const DEFAULT_MIN_COVERAGE: f64 = 0.85;
+pub const DEFAULT_CITATIONS: Citations = Citations::Required;
+pub const DEFAULT_EVIDENCE_LIMIT: usize = 5;
+
+/// What the request asked for; `None` where it said nothing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Requested {
+    pub decision_mode: Option<DecisionMode>,
+    pub min_coverage: Option<f64>,
+    pub citations: Option<Citations>,
+    pub deny_if_any_unsupported: Option<bool>,
+    pub evidence_limit: Option<usize>,
+}
+
+/// A request value that tried to loosen the action policy's floor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FloorApplied {
+    pub field: &'static str,
+    pub requested: String,
+    pub floor: String,
+}
+
+/// The requirements a decision is made under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effective {
+    pub decision_mode: DecisionMode,
+    pub min_coverage: f64,
+    pub citations: Citations,
+    pub deny_if_any_unsupported: bool,
+    pub evidence_limit: usize,
+    pub require_claims: bool,
+    pub floors_applied: Vec<FloorApplied>,
+}
+
+pub fn mode_str(m: DecisionMode) -> &'static str {
+    match m {
+        DecisionMode::Strict => "strict",
+        DecisionMode::Balanced => "balanced",
+        DecisionMode::Audit => "audit",
+    }
+}
+
+pub fn citations_str(c: Citations) -> &'static str {
+    match c {
+        Citations::Required => "required",
+        Citations::Optional => "optional",
+    }
+}
+
+/// Takes the tighter of a floor and a request, noting when the floor won.
+fn tighten<T: PartialOrd + Copy>(
+    field: &'static str,
+    floor: Option<T>,
+    requested: Option<T>,
+    default: T,
+    show: impl Fn(T) -> String,
+    applied: &mut Vec<FloorApplied>,
+) -> T {
+    match (floor, requested) {
+        (Some(f), Some(r)) if r < f => {
+            applied.push(FloorApplied {
+                field,
+                requested: show(r),
+                floor: show(f),
+            });
+            f
+        }
+        (_, Some(r)) => r,
+        (Some(f), None) => f,
+        (None, None) => default,
+    }
+}
+
+/// Defaults, then the policy (a floor), then the request, which may tighten
+/// the floor but never loosen it.
+pub fn effective(policy: Option<&ActionPolicy>, req: &Requested) -> Effective {
+    let mut applied = Vec::new();
+    let (reqs, opts, require_claims) = match policy {
+        Some(p) => (Some(&p.requirements), Some(&p.options), p.require_claims),
+        None => (None, None, true),
+    };
+    let floor_cov = reqs
+        .and_then(|r| r.min_coverage)
+        .or_else(|| opts.and_then(|o| o.min_coverage));
+    let decision_mode = tighten(
+        "decision_mode",
+        reqs.and_then(|r| r.decision_mode),
+        req.decision_mode,
+        DEFAULT_MODE,
+        |m| mode_str(m).to_string(),
+        &mut applied,
+    );
+    let min_coverage = tighten(
+        "min_coverage",
+        floor_cov,
+        req.min_coverage,
+        DEFAULT_MIN_COVERAGE,
+        |v| v.to_string(),
+        &mut applied,
+    );
+    let citations = tighten(
+        "citations",
+        reqs.and_then(|r| r.citations),
+        req.citations,
+        DEFAULT_CITATIONS,
+        |c| citations_str(c).to_string(),
+        &mut applied,
+    );
+    let deny_if_any_unsupported = tighten(
+        "deny_if_any_unsupported",
+        opts.and_then(|o| o.deny_if_any_unsupported),
+        req.deny_if_any_unsupported,
+        false,
+        |b| b.to_string(),
+        &mut applied,
+    );
+    // A processing limit, not a floor: the request's value wins.
+    let evidence_limit = req
+        .evidence_limit
+        .or_else(|| opts.and_then(|o| o.evidence_limit).map(|n| n as usize))
+        .unwrap_or(DEFAULT_EVIDENCE_LIMIT);
+    Effective {
+        decision_mode,
+        min_coverage,
+        citations,
+        deny_if_any_unsupported,
+        evidence_limit,
+        require_claims,
+        floors_applied: applied,
+    }
+}
+
+/// The three decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Allow,
+    Deny,
+    NeedsReview,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allow => "allow",
+            Outcome::Deny => "deny",
+            Outcome::NeedsReview => "needs_review",
+        }
+    }
+}
+
+/// Stable reason codes (spec §7 plus `ambiguous_claims`, `review_required`
+/// and `no_claims` from DESIGN §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionReason {
+    CoverageSufficient,
+    UnsupportedClaims,
+    AmbiguousClaims,
+    MissingCitations,
+    FetchFailed,
+    PolicyViolation,
+    ReviewRequired,
+    NoClaims,
+}
+
+impl DecisionReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionReason::CoverageSufficient => "coverage_sufficient",
+            DecisionReason::UnsupportedClaims => "unsupported_claims",
+            DecisionReason::AmbiguousClaims => "ambiguous_claims",
+            DecisionReason::MissingCitations => "missing_citations",
+            DecisionReason::FetchFailed => "fetch_failed",
+            DecisionReason::PolicyViolation => "policy_violation",
+            DecisionReason::ReviewRequired => "review_required",
+            DecisionReason::NoClaims => "no_claims",
+        }
+    }
+}
+
+/// Everything the table looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    pub requirements: &'a Effective,
+    pub rule_hits: &'a [RuleHit],
+    pub checks: &'a [Check],
+    /// Claims the request sent with no citation at all.
+    pub claims_without_citations: usize,
+    /// Sources that could not be read or failed their checksum.
+    pub unavailable_sources: usize,
+}
+
+/// One decision, and what it would have been when audit mode does not
+/// enforce it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub outcome: Outcome,
+    pub reason: DecisionReason,
+    /// `false` in audit mode: the outcome is always `allow` there.
+    pub enforced: bool,
+    /// In audit mode, what strict/balanced logic would have decided.
+    pub would_decide: Option<Outcome>,
+}
+
+/// The DESIGN §5 table; the first matching row wins.
+pub fn decide(f: &Facts<'_>) -> Decision {
+    use DecisionMode::{Audit, Balanced, Strict};
+    use DecisionReason as R;
+    use Outcome::{Allow, Deny, NeedsReview};
+    let mode = f.requirements.decision_mode;
+    let any = |s: ClaimStatus| f.checks.iter().any(|c| c.status == s);
+    let rule = |e: Effect| f.rule_hits.iter().any(|h| h.effect == e);
+    // (strict, balanced, reason) for each row; audit always allows.
+    let row = if rule(Effect::Deny) {
+        (Deny, Deny, R::PolicyViolation)
+    } else if f.unavailable_sources > 0 {
+        (Deny, NeedsReview, R::FetchFailed)
+    } else if f.requirements.citations == Citations::Required && f.claims_without_citations > 0 {
+        (Deny, NeedsReview, R::MissingCitations)
+    } else if any(ClaimStatus::Unsupported) && f.requirements.deny_if_any_unsupported {
+        (Deny, Deny, R::UnsupportedClaims)
+    } else if any(ClaimStatus::Unsupported) {
+        (Deny, NeedsReview, R::UnsupportedClaims)
+    } else if any(ClaimStatus::Ambiguous) {
+        // Strict treats an ambiguous claim as unsupported.
+        let strict_reason = if mode == Strict {
+            R::UnsupportedClaims
+        } else {
+            R::AmbiguousClaims
+        };
+        (Deny, NeedsReview, strict_reason)
+    } else if rule(Effect::Review) {
+        (NeedsReview, NeedsReview, R::ReviewRequired)
+    } else if f.checks.is_empty() && f.requirements.require_claims {
+        (Deny, NeedsReview, R::NoClaims)
+    } else {
+        (Allow, Allow, R::CoverageSufficient)
+    };
+    let (strict, balanced, reason) = row;
+    match mode {
+        Strict => Decision {
+            outcome: strict,
+            reason,
+            enforced: true,
+            would_decide: None,
+        },
+        Balanced => Decision {
+            outcome: balanced,
+            reason,
+            enforced: true,
+            would_decide: None,
+        },
+        Audit => {
+            // The audit column: "allow (would deny)", except a review rule,
+            // which "would review".
+            let would = match reason {
+                R::CoverageSufficient => Allow,
+                R::ReviewRequired => NeedsReview,
+                _ => Deny,
+            };
+            Decision {
+                outcome: Allow,
+                reason,
+                enforced: false,
+                would_decide: Some(would),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Options, Requirements};
+    use DecisionMode::{Audit, Balanced, Strict};
+    use DecisionReason as R;
+    use Outcome::{Allow, Deny, NeedsReview};
+
+    fn check(status: ClaimStatus, coverage: f64) -> Check {
+        Check {
+            claim_id: "c1".into(),
+            claim_text: "x".into(),
+            status,
+            coverage,
+            citations: vec![],
+            evidence: vec![],
+            reasons: vec![],
+        }
+    }
+
+    fn hit(effect: Effect) -> RuleHit {
+        RuleHit {
+            effect,
+            rule: 0,
+            param: "amount".into(),
+            message: "m".into(),
+        }
+    }
+
+    fn reqs(mode: DecisionMode, citations: Citations, deny_any: bool) -> Effective {
+        Effective {
+            decision_mode: mode,
+            min_coverage: 0.85,
+            citations,
+            deny_if_any_unsupported: deny_any,
+            evidence_limit: 5,
+            require_claims: true,
+            floors_applied: vec![],
+        }
+    }
+
+    /// One situation per row of the DESIGN §5 table, with the expected
+    /// (strict, balanced, audit-would) outcome and reason.
+    #[test]
+    fn every_row_in_every_mode() {
+        use ClaimStatus::{Ambiguous, Supported, Unsupported};
+        struct Row {
+            name: &'static str,
+            hits: Vec<RuleHit>,
+            checks: Vec<Check>,
+            uncited: usize,
+            unavailable: usize,
+            citations: Citations,
+            deny_any: bool,
+            require_claims: bool,
+            strict: (Outcome, R),
+            balanced: (Outcome, R),
+            audit_would: Outcome,
+        }
+        let base = || Row {
+            name: "",
+            hits: vec![],
+            checks: vec![check(Supported, 1.0)],
+            uncited: 0,
+            unavailable: 0,
+            citations: Citations::Required,
+            deny_any: false,
+            require_claims: true,
+            strict: (Allow, R::CoverageSufficient),
+            balanced: (Allow, R::CoverageSufficient),
+            audit_would: Allow,
+        };
+        let rows = vec![
+            Row {
+                name: "1 deny rule",
+                hits: vec![hit(Effect::Review), hit(Effect::Deny)],
+                unavailable: 1,
+                strict: (Deny, R::PolicyViolation),
+                balanced: (Deny, R::PolicyViolation),
+                audit_would: Deny,
+                ..base()
+            },
+            Row {
+                name: "2 fetch failed",
+                unavailable: 1,
+                uncited: 1,
+                strict: (Deny, R::FetchFailed),
+                balanced: (NeedsReview, R::FetchFailed),
+                audit_would: Deny,
+                ..base()
+            },
+            Row {
+                name: "3 missing citations",
+                uncited: 1,
+                checks: vec![check(Unsupported, 0.0)],
+                strict: (Deny, R::MissingCitations),
+                balanced: (NeedsReview, R::MissingCitations),
+                audit_would: Deny,
+                ..base()
+            },
+            Row {
+                name: "3 optional citations skip the row",
+                uncited: 1,
+                citations: Citations::Optional,
+                ..base()
+            },
+            Row {
+                name: "4 unsupported + deny_if_any_unsupported",
+                checks: vec![check(Supported, 1.0), check(Unsupported, 0.2)],
+                deny_any: true,
+                strict: (Deny, R::UnsupportedClaims),
+                balanced: (Deny, R::UnsupportedClaims),
+                audit_would: Deny,
+                ..base()
+            },
+            Row {
+                name: "5 unsupported",
+                checks: vec![check(Unsupported, 0.2), check(Ambiguous, 0.6)],
+                hits: vec![hit(Effect::Review)],
+                strict: (Deny, R::UnsupportedClaims),
+                balanced: (NeedsReview, R::UnsupportedClaims),
+                audit_would: Deny,
+                ..base()
+            },
+            Row {
+                name: "6 ambiguous",
+                checks: vec![check(Ambiguous, 0.6)],
+                strict: (Deny, R::UnsupportedClaims),
+                balanced: (NeedsReview, R::AmbiguousClaims),
+                audit_would: Deny,
+                ..base()
+            },
+            Row {
+                name: "7 review rule",
+                hits: vec![hit(Effect::Review)],
+                strict: (NeedsReview, R::ReviewRequired),
+                balanced: (NeedsReview, R::ReviewRequired),
+                audit_would: NeedsReview,
+                ..base()
+            },
+            Row {
+                name: "8 no claims",
+                checks: vec![],
+                strict: (Deny, R::NoClaims),
+                balanced: (NeedsReview, R::NoClaims),
+                audit_would: Deny,
+                ..base()
+            },
+            Row {
+                name: "8 require_claims = false lets rules decide",
+                checks: vec![],
+                require_claims: false,
+                ..base()
+            },
+            Row {
+                name: "9 otherwise",
+                ..base()
+            },
+        ];
+        for row in rows {
+            for mode in [Strict, Balanced, Audit] {
+                let mut r = reqs(mode, row.citations, row.deny_any);
+                r.require_claims = row.require_claims;
+                let d = decide(&Facts {
+                    requirements: &r,
+                    rule_hits: &row.hits,
+                    checks: &row.checks,
+                    claims_without_citations: row.uncited,
+                    unavailable_sources: row.unavailable,
+                });
+                match mode {
+                    Strict => {
+                        assert_eq!((d.outcome, d.reason), row.strict, "{} strict", row.name);
+                        assert!(d.enforced && d.would_decide.is_none());
+                    }
+                    Balanced => {
+                        assert_eq!((d.outcome, d.reason), row.balanced, "{} balanced", row.name)
+                    }
+                    Audit => {
+                        assert_eq!(d.outcome, Allow, "{} audit", row.name);
+                        assert!(!d.enforced, "{}", row.name);
+                        assert_eq!(d.would_decide, Some(row.audit_would), "{} audit", row.name);
+                    }
+                }
+            }
+        }
+    }
+
+    fn policy(
+        mode: Option<DecisionMode>,
+        cov: Option<f64>,
+        cit: Option<Citations>,
+    ) -> ActionPolicy {
+        ActionPolicy {
+            type_: "refund.create".into(),
+            requirements: Requirements {
+                decision_mode: mode,
+                min_coverage: cov,
+                citations: cit,
+            },
+            options: Options::default(),
+            require_claims: true,
+            redact: vec![],
+            rules: vec![],
+        }
+    }
+
+    #[test]
+    fn defaults_without_policy_or_request() {
+        let e = effective(None, &Requested::default());
+        assert_eq!(e.decision_mode, Strict);
+        assert_eq!(e.min_coverage, 0.85);
+        assert_eq!(e.citations, Citations::Required);
+        assert!(!e.deny_if_any_unsupported);
+        assert_eq!(e.evidence_limit, 5);
+        assert!(e.floors_applied.is_empty());
+    }
+
+    #[test]
+    fn requests_may_loosen_defaults_but_not_floors() {
+        let loose = Requested {
+            decision_mode: Some(Audit),
+            min_coverage: Some(0.1),
+            citations: Some(Citations::Optional),
+            ..Default::default()
+        };
+        // No policy: defaults are not floors.
+        let e = effective(None, &loose);
+        assert_eq!(
+            (e.decision_mode, e.min_coverage, e.citations),
+            (Audit, 0.1, Citations::Optional)
+        );
+        // A strict policy is a floor.
+        let p = policy(Some(Strict), Some(0.9), Some(Citations::Required));
+        let e = effective(Some(&p), &loose);
+        assert_eq!(
+            (e.decision_mode, e.min_coverage, e.citations),
+            (Strict, 0.9, Citations::Required)
+        );
+        let fields: Vec<_> = e.floors_applied.iter().map(|f| f.field).collect();
+        assert_eq!(fields, vec!["decision_mode", "min_coverage", "citations"]);
+        // Tightening is always allowed.
+        let p = policy(Some(Balanced), Some(0.7), Some(Citations::Optional));
+        let tight = Requested {
+            decision_mode: Some(Strict),
+            min_coverage: Some(0.95),
+            citations: Some(Citations::Required),
+            deny_if_any_unsupported: Some(true),
+            evidence_limit: Some(2),
+        };
+        let e = effective(Some(&p), &tight);
+        assert_eq!(
+            (e.decision_mode, e.min_coverage, e.citations),
+            (Strict, 0.95, Citations::Required)
+        );
+        assert!(e.deny_if_any_unsupported);
+        assert_eq!(e.evidence_limit, 2);
+        assert!(e.floors_applied.is_empty());
+        // Policy values apply when the request is silent.
+        let e = effective(Some(&p), &Requested::default());
+        assert_eq!(
+            (e.decision_mode, e.min_coverage, e.citations),
+            (Balanced, 0.7, Citations::Optional)
+        );
+    }
+
+    /// The four cases interface-spec §3.1 shows, at the decision level.
+    #[test]
+    fn spec_cases() {
+        let no_claims_supported = [check(ClaimStatus::Unsupported, 0.0)];
+        // strict, 1 claim, no sources: deny.
+        let r = effective(
+            None,
+            &Requested {
+                decision_mode: Some(Strict),
+                ..Default::default()
+            },
+        );
+        let d = decide(&Facts {
+            requirements: &r,
+            rule_hits: &[],
+            checks: &no_claims_supported,
+            claims_without_citations: 1,
+            unavailable_sources: 0,
+        });
+        assert_eq!(d.outcome, Deny);
+        // strict + deny_if_any_unsupported: deny.
+        let r = effective(
+            None,
+            &Requested {
+                deny_if_any_unsupported: Some(true),
+                citations: Some(Citations::Optional),
+                ..Default::default()
+            },
+        );
+        let d = decide(&Facts {
+            requirements: &r,
+            rule_hits: &[],
+            checks: &no_claims_supported,
+            claims_without_citations: 1,
+            unavailable_sources: 0,
+        });
+        assert_eq!((d.outcome, d.reason), (Deny, R::UnsupportedClaims));
+        // balanced, partial coverage: needs_review.
+        let r = effective(
+            None,
+            &Requested {
+                decision_mode: Some(Balanced),
+                citations: Some(Citations::Optional),
+                ..Default::default()
+            },
+        );
+        let partial = [check(ClaimStatus::Ambiguous, 0.5)];
+        let d = decide(&Facts {
+            requirements: &r,
+            rule_hits: &[],
+            checks: &partial,
+            claims_without_citations: 1,
+            unavailable_sources: 0,
+        });
+        assert_eq!((d.outcome, d.reason), (NeedsReview, R::AmbiguousClaims));
+        // audit, supported: allow.
+        let r = effective(
+            None,
+            &Requested {
+                decision_mode: Some(Audit),
+                ..Default::default()
+            },
+        );
+        let ok = [check(ClaimStatus::Supported, 1.0)];
+        let d = decide(&Facts {
+            requirements: &r,
+            rule_hits: &[],
+            checks: &ok,
+            claims_without_citations: 0,
+            unavailable_sources: 0,
+        });
+        assert_eq!(
+            (d.outcome, d.reason, d.would_decide),
+            (Allow, R::CoverageSufficient, Some(Allow))
+        );
+    }
+}

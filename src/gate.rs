@@ -1,0 +1,266 @@
+//! The gate: one authorize decision, end to end, for the API and the proxy.
+//!
+//! `POST /v2/authorize` and an intercepted proxy route both come here, so a
+//! refund is judged the same way whichever door it came through. The steps
+//! run in a fixed order on one policy snapshot: effective requirements (the
+//! action policy is a floor), param rules, evidence, claims (explicit, or
+//! extracted from an answer), verification, the decision table, and then the
+//! audit record, which must be durable before the decision is returned.
+
+use std::time::Instant;
+
+use serde::Deserialize;
+
+use crate::api::wire::{self, Claims, OptionsIn, RequirementsIn, ResponseIn, SourceIn};
+use crate::app::App;
+use crate::auth::Principal;
+use crate::engine::decide::{self, Decision, Effective, Requested};
+use crate::engine::{self, Check};
+use crate::error::ApiError;
+use crate::policy::{Citations, DecisionMode, ParamLookup, PolicySet, RuleHit};
+
+/// `action: {type, params?}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ActionIn {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub params: serde_json::Map<String, serde_json::Value>,
+}
+
+/// An answer for output mode: a string, or `{text, citations?}`.
+#[derive(Debug, Clone)]
+pub struct AnswerIn {
+    pub text: String,
+    pub citations: Vec<wire::CitationIn>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum AnswerShape {
+    Text(String),
+    Object {
+        text: String,
+        #[serde(default)]
+        citations: Vec<wire::CitationIn>,
+    },
+}
+
+impl<'de> Deserialize<'de> for AnswerIn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match AnswerShape::deserialize(d) {
+            Ok(AnswerShape::Text(text)) => Ok(AnswerIn {
+                text,
+                citations: vec![],
+            }),
+            Ok(AnswerShape::Object { text, citations }) => Ok(AnswerIn { text, citations }),
+            Err(_) => Err(serde::de::Error::custom(
+                "expected a string or an object {text, citations?}",
+            )),
+        }
+    }
+}
+
+/// The body of `POST /v2/authorize`; the proxy builds the same struct.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AuthorizeRequest {
+    pub action: ActionIn,
+    #[serde(default)]
+    pub claims: Option<Claims>,
+    #[serde(default)]
+    pub answer: Option<AnswerIn>,
+    #[serde(default)]
+    pub sources: Vec<SourceIn>,
+    #[serde(default)]
+    pub requirements: Option<RequirementsIn>,
+    #[serde(default)]
+    pub options: Option<OptionsIn>,
+    #[serde(default)]
+    pub response: Option<ResponseIn>,
+}
+
+/// Who asks and how the request is named.
+pub struct GateCtx<'a> {
+    pub principal: &'a Principal,
+    pub request_id: &'a str,
+    pub request_hash: &'a str,
+    /// The proxy route's name, when the request came through the proxy.
+    pub route: Option<&'a str>,
+    pub started: Instant,
+}
+
+/// Everything a decision produced, for the API response or the proxy.
+pub struct GateOutcome {
+    pub decision: Decision,
+    pub effective: Effective,
+    pub checks: Vec<Check>,
+    pub coverage_score: f64,
+    pub rule_hits: Vec<RuleHit>,
+    pub sources_total: usize,
+    /// `(source_id, why)` for every source that could not be used.
+    pub unavailable: Vec<(String, String)>,
+    pub policy_revision: String,
+    /// RFC 3339 UTC time of the decision.
+    pub evaluated_at: String,
+    pub mode: wire::Mode,
+}
+
+fn parse_mode(s: &str) -> Result<DecisionMode, ApiError> {
+    match s {
+        "strict" => Ok(DecisionMode::Strict),
+        "balanced" => Ok(DecisionMode::Balanced),
+        "audit" => Ok(DecisionMode::Audit),
+        other => Err(ApiError::Unprocessable(format!(
+            "requirements.decision_mode: unknown mode {other:?} (strict, balanced, audit)"
+        ))),
+    }
+}
+
+fn parse_citations(s: &str) -> Result<Citations, ApiError> {
+    match s {
+        "required" => Ok(Citations::Required),
+        "optional" => Ok(Citations::Optional),
+        other => Err(ApiError::Unprocessable(format!(
+            "requirements.citations: unknown value {other:?} (required, optional)"
+        ))),
+    }
+}
+
+/// What the request asks for, validated (422 on bad values).
+pub fn requested(req: &AuthorizeRequest) -> Result<Requested, ApiError> {
+    let r = req.requirements.as_ref();
+    let o = req.options.as_ref();
+    Ok(Requested {
+        decision_mode: r
+            .and_then(|r| r.decision_mode.as_deref())
+            .map(parse_mode)
+            .transpose()?,
+        min_coverage: wire::min_coverage(r, o)?,
+        citations: r
+            .and_then(|r| r.citations.as_deref())
+            .map(parse_citations)
+            .transpose()?,
+        deny_if_any_unsupported: o.and_then(|o| o.deny_if_any_unsupported),
+        evidence_limit: wire::evidence_limit(o)?,
+    })
+}
+
+pub fn now_rfc3339() -> String {
+    rfc3339(std::time::SystemTime::now())
+}
+
+/// RFC 3339 UTC, e.g. `2026-11-22T21:14:45.296332Z`.
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    let t = time::OffsetDateTime::from(t);
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| t.unix_timestamp().to_string())
+}
+
+/// Decides one authorize request on one policy snapshot.
+pub async fn authorize(
+    app: &App,
+    set: &PolicySet,
+    req: AuthorizeRequest,
+    ctx: &GateCtx<'_>,
+) -> Result<GateOutcome, ApiError> {
+    let mode = wire::response_mode(req.response.as_ref())?;
+    let requested = requested(&req)?;
+    if req.claims.is_some() && req.answer.is_some() {
+        return Err(ApiError::Unprocessable(
+            "send either claims (actions mode) or answer (output mode), not both".into(),
+        ));
+    }
+    if req.action.kind.trim().is_empty() {
+        return Err(ApiError::Unprocessable(
+            "action.type: must not be empty".into(),
+        ));
+    }
+    let policy = set.action(&req.action.kind);
+    let effective = decide::effective(policy, &requested);
+    let rule_hits = policy
+        .map(|p| p.evaluate_rules(&ParamLookup::from(&req.action.params)))
+        .unwrap_or_default();
+
+    let source_refs = wire::source_refs("sources", req.sources)?;
+    let resolved = app.resolver.resolve(&source_refs).await;
+    let unavailable: Vec<(String, String)> = resolved
+        .iter()
+        .filter_map(|r| r.text.as_ref().err().map(|e| (r.id.clone(), e.clone())))
+        .collect();
+    let sources = wire::engine_sources(&resolved);
+
+    let answer = req.answer;
+    let explicit = match req.claims {
+        Some(c) if !c.0.is_empty() => Some(wire::engine_claims("claims", c.0)?),
+        _ => None,
+    };
+    let params = engine::Params {
+        min_coverage: effective.min_coverage,
+        evidence_limit: effective.evidence_limit,
+        ..engine::Params::default()
+    };
+    let work = sources
+        .iter()
+        .map(|s| s.text.as_ref().map_or(0, String::len))
+        .sum::<usize>()
+        + answer.as_ref().map_or(0, |a| a.text.len())
+        + explicit
+            .as_ref()
+            .map_or(0, |c| c.iter().map(|c| c.text.len()).sum());
+    let sources_total = sources.len();
+    let (checks, coverage_score, uncited) = wire::run_engine(work, move || {
+        let claims = match (explicit, answer) {
+            (Some(c), _) => c,
+            (None, Some(a)) => {
+                let mut claims = engine::extract_claims(&a.text, &sources);
+                if !a.citations.is_empty() {
+                    for c in claims.iter_mut().filter(|c| c.citations.is_empty()) {
+                        c.citations = a
+                            .citations
+                            .iter()
+                            .map(|x| engine::CallerCitation {
+                                source_id: x.source_id.clone(),
+                                quote: x.quote.clone(),
+                            })
+                            .collect();
+                    }
+                }
+                claims
+            }
+            (None, None) => Vec::new(),
+        };
+        let uncited = claims.iter().filter(|c| c.citations.is_empty()).count();
+        let checks = engine::verify(&claims, &sources, &params);
+        let (_, score) = engine::summarize(&checks, !sources.is_empty());
+        (checks, score, uncited)
+    })
+    .await?;
+
+    let decision = decide::decide(&decide::Facts {
+        requirements: &effective,
+        rule_hits: &rule_hits,
+        checks: &checks,
+        claims_without_citations: uncited,
+        unavailable_sources: unavailable.len(),
+    });
+    tracing::info!(
+        request_id = ctx.request_id,
+        principal = %ctx.principal.name,
+        action = %req.action.kind,
+        decision = decision.outcome.as_str(),
+        reason = decision.reason.as_str(),
+        "authorize decided"
+    );
+    Ok(GateOutcome {
+        decision,
+        effective,
+        checks,
+        coverage_score,
+        rule_hits,
+        sources_total,
+        unavailable,
+        policy_revision: set.revision.clone(),
+        evaluated_at: now_rfc3339(),
+        mode,
+    })
+}

@@ -1,0 +1,348 @@
+//! POST /v2/authorize over HTTP: the spec's four cases, the compact and
+//! verbose shapes, floors, rules, output mode and validation.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{TestServer, APP_KEY};
+
+const EV: &str = "Invoice INV-2291. Item: Vitamix E310 blender. Amount charged: $100.00 on Visa ending 4421. Delivered 2026-03-03, box crushed, carafe cracked.";
+
+const POLICY: &str = r#"
+[[action]]
+type = "refund.create"
+requirements = { decision_mode = "strict", min_coverage = 0.9, citations = "optional" }
+
+  [[action.rule]]
+  param = "amount"
+  op = "gt"
+  value = 500
+  effect = "review"
+
+  [[action.rule]]
+  param = "amount"
+  op = "gt"
+  value = 5000
+  effect = "deny"
+"#;
+
+async fn server() -> TestServer {
+    TestServer::start_with(|c| {
+        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
+    })
+    .await
+}
+
+async fn authorize(s: &TestServer, body: Value) -> Value {
+    let r = s
+        .post_json("/v2/authorize", &body.to_string(), Some(APP_KEY))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+#[tokio::test]
+async fn the_four_spec_cases() {
+    let s = server().await;
+    // strict, one claim, no sources: deny, 0.
+    let j = authorize(
+        &s,
+        json!({"action": {"type": "issue_refund"}, "claims": [{"text": "The customer was charged twice."}],
+               "sources": [], "requirements": {"decision_mode": "strict"}}),
+    )
+    .await;
+    assert_eq!(
+        (j["decision"].as_str(), j["coverage_score"].as_f64()),
+        (Some("deny"), Some(0.0)),
+        "{j}"
+    );
+    // strict with deny_if_any_unsupported, empty sources: deny, 0.
+    let j = authorize(
+        &s,
+        json!({"action": {"type": "issue_refund"}, "claims": [{"text": "The customer was charged twice."}],
+               "sources": [], "options": {"deny_if_any_unsupported": true}}),
+    )
+    .await;
+    assert_eq!(
+        (j["decision"].as_str(), j["coverage_score"].as_f64()),
+        (Some("deny"), Some(0.0)),
+        "{j}"
+    );
+    // balanced, partial coverage: needs_review with a score between the floor and the threshold.
+    let j = authorize(
+        &s,
+        json!({"action": {"type": "issue_refund"},
+               "claims": [{"text": "The blender box was crushed and the customer was charged $100 twice in March."}],
+               "sources": [{"source_id": "inv", "text": EV}],
+               "requirements": {"decision_mode": "balanced", "citations": "optional"}, "response": {"mode": "verbose"}}),
+    )
+    .await;
+    assert_eq!(j["decision"], "needs_review", "{j}");
+    let score = j["coverage_score"].as_f64().unwrap();
+    assert!(score > 0.0 && score < 0.85, "{j}");
+    // audit, supported: allow.
+    let j = authorize(
+        &s,
+        json!({"action": {"type": "issue_refund"},
+               "claims": [{"text": "The customer was charged $100.00 for the Vitamix E310 blender."}],
+               "sources": [{"source_id": "inv", "text": EV}],
+               "requirements": {"decision_mode": "audit", "citations": "optional"}, "response": {"mode": "verbose"}}),
+    )
+    .await;
+    assert_eq!(j["decision"], "allow", "{j}");
+    assert_eq!(j["reason"], "coverage_sufficient", "{j}");
+    assert!(j["coverage_score"].as_f64().unwrap() >= 0.85, "{j}");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn compact_has_exactly_six_fields_and_verbose_adds_details() {
+    let s = server().await;
+    let body = json!({"action": {"type": "issue_refund"}, "claims": ["The customer was charged $100.00."],
+                      "sources": [{"source_id": "inv", "text": EV}]});
+    let j = authorize(&s, body.clone()).await;
+    let mut keys: Vec<_> = j.as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "coverage_score",
+            "decision",
+            "evaluated_at",
+            "metrics",
+            "request_hash",
+            "request_id"
+        ]
+    );
+    let m = &j["metrics"];
+    for k in [
+        "latency_ms",
+        "claims_total",
+        "claims_supported",
+        "sources_total",
+    ] {
+        assert!(m[k].is_number(), "{m}");
+    }
+    assert_eq!(m["claims_total"], 1);
+    assert_eq!(m["sources_total"], 1);
+    assert!(j["evaluated_at"].as_str().unwrap().ends_with('Z'));
+
+    let mut verbose = body;
+    verbose["response"] = json!({"mode": "verbose"});
+    let j = authorize(&s, verbose).await;
+    for k in [
+        "reason",
+        "diagnostics",
+        "requirements",
+        "rules",
+        "policy_revision",
+    ] {
+        assert!(j.get(k).is_some(), "{k} missing: {j}");
+    }
+    let d = &j["diagnostics"][0];
+    for k in [
+        "claim_id",
+        "claim_text",
+        "status",
+        "coverage",
+        "citations",
+        "evidence",
+        "reasons",
+    ] {
+        assert!(d.get(k).is_some(), "{k} missing: {d}");
+    }
+    // Default citations = required: an uncited claim cannot pass.
+    assert_eq!(j["decision"], "deny");
+    assert_eq!(j["reason"], "missing_citations");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn caller_citations_and_fabricated_quotes() {
+    let s = server().await;
+    let claim = "The customer was charged $100.00 for the Vitamix E310 blender.";
+    let j = authorize(
+        &s,
+        json!({"action": {"type": "issue_refund"},
+               "claims": [{"text": claim, "citations": [{"source_id": "inv", "quote": "Amount charged: $100.00"}]}],
+               "sources": [{"source_id": "inv", "text": EV}], "response": {"mode": "verbose"}}),
+    )
+    .await;
+    assert_eq!(j["decision"], "allow", "{j}");
+    let j = authorize(
+        &s,
+        json!({"action": {"type": "issue_refund"},
+               "claims": [{"text": claim, "citations": [{"source_id": "inv", "quote": "Amount charged: $999.00"}]}],
+               "sources": [{"source_id": "inv", "text": EV}], "response": {"mode": "verbose"}}),
+    )
+    .await;
+    assert_ne!(j["decision"], "allow", "{j}");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn audit_mode_allows_but_records_what_it_would_do() {
+    let s = server().await;
+    let j = authorize(
+        &s,
+        json!({"action": {"type": "issue_refund"}, "claims": ["The customer was charged $300 for the blender."],
+               "sources": [{"source_id": "inv", "text": EV}], "requirements": {"decision_mode": "audit"},
+               "response": {"mode": "verbose"}}),
+    )
+    .await;
+    assert_eq!(j["decision"], "allow", "{j}");
+    assert_eq!(j["enforced"], false, "{j}");
+    assert_eq!(j["would_decide"], "deny", "{j}");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn policy_floors_and_rules_apply() {
+    let s = server().await;
+    // The request asks for audit mode and a tiny threshold; the strict policy floor wins.
+    let j = authorize(
+        &s,
+        json!({"action": {"type": "refund.create", "params": {"amount": 100}},
+               "claims": ["The customer was charged $300 for the blender."],
+               "sources": [{"source_id": "inv", "text": EV}],
+               "requirements": {"decision_mode": "audit", "min_coverage": 0.1}, "response": {"mode": "verbose"}}),
+    )
+    .await;
+    assert_eq!(j["decision"], "deny", "{j}");
+    let floors: Vec<&str> = j["requirements"]["floors_applied"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(floors, ["decision_mode", "min_coverage"], "{j}");
+    assert_eq!(j["requirements"]["decision_mode"], "strict");
+    let good = "The Vitamix E310 blender was charged $100.00 on the Visa ending 4421.";
+    for (amount, decision, reason) in [
+        (100, "allow", "coverage_sufficient"),
+        (900, "needs_review", "review_required"),
+        (9000, "deny", "policy_violation"),
+    ] {
+        let j = authorize(
+            &s,
+            json!({"action": {"type": "refund.create", "params": {"amount": amount}}, "claims": [good],
+                   "sources": [{"source_id": "inv", "text": EV}], "response": {"mode": "verbose"}}),
+        )
+        .await;
+        assert_eq!(
+            (j["decision"].as_str(), j["reason"].as_str()),
+            (Some(decision), Some(reason)),
+            "{amount}: {j}"
+        );
+    }
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn output_mode_catches_a_hallucinated_number() {
+    let s = server().await;
+    let j = authorize(
+        &s,
+        json!({"action": {"type": "reply"},
+               "answer": "Your refund of $250 was approved on March 3. Is there anything else I can help with?",
+               "sources": [{"source_id": "t", "text": "Refund RF-9 for $25 approved on 2026-03-03."}],
+               "requirements": {"decision_mode": "strict", "citations": "optional"}, "response": {"mode": "verbose"}}),
+    )
+    .await;
+    assert_eq!(j["decision"], "deny", "{j}");
+    let diags = j["diagnostics"].as_array().unwrap();
+    assert_eq!(diags.len(), 1, "the question is not a claim: {j}");
+    assert_eq!(diags[0]["status"], "unsupported");
+    // The same answer with the right amount passes.
+    let j = authorize(
+        &s,
+        json!({"action": {"type": "reply"}, "answer": {"text": "Your refund of $25 was approved on March 3, 2026 [t]."},
+               "sources": [{"source_id": "t", "text": "Refund RF-9 for $25 approved on 2026-03-03."}],
+               "response": {"mode": "verbose"}}),
+    )
+    .await;
+    assert_eq!(j["decision"], "allow", "{j}");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn no_claims_fails_closed_and_unreadable_sources_are_fetch_failed() {
+    let s = server().await;
+    let j = authorize(
+        &s,
+        json!({"action": {"type": "x"}, "response": {"mode": "verbose"}}),
+    )
+    .await;
+    assert_eq!(
+        (j["decision"].as_str(), j["reason"].as_str()),
+        (Some("deny"), Some("no_claims")),
+        "{j}"
+    );
+    let j = authorize(
+        &s,
+        json!({"action": {"type": "x"}, "claims": [{"text": "a", "citations": [{"source_id": "f"}]}],
+               "sources": [{"source_id": "f", "uri": "file:///etc/passwd"}], "response": {"mode": "verbose"}}),
+    )
+    .await;
+    assert_eq!(
+        (j["decision"].as_str(), j["reason"].as_str()),
+        (Some("deny"), Some("fetch_failed")),
+        "{j}"
+    );
+    assert_eq!(j["unavailable_sources"][0]["source_id"], "f");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_requirements_are_422() {
+    let s = server().await;
+    for body in [
+        json!({"action": {"type": "x"}, "claims": ["a"], "requirements": {"min_coverage": 1.7}}),
+        json!({"action": {"type": "x"}, "claims": ["a"], "requirements": {"decision_mode": "lenient"}}),
+        json!({"action": {"type": "x"}, "claims": ["a"], "requirements": {"citations": "sometimes"}}),
+        json!({"action": {"type": "x"}, "claims": ["a"], "requirements": {"min_coverage": 0.9}, "options": {"min_coverage": 0.5}}),
+        json!({"action": {"type": "x"}, "claims": ["a"], "answer": "b"}),
+        json!({"action": {"type": ""}, "claims": ["a"]}),
+    ] {
+        let r = s
+            .post_json("/v2/authorize", &body.to_string(), Some(APP_KEY))
+            .await;
+        r.assert_error(422, "invalid_request");
+    }
+    let r = s
+        .post_json("/v2/authorize", r#"{"claims":["a"]}"#, Some(APP_KEY))
+        .await;
+    r.assert_error(400, "invalid_request");
+    assert!(r.text().contains("action"), "{}", r.text());
+    let r = s
+        .post_json(
+            "/v2/authorize",
+            r#"{"action":{"type":"x"},"answer":7}"#,
+            Some(APP_KEY),
+        )
+        .await;
+    r.assert_error(400, "invalid_request");
+    assert!(r.text().contains("answer"), "{}", r.text());
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn same_input_gives_the_same_bytes() {
+    let s = server().await;
+    let body = json!({"action": {"type": "issue_refund"},
+                      "claims": ["The customer was charged $100.00 for the Vitamix E310 blender.", "The carafe was cracked."],
+                      "sources": [{"source_id": "inv", "text": EV}, {"source_id": "b", "text": "Unrelated text about shipping."}],
+                      "requirements": {"citations": "optional"}, "response": {"mode": "verbose"}});
+    let strip = |mut v: Value| {
+        let o = v.as_object_mut().unwrap();
+        o.remove("request_id");
+        o.remove("evaluated_at");
+        o["metrics"].as_object_mut().unwrap().remove("latency_ms");
+        v.to_string()
+    };
+    let a = strip(authorize(&s, body.clone()).await);
+    let b = strip(authorize(&s, body).await);
+    assert_eq!(a, b);
+    s.shutdown().await;
+}

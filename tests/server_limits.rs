@@ -1,0 +1,171 @@
+//! Listener behaviour: TLS with ALPN h2, h2c, the connection cap and the
+//! header read timeout (slowloris).
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Version};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use verdict::config::TlsFiles;
+
+#[tokio::test]
+async fn tls_listener_negotiates_h2_by_alpn() {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cert_path = dir.path().join("cert.pem");
+    let key_path = dir.path().join("key.pem");
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    let s = support::TestServer::start_with(|c| {
+        c.api.tls = Some(TlsFiles {
+            cert: cert_path.clone(),
+            key: key_path.clone(),
+        })
+    })
+    .await;
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.cert.der().clone()).unwrap();
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_all_versions()
+        .build();
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(https);
+    let url = format!("https://localhost:{}/health", s.addr.port());
+    let resp = client
+        .request(Request::get(url).body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.version(), Version::HTTP_2);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], br#"{"status":"ok"}"#);
+
+    // A plaintext client on the TLS port gets nothing useful, and the server lives on.
+    let mut sock = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    sock.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert!(!String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn h2c_prior_knowledge_works() {
+    let s = support::TestServer::start().await;
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let resp = client
+        .request(Request::get(s.url("/health")).body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.version(), Version::HTTP_2);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_get_503_and_the_rest_keep_working() {
+    let s = support::TestServer::start_with(|c| c.server.max_connections = 2).await;
+    // Two idle keep-alive connections hold both permits.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut sock = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        sock.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = sock.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        held.push(sock);
+    }
+    let mut extra = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(5), extra.read_to_string(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+    assert!(out.contains("\"unavailable\""), "{out}");
+    // A held connection still serves.
+    let sock = &mut held[0];
+    sock.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = sock.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    drop(held);
+    // Permits come back when connections close.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(s.get("/health", None).await.status, 200);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn slowloris_is_cut_at_the_header_timeout() {
+    let s = support::TestServer::start_with(|c| {
+        c.server.header_read_timeout = Duration::from_millis(500)
+    })
+    .await;
+    let started = Instant::now();
+    let mut sock = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let head = b"GET /health HTTP/1.1\r\nhost: x\r\nx-a: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\r\n\r\n";
+    let mut closed = false;
+    for b in head.iter() {
+        if sock.write_all(&[*b]).await.is_err() {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if started.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+    }
+    if !closed {
+        let mut buf = [0u8; 256];
+        let n = tokio::time::timeout(Duration::from_secs(3), sock.read(&mut buf))
+            .await
+            .expect("server closes the slow connection")
+            .unwrap_or(0);
+        let text = String::from_utf8_lossy(&buf[..n]);
+        assert!(!text.contains("200 OK"), "{text}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "cut at {:?}",
+        started.elapsed()
+    );
+
+    // A client that connects and says nothing is dropped too.
+    let mut idle = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(3), idle.read(&mut buf))
+        .await
+        .expect("silent connection closed")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    assert_eq!(s.get("/health", None).await.status, 200);
+    s.shutdown().await;
+}
