@@ -309,17 +309,25 @@ impl Config {
             max_batch_body_bytes: f.limits.max_batch_body_bytes.unwrap_or(32 << 20),
             max_batch_items: f.limits.max_batch_items.unwrap_or(10_000),
         };
-        if limits.max_body_bytes == 0 || limits.max_batch_body_bytes == 0 || limits.max_batch_items == 0
+        if limits.max_body_bytes == 0
+            || limits.max_batch_body_bytes == 0
+            || limits.max_batch_items == 0
         {
-            return Err(ConfigError::Invalid("limits: values must be greater than 0".into()));
+            return Err(ConfigError::Invalid(
+                "limits: values must be greater than 0".into(),
+            ));
         }
         let max_batch = f.audit.max_batch.unwrap_or(512);
         if max_batch == 0 {
-            return Err(ConfigError::Invalid("audit.max_batch: must be greater than 0".into()));
+            return Err(ConfigError::Invalid(
+                "audit.max_batch: must be greater than 0".into(),
+            ));
         }
         let workers = f.jobs.workers.unwrap_or(1);
         if workers == 0 {
-            return Err(ConfigError::Invalid("jobs.workers: must be greater than 0".into()));
+            return Err(ConfigError::Invalid(
+                "jobs.workers: must be greater than 0".into(),
+            ));
         }
         let max_connections = f.server.max_connections.unwrap_or(4096);
         if max_connections == 0 {
@@ -388,10 +396,7 @@ impl Config {
 
 fn parse_file(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
     toml::from_str::<FileConfig>(text).map_err(|e| {
-        let (line, col) = e
-            .span()
-            .map(|s| line_col(text, s.start))
-            .unwrap_or((1, 1));
+        let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
         ConfigError::Parse {
             path: name.to_string(),
             line,

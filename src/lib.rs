@@ -2,4 +2,6 @@
 //!
 //! # Layout
 //! - [`config`]: the TOML file, defaults and flags merged into one [`config::Config`].
+//! - [`audit`]: the tamper-evident audit log (Merkle tree, signed checkpoints, SQLite).
+pub mod audit;
 pub mod config;
