@@ -135,6 +135,13 @@ impl Writer {
                 "audit.origin {origin:?}: must be non-empty without spaces or '+'"
             )));
         }
+        if parsed.is_some() && super::keys::load_docs(key_dir)?.is_empty() {
+            // Generating a fresh key here would hide the loss of the old one.
+            return Err(AuditError::Key {
+                path: key_dir.display().to_string(),
+                message: "no published keys, but the log already has checkpoints".into(),
+            });
+        }
         let ring = KeyRing::open(key_dir, &origin, now_at())?;
         let mut writer = Writer {
             conn,
