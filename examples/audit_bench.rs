@@ -5,7 +5,8 @@
 //! (canonicalize, queue, SQLite WAL+FULL commit, tree hashes, Ed25519 checkpoint,
 //! receipts) in a temp dir, bounded in time.
 //!
-//! `cargo run --release --example audit_bench -- [secs] [writers]`
+//! `cargo run --release --example audit_bench -- [secs] [writers] [ordered]`
+//! (`ordered` uses time-ordered record ids instead of random UUID v4.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,8 +42,17 @@ fn cpu_seconds() -> (f64, f64) {
     (process, writer)
 }
 
-fn record(i: u64) -> AuditRecord {
+fn record(i: u64, ordered_ids: bool) -> AuditRecord {
     let mut r = AuditRecord::new(RecordKind::Decision);
+    if ordered_ids {
+        // Time-ordered ids (UUIDv7-like layout) to show what index locality buys.
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let random = r.record_id.as_u128() & ((1u128 << 80) - 1);
+        r.record_id = uuid::Uuid::from_u128((u128::from(ms) << 80) | random);
+    }
     r.request_id = Some(format!("req-{i}"));
     r.request_hash =
         Some("sha256:5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8".into());
@@ -66,6 +76,7 @@ async fn run(
     max_wait: Duration,
     writers: u64,
     secs: u64,
+    ordered_ids: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("verdict.db");
@@ -90,7 +101,7 @@ async fn run(
             let mut i = w << 32;
             while Instant::now() < deadline {
                 let t = Instant::now();
-                match log.append(record(i)).await {
+                match log.append(record(i, ordered_ids)).await {
                     Ok(r) => {
                         debug_assert!(r.leaf_index < r.tree_size);
                         done.fetch_add(1, Ordering::Relaxed);
@@ -125,7 +136,7 @@ async fn run(
     let t = Instant::now();
     let report = tokio::task::spawn_blocking(move || verify_log(&db, &keys, |_, _| {})).await??;
     println!(
-        "max_wait={:?} writers={writers}: {n} records in {elapsed:.2}s = {:.0} records/s, \
+        "max_wait={:?} writers={writers} ordered_ids={ordered_ids}: {n} records in {elapsed:.2}s = {:.0} records/s, \
          mean append latency {:.2} ms, {} checkpoints (mean group {:.1}), \
          mean commit {commit_ms:.2} ms (writer busy {:.0}%); verify_log {:.2}s",
         max_wait,
@@ -153,7 +164,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let secs: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(5);
     let writers: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
-    run(Duration::from_millis(2), writers, secs).await?;
-    run(Duration::ZERO, writers, secs).await?;
+    let ordered_ids = args.next().as_deref() == Some("ordered");
+    run(Duration::from_millis(2), writers, secs, ordered_ids).await?;
+    run(Duration::ZERO, writers, secs, ordered_ids).await?;
     Ok(())
 }

@@ -300,12 +300,27 @@ impl AuditLog {
 
     /// Size, last checkpoint, key and failure state.
     pub fn health(&self) -> AuditHealth {
-        self.inner
+        let mut h = self
+            .inner
             .shared
             .health
             .lock()
             .map(|h| h.clone())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let stopped = self
+            .inner
+            .thread
+            .lock()
+            .map(|t| match t.as_ref() {
+                Some(t) => t.is_finished(),
+                None => true,
+            })
+            .unwrap_or(true);
+        if stopped {
+            h.failing = true;
+            h.last_error = Some("audit writer is not running".into());
+        }
+        h
     }
 
     /// Registers `verdict_audit_group_size`, `verdict_audit_commit_seconds`,

@@ -74,19 +74,22 @@ pub fn range_hash<R: SubtreeHashes>(r: &mut R, lo: u64, hi: u64) -> Result<Hash,
     if lo >= hi {
         return Ok(empty_root());
     }
-    let mut parts: Vec<Hash> = Vec::with_capacity(8);
+    // At most 64 perfect pieces; kept on the stack (this runs per proof step).
+    let mut parts = [[0u8; 32]; 64];
+    let mut count = 0usize;
     let mut at = lo;
-    while at < hi {
+    while at < hi && count < parts.len() {
         let rem = hi - at;
         // Largest power of two <= rem.
         let level = 63 - rem.leading_zeros();
         debug_assert!(at % (1u64 << level) == 0, "unaligned range {lo}..{hi}");
-        parts.push(r.subtree(level, at >> level)?);
+        parts[count] = r.subtree(level, at >> level)?;
+        count += 1;
         at += 1u64 << level;
     }
-    let mut h = parts.pop().unwrap_or_else(empty_root);
-    while let Some(left) = parts.pop() {
-        h = node_hash(&left, &h);
+    let mut h = parts[count - 1];
+    for left in parts[..count - 1].iter().rev() {
+        h = node_hash(left, &h);
     }
     Ok(h)
 }
@@ -360,10 +363,20 @@ impl Frontier {
 
     /// The hash of perfect subtree `(level, n)` if it is part of this frontier.
     pub fn node(&self, level: u32, n: u64) -> Option<Hash> {
-        Self::blocks_of(self.size)
-            .iter()
-            .position(|b| *b == (level, n))
-            .and_then(|i| self.nodes.get(i).copied())
+        if level >= 64 || self.size & (1u64 << level) == 0 {
+            return None;
+        }
+        // The subtree for bit `level` starts after all larger subtrees.
+        let above = if level == 63 {
+            0
+        } else {
+            self.size >> (level + 1) << (level + 1)
+        };
+        if n.checked_shl(level) != Some(above) {
+            return None;
+        }
+        let index = (self.size >> level).count_ones() as usize - 1;
+        self.nodes.get(index).copied()
     }
 
     /// Appends a leaf hash and returns the hashes Go `tlog` stores for it:

@@ -189,7 +189,11 @@ pub fn record_hash(canonical: &str) -> Hash {
 
 /// `sha256:<lowercase hex>`.
 pub fn hash_string(h: &Hash) -> String {
-    format!("sha256:{}", hex::encode(h))
+    let mut buf = [0u8; 71];
+    buf[..7].copy_from_slice(b"sha256:");
+    // 32 bytes always fit 64 hex digits.
+    let _ = hex::encode_to_slice(h, &mut buf[7..]);
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// Parses `sha256:<64 lowercase hex>`.

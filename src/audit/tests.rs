@@ -679,6 +679,7 @@ async fn append_proof_record_and_restart() {
         log.append(decision(9)).await,
         Err(AuditError::Unavailable(_))
     ));
+    assert!(log.health().failing, "a stopped writer is reported");
 
     // Reopen: same key, tree continues; the origin is the log's, not the default.
     let mut c = cfg(0);
