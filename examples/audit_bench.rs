@@ -165,6 +165,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let secs: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(5);
     let writers: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
     let ordered_ids = args.next().as_deref() == Some("ordered");
+    // Caller-side cost alone: building and canonicalizing one record.
+    let t = Instant::now();
+    let mut bytes = 0usize;
+    for i in 0..20_000u64 {
+        bytes += record(i, false).canonical().map(|c| c.len()).unwrap_or(0);
+    }
+    println!(
+        "build + RFC 8785 canonicalize one record ({} bytes): {:.1} us",
+        bytes / 20_000,
+        t.elapsed().as_secs_f64() * 1e6 / 20_000.0
+    );
     run(Duration::from_millis(2), writers, secs, ordered_ids).await?;
     run(Duration::ZERO, writers, secs, ordered_ids).await?;
     Ok(())
