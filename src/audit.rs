@@ -15,6 +15,20 @@
 //! - [`store`]: the `audit_*` SQLite tables.
 //! - [`writer`]: the single writer thread and the group commit.
 //! - [`verify`]: proof documents, offline proof check, whole-log check.
+//!
+//! # Use
+//! - Startup: [`AuditLog::open`]`(data_dir/verdict.db, data_dir, &cfg.audit)`;
+//!   an `Err` is fatal (a corrupt log or a lost key must stop the server).
+//! - Each decision, review resolution, policy reload, key change:
+//!   [`AuditLog::append`]; only answer the caller after it returns `Ok`. Its
+//!   [`Receipt`] is the verbose response's `audit` object. `WriteFailed`,
+//!   `Unavailable`, `Storage` and `Corrupt` mean 503 / fail closed.
+//! - `GET /v2/audit/{id}`: [`AuditLog::record`] (serve `canonical` as is,
+//!   check `principal` for tenancy); `GET /v2/audit/{id}/proof`:
+//!   [`AuditLog::proof`] then [`ProofDocument::to_json`];
+//!   `GET /v2/audit/keys/{kid}`: [`AuditLog::key`].
+//! - Shutdown: [`AuditLog::shutdown`] after the listeners have drained.
+//! - CLI: [`verify_log`], [`verify_proof`], [`rotate_key`] (server stopped).
 
 pub mod keys;
 pub mod merkle;
