@@ -5,7 +5,7 @@
 //! with C2SP checkpoints signed with Ed25519, stored in SQLite. Anyone holding
 //! a record, its proof and our public key can check it offline, and
 //! `verify_log` re-checks a whole log. This module is the async-facing handle;
-//! the work happens on one writer thread (see [`writer`]).
+//! the work happens on one writer thread (see `writer`).
 //!
 //! # Layout
 //! - [`record`]: the record and its RFC 8785 canonical bytes, redaction.
@@ -13,7 +13,7 @@
 //! - [`note`]: C2SP signed notes and checkpoints.
 //! - [`keys`]: Ed25519 keys on disk, key documents, rotation.
 //! - [`store`]: the `audit_*` SQLite tables.
-//! - [`writer`]: the single writer thread and the group commit.
+//! - `writer`: the single writer thread and the group commit.
 //! - [`verify`]: proof documents, offline proof check, whole-log check.
 //!
 //! # Use
