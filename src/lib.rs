@@ -22,9 +22,10 @@
 //! - [`engine`]: PURE claim verification: claims + sources → checks, and LLM answers → claims.
 //! - [`review`]: held requests and their review: durable store, single-use
 //!   resolutions, expiry, and the exactly-once forward claim.
-
+//! - [`audit`]: the tamper-evident audit log (Merkle tree, signed checkpoints, SQLite).
 pub mod api;
 pub mod app;
+pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod engine;

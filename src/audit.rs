@@ -1,0 +1,407 @@
+//! The tamper-evident audit log: every decision is written here, durably and
+//! covered by a signed checkpoint, before it is returned.
+//!
+//! The log is one append-only RFC 6962 Merkle tree over the records' hashes,
+//! with C2SP checkpoints signed with Ed25519, stored in SQLite. Anyone holding
+//! a record, its proof and our public key can check it offline, and
+//! `verify_log` re-checks a whole log. This module is the async-facing handle;
+//! the work happens on one writer thread (see `writer`).
+//!
+//! # Layout
+//! - [`record`]: the record and its RFC 8785 canonical bytes, redaction.
+//! - [`merkle`]: RFC 6962 hashes, proofs, Go `tlog` stored-hash layout.
+//! - [`note`]: C2SP signed notes and checkpoints.
+//! - [`keys`]: Ed25519 keys on disk, key documents, rotation.
+//! - [`store`]: the `audit_*` SQLite tables.
+//! - `writer`: the single writer thread and the group commit.
+//! - [`verify`]: proof documents, offline proof check, whole-log check.
+//!
+//! # Use
+//! - Startup: [`AuditLog::open`]`(data_dir/verdict.db, data_dir, &cfg.audit)`;
+//!   an `Err` is fatal (a corrupt log or a lost key must stop the server).
+//! - Each decision, review resolution, policy reload, key change:
+//!   [`AuditLog::append`]; only answer the caller after it returns `Ok`. Its
+//!   [`Receipt`] is the verbose response's `audit` object. `WriteFailed`,
+//!   `Unavailable`, `Storage` and `Corrupt` mean 503 / fail closed.
+//! - `GET /v2/audit/{id}`: [`AuditLog::record`] (serve `canonical` as is,
+//!   check `principal` for tenancy); `GET /v2/audit/{id}/proof`:
+//!   [`AuditLog::proof`] then [`ProofDocument::to_json`];
+//!   `GET /v2/audit/keys/{kid}`: [`AuditLog::key`].
+//! - Shutdown: [`AuditLog::shutdown`] after the listeners have drained.
+//! - CLI: [`verify_log`], [`verify_proof`], [`rotate_key`] (server stopped).
+
+pub mod keys;
+pub mod merkle;
+pub mod note;
+pub mod record;
+pub mod store;
+pub mod verify;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use rusqlite::Connection;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{oneshot, Semaphore};
+use uuid::Uuid;
+
+use crate::config::AuditConfig;
+
+pub use keys::{KeyDocument, KeyStatus};
+pub use merkle::Position;
+pub use record::{redact, AuditRecord, RecordKind, SCHEMA};
+pub use verify::{verify_log, verify_proof, ProofDocument, VerifyError, VerifyReport};
+
+use writer::{Msg, Pending, Writer};
+
+/// Why the audit log could not do what was asked. Cloneable so that one
+/// failed group commit can answer every waiter.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AuditError {
+    #[error("audit storage: {0}")]
+    Storage(String),
+    #[error("audit key {path}: {message}")]
+    Key { path: String, message: String },
+    #[error("audit log is corrupt: {0}")]
+    Corrupt(String),
+    #[error("invalid audit record: {0}")]
+    InvalidRecord(String),
+    #[error("audit log unavailable: {0}")]
+    Unavailable(String),
+    #[error("audit write failed: {0}")]
+    WriteFailed(String),
+    #[error("audit config: {0}")]
+    Config(String),
+}
+
+impl From<rusqlite::Error> for AuditError {
+    fn from(e: rusqlite::Error) -> Self {
+        AuditError::Storage(e.to_string())
+    }
+}
+
+/// One step of an inclusion proof: a sibling hash and the side it sits on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProofStep {
+    /// `sha256:<hex>`.
+    pub hash: String,
+    pub position: Position,
+}
+
+/// What `append` returns once the record is durable and covered by a signed
+/// checkpoint: the verbose response's `audit` object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    #[serde(with = "crate::audit::record::uuid_text")]
+    pub record_id: Uuid,
+    /// `sha256:<hex>` of the canonical record bytes.
+    pub record_hash: String,
+    pub key_id: String,
+    /// `sha256:<hex>` root of the first checkpoint covering the record.
+    pub merkle_root: String,
+    pub leaf_index: u64,
+    pub tree_size: u64,
+    pub proof: Vec<ProofStep>,
+}
+
+/// A stored record for `GET /v2/audit/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    /// The canonical JSON, exactly the hashed bytes: serve it as is.
+    pub canonical: String,
+    /// For tenant checks.
+    pub principal: Option<String>,
+}
+
+/// The audit component of `/health/detailed`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AuditHealth {
+    pub size: u64,
+    pub last_checkpoint_at: Option<String>,
+    pub key_id: String,
+    /// True while the last group commit failed.
+    pub failing: bool,
+    pub last_error: Option<String>,
+}
+
+#[derive(Clone)]
+struct Metrics {
+    group_size: Histogram,
+    commit_seconds: Histogram,
+    records: Counter,
+    failures: Counter,
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        Metrics {
+            group_size: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
+            commit_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 14)),
+            records: Counter::default(),
+            failures: Counter::default(),
+        }
+    }
+}
+
+/// State the writer publishes and the handle reads.
+struct Shared {
+    /// std Mutex: held for a field copy, never across an await.
+    health: Mutex<AuditHealth>,
+    keys: RwLock<Vec<KeyDocument>>,
+    inject_failure: AtomicBool,
+    metrics: Metrics,
+}
+
+struct Inner {
+    tx: Sender<Msg>,
+    /// Bounds the records queued for the writer; callers wait here (async)
+    /// when the writer falls behind.
+    slots: Arc<Semaphore>,
+    shared: Arc<Shared>,
+    db_path: PathBuf,
+    /// Idle read connections, reused across `spawn_blocking` reads.
+    readers: Mutex<Vec<Connection>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Handle to the audit log. Cheap to clone; all clones share one writer.
+#[derive(Clone)]
+pub struct AuditLog {
+    inner: Arc<Inner>,
+}
+
+fn new_shared() -> Arc<Shared> {
+    Arc::new(Shared {
+        health: Mutex::new(AuditHealth::default()),
+        keys: RwLock::new(Vec::new()),
+        inject_failure: AtomicBool::new(false),
+        metrics: Metrics::new(),
+    })
+}
+
+impl AuditLog {
+    /// Opens (or creates) the log in `db_path` with keys in `key_dir`,
+    /// generating the first key if there is none. Fails if the newest
+    /// checkpoint is not signed by a published key or does not match the
+    /// stored tree. Call at startup, outside request handling.
+    pub fn open(db_path: &Path, key_dir: &Path, cfg: &AuditConfig) -> Result<AuditLog, AuditError> {
+        let shared = new_shared();
+        let writer = Writer::open(db_path, key_dir, cfg, shared.clone())?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("audit-writer".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|e| AuditError::Unavailable(format!("cannot start the writer: {e}")))?;
+        let capacity = cfg.max_batch.saturating_mul(4).clamp(1024, 1 << 20);
+        Ok(AuditLog {
+            inner: Arc::new(Inner {
+                tx,
+                slots: Arc::new(Semaphore::new(capacity)),
+                shared,
+                db_path: db_path.to_path_buf(),
+                readers: Mutex::new(Vec::new()),
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
+    /// Appends a record. Resolves only once the record is durable and covered
+    /// by a signed checkpoint; the receipt proves inclusion in that checkpoint.
+    pub async fn append(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+        // Canonicalize and hash here, on the caller's task, so this work
+        // spreads over the runtime's threads instead of the one writer.
+        let canonical = record
+            .canonical()
+            .map_err(|e| AuditError::InvalidRecord(e.to_string()))?;
+        let record_hash = record::record_hash(&canonical);
+        let permit = self
+            .inner
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| AuditError::Unavailable("audit log is closed".into()))?;
+        let (reply, answer) = oneshot::channel();
+        self.inner
+            .tx
+            .send(Msg::Append(Pending {
+                record_id: record.record_id,
+                canonical,
+                record_hash,
+                principal: record.principal,
+                enqueued: Instant::now(),
+                reply,
+                _permit: permit,
+            }))
+            .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))?
+    }
+
+    /// Runs `f` with a read connection on the blocking pool.
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection, &Shared) -> Result<T, AuditError> + Send + 'static,
+    ) -> Result<T, AuditError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let pooled = inner.readers.lock().ok().and_then(|mut v| v.pop());
+            let conn = match pooled {
+                Some(c) => c,
+                None => store::open_reader(&inner.db_path)?,
+            };
+            let out = f(&conn, &inner.shared);
+            if let Ok(mut v) = inner.readers.lock() {
+                if v.len() < 8 {
+                    v.push(conn);
+                }
+            }
+            out
+        })
+        .await
+        .map_err(|e| AuditError::Unavailable(format!("read task failed: {e}")))?
+    }
+
+    /// The stored record with this id.
+    pub async fn record(&self, id: Uuid) -> Result<Option<StoredRecord>, AuditError> {
+        self.read(move |conn, _| {
+            Ok(store::record_by_id(conn, id)?.map(|r| StoredRecord {
+                canonical: r.canonical,
+                principal: r.principal,
+            }))
+        })
+        .await
+    }
+
+    /// The proof of a record against its first covering checkpoint, verified
+    /// before it is returned. Serve [`ProofDocument::to_json`].
+    pub async fn proof(&self, id: Uuid) -> Result<Option<ProofDocument>, AuditError> {
+        self.read(move |conn, shared| {
+            let keys = shared
+                .keys
+                .read()
+                .map(|k| k.clone())
+                .map_err(|_| AuditError::Unavailable("key list poisoned".into()))?;
+            verify::build_proof(conn, &keys, id)
+        })
+        .await
+    }
+
+    /// A published key (active or retired) by its RFC 7638 thumbprint.
+    pub fn key(&self, key_id: &str) -> Option<KeyDocument> {
+        self.inner
+            .shared
+            .keys
+            .read()
+            .ok()?
+            .iter()
+            .find(|k| k.kid == key_id)
+            .cloned()
+    }
+
+    /// Size, last checkpoint, key and failure state.
+    pub fn health(&self) -> AuditHealth {
+        let mut h = self
+            .inner
+            .shared
+            .health
+            .lock()
+            .map(|h| h.clone())
+            .unwrap_or_default();
+        let stopped = self
+            .inner
+            .thread
+            .lock()
+            .map(|t| match t.as_ref() {
+                Some(t) => t.is_finished(),
+                None => true,
+            })
+            .unwrap_or(true);
+        if stopped {
+            h.failing = true;
+            h.last_error = Some("audit writer is not running".into());
+        }
+        h
+    }
+
+    /// Registers `verdict_audit_group_size`, `verdict_audit_commit_seconds`,
+    /// `verdict_audit_records_total` and `verdict_audit_commit_failures_total`.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        let m = &self.inner.shared.metrics;
+        registry.register(
+            "verdict_audit_group_size",
+            "Records per audit group commit",
+            m.group_size.clone(),
+        );
+        registry.register(
+            "verdict_audit_commit_seconds",
+            "Audit group commit latency, including signing the checkpoint",
+            m.commit_seconds.clone(),
+        );
+        registry.register(
+            "verdict_audit_records",
+            "Audit records durably appended",
+            m.records.clone(),
+        );
+        registry.register(
+            "verdict_audit_commit_failures",
+            "Audit group commits that failed and were rolled back",
+            m.failures.clone(),
+        );
+    }
+
+    /// Rotates the signing key while running (see [`rotate_key`]).
+    pub async fn rotate_key(&self) -> Result<KeyDocument, AuditError> {
+        let (reply, answer) = oneshot::channel();
+        self.inner
+            .tx
+            .send(Msg::Rotate(reply))
+            .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))?
+    }
+
+    /// Commits every queued record, then stops the writer. Later appends
+    /// fail with `Unavailable`. Safe to call more than once.
+    pub async fn shutdown(&self) {
+        let (ack, done) = oneshot::channel();
+        if self.inner.tx.send(Msg::Shutdown(ack)).is_ok() {
+            let _ = done.await;
+        }
+        let handle = self.inner.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(h) = handle {
+            let _ = tokio::task::spawn_blocking(move || h.join()).await;
+        }
+    }
+
+    /// Test hook: while on, every group commit fails and is rolled back.
+    #[doc(hidden)]
+    pub fn inject_write_failure(&self, on: bool) {
+        self.inner.shared.inject_failure.store(on, Ordering::SeqCst);
+    }
+}
+
+/// Offline key rotation for `verdict audit rotate-key`; the server must not be
+/// running on the same database. Returns the new active key.
+pub fn rotate_key(
+    db_path: &Path,
+    key_dir: &Path,
+    cfg: &AuditConfig,
+) -> Result<KeyDocument, AuditError> {
+    let mut writer = Writer::open(db_path, key_dir, cfg, new_shared())?;
+    writer.rotate()
+}

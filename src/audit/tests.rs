@@ -1,0 +1,1206 @@
+//! Tests of the audit log: known answers (RFC 6962, C2SP signed note, RFC 7638,
+//! RFC 8785, our golden proof), mutations, tampering, group commit and faults.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use ring::signature::{Ed25519KeyPair, KeyPair as _};
+
+use super::merkle::*;
+use super::note::{self, Checkpoint, Signer};
+use super::record::{hash_string, record_hash, AuditRecord, RecordKind};
+use super::*;
+
+fn ct_leaves() -> Vec<Hash> {
+    [
+        "",
+        "00",
+        "10",
+        "2021",
+        "3031",
+        "40414243",
+        "5051525354555657",
+        "606162636465666768696a6b6c6d6e6f",
+    ]
+    .iter()
+    .map(|x| leaf_hash(&hex::decode(x).unwrap()))
+    .collect()
+}
+
+/// Recursive RFC 6962 MTH over leaf hashes: the reference.
+fn mth(v: &[Hash]) -> Hash {
+    match v.len() {
+        0 => empty_root(),
+        1 => v[0],
+        n => {
+            let mut k = 1;
+            while k * 2 < n {
+                k *= 2;
+            }
+            node_hash(&mth(&v[..k]), &mth(&v[k..]))
+        }
+    }
+}
+
+fn numbered_leaves(n: u32) -> Vec<Hash> {
+    (0..n).map(|i| leaf_hash(&i.to_be_bytes())).collect()
+}
+
+// === RFC 6962 known answers ===
+
+#[test]
+fn ct_roots_sizes_0_to_8() {
+    let want = [
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
+        "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",
+        "aeb6bcfe274b70a14fb067a5e5578264db0fa9b51af5e0ba159158f329e06e77",
+        "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+        "4e3bbb1f7b478dcfe71fb631631519a3bca12c9aefca1612bfce4c13a86264d4",
+        "76e67dadbcdf1e10e1b74ddc608abd2f98dfb16fbce75277b5232a127f2087ef",
+        "ddb89be403809e325750d3d263cd78929c2942b7942a34b77e122c9594a74c8c",
+        "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328",
+    ];
+    let leaves = ct_leaves();
+    for (n, w) in want.iter().enumerate() {
+        let (_, f) = MemoryHashes::from_leaves(&leaves[..n]);
+        assert_eq!(hex::encode(f.root()), *w, "size {n}");
+        assert_eq!(hex::encode(mth(&leaves[..n])), *w, "size {n}");
+    }
+}
+
+#[test]
+fn ct_hash_vectors() {
+    assert_eq!(
+        hex::encode(leaf_hash(b"")),
+        "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d"
+    );
+    assert_eq!(
+        hex::encode(leaf_hash(b"L123456")),
+        "395aa064aa4c29f7010acfe3f25db9485bbd4b91897b6ad7ad547639252b4d56"
+    );
+    let n123: Hash = {
+        let mut a = [0u8; 32];
+        a[..4].copy_from_slice(b"N123");
+        a
+    };
+    // transparency-dev hashes the raw strings "N123" and "N456".
+    let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+    sha2::Digest::update(&mut hasher, [1u8]);
+    sha2::Digest::update(&mut hasher, b"N123");
+    sha2::Digest::update(&mut hasher, b"N456");
+    let got: Hash = sha2::Digest::finalize(hasher).into();
+    assert_eq!(
+        hex::encode(got),
+        "aa217fe888e47007fa15edab33c2b492a722cb106c64667fc2b044444de66bbb"
+    );
+    assert_ne!(n123, got);
+}
+
+#[test]
+fn ct_inclusion_proofs_with_sides() {
+    let leaves = ct_leaves();
+    let (mut mem, _) = MemoryHashes::from_leaves(&leaves);
+    let p = inclusion_proof(&mut mem, 0, 8).unwrap();
+    let want = [
+        (
+            "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+            Position::Right,
+        ),
+        (
+            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+            Position::Right,
+        ),
+        (
+            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+            Position::Right,
+        ),
+    ];
+    let got: Vec<(String, Position)> = p.iter().map(|(h, s)| (hex::encode(h), *s)).collect();
+    assert_eq!(
+        got,
+        want.iter()
+            .map(|(h, s)| (h.to_string(), *s))
+            .collect::<Vec<_>>()
+    );
+
+    let (mut mem7, f7) = MemoryHashes::from_leaves(&leaves[..7]);
+    let p = inclusion_proof(&mut mem7, 5, 7).unwrap();
+    let want = [
+        (
+            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+            Position::Left,
+        ),
+        (
+            "b08693ec2e721597130641e8211e7eedccb4c26413963eee6c1e2ed16ffb1a5f",
+            Position::Right,
+        ),
+        (
+            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+            Position::Left,
+        ),
+    ];
+    let got: Vec<(String, Position)> = p.iter().map(|(h, s)| (hex::encode(h), *s)).collect();
+    assert_eq!(
+        got,
+        want.iter()
+            .map(|(h, s)| (h.to_string(), *s))
+            .collect::<Vec<_>>()
+    );
+    verify_inclusion(5, 7, &leaves[5], &p, &f7.root()).unwrap();
+}
+
+#[test]
+fn ct_consistency_3_to_8() {
+    let leaves = ct_leaves();
+    let (mut mem, f) = MemoryHashes::from_leaves(&leaves);
+    let p = consistency_proof(&mut mem, 3, 8).unwrap();
+    let got: Vec<String> = p.iter().map(hex::encode).collect();
+    assert_eq!(
+        got,
+        [
+            "0298d122906dcfc10892cb53a73992fc5b9f493ea4c9badb27b791b4127a7fe7",
+            "07506a85fd9dd2f120eb694f86011e5bb4662e5c415a62917033d4a9624487e7",
+            "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",
+            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+        ]
+    );
+    assert!(verify_consistency(3, 8, &mth(&leaves[..3]), &f.root(), &p));
+    for (a, b) in [(1, 8), (6, 8), (2, 5), (6, 7)] {
+        let p = consistency_proof(&mut mem, a, b).unwrap();
+        assert!(verify_consistency(
+            a,
+            b,
+            &mth(&leaves[..a as usize]),
+            &mth(&leaves[..b as usize]),
+            &p
+        ));
+    }
+}
+
+#[test]
+fn every_inclusion_proof_matches_the_reference() {
+    let leaves = numbered_leaves(300);
+    let (mut mem, _) = MemoryHashes::from_leaves(&leaves);
+    let sizes: Vec<u64> = (1..=129).chain([255, 256, 257, 300]).collect();
+    for n in sizes {
+        let root = mth(&leaves[..n as usize]);
+        for m in 0..n {
+            let p = inclusion_proof(&mut mem, m, n).unwrap();
+            let sides: Vec<Position> = p.iter().map(|(_, s)| *s).collect();
+            assert_eq!(Some(sides), positions(m, n), "({m}, {n})");
+            verify_inclusion(m, n, &leaves[m as usize], &p, &root).unwrap();
+        }
+    }
+}
+
+#[test]
+fn every_consistency_proof_verifies_and_bit_flips_fail() {
+    let leaves = numbered_leaves(70);
+    let (mut mem, _) = MemoryHashes::from_leaves(&leaves);
+    for n in 1..70u64 {
+        let rn = mth(&leaves[..n as usize]);
+        for m in 1..=n {
+            let rm = mth(&leaves[..m as usize]);
+            let p = consistency_proof(&mut mem, m, n).unwrap();
+            assert!(verify_consistency(m, n, &rm, &rn, &p), "({m}, {n})");
+            if !p.is_empty() {
+                let mut bad = p.clone();
+                bad[0][0] ^= 1;
+                assert!(!verify_consistency(m, n, &rm, &rn, &bad));
+                assert!(!verify_consistency(m, n, &rm, &rn, &p[..p.len() - 1]));
+            }
+        }
+    }
+}
+
+#[test]
+fn frontier_roots_and_stored_layout_match_tlog() {
+    let leaves = numbered_leaves(200);
+    let mut f = Frontier::empty();
+    let mut flat: Vec<Hash> = Vec::new();
+    for (i, l) in leaves.iter().enumerate() {
+        assert_eq!(stored_hash_index(0, i as u64), flat.len() as u64);
+        assert_eq!(stored_hash_count(i as u64), flat.len() as u64);
+        flat.extend(f.append(*l));
+        assert_eq!(f.root(), mth(&leaves[..=i]));
+    }
+    // Every perfect subtree sits where tlog's StoredHashIndex says, and is
+    // written by its last leaf at offset `level`.
+    let (mut mem, _) = MemoryHashes::from_leaves(&leaves);
+    for level in 0..8u32 {
+        for n in 0..(200u64 >> level) {
+            let lo = (n << level) as usize;
+            let want = mth(&leaves[lo..lo + (1usize << level)]);
+            assert_eq!(flat[stored_hash_index(level, n) as usize], want);
+            assert_eq!(mem.subtree(level, n).unwrap(), want);
+        }
+    }
+    for size in 0..200 {
+        let g = Frontier::load(&mut mem, size).unwrap();
+        assert_eq!(g.root(), mth(&leaves[..size as usize]));
+    }
+}
+
+#[test]
+fn batch_hashes_serve_receipts_and_consistency() {
+    let leaves = numbered_leaves(150);
+    let (mut mem, _) = MemoryHashes::from_leaves(&leaves);
+    for (a, b) in [
+        (0u64, 1u64),
+        (1, 2),
+        (3, 8),
+        (7, 64),
+        (64, 65),
+        (100, 150),
+        (5, 6),
+    ] {
+        let mut old = Frontier::empty();
+        for l in &leaves[..a as usize] {
+            old.append(*l);
+        }
+        let mut next = old.clone();
+        let rows: Vec<Vec<Hash>> = leaves[a as usize..b as usize]
+            .iter()
+            .map(|l| next.append(*l))
+            .collect();
+        let mut bh = BatchHashes {
+            old: &old,
+            rows: &rows,
+        };
+        for m in a..b {
+            assert_eq!(
+                inclusion_proof(&mut bh, m, b).unwrap(),
+                inclusion_proof(&mut mem, m, b).unwrap()
+            );
+        }
+        if a > 0 {
+            assert_eq!(
+                consistency_proof(&mut bh, a, b).unwrap(),
+                consistency_proof(&mut mem, a, b).unwrap()
+            );
+        }
+    }
+}
+
+#[test]
+fn inclusion_mutations_fail() {
+    let leaves = numbered_leaves(13);
+    let (mut mem, f) = MemoryHashes::from_leaves(&leaves);
+    let root = f.root();
+    let p = inclusion_proof(&mut mem, 6, 13).unwrap();
+    verify_inclusion(6, 13, &leaves[6], &p, &root).unwrap();
+    for i in 0..p.len() {
+        for bit in [0usize, 77, 255] {
+            let mut bad = p.clone();
+            bad[i].0[bit / 8] ^= 1 << (bit % 8);
+            assert!(verify_inclusion(6, 13, &leaves[6], &bad, &root).is_err());
+        }
+        let mut bad = p.clone();
+        bad[i].1 = match bad[i].1 {
+            Position::Left => Position::Right,
+            Position::Right => Position::Left,
+        };
+        assert!(verify_inclusion(6, 13, &leaves[6], &bad, &root).is_err());
+    }
+    assert!(verify_inclusion(5, 13, &leaves[6], &p, &root).is_err());
+    assert!(verify_inclusion(7, 13, &leaves[6], &p, &root).is_err());
+    // A size whose shape differs is refused. Sizes with the same shape as
+    // (6, 13), such as 12 or 14, are bound by the signed checkpoint instead,
+    // which the proof document tests cover.
+    for size in 7..=40 {
+        if positions(6, size) != positions(6, 13) {
+            assert!(verify_inclusion(6, size, &leaves[6], &p, &root).is_err());
+        }
+    }
+    assert!(verify_inclusion(6, 13, &leaves[6], &p[1..], &root).is_err());
+    let mut swapped = p.clone();
+    swapped.swap(0, 1);
+    assert!(verify_inclusion(6, 13, &leaves[6], &swapped, &root).is_err());
+}
+
+// === signed notes, keys, JCS ===
+
+#[test]
+fn c2sp_signed_note_example_verifies() {
+    let vkey = "example.com/foo+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U2k";
+    let (name, pk) = note::parse_verifier_key(vkey).unwrap();
+    assert_eq!(name, "example.com/foo");
+    assert_eq!(note::verifier_key(&name, &pk), vkey);
+    let text = "This is an example message.\n\n\u{2014} example.com/foo Uw2QOkn8srV1yJGh2VYRlL1Tnagv1YEq6TfXppzi2ONncAlTgK7Ztg1ERYNZXsYjOBH3mFXmRKuwHjG1Yu72IneyaQM=\n";
+    let n = note::parse(text).unwrap();
+    assert_eq!(n.text, "This is an example message.\n");
+    assert!(n.verified_by(&name, &pk).unwrap().is_some());
+    // A hyphen instead of the em dash, or a changed text, is rejected.
+    assert!(note::parse(&text.replace('\u{2014}', "-")).is_err());
+    let changed = text.replace("example message", "exampel message");
+    assert!(note::parse(&changed)
+        .unwrap()
+        .verified_by(&name, &pk)
+        .is_err());
+}
+
+#[test]
+fn go_sumdb_note_signature_is_reproduced() {
+    let seed = B64
+        .decode("AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz")
+        .unwrap();
+    let pair = Ed25519KeyPair::from_seed_unchecked(&seed[1..]).unwrap();
+    let pk = pair.public_key().as_ref().to_vec();
+    assert_eq!(hex::encode(note::key_hash("PeterNeumann", &pk)), "c74f20a3");
+    assert_eq!(
+        note::verifier_key("PeterNeumann", &pk),
+        "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"
+    );
+    let text = "If you think cryptography is the answer to your problem,\nthen you don't know what your problem is.\n";
+    let signed = note::sign(
+        text,
+        &[Signer {
+            name: "PeterNeumann",
+            key: &pair,
+        }],
+    );
+    assert_eq!(
+        signed,
+        format!("{text}\n\u{2014} PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n")
+    );
+}
+
+#[test]
+fn rfc7638_thumbprint_of_rfc8037_key() {
+    assert_eq!(
+        keys::thumbprint("11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"),
+        "kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k"
+    );
+}
+
+#[test]
+fn rfc8785_vectors() {
+    // RFC 8785 §3.2.2 example.
+    let input = r#"{"numbers":[333333333.33333329,1E30,4.50,2e-3,0.000000000000000000000000001],"string":"\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/","literals":[null,true,false]}"#;
+    let v: serde_json::Value = serde_json::from_str(input).unwrap();
+    assert_eq!(
+        serde_json_canonicalizer::to_string(&v).unwrap(),
+        "{\"literals\":[null,true,false],\"numbers\":[333333333.3333333,1e+30,4.5,0.002,1e-27],\"string\":\"€$\\u000f\\nA'B\\\"\\\\\\\\\\\"/\"}"
+    );
+    // RFC 8785 §3.2.3: members sorted by UTF-16 code units.
+    let input = "{\"\\u20ac\":\"Euro Sign\",\"\\r\":\"Carriage Return\",\"\\ufb33\":\"Hebrew Letter Dalet With Dagesh\",\"1\":\"One\",\"\\ud83d\\ude00\":\"Emoji: Grinning Face\",\"\\u0080\":\"Control\",\"\\u00f6\":\"Latin Small Letter O With Diaeresis\"}";
+    let v: serde_json::Value = serde_json::from_str(input).unwrap();
+    let out = serde_json_canonicalizer::to_string(&v).unwrap();
+    let values: Vec<&str> = out
+        .split("\":\"")
+        .skip(1)
+        .map(|s| s.split('"').next().unwrap())
+        .collect();
+    assert_eq!(
+        values,
+        [
+            "Carriage Return",
+            "One",
+            "Control",
+            "Latin Small Letter O With Diaeresis",
+            "Euro Sign",
+            "Emoji: Grinning Face",
+            "Hebrew Letter Dalet With Dagesh"
+        ]
+    );
+    // Appendix B numbers (IEEE-754 bits → text).
+    for (bits, text) in [
+        (0x0000000000000000u64, "0"),
+        (0x8000000000000000, "0"),
+        (0x0000000000000001, "5e-324"),
+        (0x7fefffffffffffff, "1.7976931348623157e+308"),
+        (0x4340000000000000, "9007199254740992"),
+        (0x444b1ae4d6e2ef50, "1e+21"),
+        (0x3eb0c6f7a0b5ed8d, "0.000001"),
+    ] {
+        let v = serde_json::json!([f64::from_bits(bits)]);
+        assert_eq!(
+            serde_json_canonicalizer::to_string(&v).unwrap(),
+            format!("[{text}]"),
+            "{bits:#x}"
+        );
+    }
+}
+
+#[test]
+fn golden_checkpoint_and_proof() {
+    // notes/audit.md §6.6, produced by audit_kat/golden.py.
+    let seed = sha256(b"ptr-audit test vector key 1");
+    let pair = Ed25519KeyPair::from_seed_unchecked(&seed).unwrap();
+    let origin = "audit.example.internal/ptr/test";
+    let records: Vec<serde_json::Value> =
+        [("allow", "read"), ("deny", "write"), ("allow", "delete")]
+            .iter()
+            .enumerate()
+            .map(|(i, (dec, act))| {
+                serde_json::json!({
+                    "schema": "ptr.audit.record/v1",
+                    "record_id": format!("0193f0c4-7d2e-7a10-8b6e-00000000000{i}"),
+                    "decided_at": format!("2026-11-22T10:44:1{i}.000000Z"),
+                    "subject": {"type": "user", "id": "u-42"},
+                    "action": act, "resource": "doc:7", "decision": dec,
+                    "policy": {"id": "p-main", "version": 17},
+                })
+            })
+            .collect();
+    let canon: Vec<String> = records
+        .iter()
+        .map(|r| serde_json_canonicalizer::to_string(r).unwrap())
+        .collect();
+    assert_eq!(
+        canon[1],
+        r#"{"action":"write","decided_at":"2026-11-22T10:44:11.000000Z","decision":"deny","policy":{"id":"p-main","version":17},"record_id":"0193f0c4-7d2e-7a10-8b6e-000000000001","resource":"doc:7","schema":"ptr.audit.record/v1","subject":{"id":"u-42","type":"user"}}"#
+    );
+    let rh: Vec<Hash> = canon.iter().map(|c| record_hash(c)).collect();
+    assert_eq!(
+        hash_string(&rh[1]),
+        "sha256:a75a81a78f25894b102bac73a6072893dec40377e0e609671d935d0ec93566da"
+    );
+    let leaves: Vec<Hash> = rh.iter().map(|r| leaf_hash(r)).collect();
+    let (mut mem, f) = MemoryHashes::from_leaves(&leaves);
+    assert_eq!(
+        hash_string(&f.root()),
+        "sha256:dc2b0518f37652fe4f9537dbf1411cb4b433a898e1e844a93fa07480b0332901"
+    );
+    let p = inclusion_proof(&mut mem, 1, 3).unwrap();
+    assert_eq!(
+        p.iter()
+            .map(|(h, s)| (hash_string(h), *s))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                "sha256:3c31cf52ce0ebb1318a2416a3adabbfff24b9ca61fd172fdf3c07878f601b4c7"
+                    .to_string(),
+                Position::Left
+            ),
+            (
+                "sha256:5135ef19c4fd714149f1aa8cb3fec9cb64a7df2df6c6ea9653e135fd26cea7b5"
+                    .to_string(),
+                Position::Right
+            ),
+        ]
+    );
+    let body = Checkpoint {
+        origin: origin.into(),
+        size: 3,
+        root: f.root(),
+    }
+    .body();
+    let signed = note::sign(
+        &body,
+        &[Signer {
+            name: origin,
+            key: &pair,
+        }],
+    );
+    assert_eq!(signed, "audit.example.internal/ptr/test\n3\n3CsFGPN2Uv5PlTfb8UEctLQzqJjh6ESpP6B0gLAzKQE=\n\n\u{2014} audit.example.internal/ptr/test mY4xMf0xAd57HmC3nuREVg/QcLHE6plZV0XVNcczesGmxv2oZk6GoiBxHms3T05Ca7NahoqrgPcDMFwPqRMgOvNsAQw=\n");
+    let doc = keys::KeyDocument::new(
+        pair.public_key().as_ref(),
+        origin,
+        KeyStatus::Active,
+        "2026-11-22T00:00:00Z".into(),
+    );
+    assert_eq!(doc.kid, "j5fglemhs6mvhYqn5ihpooE9yJA6VNba_TWEo34Wplg");
+    assert_eq!(doc.x, "0hPUNjl7M1L1Ph0wtJikHOyHHFkGaHYcgn2TjpZLxOc");
+    assert_eq!(
+        doc.verifier_key,
+        "audit.example.internal/ptr/test+998e3131+AdIT1DY5ezNS9T4dMLSYpBzshxxZBmh2HIJ9k46WS8Tn"
+    );
+    // The same material as one of our proof documents verifies offline.
+    let pd = ProofDocument {
+        record_id: uuid::Uuid::parse_str("0193f0c4-7d2e-7a10-8b6e-000000000001").unwrap(),
+        record_hash: hash_string(&rh[1]),
+        leaf_index: 1,
+        tree_size: 3,
+        merkle_root: hash_string(&f.root()),
+        proof: p
+            .iter()
+            .map(|(h, s)| ProofStep {
+                hash: hash_string(h),
+                position: *s,
+            })
+            .collect(),
+        checkpoint: signed,
+        signature: "/TEB3nseYLee5ERWD9BwscTqmVlXRdU1xzN6wabG/ahmToaiIHEeazdPTkJrs1qGiquA9wMwXA+pEyA682wBDA==".into(),
+        key_id: doc.kid.clone(),
+        algorithm: verify::Algorithm::default(),
+    };
+    verify_proof(&pd.to_json(), &serde_json::to_string(&doc).unwrap()).unwrap();
+}
+
+#[test]
+fn records_omit_absent_fields_and_redact() {
+    let at = time::macros::datetime!(2026-11-22 10:44:11.000123 UTC);
+    let mut r = AuditRecord::new_at(RecordKind::Decision, at);
+    r.record_id = uuid::Uuid::parse_str("6f0c1c3e-8a3b-4d2e-9f1a-2b3c4d5e6f70").unwrap();
+    r.decision = Some("deny".into());
+    r.enforced = Some(true);
+    r.coverage_score = Some(0.5);
+    let mut params = serde_json::json!({"card_number": "4111111111111111", "amount": 120, "nested": {"ssn": "x"}});
+    redact(
+        &mut params,
+        &[
+            "params.card_number".into(),
+            "params.nested.ssn".into(),
+            "params.missing".into(),
+        ],
+    );
+    assert_eq!(
+        params["card_number"],
+        hash_string(&sha256(b"\"4111111111111111\""))
+    );
+    assert_eq!(params["nested"]["ssn"], hash_string(&sha256(b"\"x\"")));
+    assert_eq!(params["amount"], 120);
+    r.action = Some(serde_json::json!({"type": "refund.create", "params": params}));
+    let c = r.canonical().unwrap();
+    assert!(
+        c.starts_with(r#"{"action":{"params":{"amount":120,"card_number":"sha256:"#),
+        "{c}"
+    );
+    assert!(c.contains(r#""at":"2026-11-22T10:44:11.000123Z""#), "{c}");
+    assert!(
+        c.contains(r#""coverage_score":0.5,"decision":"deny","enforced":true,"kind":"decision""#),
+        "{c}"
+    );
+    assert!(!c.contains("null"), "{c}");
+    let back: AuditRecord = serde_json::from_str(&c).unwrap();
+    assert_eq!(back, r);
+
+    let mut bad = r.clone();
+    bad.at = "2026-11-22T10:44:11Z".into();
+    assert!(bad.canonical().is_err());
+    let mut bad = r.clone();
+    bad.coverage_score = Some(f64::NAN);
+    assert!(bad.canonical().is_err());
+    let mut bad = r;
+    bad.schema = "other".into();
+    assert!(bad.canonical().is_err());
+}
+
+// === the log ===
+
+struct Env {
+    _dir: tempfile::TempDir,
+    db: PathBuf,
+    keys: PathBuf,
+}
+
+fn env() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    Env {
+        db: dir.path().join("verdict.db"),
+        keys: dir.path().join("keys"),
+        _dir: dir,
+    }
+}
+
+fn cfg(max_wait_ms: u64) -> crate::config::AuditConfig {
+    crate::config::AuditConfig {
+        origin: Some("verdict/test".into()),
+        max_wait: Duration::from_millis(max_wait_ms),
+        max_batch: 512,
+    }
+}
+
+fn decision(i: u64) -> AuditRecord {
+    let mut r = AuditRecord::new(RecordKind::Decision);
+    r.principal = Some(format!("tenant-{}", i % 3));
+    r.request_id = Some(format!("req-{i}"));
+    r.decision = Some("allow".into());
+    r.reason = Some("coverage_sufficient".into());
+    r.action = Some(serde_json::json!({"type": "refund.create", "params": {"amount": i}}));
+    r
+}
+
+fn key_json(log: &AuditLog, kid: &str) -> String {
+    serde_json::to_string(&log.key(kid).unwrap()).unwrap()
+}
+
+fn check_receipt(r: &Receipt) {
+    let leaf = leaf_hash(&record::parse_hash_string(&r.record_hash).unwrap());
+    let steps: Vec<(Hash, Position)> = r
+        .proof
+        .iter()
+        .map(|s| (record::parse_hash_string(&s.hash).unwrap(), s.position))
+        .collect();
+    let root = record::parse_hash_string(&r.merkle_root).unwrap();
+    verify_inclusion(r.leaf_index, r.tree_size, &leaf, &steps, &root).unwrap();
+}
+
+#[tokio::test]
+async fn append_proof_record_and_restart() {
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    assert_eq!(log.health().size, 0);
+    let mut receipts = Vec::new();
+    for i in 0..5 {
+        let rec = decision(i);
+        let r = log.append(rec.clone()).await.unwrap();
+        assert_eq!(r.leaf_index, i);
+        assert_eq!(r.tree_size, i + 1);
+        check_receipt(&r);
+        let stored = log.record(rec.record_id).await.unwrap().unwrap();
+        assert_eq!(stored.canonical, rec.canonical().unwrap());
+        assert_eq!(stored.principal, rec.principal);
+        assert_eq!(r.record_hash, hash_string(&record_hash(&stored.canonical)));
+        receipts.push(r);
+    }
+    let h = log.health();
+    assert_eq!(h.size, 5);
+    assert!(!h.failing);
+    assert!(h.last_checkpoint_at.is_some());
+    let kid = h.key_id.clone();
+    let key = log.key(&kid).unwrap();
+    assert_eq!(key.status, KeyStatus::Active);
+    assert!(key.verifier_key.starts_with("verdict/test+"));
+
+    // The proof is against the first covering checkpoint: the receipt's.
+    let p = log.proof(receipts[2].record_id).await.unwrap().unwrap();
+    assert_eq!(p.tree_size, 3);
+    assert_eq!(p.merkle_root, receipts[2].merkle_root);
+    assert_eq!(p.proof, receipts[2].proof);
+    let bytes = p.to_json();
+    assert_eq!(
+        log.proof(receipts[2].record_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .to_json(),
+        bytes
+    );
+    verify_proof(&bytes, &key_json(&log, &kid)).unwrap();
+    assert!(log.proof(uuid::Uuid::new_v4()).await.unwrap().is_none());
+    assert!(log.record(uuid::Uuid::new_v4()).await.unwrap().is_none());
+    log.shutdown().await;
+    assert!(matches!(
+        log.append(decision(9)).await,
+        Err(AuditError::Unavailable(_))
+    ));
+    assert!(log.health().failing, "a stopped writer is reported");
+
+    // Reopen: same key, tree continues; the origin is the log's, not the default.
+    let mut c = cfg(0);
+    c.origin = None;
+    let log = AuditLog::open(&e.db, &e.keys, &c).unwrap();
+    assert_eq!(log.health().size, 5);
+    assert_eq!(log.health().key_id, kid);
+    let r = log.append(decision(5)).await.unwrap();
+    assert_eq!(r.leaf_index, 5);
+    check_receipt(&r);
+    assert_eq!(
+        log.proof(receipts[2].record_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .to_json(),
+        bytes
+    );
+    log.shutdown().await;
+    let mut other = cfg(0);
+    other.origin = Some("verdict/other".into());
+    assert!(matches!(
+        AuditLog::open(&e.db, &e.keys, &other),
+        Err(AuditError::Config(_))
+    ));
+    let report = verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+    assert_eq!(report.records, 6);
+    assert_eq!(report.checkpoints, 7);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn key_file_is_private() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    let kid = log.health().key_id;
+    let meta = std::fs::metadata(e.keys.join(format!("audit_key_{kid}.p8"))).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    log.shutdown().await;
+}
+
+/// Changes one character of `s` at char index `i` into a different one.
+fn flip_char(s: &str, i: usize) -> String {
+    s.chars()
+        .enumerate()
+        .map(|(j, c)| {
+            if j != i {
+                c
+            } else if c == '0' {
+                '1'
+            } else if c.is_ascii_alphanumeric() {
+                '0'
+            } else if c == '\n' {
+                ' '
+            } else {
+                'x'
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn proof_mutations_fail() {
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..11 {
+        let rec = decision(i);
+        ids.push(rec.record_id);
+        log.append(rec).await.unwrap();
+    }
+    let kid = log.health().key_id;
+    let key = key_json(&log, &kid);
+    let good = log.proof(ids[9]).await.unwrap().unwrap();
+    assert_eq!(good.tree_size, 10);
+    verify_proof(&good.to_json(), &key).unwrap();
+
+    let fails = |d: &ProofDocument| verify_proof(&d.to_json(), &key).is_err();
+    let hex_positions = |s: &str| (7..s.len()).collect::<Vec<_>>();
+    for i in hex_positions(&good.record_hash) {
+        let mut d = good.clone();
+        d.record_hash = flip_char(&d.record_hash, i);
+        assert!(fails(&d), "record_hash char {i}");
+    }
+    for i in hex_positions(&good.merkle_root) {
+        let mut d = good.clone();
+        d.merkle_root = flip_char(&d.merkle_root, i);
+        assert!(fails(&d), "merkle_root char {i}");
+    }
+    for s in 0..good.proof.len() {
+        for i in hex_positions(&good.proof[s].hash) {
+            let mut d = good.clone();
+            d.proof[s].hash = flip_char(&d.proof[s].hash, i);
+            assert!(fails(&d), "proof[{s}] char {i}");
+        }
+        let mut d = good.clone();
+        d.proof[s].position = match d.proof[s].position {
+            Position::Left => Position::Right,
+            Position::Right => Position::Left,
+        };
+        assert!(fails(&d), "proof[{s}] position");
+    }
+    for i in 0..good.checkpoint.chars().count() {
+        let mut d = good.clone();
+        d.checkpoint = flip_char(&d.checkpoint, i);
+        assert!(fails(&d), "checkpoint char {i}");
+    }
+    for i in 0..good.signature.len() - 2 {
+        let mut d = good.clone();
+        d.signature = flip_char(&d.signature, i);
+        assert!(fails(&d), "signature char {i}");
+    }
+    for (idx, size) in [(8, 10), (10, 10), (9, 11), (9, 9)] {
+        let mut d = good.clone();
+        d.leaf_index = idx;
+        d.tree_size = size;
+        assert!(fails(&d), "({idx}, {size})");
+    }
+    let mut d = good.clone();
+    d.proof.pop();
+    assert!(fails(&d));
+    // A different key, or a key whose kid lies, is refused.
+    let other = keys::KeyDocument::new(&[7u8; 32], "verdict/test", KeyStatus::Active, "x".into());
+    assert!(verify_proof(&good.to_json(), &serde_json::to_string(&other).unwrap()).is_err());
+    let mut liar: serde_json::Value = serde_json::from_str(&key).unwrap();
+    liar["kid"] = "kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k".into();
+    assert!(verify_proof(&good.to_json(), &liar.to_string()).is_err());
+    // A bare JWK is enough.
+    let jwk: serde_json::Value = serde_json::from_str(&key).unwrap();
+    let bare = serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": jwk["x"]});
+    verify_proof(&good.to_json(), &bare.to_string()).unwrap();
+    log.shutdown().await;
+}
+
+fn python_with_cryptography() -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", "import cryptography"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+const PY_CHECK: &str = r#"
+import sys, json, base64, hashlib, importlib.util
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+spec = importlib.util.spec_from_file_location("ref", sys.argv[1])
+buf = __import__("io").StringIO(); old = sys.stdout; sys.stdout = buf
+ref = importlib.util.module_from_spec(spec); spec.loader.exec_module(ref)
+sys.stdout = old
+def check(proof, key):
+    rh = bytes.fromhex(proof["record_hash"][7:]); root = bytes.fromhex(proof["merkle_root"][7:])
+    steps = [(bytes.fromhex(s["hash"][7:]), s["position"]) for s in proof["proof"]]
+    lh = ref.leaf_hash(rh)
+    assert ref.verify_sided(lh, steps, root)
+    assert ref.verify_rfc9162(proof["leaf_index"], proof["tree_size"], lh, [h for h, _ in steps], root)
+    assert [s for _, s in steps] == ref.positions(proof["leaf_index"], proof["tree_size"])
+    note = proof["checkpoint"]; i = note.rindex("\n\n"); text = note[:i+1]
+    origin, size, b64root = text[:-1].split("\n")
+    assert int(size) == proof["tree_size"] and base64.b64decode(b64root) == root
+    pk = base64.urlsafe_b64decode(key["x"] + "==")
+    sig = base64.b64decode(proof["signature"])
+    Ed25519PublicKey.from_public_bytes(pk).verify(sig, text.encode())
+    kid = base64.urlsafe_b64encode(hashlib.sha256(('{"crv":"Ed25519","kty":"OKP","x":"%s"}' % key["x"]).encode()).digest()).rstrip(b"=").decode()
+    assert kid == proof["key_id"] == key["kid"]
+    line = [l for l in note[i+2:].split("\n") if l][0]
+    kh = hashlib.sha256(origin.encode() + b"\n\x01" + pk).digest()[:4]
+    assert base64.b64decode(line.split(" ")[2])[:4] == kh
+key = json.load(open(sys.argv[2]))
+for path in sys.argv[3:]:
+    check(json.load(open(path)), key)
+print("ok")
+"#;
+
+#[tokio::test]
+async fn proofs_cross_check_with_python_reference() {
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..23 {
+        let rec = decision(i);
+        ids.push(rec.record_id);
+        log.append(rec).await.unwrap();
+    }
+    let kid = log.health().key_id;
+    let key = key_json(&log, &kid);
+    let docs: Vec<ProofDocument> = {
+        let mut v = Vec::new();
+        for id in &ids {
+            let d = log.proof(*id).await.unwrap().unwrap();
+            verify_proof(&d.to_json(), &key).unwrap();
+            v.push(d);
+        }
+        v
+    };
+    log.shutdown().await;
+    if !python_with_cryptography() {
+        eprintln!("SKIP python cross-check: python3 with `cryptography` is not importable");
+        return;
+    }
+    let ref_py = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/notes/audit_kat/ref.py");
+    let ref_py = if ref_py.exists() {
+        ref_py
+    } else {
+        PathBuf::from("/work/shared/notes/audit_kat/ref.py")
+    };
+    if !ref_py.exists() {
+        eprintln!("SKIP python cross-check: ref.py not found");
+        return;
+    }
+    let script = e.keys.join("check.py");
+    std::fs::write(&script, PY_CHECK).unwrap();
+    let key_path = e.keys.join("key.json");
+    std::fs::write(&key_path, &key).unwrap();
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(&script).arg(&ref_py).arg(&key_path);
+    for (i, d) in docs.iter().enumerate() {
+        let p = e.keys.join(format!("proof{i}.json"));
+        std::fs::write(&p, d.to_json()).unwrap();
+        cmd.arg(&p);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
+        "python rejected a proof: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn group_commit_with_many_concurrent_appends() {
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(2)).unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..400u64 {
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move { log.append(decision(i)).await }));
+    }
+    let mut leaves = Vec::new();
+    for t in tasks {
+        let r = t.await.unwrap().unwrap();
+        check_receipt(&r);
+        assert!(r.leaf_index < r.tree_size);
+        leaves.push(r.leaf_index);
+    }
+    leaves.sort_unstable();
+    assert_eq!(leaves, (0..400).collect::<Vec<_>>());
+    assert_eq!(log.health().size, 400);
+    let mut reg = prometheus_client::registry::Registry::default();
+    log.register_metrics(&mut reg);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &reg).unwrap();
+    assert!(text.contains("verdict_audit_records_total 400"), "{text}");
+    log.shutdown().await;
+    let report = verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+    assert_eq!(report.records, 400);
+    // Far fewer checkpoints than records: records were grouped.
+    assert!(report.checkpoints < 200, "{report:?}");
+}
+
+#[tokio::test]
+async fn write_failure_fails_every_waiter_and_recovers() {
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(1)).unwrap();
+    for i in 0..3 {
+        log.append(decision(i)).await.unwrap();
+    }
+    log.inject_write_failure(true);
+    let mut tasks = Vec::new();
+    for i in 0..50u64 {
+        let log = log.clone();
+        tasks.push(tokio::spawn(
+            async move { log.append(decision(100 + i)).await },
+        ));
+    }
+    for t in tasks {
+        assert!(matches!(t.await.unwrap(), Err(AuditError::WriteFailed(_))));
+    }
+    let h = log.health();
+    assert!(h.failing);
+    assert!(h.last_error.is_some());
+    assert_eq!(h.size, 3);
+    log.inject_write_failure(false);
+    let r = log.append(decision(4)).await.unwrap();
+    assert_eq!(r.leaf_index, 3);
+    check_receipt(&r);
+    assert!(!log.health().failing);
+    log.shutdown().await;
+    assert_eq!(verify_log(&e.db, &e.keys, |_, _| {}).unwrap().records, 4);
+}
+
+#[tokio::test]
+async fn duplicate_record_id_fails_alone() {
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    let rec = decision(1);
+    log.append(rec.clone()).await.unwrap();
+    assert!(matches!(
+        log.append(rec).await,
+        Err(AuditError::InvalidRecord(_))
+    ));
+    let r = log.append(decision(2)).await.unwrap();
+    assert_eq!(r.leaf_index, 1);
+    let mut bad = decision(3);
+    bad.at = "yesterday".into();
+    assert!(matches!(
+        log.append(bad).await,
+        Err(AuditError::InvalidRecord(_))
+    ));
+    log.shutdown().await;
+    verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+}
+
+#[tokio::test]
+async fn key_rotation_signs_with_both_and_keeps_old_published() {
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    let first = decision(0);
+    log.append(first.clone()).await.unwrap();
+    let old_kid = log.health().key_id;
+    let old_key = key_json(&log, &old_kid);
+    let new = log.rotate_key().await.unwrap();
+    assert_ne!(new.kid, old_kid);
+    assert_eq!(log.health().key_id, new.kid);
+    assert_eq!(log.key(&old_kid).unwrap().status, KeyStatus::Retired);
+    assert_eq!(log.key(&new.kid).unwrap().status, KeyStatus::Active);
+    // The old proof still verifies with the old key.
+    let p = log.proof(first.record_id).await.unwrap().unwrap();
+    verify_proof(&p.to_json(), &old_key).unwrap();
+    // The key-change checkpoint carries both signatures.
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    let newest = store::newest_checkpoint(&conn).unwrap().unwrap();
+    assert_eq!(newest.tree_size, 2);
+    let n = note::parse(&newest.note).unwrap();
+    assert_eq!(n.signatures.len(), 2);
+    let canonical = store::record_by_leaf(&conn, 1).unwrap().unwrap();
+    assert!(canonical.contains(r#""kind":"key_change""#), "{canonical}");
+    let later = decision(2);
+    let r = log.append(later.clone()).await.unwrap();
+    assert_eq!(r.key_id, new.kid);
+    let p = log.proof(later.record_id).await.unwrap().unwrap();
+    verify_proof(&p.to_json(), &serde_json::to_string(&new).unwrap()).unwrap();
+    assert!(verify_proof(&p.to_json(), &old_key).is_err());
+    log.shutdown().await;
+
+    // Offline rotation on the closed log.
+    let third = rotate_key(&e.db, &e.keys, &cfg(0)).unwrap();
+    assert_ne!(third.kid, new.kid);
+    let report = verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+    assert_eq!(report.records, 4);
+    assert_eq!(report.keys, 3);
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    assert_eq!(log.health().key_id, third.kid);
+    log.shutdown().await;
+}
+
+async fn build_log(e: &Env, n: u64) -> Vec<Receipt> {
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    let mut out = Vec::new();
+    for i in 0..n {
+        out.push(log.append(decision(i)).await.unwrap());
+    }
+    log.shutdown().await;
+    out
+}
+
+fn sql(e: &Env, stmt: &str, params: impl rusqlite::Params) {
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    conn.execute(stmt, params).unwrap();
+}
+
+#[tokio::test]
+async fn tampered_record_is_named_by_verify_log() {
+    let e = env();
+    let receipts = build_log(&e, 12).await;
+    verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+    // Change one digit inside record 5: still valid JSON, different hash.
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    let text: String = conn
+        .query_row(
+            "SELECT canonical FROM audit_records WHERE leaf = 5",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let changed = text.replace("\"amount\":5", "\"amount\":6");
+    assert_ne!(changed, text);
+    conn.execute(
+        "UPDATE audit_records SET canonical = ?1 WHERE leaf = 5",
+        [&changed],
+    )
+    .unwrap();
+    drop(conn);
+    let err = verify_log(&e.db, &e.keys, |_, _| {}).unwrap_err();
+    match &err {
+        VerifyError::Record {
+            leaf, record_id, ..
+        } => {
+            assert_eq!(*leaf, 5);
+            assert_eq!(*record_id, receipts[5].record_id.to_string());
+        }
+        other => panic!("{other}"),
+    }
+    // The server's proof for that record no longer verifies, so it is refused.
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    assert!(log.proof(receipts[5].record_id).await.is_err());
+    log.shutdown().await;
+}
+
+#[tokio::test]
+async fn tampered_stored_hash_is_named_by_verify_log() {
+    let e = env();
+    build_log(&e, 12).await;
+    // Leaf 4 is not on the frontier of 12 (= 8 + 4): only verify_log sees it.
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    let mut blob: Vec<u8> = conn
+        .query_row("SELECT hashes FROM audit_hashes WHERE leaf = 5", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    blob[40] ^= 0x10; // level 1 of leaf 5
+    conn.execute(
+        "UPDATE audit_hashes SET hashes = ?1 WHERE leaf = 5",
+        [&blob],
+    )
+    .unwrap();
+    drop(conn);
+    let err = verify_log(&e.db, &e.keys, |_, _| {}).unwrap_err();
+    assert_eq!(err, VerifyError::StoredHash { leaf: 5, level: 1 }, "{err}");
+
+    let e = env();
+    build_log(&e, 12).await;
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    let mut blob: Vec<u8> = conn
+        .query_row("SELECT hashes FROM audit_hashes WHERE leaf = 2", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    blob[0] ^= 1; // the leaf hash itself
+    conn.execute(
+        "UPDATE audit_hashes SET hashes = ?1 WHERE leaf = 2",
+        [&blob],
+    )
+    .unwrap();
+    drop(conn);
+    let err = verify_log(&e.db, &e.keys, |_, _| {}).unwrap_err();
+    assert_eq!(err, VerifyError::StoredHash { leaf: 2, level: 0 }, "{err}");
+}
+
+#[tokio::test]
+async fn open_refuses_a_tree_that_does_not_match_the_newest_checkpoint() {
+    // A frontier hash of size 12 (subtree [8, 12) = leaf 11, level 2).
+    let e = env();
+    build_log(&e, 12).await;
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    let mut blob: Vec<u8> = conn
+        .query_row("SELECT hashes FROM audit_hashes WHERE leaf = 11", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    blob[64] ^= 1;
+    conn.execute(
+        "UPDATE audit_hashes SET hashes = ?1 WHERE leaf = 11",
+        [&blob],
+    )
+    .unwrap();
+    drop(conn);
+    assert!(matches!(
+        AuditLog::open(&e.db, &e.keys, &cfg(0)),
+        Err(AuditError::Corrupt(_))
+    ));
+    assert!(verify_log(&e.db, &e.keys, |_, _| {}).is_err());
+
+    // A flipped byte in the newest checkpoint's signature.
+    let e = env();
+    build_log(&e, 4).await;
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    let note_text: String = conn
+        .query_row(
+            "SELECT note FROM audit_checkpoints WHERE tree_size = 4",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let n = note_text.chars().count();
+    conn.execute(
+        "UPDATE audit_checkpoints SET note = ?1 WHERE tree_size = 4",
+        [flip_char(&note_text, n - 10)],
+    )
+    .unwrap();
+    drop(conn);
+    assert!(matches!(
+        AuditLog::open(&e.db, &e.keys, &cfg(0)),
+        Err(AuditError::Corrupt(_))
+    ));
+    assert!(matches!(
+        verify_log(&e.db, &e.keys, |_, _| {}),
+        Err(VerifyError::Checkpoint { tree_size: 4, .. })
+    ));
+
+    // A record appended behind the writer's back.
+    let e = env();
+    build_log(&e, 3).await;
+    let extra = decision(99);
+    sql(
+        &e,
+        "INSERT INTO audit_records (leaf, record_id, canonical) VALUES (3, ?1, ?2)",
+        rusqlite::params![
+            extra.record_id.as_bytes().as_slice(),
+            extra.canonical().unwrap()
+        ],
+    );
+    assert!(AuditLog::open(&e.db, &e.keys, &cfg(0)).is_err());
+
+    // A lost key: no published key signed the newest checkpoint.
+    let e = env();
+    build_log(&e, 2).await;
+    std::fs::remove_dir_all(&e.keys).unwrap();
+    assert!(matches!(
+        AuditLog::open(&e.db, &e.keys, &cfg(0)),
+        Err(AuditError::Key { .. })
+    ));
+    assert!(!e.keys.exists(), "no replacement key may be generated");
+}
