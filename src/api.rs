@@ -34,6 +34,20 @@ enum Endpoint {
     Metrics,
     Verify,
     Authorize,
+    AuditRecord,
+    AuditProof,
+    AuditKey,
+}
+
+/// Who may call an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// No key needed.
+    Public,
+    /// A key with this scope.
+    Scope(Scope),
+    /// Any valid key; the handler checks ownership (tenant isolation).
+    AnyKey,
 }
 
 /// One row of the routing table.
@@ -42,45 +56,63 @@ struct RouteDef {
     template: &'static str,
     method: Method,
     endpoint: Endpoint,
-    /// The scope a caller needs; `None` for public endpoints.
-    scope: Option<Scope>,
+    /// Who may call it.
+    access: Access,
 }
 
 const fn route(
     template: &'static str,
     method: Method,
     endpoint: Endpoint,
-    scope: Option<Scope>,
+    access: Access,
 ) -> RouteDef {
     RouteDef {
         template,
         method,
         endpoint,
-        scope,
+        access,
     }
 }
 
 /// The routing table: the only place that names paths.
 static ROUTES: &[RouteDef] = &[
-    route("/health", Method::GET, Endpoint::Health, None),
+    route("/health", Method::GET, Endpoint::Health, Access::Public),
     route(
         "/health/detailed",
         Method::GET,
         Endpoint::HealthDetailed,
-        None,
+        Access::Public,
     ),
-    route("/metrics", Method::GET, Endpoint::Metrics, None),
+    route("/metrics", Method::GET, Endpoint::Metrics, Access::Public),
     route(
         "/v2/verify",
         Method::POST,
         Endpoint::Verify,
-        Some(Scope::Verify),
+        Access::Scope(Scope::Verify),
     ),
     route(
         "/v2/authorize",
         Method::POST,
         Endpoint::Authorize,
-        Some(Scope::Authorize),
+        Access::Scope(Scope::Authorize),
+    ),
+    route(
+        "/v2/audit/{record_id}",
+        Method::GET,
+        Endpoint::AuditRecord,
+        Access::AnyKey,
+    ),
+    route(
+        "/v2/audit/{record_id}/proof",
+        Method::GET,
+        Endpoint::AuditProof,
+        Access::AnyKey,
+    ),
+    route(
+        "/v2/audit/keys/{key_id}",
+        Method::GET,
+        Endpoint::AuditKey,
+        Access::Public,
     ),
 ];
 
@@ -179,13 +211,17 @@ impl Api {
             .headers()
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        let principal = match (def.scope, self.app.keys.authenticate(auth, def.scope)) {
-            (None, _) => Principal::anonymous(),
-            (Some(_), Ok(p)) => p,
-            (Some(_), Err(AuthFailure::Unauthenticated)) => {
+        let authenticated = match def.access {
+            Access::Public => Ok(Principal::anonymous()),
+            Access::Scope(scope) => self.app.keys.authenticate(auth, Some(scope)),
+            Access::AnyKey => self.app.keys.authenticate(auth, None),
+        };
+        let principal = match authenticated {
+            Ok(p) => p,
+            Err(AuthFailure::Unauthenticated) => {
                 return (def.template, Err(ApiError::Unauthorized))
             }
-            (Some(_), Err(AuthFailure::MissingScope(s))) => {
+            Err(AuthFailure::MissingScope(s)) => {
                 return (def.template, Err(ApiError::Forbidden(s.as_str())))
             }
         };
@@ -194,13 +230,16 @@ impl Api {
             principal,
             started,
         };
-        let _ = &routed.params;
+        let param = routed.params.first().copied().unwrap_or_default();
         let result = match def.endpoint {
             Endpoint::Health => self.health(),
             Endpoint::HealthDetailed => self.health_detailed(),
             Endpoint::Metrics => self.metrics(),
             Endpoint::Verify => self.verify(req, &ctx).await,
             Endpoint::Authorize => self.authorize(req, &ctx).await,
+            Endpoint::AuditRecord => self.audit_record(param, &ctx).await,
+            Endpoint::AuditProof => self.audit_proof(param, &ctx).await,
+            Endpoint::AuditKey => self.audit_key(param),
         };
         (def.template, result)
     }
@@ -245,6 +284,52 @@ impl Api {
         let outcome = crate::gate::authorize(&self.app, &set, typed, &gate_ctx).await?;
         let resp = authorize::response(&outcome, &ctx.request_id, &body.hash, ctx.started);
         json_response(StatusCode::OK, &resp)
+    }
+
+    /// A record is visible to the key that caused it and to `audit` keys;
+    /// anything else is indistinguishable from an unknown id.
+    async fn visible_record(&self, id: &str, ctx: &Ctx) -> Result<(uuid::Uuid, String), ApiError> {
+        let not_found = || ApiError::NotFound(format!("no audit record {id}"));
+        let uuid = uuid::Uuid::parse_str(id).map_err(|_| not_found())?;
+        let stored = self.app.audit.record(uuid).await?.ok_or_else(not_found)?;
+        let owner = stored.principal.as_deref() == Some(ctx.principal.name.as_str());
+        if !owner && !ctx.principal.has(Scope::Audit) {
+            return Err(not_found());
+        }
+        Ok((uuid, stored.canonical))
+    }
+
+    async fn audit_record(&self, id: &str, ctx: &Ctx) -> Result<Response<RespBody>, ApiError> {
+        let (_, canonical) = self.visible_record(id, ctx).await?;
+        Ok(bytes_response(
+            StatusCode::OK,
+            "application/json",
+            canonical,
+        ))
+    }
+
+    async fn audit_proof(&self, id: &str, ctx: &Ctx) -> Result<Response<RespBody>, ApiError> {
+        let (uuid, _) = self.visible_record(id, ctx).await?;
+        let proof = self
+            .app
+            .audit
+            .proof(uuid)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("no audit record {id}")))?;
+        Ok(bytes_response(
+            StatusCode::OK,
+            "application/json",
+            proof.to_json(),
+        ))
+    }
+
+    fn audit_key(&self, key_id: &str) -> Result<Response<RespBody>, ApiError> {
+        let doc = self
+            .app
+            .audit
+            .key(key_id)
+            .ok_or_else(|| ApiError::NotFound(format!("no signing key {key_id}")))?;
+        json_response(StatusCode::OK, &doc)
     }
 
     fn health(&self) -> Result<Response<RespBody>, ApiError> {

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::Api;
+use crate::audit::{AuditLog, AuditRecord, RecordKind};
 use crate::auth::{AuthMode, KeyStore, KeysError};
 use crate::config::Config;
 use crate::evidence::Resolver;
@@ -35,6 +36,13 @@ pub struct App {
     pub resolver: Resolver,
     /// The live policy set; each request takes one snapshot.
     pub policies: Arc<PolicyStore>,
+    /// The tamper-evident log every decision is written to before it returns.
+    pub audit: AuditLog,
+}
+
+/// The SQLite file that holds every durable table (audit, reviews, jobs).
+pub fn db_path(config: &Config) -> std::path::PathBuf {
+    config.data_dir.join("verdict.db")
 }
 
 /// Why the sidecar could not start. `main` exits 64 on any of these.
@@ -46,6 +54,10 @@ pub enum StartError {
     Tls(#[from] TlsError),
     #[error("policies: the first load failed:\n{0}")]
     Policies(String),
+    #[error("data dir {path}: {error}")]
+    DataDir { path: String, error: String },
+    #[error("audit log: {0}")]
+    Audit(#[from] crate::audit::AuditError),
     #[error("cannot watch {what}: {error}")]
     Watch { what: &'static str, error: String },
     #[error("cannot listen on {addr}: {source}")]
@@ -74,6 +86,8 @@ impl Running {
         for t in self.tasks {
             let _ = t.await;
         }
+        // Listeners are drained: flush what is queued and stop the writer.
+        self.app.audit.shutdown().await;
         tracing::info!("shutdown complete");
     }
 }
@@ -131,6 +145,67 @@ impl Component for PoliciesComponent {
     }
 }
 
+/// Reports the audit log in `/health/detailed`.
+struct AuditComponent(AuditLog);
+
+impl Component for AuditComponent {
+    fn name(&self) -> &'static str {
+        "audit"
+    }
+
+    fn report(&self) -> health::Report {
+        let h = self.0.health();
+        let status = if h.failing {
+            health::Status::Failing
+        } else {
+            health::Status::Ok
+        };
+        let mut r = health::Report::new(status)
+            .fact("size", h.size)
+            .fact("key_id", h.key_id);
+        if let Some(at) = h.last_checkpoint_at {
+            r = r.fact("last_checkpoint", at);
+        }
+        if let Some(e) = h.last_error {
+            r = r.fact("last_error", e);
+        }
+        r
+    }
+}
+
+/// Appends a record off the request path (reloads, key changes), logging a
+/// failure: there is no caller to answer with a 503.
+fn audit_in_background(audit: &AuditLog, rt: &tokio::runtime::Handle, record: AuditRecord) {
+    let audit = audit.clone();
+    rt.spawn(async move {
+        if let Err(e) = audit.append(record).await {
+            tracing::error!(error = %e, "could not write an audit record");
+        }
+    });
+}
+
+/// Creates the data dir (mode 0700) and opens the audit log off the runtime.
+async fn open_audit(config: &Config) -> Result<AuditLog, StartError> {
+    let dir = config.data_dir.clone();
+    let data_err = |error: String| StartError::DataDir {
+        path: dir.display().to_string(),
+        error,
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| data_err(e.to_string()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+    }
+    let db = db_path(config);
+    let cfg = config.audit.clone();
+    let key_dir = dir.clone();
+    tokio::task::spawn_blocking(move || AuditLog::open(&db, &key_dir, &cfg))
+        .await
+        .map_err(|e| data_err(format!("audit open task failed: {e}")))?
+        .map_err(StartError::Audit)
+}
+
 /// Opens the policy store. A missing directory is an empty set only when it
 /// is the default `policies` (so zero-config `serve` works anywhere); an
 /// explicitly configured directory must exist.
@@ -149,6 +224,41 @@ fn open_policies(config: &Config) -> Result<PolicyStore, StartError> {
                 .join("\n"),
         )
     })
+}
+
+/// The audit record of a policy reload; `None` when nothing changed.
+fn reload_record(outcome: &ReloadOutcome) -> Option<AuditRecord> {
+    let mut record = AuditRecord::new(RecordKind::PolicyReload);
+    match outcome {
+        ReloadOutcome::Unchanged { .. } => return None,
+        ReloadOutcome::Applied {
+            previous_revision,
+            revision,
+            files,
+            actions,
+            routes,
+        } => {
+            record.policy_revision = Some(revision.clone());
+            record.detail = Some(serde_json::json!({
+                "applied": true,
+                "previous_revision": previous_revision,
+                "files": files,
+                "actions": actions,
+                "routes": routes,
+            }));
+        }
+        ReloadOutcome::Rejected {
+            kept_revision,
+            errors,
+        } => {
+            record.policy_revision = Some(kept_revision.clone());
+            record.detail = Some(serde_json::json!({
+                "applied": false,
+                "errors": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+            }));
+        }
+    }
+    Some(record)
 }
 
 /// Builds the shared state and starts the listeners.
@@ -172,11 +282,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         tracing::info!(revision = %set.revision, actions = set.actions.len(), routes = set.routes.len(), "policies loaded");
     }
 
+    let audit = open_audit(&config).await?;
     let mut registry = Registry::default();
     let http_metrics = HttpMetrics::register(&mut registry);
+    audit.register_metrics(&mut registry);
     let components: Vec<Arc<dyn Component>> = vec![
         Arc::new(AuthComponent(keys.clone())),
         Arc::new(PoliciesComponent(policies.clone())),
+        Arc::new(AuditComponent(audit.clone())),
     ];
     let health = Arc::new(Health::new(components));
 
@@ -188,14 +301,18 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         http_metrics,
         resolver: Resolver::new(&config.evidence),
         policies: policies.clone(),
+        audit: audit.clone(),
     });
+    let rt = tokio::runtime::Handle::current();
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut watches = Vec::new();
     if policies.dir().is_dir() {
+        let (audit, rt) = (audit.clone(), rt.clone());
         let on_reload = move |outcome: ReloadOutcome| {
-            // Logged by the watcher; the audit record joins with the audit log.
-            let _ = outcome;
+            if let Some(record) = reload_record(&outcome) {
+                audit_in_background(&audit, &rt, record);
+            }
         };
         let mut rx = shutdown_rx.clone();
         let stop = async move {
@@ -212,9 +329,20 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let keys_watch = match app.keys.path() {
         Some(path) => {
             let keys = app.keys.clone();
-            let handle = policy::watch_path(path, policy::DEFAULT_DEBOUNCE, move || match keys.reload() {
-                Ok(n) => tracing::info!(keys = n, "keys file reloaded"),
-                Err(e) => tracing::error!(error = %e, "keys file reload failed; keeping the previous keys"),
+            let (audit, rt) = (audit.clone(), rt.clone());
+            let handle = policy::watch_path(path, policy::DEFAULT_DEBOUNCE, move || {
+                let mut record = AuditRecord::new(RecordKind::KeyChange);
+                match keys.reload() {
+                    Ok(n) => {
+                        tracing::info!(keys = n, "keys file reloaded");
+                        record.detail = Some(serde_json::json!({"what": "api_keys", "applied": true, "keys": n}));
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "keys file reload failed; keeping the previous keys");
+                        record.detail = Some(serde_json::json!({"what": "api_keys", "applied": false, "error": e.to_string()}));
+                    }
+                }
+                audit_in_background(&audit, &rt, record);
             })
             .map_err(|e| StartError::Watch {
                 what: "keys file",

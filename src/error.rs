@@ -157,6 +157,21 @@ impl From<serde_path_to_error::Error<serde_json::Error>> for ApiError {
     }
 }
 
+impl From<crate::audit::AuditError> for ApiError {
+    /// Anything that keeps the log from recording is a 503: the gated action
+    /// must not happen. A record the log refuses is our bug, hence a 500.
+    fn from(e: crate::audit::AuditError) -> Self {
+        match e {
+            crate::audit::AuditError::InvalidRecord(m) => {
+                ApiError::Internal(format!("audit record rejected: {m}"))
+            }
+            other => ApiError::Unavailable(format!(
+                "the audit log cannot record this decision: {other}"
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

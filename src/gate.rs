@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use crate::api::wire::{self, Claims, OptionsIn, RequirementsIn, ResponseIn, SourceIn};
 use crate::app::App;
+use crate::audit::{AuditRecord, Receipt, RecordKind};
 use crate::auth::Principal;
 use crate::engine::decide::{self, Decision, Effective, Requested};
 use crate::engine::{self, Check};
@@ -103,6 +104,8 @@ pub struct GateOutcome {
     /// RFC 3339 UTC time of the decision.
     pub evaluated_at: String,
     pub mode: wire::Mode,
+    /// The durable audit record of this decision.
+    pub receipt: Receipt,
 }
 
 fn parse_mode(s: &str) -> Result<DecisionMode, ApiError> {
@@ -176,6 +179,11 @@ pub async fn authorize(
         ));
     }
     let policy = set.action(&req.action.kind);
+    let action_type = req.action.kind.clone();
+    let mut audited_params = serde_json::Value::Object(req.action.params.clone());
+    if let Some(p) = policy {
+        crate::audit::redact(&mut audited_params, &p.redact);
+    }
     let effective = decide::effective(policy, &requested);
     let rule_hits = policy
         .map(|p| p.evaluate_rules(&ParamLookup::from(&req.action.params)))
@@ -243,10 +251,33 @@ pub async fn authorize(
         claims_without_citations: uncited,
         unavailable_sources: unavailable.len(),
     });
+    let evaluated_at = now_rfc3339();
+    let mut record = AuditRecord::new(RecordKind::Decision);
+    record.request_id = Some(ctx.request_id.to_string());
+    record.request_hash = Some(ctx.request_hash.to_string());
+    record.principal = Some(ctx.principal.name.clone());
+    record.action = Some(serde_json::json!({"type": action_type, "params": audited_params}));
+    record.decision = Some(decision.outcome.as_str().to_string());
+    record.reason = Some(decision.reason.as_str().to_string());
+    record.enforced = Some(decision.enforced);
+    record.would_decide = decision.would_decide.map(|d| d.as_str().to_string());
+    record.coverage_score = Some(coverage_score);
+    record.claims_total = Some(checks.len() as u64);
+    record.claims_supported = Some(
+        checks
+            .iter()
+            .filter(|c| c.status == engine::ClaimStatus::Supported)
+            .count() as u64,
+    );
+    record.policy_revision = Some(set.revision.clone());
+    record.route = ctx.route.map(str::to_string);
+    // A decision is never returned before its record is durable.
+    let receipt = app.audit.append(record).await?;
     tracing::info!(
         request_id = ctx.request_id,
         principal = %ctx.principal.name,
-        action = %req.action.kind,
+        action = %action_type,
+        record_id = %receipt.record_id,
         decision = decision.outcome.as_str(),
         reason = decision.reason.as_str(),
         "authorize decided"
@@ -260,7 +291,8 @@ pub async fn authorize(
         sources_total,
         unavailable,
         policy_revision: set.revision.clone(),
-        evaluated_at: now_rfc3339(),
+        evaluated_at,
         mode,
+        receipt,
     })
 }

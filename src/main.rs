@@ -38,6 +38,35 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Check and maintain the tamper-evident audit log.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Re-verify the whole local log: record hashes, tree nodes, checkpoint
+    /// signatures and consistency. Exit 1 naming the first bad item.
+    Verify {
+        #[arg(long, default_value = "data")]
+        data_dir: PathBuf,
+    },
+    /// Check a proof from GET /v2/audit/{id}/proof against a trusted public
+    /// key file. Exit 0 valid, 1 invalid, 2 usage error.
+    VerifyProof {
+        proof: PathBuf,
+        #[arg(long)]
+        key: PathBuf,
+    },
+    /// Publish a new signing key, retire the old one (still published) and
+    /// sign one checkpoint with both. Run with the server stopped.
+    RotateKey {
+        #[arg(long, default_value = "data")]
+        data_dir: PathBuf,
+        /// Config file, for `audit.origin`.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -95,11 +124,85 @@ fn main() -> ExitCode {
             }
             ExitCode::from(u8::try_from(code).unwrap_or(1))
         }
+        Command::Audit(cmd) => audit(cmd),
         Command::Keys(KeysCommand::New { name, scopes }) => {
             match verdict::auth::new_key(&name, &scopes) {
                 Ok(k) => {
                     println!("API key (shown once, store it now):\n  {}\n", k.token);
                     println!("Add this entry to the keys file:\n\n{}", k.entry);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("verdict: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn audit(cmd: AuditCommand) -> ExitCode {
+    match cmd {
+        AuditCommand::Verify { data_dir } => {
+            let db = data_dir.join("verdict.db");
+            if !db.exists() {
+                eprintln!("verdict: no audit log at {}", db.display());
+                return ExitCode::from(2);
+            }
+            let mut last_print = std::time::Instant::now();
+            let progress = |done: u64, total: u64| {
+                if last_print.elapsed() >= std::time::Duration::from_secs(1) || done == total {
+                    eprintln!("verified {done}/{total} records");
+                    last_print = std::time::Instant::now();
+                }
+            };
+            match verdict::audit::verify_log(&db, &data_dir, progress) {
+                Ok(r) => {
+                    println!(
+                        "ok: {} records, {} checkpoints, tree size {}, root {}, {} key(s)",
+                        r.records, r.checkpoints, r.tree_size, r.root, r.keys
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("verdict: audit log INVALID: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        AuditCommand::VerifyProof { proof, key } => {
+            let read = |p: &PathBuf| {
+                std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
+            };
+            let (proof_text, key_text) = match (read(&proof), read(&key)) {
+                (Ok(p), Ok(k)) => (p, k),
+                (Err(e), _) | (_, Err(e)) => {
+                    eprintln!("verdict: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match verdict::audit::verify_proof(&proof_text, &key_text) {
+                Ok(()) => {
+                    println!("ok: the proof is valid and signed by the given key");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("verdict: proof INVALID: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        AuditCommand::RotateKey { data_dir, config } => {
+            let cfg = match Config::load(config.as_deref(), &Overrides::default()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("verdict: config: {e}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            match verdict::audit::rotate_key(&data_dir.join("verdict.db"), &data_dir, &cfg.audit) {
+                Ok(doc) => {
+                    println!("new active key: {}", doc.kid);
                     ExitCode::SUCCESS
                 }
                 Err(e) => {

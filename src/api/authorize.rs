@@ -32,6 +32,7 @@ pub struct Verbose {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unavailable_sources: Vec<UnavailableOut>,
     pub policy_revision: String,
+    pub audit: crate::audit::Receipt,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub enforced: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -126,6 +127,7 @@ pub fn response(
                 })
                 .collect(),
             policy_revision: o.policy_revision.clone(),
+            audit: o.receipt.clone(),
             enforced: audit_mode.then_some(false),
             would_decide: o.decision.would_decide.map(|d| d.as_str()),
         }

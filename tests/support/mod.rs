@@ -165,9 +165,12 @@ impl TestServer {
         self.send(Method::POST, path, &h, body.to_string()).await
     }
 
-    pub async fn shutdown(mut self) {
+    /// Drains the server; returns the temp dir so that callers can inspect
+    /// the data it left (dropping it deletes everything).
+    pub async fn shutdown(mut self) -> tempfile::TempDir {
         if let Some(r) = self.running.take() {
             r.shutdown().await;
         }
+        self.dir
     }
 }

@@ -1,0 +1,250 @@
+//! The audit log through HTTP and the CLI: every authorize decision carries a
+//! receipt whose record, proof and key can be fetched and checked offline, and
+//! a log that cannot write makes authorize fail closed.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use support::{TestServer, APP_KEY, OTHER_KEY, REVIEW_KEY};
+
+fn body() -> String {
+    json!({"action": {"type": "refund", "params": {"amount": 10, "card_number": "4111111111111111"}},
+           "claims": [{"text": "The customer paid $100 for the blender."}],
+           "sources": [{"source_id": "inv", "text": "Invoice: blender, amount charged $100.00."}],
+           "requirements": {"citations": "optional"}, "response": {"mode": "verbose"}})
+    .to_string()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    hex::decode(s.strip_prefix("sha256:").unwrap()).unwrap()
+}
+
+fn sha(parts: &[&[u8]]) -> Vec<u8> {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().to_vec()
+}
+
+#[tokio::test]
+async fn receipts_records_proofs_and_keys_agree() {
+    let s = TestServer::start_with(|c| {
+        std::fs::write(
+            c.policies_dir.join("refund.toml"),
+            "[[action]]\ntype = \"refund\"\nredact = [\"params.card_number\"]\n",
+        )
+        .unwrap();
+    })
+    .await;
+    let mut last = Value::Null;
+    for _ in 0..5 {
+        let r = s.post_json("/v2/authorize", &body(), Some(APP_KEY)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        last = r.json();
+    }
+    let a = last["audit"].clone();
+    for k in [
+        "record_id",
+        "record_hash",
+        "key_id",
+        "merkle_root",
+        "proof",
+        "leaf_index",
+        "tree_size",
+    ] {
+        assert!(a.get(k).is_some(), "{k}: {a}");
+    }
+    let id = a["record_id"].as_str().unwrap();
+
+    // The record's bytes hash to record_hash, and the card number is redacted.
+    let rec = s.get(&format!("/v2/audit/{id}"), Some(APP_KEY)).await;
+    assert_eq!(rec.status, 200);
+    assert_eq!(
+        format!("sha256:{}", hex::encode(Sha256::digest(&rec.body))),
+        a["record_hash"]
+    );
+    let rv = rec.json();
+    assert_eq!(rv["decision"], last["decision"], "{rv}");
+    assert_eq!(rv["reason"], last["reason"], "{rv}");
+    assert_eq!(rv["request_id"], last["request_id"], "{rv}");
+    assert_eq!(rv["principal"], "app");
+    assert!(!rec.text().contains("4111111111111111"), "{}", rec.text());
+    assert!(rv["action"]["params"]["card_number"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+
+    // The inline proof reaches merkle_root.
+    let mut h = sha(&[&[0u8], &unhex(a["record_hash"].as_str().unwrap())]);
+    for step in a["proof"].as_array().unwrap() {
+        let sib = unhex(step["hash"].as_str().unwrap());
+        h = if step["position"] == "left" {
+            sha(&[&[1u8], &sib, &h])
+        } else {
+            sha(&[&[1u8], &h, &sib])
+        };
+    }
+    assert_eq!(h, unhex(a["merkle_root"].as_str().unwrap()));
+
+    // The proof endpoint agrees, and never changes.
+    let p1 = s.get(&format!("/v2/audit/{id}/proof"), Some(APP_KEY)).await;
+    assert_eq!(p1.status, 200, "{}", p1.text());
+    let pj = p1.json();
+    assert_eq!(pj["proof"], a["proof"]);
+    assert_eq!(pj["merkle_root"], a["merkle_root"]);
+    assert_eq!(
+        pj["algorithm"],
+        json!({"hash": "sha256", "tree": "rfc6962", "signature": "ed25519"})
+    );
+    s.post_json("/v2/authorize", &body(), Some(APP_KEY)).await;
+    let p2 = s.get(&format!("/v2/audit/{id}/proof"), Some(APP_KEY)).await;
+    assert_eq!(p1.body, p2.body);
+
+    // The key is public and verifies the proof offline through the CLI.
+    let key = s
+        .get(
+            &format!("/v2/audit/keys/{}", a["key_id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(key.status, 200);
+    let kj: Value = key.json();
+    assert_eq!(
+        (kj["kty"].as_str(), kj["crv"].as_str()),
+        (Some("OKP"), Some("Ed25519"))
+    );
+    assert_eq!(kj["status"], "active");
+    let proof_file = s.path("proof.json");
+    let key_file = s.path("key.json");
+    std::fs::write(&proof_file, &p1.body).unwrap();
+    std::fs::write(&key_file, &key.body).unwrap();
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let run = |proof: &std::path::Path| {
+        Command::new(bin)
+            .args(["audit", "verify-proof"])
+            .arg(proof)
+            .arg("--key")
+            .arg(&key_file)
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(run(&proof_file), Some(0));
+    let tampered = s.path("tampered.json");
+    let text = String::from_utf8(p1.body.to_vec()).unwrap();
+    let first = a["proof"][0]["hash"].as_str().unwrap();
+    let flipped = format!(
+        "{}{}",
+        &first[..first.len() - 1],
+        if first.ends_with('0') { "1" } else { "0" }
+    );
+    std::fs::write(&tampered, text.replace(first, &flipped)).unwrap();
+    assert_eq!(run(&tampered), Some(1));
+    assert_eq!(run(&s.path("missing.json")), Some(2));
+
+    // Tenancy: another app key cannot see the record; an audit-scope key can.
+    assert_eq!(
+        s.get(&format!("/v2/audit/{id}"), Some(OTHER_KEY))
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        s.get(&format!("/v2/audit/{id}/proof"), Some(OTHER_KEY))
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        s.get(&format!("/v2/audit/{id}"), Some(REVIEW_KEY))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(s.get(&format!("/v2/audit/{id}"), None).await.status, 401);
+    let unknown = format!("{}ffff", &id[..id.len() - 4]);
+    s.get(&format!("/v2/audit/{unknown}/proof"), Some(APP_KEY))
+        .await
+        .assert_error(404, "not_found");
+    s.get("/v2/audit/not-a-uuid", Some(APP_KEY))
+        .await
+        .assert_error(404, "not_found");
+    s.get("/v2/audit/keys/nope", None)
+        .await
+        .assert_error(404, "not_found");
+
+    // The whole log verifies after a clean shutdown.
+    let dir = s.shutdown().await;
+    let data = dir.path().join("data");
+    let out = Command::new(bin)
+        .args(["audit", "verify", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: "));
+}
+
+#[tokio::test]
+async fn a_log_that_cannot_write_fails_closed_and_recovers() {
+    let s = TestServer::start().await;
+    let app = s.running.as_ref().unwrap().app.clone();
+    app.audit.inject_write_failure(true);
+    let r = s.post_json("/v2/authorize", &body(), Some(APP_KEY)).await;
+    r.assert_error(503, "unavailable");
+    let h = s.get("/health/detailed", None).await.json();
+    assert_eq!(h["status"], "failing", "{h}");
+    assert_eq!(h["components"]["audit"]["status"], "failing", "{h}");
+    // Verify does not write the log and keeps working.
+    let v = s
+        .post_json(
+            "/v2/verify",
+            r#"{"claims":["a b c"],"sources":[{"id":"s","text":"a b c"}]}"#,
+            Some(APP_KEY),
+        )
+        .await;
+    assert_eq!(v.status, 200);
+    app.audit.inject_write_failure(false);
+    let r = s.post_json("/v2/authorize", &body(), Some(APP_KEY)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let h = s.get("/health/detailed", None).await.json();
+    assert_eq!(h["components"]["audit"]["status"], "ok", "{h}");
+    let dir = s.shutdown().await;
+    let data = dir.path().join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["audit", "verify", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn policy_reloads_are_audited() {
+    let s = TestServer::start().await;
+    let app = s.running.as_ref().unwrap().app.clone();
+    let before = app.audit.health().size;
+    std::fs::write(s.path("policies/a.toml"), "[[action]]\ntype = \"x\"\n").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while app.audit.health().size == before {
+        assert!(std::time::Instant::now() < deadline, "no reload record");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    s.shutdown().await;
+}
