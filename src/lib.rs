@@ -17,6 +17,7 @@
 //! - [`telemetry`]: logging set-up and the shutdown signal.
 //! - [`policy`]: `policies/*.toml` → validated [`policy::PolicySet`]; route matching,
 //!   extractors, param rules, the `ArcSwap` store and the hot-reload watcher.
+//! - [`jobs`]: durable batch jobs: SQLite queue, worker threads, retention.
 pub mod api;
 pub mod app;
 pub mod auth;
@@ -24,6 +25,7 @@ pub mod config;
 pub mod error;
 pub mod health;
 pub mod http_util;
+pub mod jobs;
 pub mod metrics;
 pub mod policy;
 pub mod server;
