@@ -73,6 +73,8 @@ pub enum JobsError {
     Task(String),
     #[error("batch jobs must be opened inside a tokio runtime")]
     NoRuntime,
+    #[error("cannot create the job store directory: {0}")]
+    Io(std::io::Error),
     #[error("cannot start batch worker thread: {0}")]
     Spawn(std::io::Error),
 }

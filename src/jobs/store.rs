@@ -109,9 +109,12 @@ pub(crate) enum Durability {
 // === impl Store ===
 
 impl Store {
-    /// Opens (or creates) the database, switches it to WAL and creates the
-    /// tables.
+    /// Opens (or creates) the database and its directory, switches it to WAL
+    /// and creates the tables.
     pub fn open(path: &Path) -> Result<Store, JobsError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(JobsError::Io)?;
+        }
         let store = Store {
             path: path.to_path_buf(),
             pool: Mutex::new(Vec::new()),

@@ -139,8 +139,13 @@ impl Pending {
         Ok(())
     }
 
-    fn due(&self) -> bool {
-        self.rows.len() >= FLUSH_ITEMS || self.last_flush.elapsed() >= FLUSH_INTERVAL
+    /// Whether to write now. After a slow item (one that took a flush
+    /// interval by itself) the next one is probably slow too, so its
+    /// predecessors' results are not held back while it runs.
+    fn due(&self, last_item: Duration) -> bool {
+        self.rows.len() >= FLUSH_ITEMS
+            || self.last_flush.elapsed() >= FLUSH_INTERVAL
+            || last_item >= FLUSH_INTERVAL
     }
 }
 
@@ -183,10 +188,8 @@ fn run_job(shared: &Shared, conn: &mut Connection, seq: i64) -> Result<Outcome, 
             let index = usize::try_from(idx).unwrap_or(usize::MAX);
             let started = Instant::now();
             let result = catch_unwind(AssertUnwindSafe(|| (shared.work)(index, &item)));
-            shared
-                .metrics
-                .item_duration
-                .observe(started.elapsed().as_secs_f64());
+            let took = started.elapsed();
+            shared.metrics.item_duration.observe(took.as_secs_f64());
             shared.metrics.items.inc();
             match result {
                 Ok(value) => pending.rows.push((idx, value.to_string())),
@@ -200,7 +203,7 @@ fn run_job(shared: &Shared, conn: &mut Connection, seq: i64) -> Result<Outcome, 
                     );
                 }
             }
-            if pending.due() {
+            if pending.due(took) {
                 pending.flush(conn)?;
             }
         }
