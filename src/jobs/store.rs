@@ -80,7 +80,7 @@ pub(crate) struct JobRow {
     pub request_hash: String,
 }
 
-/// What [`Store::insert_job`] did.
+/// What [`insert_job`] did.
 #[derive(Debug)]
 pub(crate) enum Inserted {
     New(JobRow),
