@@ -407,6 +407,77 @@ async fn shutdown_stops_between_items_and_keeps_every_result() {
         jobs.submit("app", None, "sha256:c", items(1)).await,
         Err(JobsError::ShuttingDown)
     ));
+    drop(jobs);
+
+    // Both the paused running job and the never-started queued one resume.
+    let jobs = Jobs::open(&db, &cfg(2, day()), echo()).unwrap();
+    for id in [&first.job_id, &second.job_id] {
+        let v = wait_finished(&jobs, id, "app").await;
+        assert_eq!(v.status, JobStatus::Succeeded);
+    }
+    jobs.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_runs_jobs_in_submit_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let work = slow(calls, in_flight, Duration::from_millis(2));
+    let jobs = Jobs::open(&db, &cfg(1, day()), work).unwrap();
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        let s = jobs
+            .submit("app", None, &format!("sha256:{n}"), items(5))
+            .await
+            .unwrap();
+        ids.push(created(s).job_id);
+    }
+    let mut views = Vec::new();
+    for id in &ids {
+        views.push(wait_finished(&jobs, id, "app").await);
+    }
+    for w in views.windows(2) {
+        // Millisecond strings in one format sort like the times they name.
+        assert!(w[0].finished_at <= w[1].started_at, "{w:?}");
+    }
+    jobs.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_run_two_jobs_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let work = slow(calls, in_flight.clone(), Duration::from_millis(20));
+    let jobs = Jobs::open(&db, &cfg(2, day()), work).unwrap();
+    let a = created(
+        jobs.submit("app", None, "sha256:a", items(50))
+            .await
+            .unwrap(),
+    );
+    let b = created(
+        jobs.submit("app", None, "sha256:b", items(50))
+            .await
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while in_flight.load(Ordering::SeqCst) < 2 {
+        assert!(start.elapsed() < DEADLINE, "never two items at once");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(jobs.health().running, 2);
+    jobs.shutdown().await;
+    for id in [&a.job_id, &b.job_id] {
+        let v = jobs
+            .get(id, "app", false, Page::ALL)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(v.status, JobStatus::Running);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

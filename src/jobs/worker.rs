@@ -81,33 +81,36 @@ enum Outcome {
     /// Stopped between items by shutdown; the job stays `running` in the
     /// database and resumes at the next start.
     Stopped,
-    /// The job row is gone (swept); nothing to do.
+    /// Nothing to do: the job row is gone (swept) or already finished.
     Gone,
 }
 
 /// A worker thread's body: take jobs until the queue stops.
 pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
     while let Some(job) = shared.queue.next() {
+        // Every log line of the job carries its id (recorded by `run_job`).
+        let span = tracing::info_span!(
+            "batch_job",
+            job_seq = job.seq,
+            job_id = tracing::field::Empty
+        );
+        let _entered = span.enter();
         let outcome = run_job(&shared, &mut conn, job.seq);
         shared.queue.done();
         match outcome {
             Ok(Outcome::Finished(status)) => {
                 shared.metrics.job_finished(status);
-                tracing::info!(
-                    job_seq = job.seq,
-                    status = status.as_str(),
-                    "batch job finished"
-                );
+                tracing::info!(status = status.as_str(), "batch job finished");
             }
             Ok(Outcome::Stopped) => {
-                tracing::info!(job_seq = job.seq, "batch job paused by shutdown");
+                tracing::info!("batch job paused by shutdown");
             }
             Ok(Outcome::Gone) => {}
             Err(e) => {
                 // The store failed under us. Fail the job rather than retry
                 // forever; if even that cannot be written the job stays
                 // unfinished and resumes at the next start.
-                tracing::error!(job_seq = job.seq, error = %e, "batch job storage error");
+                tracing::error!(error = %e, "batch job storage error");
                 match store::finish_job(
                     &mut conn,
                     job.seq,
@@ -116,7 +119,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
                 ) {
                     Ok(()) => shared.metrics.job_finished(JobStatus::Failed),
                     Err(e) => {
-                        tracing::error!(job_seq = job.seq, error = %e, "cannot mark batch job failed")
+                        tracing::error!(error = %e, "cannot mark batch job failed")
                     }
                 }
             }
@@ -153,9 +156,15 @@ fn run_job(shared: &Shared, conn: &mut Connection, seq: i64) -> Result<Outcome, 
     let Some(job) = store::job_by_seq(conn, seq)? else {
         return Ok(Outcome::Gone);
     };
+    tracing::Span::current().record("job_id", job.job_id.as_str());
     if matches!(job.status, JobStatus::Succeeded | JobStatus::Failed) {
-        return Ok(Outcome::Finished(job.status));
+        return Ok(Outcome::Gone);
     }
+    tracing::info!(
+        items = job.items_total,
+        done = job.items_done,
+        "batch job started"
+    );
     store::mark_running(conn, seq, now_ms())?;
     let mut pending = Pending {
         seq,
@@ -177,7 +186,7 @@ fn run_job(shared: &Shared, conn: &mut Connection, seq: i64) -> Result<Outcome, 
             let item: serde_json::Value = match serde_json::from_str(&item) {
                 Ok(v) => v,
                 Err(e) => {
-                    tracing::error!(job_seq = seq, index = idx, error = %e, "stored batch item is not JSON");
+                    tracing::error!(index = idx, error = %e, "stored batch item is not JSON");
                     return fail(
                         conn,
                         &mut pending,
@@ -195,7 +204,7 @@ fn run_job(shared: &Shared, conn: &mut Connection, seq: i64) -> Result<Outcome, 
                 Ok(value) => pending.rows.push((idx, value.to_string())),
                 Err(payload) => {
                     let why = panic_message(payload.as_ref());
-                    tracing::error!(job_seq = seq, index = idx, panic = %why, "batch item panicked");
+                    tracing::error!(index = idx, panic = %why, "batch item panicked");
                     return fail(
                         conn,
                         &mut pending,
