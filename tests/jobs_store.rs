@@ -109,6 +109,16 @@ async fn crash_child() {
     tokio::time::sleep(Duration::from_secs(120)).await;
 }
 
+/// Kills the child if the test fails before it does.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn stored_results(conn: &rusqlite::Connection) -> i64 {
     conn.query_row("SELECT COUNT(*) FROM jobs_results", [], |r| r.get(0))
         .expect("results table is readable")
@@ -118,14 +128,15 @@ fn stored_results(conn: &rusqlite::Connection) -> i64 {
 fn a_killed_process_resumes_without_duplicates() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("verdict.db");
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let child = Command::new(std::env::current_exe().unwrap())
         .args(["crash_child", "--exact", "--ignored", "--nocapture"])
         .env(CRASH_DB, &db)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = KillOnDrop(child);
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let job_id = loop {
         let line = lines.next().expect("child exited early").unwrap();
         if let Some(id) = line.strip_prefix("JOB_ID=") {
@@ -144,8 +155,9 @@ fn a_killed_process_resumes_without_duplicates() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    // SIGKILL on Unix: no destructor, no flush, no shutdown.
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
     let before = stored_results(&conn) as usize;
     assert!(before < CRASH_ITEMS, "killed too late to test");
 
