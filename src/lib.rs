@@ -23,6 +23,8 @@
 //! - [`review`]: held requests and their review: durable store, single-use
 //!   resolutions, expiry, and the exactly-once forward claim.
 //! - [`audit`]: the tamper-evident audit log (Merkle tree, signed checkpoints, SQLite).
+//! - [`jobs`]: durable batch jobs: SQLite queue, worker threads, retention.
+
 pub mod api;
 pub mod app;
 pub mod audit;
@@ -34,6 +36,7 @@ pub mod evidence;
 pub mod gate;
 pub mod health;
 pub mod http_util;
+pub mod jobs;
 pub mod metrics;
 pub mod policy;
 pub mod review;

@@ -1,0 +1,424 @@
+//! SQLite persistence for batch jobs: the job rows, their items and results.
+//!
+//! Everything a job needs to survive a crash lives here. Items are written in
+//! the submit transaction, results as each small batch of items finishes, so
+//! a `kill -9` loses at most the results of one unflushed batch, and those
+//! items are simply run again: a result is keyed by `(job, index)` and
+//! inserted with `INSERT OR IGNORE`, so it can never appear twice.
+//!
+//! The database file is shared with other subsystems, so every table is
+//! prefixed `jobs_`. Jobs are addressed internally by `seq`, an
+//! `AUTOINCREMENT` integer that is never reused and orders jobs by creation
+//! (the FIFO order of the queue); the public id is a UUID.
+//!
+//! All functions here block. Callers run them on a worker thread or through
+//! `spawn_blocking`, never on the async runtime.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use super::{JobStatus, JobsError};
+
+/// How long a connection waits for another writer before giving up. Writers
+/// hold the lock for one small transaction, except a submit of a very large
+/// job, which is still well under this.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Idle connections kept for the async API; more are opened on demand.
+const POOL_MAX_IDLE: usize = 4;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS jobs_jobs (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id          TEXT    NOT NULL UNIQUE,
+    owner           TEXT    NOT NULL,
+    status          TEXT    NOT NULL,
+    items_total     INTEGER NOT NULL,
+    items_done      INTEGER NOT NULL DEFAULT 0,
+    created_at_ms   INTEGER NOT NULL,
+    started_at_ms   INTEGER,
+    finished_at_ms  INTEGER,
+    error           TEXT,
+    idempotency_key TEXT,
+    request_hash    TEXT    NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_jobs_idempotency
+    ON jobs_jobs (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_jobs_status ON jobs_jobs (status, seq);
+CREATE INDEX IF NOT EXISTS jobs_jobs_finished
+    ON jobs_jobs (finished_at_ms) WHERE finished_at_ms IS NOT NULL;
+CREATE TABLE IF NOT EXISTS jobs_items (
+    job_seq INTEGER NOT NULL,
+    idx     INTEGER NOT NULL,
+    item    TEXT    NOT NULL,
+    PRIMARY KEY (job_seq, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS jobs_results (
+    job_seq INTEGER NOT NULL,
+    idx     INTEGER NOT NULL,
+    result  TEXT    NOT NULL,
+    PRIMARY KEY (job_seq, idx)
+) WITHOUT ROWID;
+";
+
+/// A job row as stored.
+#[derive(Debug, Clone)]
+pub(crate) struct JobRow {
+    pub seq: i64,
+    pub job_id: String,
+    pub owner: String,
+    pub status: JobStatus,
+    pub items_total: u64,
+    pub items_done: u64,
+    pub created_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+    pub error: Option<String>,
+    pub request_hash: String,
+}
+
+/// What [`insert_job`] did.
+#[derive(Debug)]
+pub(crate) enum Inserted {
+    New(JobRow),
+    /// Same owner, key and request hash: the job submitted earlier.
+    Existing(JobRow),
+}
+
+/// The database path plus a small pool of connections for the async API.
+pub(crate) struct Store {
+    path: PathBuf,
+    /// std `Mutex`: held only to push or pop a connection, never across IO.
+    pool: Mutex<Vec<Connection>>,
+}
+
+/// How durable a connection's commits are.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Durability {
+    /// `synchronous=FULL`: a submit acknowledged to a client survives power
+    /// loss, not only a process crash.
+    Full,
+    /// `synchronous=NORMAL`: enough for results, which survive a process
+    /// crash and are only re-run after a power loss.
+    Normal,
+}
+
+// === impl Store ===
+
+impl Store {
+    /// Opens (or creates) the database and its directory, switches it to WAL
+    /// and creates the tables.
+    pub fn open(path: &Path) -> Result<Store, JobsError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(JobsError::Io)?;
+        }
+        let store = Store {
+            path: path.to_path_buf(),
+            pool: Mutex::new(Vec::new()),
+        };
+        let conn = store.connect(Durability::Full)?;
+        let mode: String =
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            tracing::warn!(mode, "job store could not switch to WAL");
+        }
+        conn.execute_batch(SCHEMA)?;
+        store.give_back(conn);
+        Ok(store)
+    }
+
+    /// A fresh connection with the pragmas every connection needs.
+    pub fn connect(&self, durability: Durability) -> Result<Connection, JobsError> {
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        let sync = match durability {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        };
+        conn.pragma_update(None, "synchronous", sync)?;
+        Ok(conn)
+    }
+
+    /// Runs `f` with a pooled connection (blocking).
+    pub fn with_conn<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, JobsError>,
+    ) -> Result<T, JobsError> {
+        let pooled = self
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let mut conn = match pooled {
+            Some(c) => c,
+            None => self.connect(Durability::Full)?,
+        };
+        let out = f(&mut conn);
+        // A connection left inside a transaction (an error between BEGIN
+        // and COMMIT rolls back on drop of the Transaction) is still clean.
+        self.give_back(conn);
+        out
+    }
+
+    fn give_back(&self, conn: Connection) {
+        let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < POOL_MAX_IDLE {
+            pool.push(conn);
+        }
+    }
+}
+
+// === queries ===
+
+const JOB_COLUMNS: &str = "seq, job_id, owner, status, items_total, items_done, created_at_ms, \
+     started_at_ms, finished_at_ms, error, request_hash";
+
+fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
+    let status: String = r.get(3)?;
+    let status = JobStatus::parse(&status).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            3,
+            rusqlite::types::Type::Text,
+            format!("unknown job status {status:?}").into(),
+        )
+    })?;
+    Ok(JobRow {
+        seq: r.get(0)?,
+        job_id: r.get(1)?,
+        owner: r.get(2)?,
+        status,
+        items_total: r.get::<_, i64>(4)?.max(0) as u64,
+        items_done: r.get::<_, i64>(5)?.max(0) as u64,
+        created_at_ms: r.get(6)?,
+        started_at_ms: r.get(7)?,
+        finished_at_ms: r.get(8)?,
+        error: r.get(9)?,
+        request_hash: r.get(10)?,
+    })
+}
+
+/// Stores a new job and its items in one transaction, or finds the job an
+/// earlier submit with the same owner and idempotency key created.
+pub(crate) fn insert_job(
+    conn: &mut Connection,
+    owner: &str,
+    idempotency_key: Option<&str>,
+    request_hash: &str,
+    items: &[String],
+    now_ms: i64,
+) -> Result<Inserted, JobsError> {
+    // IMMEDIATE: take the write lock before the idempotency lookup, so two
+    // concurrent submits with one key cannot both miss and both insert.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if let Some(key) = idempotency_key {
+        let existing = tx
+            .query_row(
+                &format!(
+                    "SELECT {JOB_COLUMNS} FROM jobs_jobs WHERE owner = ?1 AND idempotency_key = ?2"
+                ),
+                params![owner, key],
+                job_row,
+            )
+            .optional()?;
+        if let Some(job) = existing {
+            return if job.request_hash == request_hash {
+                Ok(Inserted::Existing(job))
+            } else {
+                Err(JobsError::Conflict)
+            };
+        }
+    }
+    let job_id = uuid::Uuid::new_v4().to_string();
+    tx.execute(
+        "INSERT INTO jobs_jobs (job_id, owner, status, items_total, created_at_ms, \
+         idempotency_key, request_hash) VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6)",
+        params![
+            job_id,
+            owner,
+            items.len() as i64,
+            now_ms,
+            idempotency_key,
+            request_hash
+        ],
+    )?;
+    let seq = tx.last_insert_rowid();
+    {
+        let mut stmt =
+            tx.prepare_cached("INSERT INTO jobs_items (job_seq, idx, item) VALUES (?1, ?2, ?3)")?;
+        for (idx, item) in items.iter().enumerate() {
+            stmt.execute(params![seq, idx as i64, item])?;
+        }
+    }
+    tx.commit()?;
+    Ok(Inserted::New(JobRow {
+        seq,
+        job_id,
+        owner: owner.to_string(),
+        status: JobStatus::Queued,
+        items_total: items.len() as u64,
+        items_done: 0,
+        created_at_ms: now_ms,
+        started_at_ms: None,
+        finished_at_ms: None,
+        error: None,
+        request_hash: request_hash.to_string(),
+    }))
+}
+
+pub(crate) fn job_by_id(conn: &Connection, job_id: &str) -> Result<Option<JobRow>, JobsError> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {JOB_COLUMNS} FROM jobs_jobs WHERE job_id = ?1"),
+            params![job_id],
+            job_row,
+        )
+        .optional()?)
+}
+
+pub(crate) fn job_by_seq(conn: &Connection, seq: i64) -> Result<Option<JobRow>, JobsError> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {JOB_COLUMNS} FROM jobs_jobs WHERE seq = ?1"),
+            params![seq],
+            job_row,
+        )
+        .optional()?)
+}
+
+/// Queued and running jobs, oldest first: the queue to rebuild at start.
+pub(crate) fn unfinished_jobs(conn: &Connection) -> Result<Vec<JobRow>, JobsError> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {JOB_COLUMNS} FROM jobs_jobs WHERE status IN ('queued', 'running') ORDER BY seq"
+    ))?;
+    let rows = stmt.query_map([], job_row)?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Results `offset..offset+limit` in index order.
+pub(crate) fn results_page(
+    conn: &Connection,
+    seq: i64,
+    offset: usize,
+    limit: usize,
+) -> Result<Vec<(usize, String)>, JobsError> {
+    let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut stmt = conn.prepare_cached(
+        "SELECT idx, result FROM jobs_results WHERE job_seq = ?1 AND idx >= ?2 \
+         ORDER BY idx LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![seq, offset, limit], |r| {
+        Ok((r.get::<_, i64>(0)?.max(0) as usize, r.get::<_, String>(1)?))
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Marks a job running; `started_at` keeps its first value across restarts.
+pub(crate) fn mark_running(conn: &Connection, seq: i64, now_ms: i64) -> Result<(), JobsError> {
+    conn.execute(
+        "UPDATE jobs_jobs SET status = 'running', started_at_ms = COALESCE(started_at_ms, ?2) \
+         WHERE seq = ?1",
+        params![seq, now_ms],
+    )?;
+    Ok(())
+}
+
+/// Up to `limit` items after index `after` that have no result yet.
+pub(crate) fn pending_items(
+    conn: &Connection,
+    seq: i64,
+    after: i64,
+    limit: usize,
+) -> Result<Vec<(i64, String)>, JobsError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT i.idx, i.item FROM jobs_items i WHERE i.job_seq = ?1 AND i.idx > ?2 \
+         AND NOT EXISTS (SELECT 1 FROM jobs_results r WHERE r.job_seq = ?1 AND r.idx = i.idx) \
+         ORDER BY i.idx LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![seq, after, limit as i64], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Writes a batch of results and advances `items_done` by the rows that
+/// were new, in one transaction.
+pub(crate) fn write_results(
+    conn: &mut Connection,
+    seq: i64,
+    results: &[(i64, String)],
+) -> Result<(), JobsError> {
+    if results.is_empty() {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut added = 0i64;
+    {
+        let mut stmt = tx.prepare_cached(
+            "INSERT OR IGNORE INTO jobs_results (job_seq, idx, result) VALUES (?1, ?2, ?3)",
+        )?;
+        for (idx, result) in results {
+            added += stmt.execute(params![seq, idx, result])? as i64;
+        }
+    }
+    tx.execute(
+        "UPDATE jobs_jobs SET items_done = items_done + ?2 WHERE seq = ?1",
+        params![seq, added],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// Ends a job: succeeded or failed, `finished_at` set, items dropped (they
+/// are never read again; results stay until retention).
+pub(crate) fn finish_job(
+    conn: &mut Connection,
+    seq: i64,
+    error: Option<&str>,
+    now_ms: i64,
+) -> Result<(), JobsError> {
+    let status = if error.is_some() {
+        JobStatus::Failed
+    } else {
+        JobStatus::Succeeded
+    };
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute(
+        "UPDATE jobs_jobs SET status = ?2, finished_at_ms = ?3, error = ?4, \
+         started_at_ms = COALESCE(started_at_ms, ?3) WHERE seq = ?1",
+        params![seq, status.as_str(), now_ms, error],
+    )?;
+    tx.execute("DELETE FROM jobs_items WHERE job_seq = ?1", params![seq])?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// Deletes jobs that finished before `cutoff_ms`, with their items, results
+/// and idempotency keys (the key lives on the job row). Returns how many.
+pub(crate) fn sweep(conn: &mut Connection, cutoff_ms: i64) -> Result<usize, JobsError> {
+    let seqs: Vec<i64> = {
+        let mut stmt = conn.prepare_cached(
+            "SELECT seq FROM jobs_jobs WHERE finished_at_ms IS NOT NULL AND finished_at_ms < ?1",
+        )?;
+        let rows = stmt.query_map(params![cutoff_ms], |r| r.get(0))?;
+        rows.collect::<Result<Vec<_>, _>>()?
+    };
+    // One transaction per job keeps the write lock short even when a
+    // 100 000-result job goes.
+    for seq in &seqs {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute("DELETE FROM jobs_results WHERE job_seq = ?1", params![seq])?;
+        tx.execute("DELETE FROM jobs_items WHERE job_seq = ?1", params![seq])?;
+        tx.execute("DELETE FROM jobs_jobs WHERE seq = ?1", params![seq])?;
+        tx.commit()?;
+    }
+    Ok(seqs.len())
+}

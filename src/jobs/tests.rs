@@ -1,0 +1,572 @@
+//! Batch jobs end to end against a real SQLite file in a temp dir: submit,
+//! poll, idempotency, tenancy, paging, panics, restart, retention, shutdown.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::*;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn cfg(workers: usize, retention: Duration) -> JobsConfig {
+    JobsConfig { retention, workers }
+}
+
+fn day() -> Duration {
+    Duration::from_secs(86_400)
+}
+
+fn echo() -> ItemFn {
+    Arc::new(|i, item| json!({"i": i, "echo": item}))
+}
+
+fn items(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"claims": [format!("c{i}")]}))
+        .collect()
+}
+
+async fn wait_until(
+    jobs: &Jobs,
+    id: &str,
+    owner: &str,
+    done: impl Fn(&JobView) -> bool,
+) -> JobView {
+    let start = Instant::now();
+    loop {
+        let v = jobs
+            .get(id, owner, false, Page::ALL)
+            .await
+            .unwrap()
+            .expect("job exists");
+        if done(&v) {
+            return v;
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out, last view {v:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn wait_finished(jobs: &Jobs, id: &str, owner: &str) -> JobView {
+    wait_until(jobs, id, owner, |v| {
+        matches!(v.status, JobStatus::Succeeded | JobStatus::Failed)
+    })
+    .await
+}
+
+fn created(s: Submitted) -> JobSummary {
+    match s {
+        Submitted::Created(s) => s,
+        other => panic!("expected a new job, got {other:?}"),
+    }
+}
+
+fn count_rows(db: &Path, table: &str) -> i64 {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn submit_then_poll_gives_results_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let jobs = Jobs::open(&db, &cfg(2, day()), echo()).unwrap();
+    let input = items(5);
+    let s = created(
+        jobs.submit("app", None, "sha256:a", input.clone())
+            .await
+            .unwrap(),
+    );
+    assert_eq!(s.status, JobStatus::Queued);
+    assert_eq!(s.items_total, 5);
+
+    let v = wait_finished(&jobs, &s.job_id, "app").await;
+    assert_eq!(v.status, JobStatus::Succeeded, "{v:?}");
+    assert_eq!(v.progress, Progress { total: 5, done: 5 });
+    assert!(v.started_at.is_some() && v.finished_at.is_some());
+    assert!(v.error.is_none());
+    let results = v.results.clone().unwrap();
+    assert_eq!(results.len(), 5);
+    for (n, (i, r)) in results.iter().enumerate() {
+        assert_eq!(*i, n);
+        assert_eq!(r, &json!({"i": n, "echo": input[n]}));
+    }
+
+    // The wire shape of DESIGN §9.
+    let wire = serde_json::to_value(&v).unwrap();
+    assert_eq!(wire["job_id"], json!(s.job_id));
+    assert_eq!(wire["status"], json!("succeeded"));
+    assert_eq!(wire["progress"], json!({"total": 5, "done": 5}));
+    assert_eq!(wire["results"][2]["index"], json!(2));
+    assert_eq!(wire["results"][2]["echo"], input[2]);
+    assert!(wire.get("error").is_none());
+    let created_at = wire["created_at"].as_str().unwrap();
+    assert!(
+        created_at.ends_with('Z') && created_at.len() == 24,
+        "{created_at}"
+    );
+    jobs.shutdown().await;
+}
+
+#[tokio::test]
+async fn queued_view_omits_optional_fields() {
+    let v = JobView {
+        job_id: "j".into(),
+        status: JobStatus::Queued,
+        created_at: rfc3339(0),
+        started_at: None,
+        finished_at: None,
+        progress: Progress { total: 2, done: 0 },
+        results: None,
+        error: None,
+    };
+    assert_eq!(
+        serde_json::to_value(&v).unwrap(),
+        json!({"job_id": "j", "status": "queued", "created_at": "1970-01-01T00:00:00.000Z",
+               "progress": {"total": 2, "done": 0}})
+    );
+    let v = JobView {
+        results: Some(vec![(0, json!(7)), (1, json!({"index": 99, "a": 1}))]),
+        ..v
+    };
+    assert_eq!(
+        serde_json::to_value(&v).unwrap()["results"],
+        json!([{"index": 0, "result": 7}, {"index": 1, "a": 1}])
+    );
+}
+
+#[tokio::test]
+async fn idempotency_is_per_owner_and_per_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
+    let first = created(
+        jobs.submit("app", Some("k1"), "sha256:a", items(3))
+            .await
+            .unwrap(),
+    );
+    match jobs
+        .submit("app", Some("k1"), "sha256:a", items(3))
+        .await
+        .unwrap()
+    {
+        Submitted::Existing(s) => {
+            assert_eq!(s.job_id, first.job_id);
+            assert_eq!(s.items_total, 3);
+        }
+        other => panic!("expected the existing job, got {other:?}"),
+    }
+    assert!(matches!(
+        jobs.submit("app", Some("k1"), "sha256:b", items(3)).await,
+        Err(JobsError::Conflict)
+    ));
+    let other = created(
+        jobs.submit("other", Some("k1"), "sha256:b", items(1))
+            .await
+            .unwrap(),
+    );
+    assert_ne!(other.job_id, first.job_id);
+    let a = created(
+        jobs.submit("app", None, "sha256:a", items(1))
+            .await
+            .unwrap(),
+    );
+    let b = created(
+        jobs.submit("app", None, "sha256:a", items(1))
+            .await
+            .unwrap(),
+    );
+    assert_ne!(a.job_id, b.job_id);
+    jobs.shutdown().await;
+}
+
+#[tokio::test]
+async fn other_owners_jobs_are_invisible_but_admin_sees_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
+    let s = created(
+        jobs.submit("app", None, "sha256:a", items(2))
+            .await
+            .unwrap(),
+    );
+    wait_finished(&jobs, &s.job_id, "app").await;
+    assert!(jobs
+        .get(&s.job_id, "intruder", false, Page::ALL)
+        .await
+        .unwrap()
+        .is_none());
+    let admin = jobs
+        .get(&s.job_id, "auditor", true, Page::ALL)
+        .await
+        .unwrap()
+        .expect("admin sees every job");
+    assert_eq!(admin.results.unwrap().len(), 2);
+    assert!(jobs
+        .get("no-such-job", "app", true, Page::ALL)
+        .await
+        .unwrap()
+        .is_none());
+    jobs.shutdown().await;
+}
+
+#[tokio::test]
+async fn results_are_paged_in_index_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
+    let s = created(
+        jobs.submit("app", None, "sha256:a", items(10))
+            .await
+            .unwrap(),
+    );
+    wait_finished(&jobs, &s.job_id, "app").await;
+    let page = |offset, limit| {
+        let jobs = jobs.clone();
+        let id = s.job_id.clone();
+        async move {
+            jobs.get(&id, "app", false, Page { offset, limit })
+                .await
+                .unwrap()
+                .unwrap()
+                .results
+                .unwrap()
+                .into_iter()
+                .map(|(i, _)| i)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(page(3, 4).await, vec![3, 4, 5, 6]);
+    assert_eq!(page(8, 100).await, vec![8, 9]);
+    assert_eq!(page(10, 5).await, Vec::<usize>::new());
+    assert_eq!(page(0, 0).await, Vec::<usize>::new());
+    jobs.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_panicking_item_fails_its_job_and_the_worker_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let work: ItemFn = Arc::new(|i, item| {
+        if item.get("panic").is_some() {
+            panic!("boom at {i}");
+        }
+        json!({"ok": i})
+    });
+    // One worker: the second job can only succeed if it survived.
+    let jobs = Jobs::open(&db, &cfg(1, day()), work).unwrap();
+    let bad = created(
+        jobs.submit(
+            "app",
+            None,
+            "sha256:a",
+            vec![json!({}), json!({"panic": true}), json!({})],
+        )
+        .await
+        .unwrap(),
+    );
+    let good = created(
+        jobs.submit("app", None, "sha256:b", items(3))
+            .await
+            .unwrap(),
+    );
+    let v = wait_finished(&jobs, &bad.job_id, "app").await;
+    assert_eq!(v.status, JobStatus::Failed);
+    assert_eq!(v.progress, Progress { total: 3, done: 1 });
+    assert!(v.results.is_none());
+    let msg = v.error.unwrap();
+    assert!(msg.contains("item 1"), "{msg}");
+    assert!(!msg.contains("boom"), "panic text must not leak: {msg}");
+    assert!(v.finished_at.is_some());
+    let v = wait_finished(&jobs, &good.job_id, "app").await;
+    assert_eq!(v.status, JobStatus::Succeeded);
+    jobs.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_empty_job_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
+    let s = created(jobs.submit("app", None, "sha256:a", vec![]).await.unwrap());
+    let v = wait_finished(&jobs, &s.job_id, "app").await;
+    assert_eq!(v.status, JobStatus::Succeeded);
+    assert_eq!(v.results, Some(vec![]));
+    jobs.shutdown().await;
+}
+
+/// A work function that is slow and counts its calls.
+fn slow(calls: Arc<AtomicUsize>, in_flight: Arc<AtomicUsize>, each: Duration) -> ItemFn {
+    Arc::new(move |i, _| {
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(each);
+        calls.fetch_add(1, Ordering::SeqCst);
+        in_flight.fetch_sub(1, Ordering::SeqCst);
+        json!({"i": i})
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_interrupted_by_shutdown_resumes_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    const N: usize = 400;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let work = slow(calls.clone(), in_flight.clone(), Duration::from_millis(1));
+    let jobs = Jobs::open(&db, &cfg(1, day()), work.clone()).unwrap();
+    let s = created(
+        jobs.submit("app", None, "sha256:a", items(N))
+            .await
+            .unwrap(),
+    );
+    let mid = wait_until(&jobs, &s.job_id, "app", |v| v.progress.done >= 70).await;
+    assert_eq!(mid.status, JobStatus::Running);
+    jobs.shutdown().await;
+    let paused = jobs
+        .get(&s.job_id, "app", false, Page::ALL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(paused.status, JobStatus::Running);
+    assert!(
+        paused.progress.done < N as u64,
+        "shut down too late to test"
+    );
+    // Every finished item's result was written before shutdown returned.
+    assert_eq!(paused.progress.done, calls.load(Ordering::SeqCst) as u64);
+    drop(jobs);
+
+    let jobs = Jobs::open(&db, &cfg(1, day()), work).unwrap();
+    let v = wait_finished(&jobs, &s.job_id, "app").await;
+    assert_eq!(v.status, JobStatus::Succeeded, "{v:?}");
+    assert_eq!(v.started_at, paused.started_at, "started_at is kept");
+    let results = v.results.unwrap();
+    assert_eq!(results.len(), N);
+    let unique: HashSet<usize> = results.iter().map(|(i, _)| *i).collect();
+    assert_eq!(unique.len(), N);
+    assert!(results.iter().enumerate().all(|(n, (i, _))| n == *i));
+    // A graceful stop re-runs nothing: each item ran exactly once.
+    assert_eq!(calls.load(Ordering::SeqCst), N);
+    assert_eq!(count_rows(&db, "jobs_results"), N as i64);
+    assert_eq!(count_rows(&db, "jobs_items"), 0, "items go when a job ends");
+    jobs.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_between_items_and_keeps_every_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let work = slow(calls.clone(), in_flight.clone(), Duration::from_millis(20));
+    let jobs = Jobs::open(&db, &cfg(1, day()), work).unwrap();
+    let first = created(
+        jobs.submit("app", None, "sha256:a", items(200))
+            .await
+            .unwrap(),
+    );
+    let second = created(
+        jobs.submit("app", None, "sha256:b", items(5))
+            .await
+            .unwrap(),
+    );
+
+    wait_until(&jobs, &first.job_id, "app", |v| v.progress.done >= 3).await;
+    let h = jobs.health();
+    assert_eq!((h.queued, h.running), (1, 1), "{h:?}");
+    assert!(h.oldest_queued_age_s.is_some());
+
+    jobs.shutdown().await;
+    assert_eq!(in_flight.load(Ordering::SeqCst), 0, "an item was abandoned");
+    let done = calls.load(Ordering::SeqCst);
+    let v = jobs
+        .get(&first.job_id, "app", false, Page::ALL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(v.progress.done, done as u64, "a finished result was lost");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        done,
+        "work ran after shutdown"
+    );
+    let untouched = jobs
+        .get(&second.job_id, "app", false, Page::ALL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(untouched.status, JobStatus::Queued);
+    assert!(matches!(
+        jobs.submit("app", None, "sha256:c", items(1)).await,
+        Err(JobsError::ShuttingDown)
+    ));
+    drop(jobs);
+
+    // Both the paused running job and the never-started queued one resume.
+    let jobs = Jobs::open(&db, &cfg(2, day()), echo()).unwrap();
+    for id in [&first.job_id, &second.job_id] {
+        let v = wait_finished(&jobs, id, "app").await;
+        assert_eq!(v.status, JobStatus::Succeeded);
+    }
+    jobs.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_runs_jobs_in_submit_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let work = slow(calls, in_flight, Duration::from_millis(2));
+    let jobs = Jobs::open(&db, &cfg(1, day()), work).unwrap();
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        let s = jobs
+            .submit("app", None, &format!("sha256:{n}"), items(5))
+            .await
+            .unwrap();
+        ids.push(created(s).job_id);
+    }
+    let mut views = Vec::new();
+    for id in &ids {
+        views.push(wait_finished(&jobs, id, "app").await);
+    }
+    for w in views.windows(2) {
+        // Millisecond strings in one format sort like the times they name.
+        assert!(w[0].finished_at <= w[1].started_at, "{w:?}");
+    }
+    jobs.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_run_two_jobs_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let work = slow(calls, in_flight.clone(), Duration::from_millis(20));
+    let jobs = Jobs::open(&db, &cfg(2, day()), work).unwrap();
+    let a = created(
+        jobs.submit("app", None, "sha256:a", items(50))
+            .await
+            .unwrap(),
+    );
+    let b = created(
+        jobs.submit("app", None, "sha256:b", items(50))
+            .await
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while in_flight.load(Ordering::SeqCst) < 2 {
+        assert!(start.elapsed() < DEADLINE, "never two items at once");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(jobs.health().running, 2);
+    jobs.shutdown().await;
+    for id in [&a.job_id, &b.job_id] {
+        let v = jobs
+            .get(id, "app", false, Page::ALL)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(v.status, JobStatus::Running);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_jobs_and_their_keys_expire_after_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let jobs = Jobs::open(&db, &cfg(1, Duration::from_millis(300)), echo()).unwrap();
+    let s = created(
+        jobs.submit("app", Some("k"), "sha256:a", items(3))
+            .await
+            .unwrap(),
+    );
+    wait_finished(&jobs, &s.job_id, "app").await;
+    let start = Instant::now();
+    while jobs
+        .get(&s.job_id, "app", false, Page::ALL)
+        .await
+        .unwrap()
+        .is_some()
+    {
+        assert!(start.elapsed() < DEADLINE, "job never swept");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        start.elapsed() >= Duration::from_millis(100),
+        "swept too early"
+    );
+    assert_eq!(count_rows(&db, "jobs_results"), 0);
+    assert_eq!(count_rows(&db, "jobs_items"), 0);
+    // The key is forgotten with its job: the same key (even with another
+    // body) makes a new job.
+    let again = created(
+        jobs.submit("app", Some("k"), "sha256:b", items(1))
+            .await
+            .unwrap(),
+    );
+    assert_ne!(again.job_id, s.job_id);
+    jobs.shutdown().await;
+}
+
+#[tokio::test]
+async fn unfinished_jobs_are_never_swept() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let work = slow(calls, in_flight, Duration::from_millis(5));
+    let jobs = Jobs::open(&db, &cfg(1, Duration::ZERO), work).unwrap();
+    let s = created(
+        jobs.submit("app", None, "sha256:a", items(50))
+            .await
+            .unwrap(),
+    );
+    wait_until(&jobs, &s.job_id, "app", |v| v.progress.done >= 1).await;
+    assert_eq!(jobs.sweep().await.unwrap(), 0);
+    let v = jobs
+        .get(&s.job_id, "app", false, Page::ALL)
+        .await
+        .unwrap()
+        .expect("a running job is kept");
+    assert_eq!(v.status, JobStatus::Running);
+    jobs.shutdown().await;
+}
+
+#[tokio::test]
+async fn metrics_are_registered() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
+    let mut registry = prometheus_client::registry::Registry::default();
+    jobs.register_metrics(&mut registry);
+    let s = created(
+        jobs.submit("app", None, "sha256:a", items(4))
+            .await
+            .unwrap(),
+    );
+    wait_finished(&jobs, &s.job_id, "app").await;
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(text.contains("verdict_jobs_queue_depth 0"), "{text}");
+    assert!(
+        text.contains("verdict_jobs_items_processed_total 4"),
+        "{text}"
+    );
+    assert!(
+        text.contains("verdict_jobs_item_duration_seconds_count 4"),
+        "{text}"
+    );
+    let report = Component::report(&jobs);
+    assert_eq!(report.status, Status::Ok);
+    jobs.shutdown().await;
+}
