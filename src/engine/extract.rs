@@ -25,7 +25,9 @@ pub fn extract_claims(answer: &str, sources: &[Source]) -> Vec<Claim> {
         let (text, citations) = take_markers(&line, sources);
         let text = strip_inline_markdown(&text);
         let text = collapse_ws(&text);
+        let text = strip_passage_refs(&text);
         let text = strip_meta_prefix(&text);
+        let text = strip_label(&text);
         if !is_claim(&text) {
             continue;
         }
@@ -176,6 +178,39 @@ fn collapse_ws(s: &str) -> String {
         }
     }
     out
+}
+
+/// Removes parenthesised references such as "(Passage 2)" or "(passages 1
+/// and 3)": they point into the prompt, not at a fact.
+fn strip_passage_refs(s: &str) -> String {
+    let mut out = s.to_string();
+    while let Some(open) = out.to_lowercase().find("(passage") {
+        match out[open..].find(')') {
+            Some(close) => out.replace_range(open..open + close + 1, ""),
+            None => break,
+        }
+    }
+    collapse_ws(&out)
+}
+
+/// "Comfort Index: Sausalito scores 84" → "Sausalito scores 84": a short
+/// capitalised label before a colon is a heading, not part of the claim.
+fn strip_label(s: &str) -> String {
+    if let Some(colon) = s.find(": ") {
+        let label = &s[..colon];
+        let words: Vec<&str> = label.split_whitespace().collect();
+        if !words.is_empty()
+            && words.len() <= 4
+            && words.iter().all(|w| {
+                w.chars()
+                    .next()
+                    .is_some_and(|c| c.is_uppercase() || c.is_ascii_digit())
+            })
+        {
+            return capitalize(s[colon + 2..].trim_start());
+        }
+    }
+    s.to_string()
 }
 
 /// "Based on the passages, X" → "X"; "According to passage 2, X" → "X".
@@ -352,6 +387,9 @@ fn is_claim(s: &str) -> bool {
         "the passages provided",
         "the given context",
         "the provided context",
+        "passage",
+        "the question",
+        "the answer is",
     ];
     !ANYWHERE.iter().any(|p| lower.contains(p))
 }

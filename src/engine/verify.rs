@@ -41,9 +41,9 @@ mod tune {
     /// Tokens after a negator that fall in its scope.
     pub const NEG_WINDOW: usize = 3;
     /// Extra complementary sentences allowed in the evidence set.
-    pub const MAX_EXTRA: usize = 2;
+    pub const MAX_EXTRA: usize = 3;
     /// Coverage a complementary sentence must add to be taken.
-    pub const MIN_GAIN: f64 = 0.08;
+    pub const MIN_GAIN: f64 = 0.05;
     /// BM25 parameters.
     pub const K1: f64 = 1.2;
     pub const B: f64 = 0.75;
@@ -286,6 +286,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         }
     }
     let max_idf = idx.idf(None);
+    let not_name = name_exemptions(claim, &tokens);
     let mut terms: Vec<Term> = Vec::new();
     let mut negated = false;
     let mut polarity: Vec<(String, bool)> = Vec::new();
@@ -316,7 +317,8 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             && tok.capitalized
             && tok.kind == TokenKind::Word
             && tok.norm.chars().count() > 1
-            && text::month_number(&tok.norm).is_none();
+            && text::month_number(&tok.norm).is_none()
+            && !not_name[i];
         let mut weight = idx.idf(stem);
         if name {
             weight *= tune::NAME_WEIGHT;
@@ -350,6 +352,41 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         polarity,
         total,
     }
+}
+
+/// Capitalised words that are not checked as names: words inside quotes
+/// (titles, UI labels such as "Export") and the spelled-out form before a
+/// parenthesised acronym ("Bureau of Labor Statistics (BLS)"), where the
+/// acronym itself is the name to look for.
+fn name_exemptions(claim: &str, tokens: &[Token]) -> Vec<bool> {
+    let mut out = vec![false; tokens.len()];
+    for (i, t) in tokens.iter().enumerate() {
+        let before = claim.get(..t.start).unwrap_or("");
+        let quotes = before.matches(['"', '“', '”']).count();
+        if quotes % 2 == 1 {
+            out[i] = true;
+        }
+        let surface = claim.get(t.start..t.end).unwrap_or("");
+        let acronym = (2..=6).contains(&surface.len())
+            && surface.chars().all(|c| c.is_ascii_uppercase())
+            && before.ends_with('(');
+        if acronym {
+            let mut k = i;
+            let mut left = surface.len() + 2;
+            while k > 0 && left > 0 {
+                k -= 1;
+                left -= 1;
+                let tk = &tokens[k];
+                if !(tk.capitalized
+                    || matches!(tk.norm.as_str(), "of" | "and" | "the" | "for" | "on"))
+                {
+                    break;
+                }
+                out[k] = true;
+            }
+        }
+    }
+    out
 }
 
 // === passages ===
