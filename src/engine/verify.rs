@@ -416,42 +416,83 @@ fn contains(sorted: &[u32], id: Option<u32>) -> bool {
     id.is_some_and(|id| sorted.binary_search(&id).is_ok())
 }
 
-fn coverage(a: &Analysis, idx: &Index<'_>, units: impl Iterator<Item = usize> + Clone) -> f64 {
-    if a.total <= 0.0 {
-        return 0.0;
-    }
-    let mut got = 0.0;
+/// How well one unit matches each claim item (terms, then quantities):
+/// 2 = exact surface or backed quantity, 1 = stem only, 0 = absent. Computed
+/// once per unit and claim, so scoring a set of units is a max over rows.
+fn unit_levels(a: &Analysis, idx: &Index<'_>, u: usize) -> Vec<u8> {
+    let unit = &idx.units[u];
+    let mut out = Vec::with_capacity(a.terms.len() + a.qty.len());
     for t in &a.terms {
-        if units.clone().any(|u| contains(&idx.units[u].surf, t.surf)) {
-            got += t.weight;
-        } else if units.clone().any(|u| contains(&idx.units[u].stems, t.stem)) {
-            got += t.weight * tune::STEM_MATCH;
-        }
+        out.push(if contains(&unit.surf, t.surf) {
+            2
+        } else if contains(&unit.stems, t.stem) {
+            1
+        } else {
+            0
+        });
     }
     for cq in &a.qty {
-        if units.clone().any(|u| {
-            idx.unit_qty(&idx.units[u])
-                .iter()
-                .any(|e| numbers::backs(&cq.q, e))
-        }) {
-            got += cq.weight;
-        }
+        let backed = idx.unit_qty(unit).iter().any(|e| numbers::backs(&cq.q, e));
+        out.push(if backed { 2 } else { 0 });
     }
-    (got / a.total).clamp(0.0, 1.0)
+    out
+}
+
+/// Per-claim memo of [`unit_levels`].
+struct Levels<'a, 'b> {
+    a: &'a Analysis,
+    idx: &'a Index<'b>,
+    memo: HashMap<usize, Vec<u8>>,
+}
+
+impl Levels<'_, '_> {
+    fn get(&mut self, u: usize) -> &[u8] {
+        let (a, idx) = (self.a, self.idx);
+        self.memo.entry(u).or_insert_with(|| unit_levels(a, idx, u))
+    }
+
+    /// Rarity-weighted share of the claim's items found in the units.
+    fn coverage(&mut self, units: impl Iterator<Item = usize>) -> f64 {
+        let a = self.a;
+        if a.total <= 0.0 {
+            return 0.0;
+        }
+        let n = a.terms.len() + a.qty.len();
+        let mut best = vec![0u8; n];
+        for u in units {
+            for (b, &l) in best.iter_mut().zip(self.get(u)) {
+                *b = (*b).max(l);
+            }
+        }
+        let mut got = 0.0;
+        for (t, &l) in a.terms.iter().zip(&best) {
+            match l {
+                2 => got += t.weight,
+                1 => got += t.weight * tune::STEM_MATCH,
+                _ => {}
+            }
+        }
+        for (cq, &l) in a.qty.iter().zip(&best[a.terms.len()..]) {
+            if l == 2 {
+                got += cq.weight;
+            }
+        }
+        (got / a.total).clamp(0.0, 1.0)
+    }
 }
 
 /// Greedily adds complementary sentences to the best passage while each adds
 /// at least `tune::MIN_GAIN` coverage.
-fn complete(a: &Analysis, idx: &Index<'_>, best: Passage, cands: &[usize]) -> (EvidenceSet, f64) {
+fn complete(lv: &mut Levels<'_, '_>, best: Passage, cands: &[usize]) -> (EvidenceSet, f64) {
     let mut set: Vec<usize> = best.units().collect();
-    let mut cov = coverage(a, idx, set.iter().copied());
+    let mut cov = lv.coverage(set.iter().copied());
     for _ in 0..tune::MAX_EXTRA {
         let mut pick: Option<(usize, f64)> = None;
         for &u in cands {
             if set.contains(&u) {
                 continue;
             }
-            let c = coverage(a, idx, set.iter().copied().chain(std::iter::once(u)));
+            let c = lv.coverage(set.iter().copied().chain(std::iter::once(u)));
             if c - cov >= tune::MIN_GAIN && pick.map_or(true, |(_, pc)| c > pc) {
                 pick = Some((u, c));
             }
@@ -504,9 +545,14 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
     if a.total <= 0.0 {
         reasons.push(Reason::EmptyClaim);
     } else {
-        let (r, cands) = rank(&a, idx, &allowed);
+        let mut lv = Levels {
+            a: &a,
+            idx,
+            memo: HashMap::new(),
+        };
+        let (r, cands) = rank(&mut lv, &allowed);
         ranked = r;
-        best = ranked.first().map(|&(p, _)| complete(&a, idx, p, &cands));
+        best = ranked.first().map(|&(p, _)| complete(&mut lv, p, &cands));
     }
     let cov = round4(best.as_ref().map_or(0.0, |(_, c)| *c));
 
@@ -646,7 +692,8 @@ fn passage_citation(idx: &Index<'_>, p: Passage) -> Citation {
 /// BM25 over the allowed units, then coverage on the best candidates as single
 /// units and adjacent pairs. Returns passages by coverage, best first, with
 /// ties broken by position in the id-sorted index.
-fn rank(a: &Analysis, idx: &Index<'_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<usize>) {
+fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<usize>) {
+    let (a, idx) = (lv.a, lv.idx);
     let mut score = vec![0.0f64; idx.units.len()];
     for t in &a.terms {
         let Some(s) = t.stem else { continue };
@@ -683,7 +730,7 @@ fn rank(a: &Analysis, idx: &Index<'_>, allowed: &[bool]) -> (Vec<(Passage, f64)>
         let unit = &idx.units[u];
         let src = &idx.sources[unit.source];
         let single = Passage { first: u, last: u };
-        let mut best = (single, coverage(a, idx, single.units()));
+        let mut best = (single, lv.coverage(single.units()));
         for p in [
             (u > src.unit_start).then(|| Passage {
                 first: u - 1,
@@ -697,7 +744,7 @@ fn rank(a: &Analysis, idx: &Index<'_>, allowed: &[bool]) -> (Vec<(Passage, f64)>
         .into_iter()
         .flatten()
         {
-            let c = coverage(a, idx, p.units());
+            let c = lv.coverage(p.units());
             if c * tune::PAIR_FACTOR > best.1 {
                 best = (p, c);
             }
