@@ -10,7 +10,7 @@
 //! names and negation then override coverage: a claim that gets a specific
 //! wrong is unsupported however many of its words match.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::numbers::{self, QtyKind, Quantity};
 use super::text::{self, Token, TokenKind};
@@ -290,7 +290,11 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     let mut terms: Vec<Term> = Vec::new();
     let mut negated = false;
     let mut polarity: Vec<(String, bool)> = Vec::new();
-    let mut mixed: Vec<String> = Vec::new();
+    // Hash sets keep analysis linear in the claim length (claims are caller
+    // input and may be long).
+    let mut mixed: HashSet<String> = HashSet::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut polarity_at: HashMap<String, usize> = HashMap::new();
     for (i, tok) in tokens.iter().enumerate() {
         if text::is_negator(&tok.norm) {
             negated |= tokens.get(i + 1).map_or(true, |n| n.norm != "only");
@@ -298,17 +302,22 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         }
         if !text::is_stopword(&tok.norm) {
             let neg = in_negation_scope(claim, &tokens, i);
-            match polarity.iter().position(|(s, _)| *s == tok.stem) {
-                None => polarity.push((tok.stem.clone(), neg)),
+            match polarity_at.get(&tok.stem) {
+                None => {
+                    polarity_at.insert(tok.stem.clone(), polarity.len());
+                    polarity.push((tok.stem.clone(), neg));
+                }
                 // Mentioned with both polarities: no single polarity to compare.
-                Some(k) if polarity[k].1 != neg => mixed.push(tok.stem.clone()),
+                Some(&k) if polarity[k].1 != neg => {
+                    mixed.insert(tok.stem.clone());
+                }
                 Some(_) => {}
             }
         }
         if in_qty[i] || text::is_stopword(&tok.norm) {
             continue;
         }
-        if terms.iter().any(|t| t.stem_text == tok.stem) {
+        if !seen.insert(tok.stem.clone()) {
             continue;
         }
         let stem = idx.stem_ids.get(&tok.stem).copied();
@@ -360,9 +369,17 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
 /// acronym itself is the name to look for.
 fn name_exemptions(claim: &str, tokens: &[Token]) -> Vec<bool> {
     let mut out = vec![false; tokens.len()];
+    let mut quotes = 0usize;
+    let mut scanned = 0usize;
     for (i, t) in tokens.iter().enumerate() {
+        // Count quote marks incrementally: linear in the claim length.
+        quotes += claim
+            .get(scanned..t.start)
+            .unwrap_or("")
+            .matches(['"', '“', '”'])
+            .count();
+        scanned = t.start.max(scanned);
         let before = claim.get(..t.start).unwrap_or("");
-        let quotes = before.matches(['"', '“', '”']).count();
         if quotes % 2 == 1 {
             out[i] = true;
         }
@@ -847,24 +864,28 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
             )
         })
         .collect();
-    let scope = |text: &str, toks: &[Token], i: usize| in_negation_scope(text, toks, i);
-    for (stem, claim_neg) in &a.polarity {
-        let (mut same, mut opposite) = (false, false);
-        for &(body, toks) in &spans {
-            for (i, t) in toks.iter().enumerate() {
-                if t.stem != *stem || text::is_negator(&t.norm) {
-                    continue;
-                }
-                if scope(body, toks, i) == *claim_neg {
-                    same = true;
-                } else {
-                    opposite = true;
-                }
+    // One pass over the passage: for each claim stem, did it occur with the
+    // claim's polarity, and with the opposite one?
+    let claim_pol: HashMap<&str, bool> = a.polarity.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    let mut seen: HashMap<&str, (bool, bool)> = HashMap::new();
+    for &(body, toks) in &spans {
+        for (i, t) in toks.iter().enumerate() {
+            if text::is_negator(&t.norm) {
+                continue;
+            }
+            let Some(&claim_neg) = claim_pol.get(t.stem.as_str()) else {
+                continue;
+            };
+            let entry = seen.entry(t.stem.as_str()).or_default();
+            if in_negation_scope(body, toks, i) == claim_neg {
+                entry.0 = true;
+            } else {
+                entry.1 = true;
             }
         }
-        if opposite && !same {
-            return true;
-        }
+    }
+    if seen.values().any(|&(same, opposite)| opposite && !same) {
+        return true;
     }
     let has = |stem: &str| {
         spans
