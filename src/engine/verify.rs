@@ -290,11 +290,15 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     let mut terms: Vec<Term> = Vec::new();
     let mut negated = false;
     let mut polarity: Vec<(String, bool)> = Vec::new();
-    // Hash sets keep analysis linear in the claim length (claims are caller
-    // input and may be long).
-    let mut mixed: HashSet<String> = HashSet::new();
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut polarity_at: HashMap<String, usize> = HashMap::new();
+    // Long claims (caller input, possibly huge) use hash maps so analysis
+    // stays linear; short ones scan small vectors, which avoids allocating
+    // maps for the common 10-30 word claim. `HashMap::new` does not allocate
+    // until the first insert, and short claims never insert.
+    let long = tokens.len() > 48;
+    let mut polarity_at: HashMap<&str, usize> = HashMap::new();
+    let mut mixed: HashSet<&str> = HashSet::new();
+    let mut mixed_short: Vec<&str> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
     for (i, tok) in tokens.iter().enumerate() {
         if text::is_negator(&tok.norm) {
             negated |= tokens.get(i + 1).map_or(true, |n| n.norm != "only");
@@ -302,14 +306,25 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         }
         if !text::is_stopword(&tok.norm) {
             let neg = in_negation_scope(claim, &tokens, i);
-            match polarity_at.get(&tok.stem) {
+            let at = if long {
+                polarity_at.get(tok.stem.as_str()).copied()
+            } else {
+                polarity.iter().position(|(s, _)| *s == tok.stem)
+            };
+            match at {
                 None => {
-                    polarity_at.insert(tok.stem.clone(), polarity.len());
+                    if long {
+                        polarity_at.insert(&tok.stem, polarity.len());
+                    }
                     polarity.push((tok.stem.clone(), neg));
                 }
                 // Mentioned with both polarities: no single polarity to compare.
-                Some(&k) if polarity[k].1 != neg => {
-                    mixed.insert(tok.stem.clone());
+                Some(k) if polarity[k].1 != neg => {
+                    if long {
+                        mixed.insert(&tok.stem);
+                    } else {
+                        mixed_short.push(&tok.stem);
+                    }
                 }
                 Some(_) => {}
             }
@@ -317,7 +332,12 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         if in_qty[i] || text::is_stopword(&tok.norm) {
             continue;
         }
-        if !seen.insert(tok.stem.clone()) {
+        let dup = if long {
+            !seen.insert(&tok.stem)
+        } else {
+            terms.iter().any(|t| t.stem_text == tok.stem)
+        };
+        if dup {
             continue;
         }
         let stem = idx.stem_ids.get(&tok.stem).copied();
@@ -340,7 +360,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             name,
         });
     }
-    polarity.retain(|(s, _)| !mixed.contains(s));
+    polarity.retain(|(s, _)| !mixed.contains(s.as_str()) && !mixed_short.contains(&s.as_str()));
     let qty: Vec<ClaimQty> = qty
         .into_iter()
         .map(|q| ClaimQty {
@@ -866,25 +886,39 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
         .collect();
     // One pass over the passage: for each claim stem, did it occur with the
     // claim's polarity, and with the opposite one?
-    let claim_pol: HashMap<&str, bool> = a.polarity.iter().map(|(s, n)| (s.as_str(), *n)).collect();
-    let mut seen: HashMap<&str, (bool, bool)> = HashMap::new();
+    let long = a.polarity.len() > 24;
+    let claim_pol: HashMap<&str, usize> = if long {
+        a.polarity
+            .iter()
+            .enumerate()
+            .map(|(k, (s, _))| (s.as_str(), k))
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    // (seen with the claim's polarity, seen with the opposite one) per stem.
+    let mut seen = vec![(false, false); a.polarity.len()];
     for &(body, toks) in &spans {
         for (i, t) in toks.iter().enumerate() {
             if text::is_negator(&t.norm) {
                 continue;
             }
-            let Some(&claim_neg) = claim_pol.get(t.stem.as_str()) else {
+            let at = if long {
+                claim_pol.get(t.stem.as_str()).copied()
+            } else {
+                a.polarity.iter().position(|(s, _)| *s == t.stem)
+            };
+            let Some(k) = at else {
                 continue;
             };
-            let entry = seen.entry(t.stem.as_str()).or_default();
-            if in_negation_scope(body, toks, i) == claim_neg {
-                entry.0 = true;
+            if in_negation_scope(body, toks, i) == a.polarity[k].1 {
+                seen[k].0 = true;
             } else {
-                entry.1 = true;
+                seen[k].1 = true;
             }
         }
     }
-    if seen.values().any(|&(same, opposite)| opposite && !same) {
+    if seen.iter().any(|&(same, opposite)| opposite && !same) {
         return true;
     }
     let has = |stem: &str| {
