@@ -25,7 +25,9 @@ pub fn extract_claims(answer: &str, sources: &[Source]) -> Vec<Claim> {
         let (text, citations) = take_markers(&line, sources);
         let text = strip_inline_markdown(&text);
         let text = collapse_ws(&text);
+        let text = strip_passage_refs(&text);
         let text = strip_meta_prefix(&text);
+        let text = strip_label(&text);
         if !is_claim(&text) {
             continue;
         }
@@ -143,11 +145,15 @@ fn take_markers(s: &str, sources: &[Source]) -> (String, Vec<CallerCitation>) {
 fn strip_inline_markdown(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
+    let mut closers = true; // false once no ')' is left: keeps this linear
     while !rest.is_empty() {
-        if let Some(r) = rest.strip_prefix("](") {
-            if let Some(close) = r.find(')') {
-                rest = &r[close + 1..];
-                continue;
+        if let Some(r) = rest.strip_prefix("](").filter(|_| closers) {
+            match r.find(')') {
+                Some(close) => {
+                    rest = &r[close + 1..];
+                    continue;
+                }
+                None => closers = false,
             }
         }
         let Some(c) = rest.chars().next() else { break };
@@ -164,23 +170,57 @@ fn strip_inline_markdown(s: &str) -> String {
 fn collapse_ws(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for w in s.split_whitespace() {
-        if !out.is_empty() {
+        // A marker removed before the final period leaves "text ." behind.
+        let glue = w.starts_with(['.', ',', ';', '!']);
+        if !out.is_empty() && !glue {
             out.push(' ');
         }
         out.push_str(w);
     }
-    // A marker removed before the final period leaves "text ." behind.
-    for p in [" .", " ,", " ;", " !"] {
-        while let Some(i) = out.find(p) {
-            out.replace_range(i..i + 1, "");
+    out
+}
+
+/// Removes parenthesised references such as "(Passage 2)" or "(passages 1
+/// and 3)": they point into the prompt, not at a fact.
+fn strip_passage_refs(s: &str) -> String {
+    let lower = s.to_ascii_lowercase();
+    let mut out = String::with_capacity(s.len());
+    let mut pos = 0;
+    while let Some(rel) = lower[pos..].find("(passage") {
+        let open = pos + rel;
+        let Some(close) = s[open..].find(')') else {
+            break;
+        };
+        out.push_str(&s[pos..open]);
+        pos = open + close + 1;
+    }
+    out.push_str(&s[pos..]);
+    collapse_ws(&out)
+}
+
+/// "Comfort Index: Sausalito scores 84" → "Sausalito scores 84": a short
+/// capitalised label before a colon is a heading, not part of the claim.
+fn strip_label(s: &str) -> String {
+    if let Some(colon) = s.find(": ") {
+        let label = &s[..colon];
+        let words: Vec<&str> = label.split_whitespace().collect();
+        if !words.is_empty()
+            && words.len() <= 4
+            && words.iter().all(|w| {
+                w.chars()
+                    .next()
+                    .is_some_and(|c| c.is_uppercase() || c.is_ascii_digit())
+            })
+        {
+            return capitalize(s[colon + 2..].trim_start());
         }
     }
-    out
+    s.to_string()
 }
 
 /// "Based on the passages, X" → "X"; "According to passage 2, X" → "X".
 fn strip_meta_prefix(s: &str) -> String {
-    let lower = s.to_lowercase();
+    let lower = s.to_ascii_lowercase();
     const PREFIXES: &[&str] = &[
         "based on the",
         "based on this",
@@ -352,6 +392,9 @@ fn is_claim(s: &str) -> bool {
         "the passages provided",
         "the given context",
         "the provided context",
+        "passage",
+        "the question",
+        "the answer is",
     ];
     !ANYWHERE.iter().any(|p| lower.contains(p))
 }

@@ -404,6 +404,21 @@ fn no_panics_on_odd_input() {
             let _ = extract_claims(a, &[src("s", b)]);
         }
     }
+    // Hostile shapes that would be quadratic with naive rescans; each must
+    // finish quickly (this test would time out otherwise).
+    for hostile in [
+        "a.".repeat(100_000),
+        "\n".repeat(200_000),
+        "[".repeat(200_000),
+        "](".repeat(100_000),
+        " .".repeat(100_000),
+        "(passage ".repeat(20_000),
+        "\"Word ".repeat(20_000),
+    ] {
+        let v = verify(&[claim("c", &hostile)], &[src("s", &hostile)], &p);
+        assert_eq!(v.len(), 1);
+        let _ = extract_claims(&hostile, &[]);
+    }
     let huge = "Refunds are available within 30 days. ".repeat(5000);
     let v = verify(
         &[claim("c", "Refunds are available within 30 days.")],
@@ -433,5 +448,28 @@ proptest! {
             }
         }
         prop_assert!(!v[0].citations.is_empty());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Arbitrary Unicode never panics, and every citation still reproduces
+    /// its quote.
+    #[test]
+    fn arbitrary_text_never_panics(
+        claim_text in "\\PC{0,80}",
+        body in "(\\PC|[\\r\\n .,$%0-9])*",
+        answer in "(\\PC|[\\r\\n\\[\\]()#*:-])*",
+    ) {
+        let sources = [src("s", &body)];
+        let v = verify(&[claim("c", &claim_text)], &sources, &Params::default());
+        prop_assert_eq!(v.len(), 1);
+        prop_assert!((0.0..=1.0).contains(&v[0].coverage));
+        for cit in &v[0].citations {
+            prop_assert_eq!(py_slice(&body, cit.start, cit.end), cit.quote.clone());
+        }
+        let claims = extract_claims(&answer, &sources);
+        let _ = verify(&claims, &sources, &Params::default());
     }
 }

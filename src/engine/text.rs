@@ -389,7 +389,9 @@ const ABBREVIATIONS: &[&str] = &[
 /// True when the line starts like a list item or heading, which always starts
 /// a new sentence.
 fn is_block_start(line: &str) -> bool {
-    let t = line.trim_start();
+    // Spaces and tabs only: trimming newlines too would rescan every
+    // following blank line (quadratic on a body of newlines).
+    let t = line.trim_start_matches([' ', '\t']);
     if t.starts_with("- ")
         || t.starts_with("* ")
         || t.starts_with("+ ")
@@ -420,13 +422,14 @@ pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> 
     let chars: Vec<(usize, char)> = text.char_indices().collect();
     let n = chars.len();
     let mut i = 0;
+    let mut line_start = 0;
     while i < n {
         let (b, c) = chars[i];
         if c == '\n' {
             let rest = &text[b + 1..];
             let blank = rest.trim_start_matches([' ', '\t', '\r']).starts_with('\n');
-            let line_start = text[..b].rfind('\n').map_or(0, |p| p + 1);
             let this_line = &text[line_start..b];
+            line_start = b + 1;
             if newline_breaks
                 || blank
                 || is_block_start(rest)
@@ -487,8 +490,13 @@ pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> 
                         '"' | '\'' | '(' | '[' | '“' | '‘' | '*' | '#' | '-' | '•'
                     )
                     || !nextc.is_alphabetic() && !nextc.is_ascii_punctuation();
-                let line_start = text[..b].rfind('\n').map_or(0, |p| p + 1);
-                let marker = text[line_start..b].trim();
+                // Only a short prefix can be a list marker; never rescan a
+                // long line (that would be quadratic on hostile input).
+                let marker = if b - line_start < 8 {
+                    text[line_start..b].trim()
+                } else {
+                    ""
+                };
                 let list_marker = !marker.is_empty()
                     && marker.len() < 4
                     && marker.bytes().all(|x| x.is_ascii_digit());
@@ -535,7 +543,13 @@ fn push_trimmed(text: &str, start: usize, end: usize, out: &mut Vec<(usize, usiz
 /// Is the word ending just before the period at byte `dot` an abbreviation,
 /// an initial, or part of a dotted acronym?
 fn is_abbreviation_before(text: &str, dot: usize) -> bool {
-    let before = &text[..dot];
+    // Abbreviations are short: look back at most 32 bytes, so a long run of
+    // dotted text stays linear.
+    let mut from = dot.saturating_sub(32);
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    let before = &text[from..dot];
     let word_start = before
         .char_indices()
         .rev()

@@ -10,7 +10,7 @@
 //! names and negation then override coverage: a claim that gets a specific
 //! wrong is unsupported however many of its words match.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::numbers::{self, QtyKind, Quantity};
 use super::text::{self, Token, TokenKind};
@@ -41,9 +41,9 @@ mod tune {
     /// Tokens after a negator that fall in its scope.
     pub const NEG_WINDOW: usize = 3;
     /// Extra complementary sentences allowed in the evidence set.
-    pub const MAX_EXTRA: usize = 2;
+    pub const MAX_EXTRA: usize = 3;
     /// Coverage a complementary sentence must add to be taken.
-    pub const MIN_GAIN: f64 = 0.08;
+    pub const MIN_GAIN: f64 = 0.05;
     /// BM25 parameters.
     pub const K1: f64 = 1.2;
     pub const B: f64 = 0.75;
@@ -286,10 +286,19 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         }
     }
     let max_idf = idx.idf(None);
+    let not_name = name_exemptions(claim, &tokens);
     let mut terms: Vec<Term> = Vec::new();
     let mut negated = false;
     let mut polarity: Vec<(String, bool)> = Vec::new();
-    let mut mixed: Vec<String> = Vec::new();
+    // Long claims (caller input, possibly huge) use hash maps so analysis
+    // stays linear; short ones scan small vectors, which avoids allocating
+    // maps for the common 10-30 word claim. `HashMap::new` does not allocate
+    // until the first insert, and short claims never insert.
+    let long = tokens.len() > 48;
+    let mut polarity_at: HashMap<&str, usize> = HashMap::new();
+    let mut mixed: HashSet<&str> = HashSet::new();
+    let mut mixed_short: Vec<&str> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
     for (i, tok) in tokens.iter().enumerate() {
         if text::is_negator(&tok.norm) {
             negated |= tokens.get(i + 1).map_or(true, |n| n.norm != "only");
@@ -297,17 +306,38 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         }
         if !text::is_stopword(&tok.norm) {
             let neg = in_negation_scope(claim, &tokens, i);
-            match polarity.iter().position(|(s, _)| *s == tok.stem) {
-                None => polarity.push((tok.stem.clone(), neg)),
+            let at = if long {
+                polarity_at.get(tok.stem.as_str()).copied()
+            } else {
+                polarity.iter().position(|(s, _)| *s == tok.stem)
+            };
+            match at {
+                None => {
+                    if long {
+                        polarity_at.insert(&tok.stem, polarity.len());
+                    }
+                    polarity.push((tok.stem.clone(), neg));
+                }
                 // Mentioned with both polarities: no single polarity to compare.
-                Some(k) if polarity[k].1 != neg => mixed.push(tok.stem.clone()),
+                Some(k) if polarity[k].1 != neg => {
+                    if long {
+                        mixed.insert(&tok.stem);
+                    } else {
+                        mixed_short.push(&tok.stem);
+                    }
+                }
                 Some(_) => {}
             }
         }
         if in_qty[i] || text::is_stopword(&tok.norm) {
             continue;
         }
-        if terms.iter().any(|t| t.stem_text == tok.stem) {
+        let dup = if long {
+            !seen.insert(&tok.stem)
+        } else {
+            terms.iter().any(|t| t.stem_text == tok.stem)
+        };
+        if dup {
             continue;
         }
         let stem = idx.stem_ids.get(&tok.stem).copied();
@@ -316,7 +346,8 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             && tok.capitalized
             && tok.kind == TokenKind::Word
             && tok.norm.chars().count() > 1
-            && text::month_number(&tok.norm).is_none();
+            && text::month_number(&tok.norm).is_none()
+            && !not_name[i];
         let mut weight = idx.idf(stem);
         if name {
             weight *= tune::NAME_WEIGHT;
@@ -329,7 +360,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             name,
         });
     }
-    polarity.retain(|(s, _)| !mixed.contains(s));
+    polarity.retain(|(s, _)| !mixed.contains(s.as_str()) && !mixed_short.contains(&s.as_str()));
     let qty: Vec<ClaimQty> = qty
         .into_iter()
         .map(|q| ClaimQty {
@@ -350,6 +381,49 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         polarity,
         total,
     }
+}
+
+/// Capitalised words that are not checked as names: words inside quotes
+/// (titles, UI labels such as "Export") and the spelled-out form before a
+/// parenthesised acronym ("Bureau of Labor Statistics (BLS)"), where the
+/// acronym itself is the name to look for.
+fn name_exemptions(claim: &str, tokens: &[Token]) -> Vec<bool> {
+    let mut out = vec![false; tokens.len()];
+    let mut quotes = 0usize;
+    let mut scanned = 0usize;
+    for (i, t) in tokens.iter().enumerate() {
+        // Count quote marks incrementally: linear in the claim length.
+        quotes += claim
+            .get(scanned..t.start)
+            .unwrap_or("")
+            .matches(['"', '“', '”'])
+            .count();
+        scanned = t.start.max(scanned);
+        let before = claim.get(..t.start).unwrap_or("");
+        if quotes % 2 == 1 {
+            out[i] = true;
+        }
+        let surface = claim.get(t.start..t.end).unwrap_or("");
+        let acronym = (2..=6).contains(&surface.len())
+            && surface.chars().all(|c| c.is_ascii_uppercase())
+            && before.ends_with('(');
+        if acronym {
+            let mut k = i;
+            let mut left = surface.len() + 2;
+            while k > 0 && left > 0 {
+                k -= 1;
+                left -= 1;
+                let tk = &tokens[k];
+                if !(tk.capitalized
+                    || matches!(tk.norm.as_str(), "of" | "and" | "the" | "for" | "on"))
+                {
+                    break;
+                }
+                out[k] = true;
+            }
+        }
+    }
+    out
 }
 
 // === passages ===
@@ -379,42 +453,83 @@ fn contains(sorted: &[u32], id: Option<u32>) -> bool {
     id.is_some_and(|id| sorted.binary_search(&id).is_ok())
 }
 
-fn coverage(a: &Analysis, idx: &Index<'_>, units: impl Iterator<Item = usize> + Clone) -> f64 {
-    if a.total <= 0.0 {
-        return 0.0;
-    }
-    let mut got = 0.0;
+/// How well one unit matches each claim item (terms, then quantities):
+/// 2 = exact surface or backed quantity, 1 = stem only, 0 = absent. Computed
+/// once per unit and claim, so scoring a set of units is a max over rows.
+fn unit_levels(a: &Analysis, idx: &Index<'_>, u: usize) -> Vec<u8> {
+    let unit = &idx.units[u];
+    let mut out = Vec::with_capacity(a.terms.len() + a.qty.len());
     for t in &a.terms {
-        if units.clone().any(|u| contains(&idx.units[u].surf, t.surf)) {
-            got += t.weight;
-        } else if units.clone().any(|u| contains(&idx.units[u].stems, t.stem)) {
-            got += t.weight * tune::STEM_MATCH;
-        }
+        out.push(if contains(&unit.surf, t.surf) {
+            2
+        } else if contains(&unit.stems, t.stem) {
+            1
+        } else {
+            0
+        });
     }
     for cq in &a.qty {
-        if units.clone().any(|u| {
-            idx.unit_qty(&idx.units[u])
-                .iter()
-                .any(|e| numbers::backs(&cq.q, e))
-        }) {
-            got += cq.weight;
-        }
+        let backed = idx.unit_qty(unit).iter().any(|e| numbers::backs(&cq.q, e));
+        out.push(if backed { 2 } else { 0 });
     }
-    (got / a.total).clamp(0.0, 1.0)
+    out
+}
+
+/// Per-claim memo of [`unit_levels`].
+struct Levels<'a, 'b> {
+    a: &'a Analysis,
+    idx: &'a Index<'b>,
+    memo: HashMap<usize, Vec<u8>>,
+}
+
+impl Levels<'_, '_> {
+    fn get(&mut self, u: usize) -> &[u8] {
+        let (a, idx) = (self.a, self.idx);
+        self.memo.entry(u).or_insert_with(|| unit_levels(a, idx, u))
+    }
+
+    /// Rarity-weighted share of the claim's items found in the units.
+    fn coverage(&mut self, units: impl Iterator<Item = usize>) -> f64 {
+        let a = self.a;
+        if a.total <= 0.0 {
+            return 0.0;
+        }
+        let n = a.terms.len() + a.qty.len();
+        let mut best = vec![0u8; n];
+        for u in units {
+            for (b, &l) in best.iter_mut().zip(self.get(u)) {
+                *b = (*b).max(l);
+            }
+        }
+        let mut got = 0.0;
+        for (t, &l) in a.terms.iter().zip(&best) {
+            match l {
+                2 => got += t.weight,
+                1 => got += t.weight * tune::STEM_MATCH,
+                _ => {}
+            }
+        }
+        for (cq, &l) in a.qty.iter().zip(&best[a.terms.len()..]) {
+            if l == 2 {
+                got += cq.weight;
+            }
+        }
+        (got / a.total).clamp(0.0, 1.0)
+    }
 }
 
 /// Greedily adds complementary sentences to the best passage while each adds
 /// at least `tune::MIN_GAIN` coverage.
-fn complete(a: &Analysis, idx: &Index<'_>, best: Passage, cands: &[usize]) -> (EvidenceSet, f64) {
+fn complete(lv: &mut Levels<'_, '_>, best: Passage, cands: &[usize]) -> (EvidenceSet, f64) {
     let mut set: Vec<usize> = best.units().collect();
-    let mut cov = coverage(a, idx, set.iter().copied());
+    let mut cov = lv.coverage(set.iter().copied());
     for _ in 0..tune::MAX_EXTRA {
         let mut pick: Option<(usize, f64)> = None;
         for &u in cands {
             if set.contains(&u) {
                 continue;
             }
-            let c = coverage(a, idx, set.iter().copied().chain(std::iter::once(u)));
+            let c = lv.coverage(set.iter().copied().chain(std::iter::once(u)));
             if c - cov >= tune::MIN_GAIN && pick.map_or(true, |(_, pc)| c > pc) {
                 pick = Some((u, c));
             }
@@ -467,9 +582,14 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
     if a.total <= 0.0 {
         reasons.push(Reason::EmptyClaim);
     } else {
-        let (r, cands) = rank(&a, idx, &allowed);
+        let mut lv = Levels {
+            a: &a,
+            idx,
+            memo: HashMap::new(),
+        };
+        let (r, cands) = rank(&mut lv, &allowed);
         ranked = r;
-        best = ranked.first().map(|&(p, _)| complete(&a, idx, p, &cands));
+        best = ranked.first().map(|&(p, _)| complete(&mut lv, p, &cands));
     }
     let cov = round4(best.as_ref().map_or(0.0, |(_, c)| *c));
 
@@ -609,7 +729,8 @@ fn passage_citation(idx: &Index<'_>, p: Passage) -> Citation {
 /// BM25 over the allowed units, then coverage on the best candidates as single
 /// units and adjacent pairs. Returns passages by coverage, best first, with
 /// ties broken by position in the id-sorted index.
-fn rank(a: &Analysis, idx: &Index<'_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<usize>) {
+fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<usize>) {
+    let (a, idx) = (lv.a, lv.idx);
     let mut score = vec![0.0f64; idx.units.len()];
     for t in &a.terms {
         let Some(s) = t.stem else { continue };
@@ -646,7 +767,7 @@ fn rank(a: &Analysis, idx: &Index<'_>, allowed: &[bool]) -> (Vec<(Passage, f64)>
         let unit = &idx.units[u];
         let src = &idx.sources[unit.source];
         let single = Passage { first: u, last: u };
-        let mut best = (single, coverage(a, idx, single.units()));
+        let mut best = (single, lv.coverage(single.units()));
         for p in [
             (u > src.unit_start).then(|| Passage {
                 first: u - 1,
@@ -660,7 +781,7 @@ fn rank(a: &Analysis, idx: &Index<'_>, allowed: &[bool]) -> (Vec<(Passage, f64)>
         .into_iter()
         .flatten()
         {
-            let c = coverage(a, idx, p.units());
+            let c = lv.coverage(p.units());
             if c * tune::PAIR_FACTOR > best.1 {
                 best = (p, c);
             }
@@ -763,24 +884,42 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
             )
         })
         .collect();
-    let scope = |text: &str, toks: &[Token], i: usize| in_negation_scope(text, toks, i);
-    for (stem, claim_neg) in &a.polarity {
-        let (mut same, mut opposite) = (false, false);
-        for &(body, toks) in &spans {
-            for (i, t) in toks.iter().enumerate() {
-                if t.stem != *stem || text::is_negator(&t.norm) {
-                    continue;
-                }
-                if scope(body, toks, i) == *claim_neg {
-                    same = true;
-                } else {
-                    opposite = true;
-                }
+    // One pass over the passage: for each claim stem, did it occur with the
+    // claim's polarity, and with the opposite one?
+    let long = a.polarity.len() > 24;
+    let claim_pol: HashMap<&str, usize> = if long {
+        a.polarity
+            .iter()
+            .enumerate()
+            .map(|(k, (s, _))| (s.as_str(), k))
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    // (seen with the claim's polarity, seen with the opposite one) per stem.
+    let mut seen = vec![(false, false); a.polarity.len()];
+    for &(body, toks) in &spans {
+        for (i, t) in toks.iter().enumerate() {
+            if text::is_negator(&t.norm) {
+                continue;
+            }
+            let at = if long {
+                claim_pol.get(t.stem.as_str()).copied()
+            } else {
+                a.polarity.iter().position(|(s, _)| *s == t.stem)
+            };
+            let Some(k) = at else {
+                continue;
+            };
+            if in_negation_scope(body, toks, i) == a.polarity[k].1 {
+                seen[k].0 = true;
+            } else {
+                seen[k].1 = true;
             }
         }
-        if opposite && !same {
-            return true;
-        }
+    }
+    if seen.iter().any(|&(same, opposite)| opposite && !same) {
+        return true;
     }
     let has = |stem: &str| {
         spans
