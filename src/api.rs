@@ -23,6 +23,7 @@ use crate::http_util::{self, bytes_response, json_response, JsonBody, RespBody, 
 use crate::server::{ConnInfo, Handler};
 
 mod authorize;
+mod batch;
 mod verify;
 pub mod wire;
 
@@ -34,6 +35,8 @@ enum Endpoint {
     Metrics,
     Verify,
     Authorize,
+    BatchSubmit,
+    JobGet,
     AuditRecord,
     AuditProof,
     AuditKey,
@@ -97,6 +100,18 @@ static ROUTES: &[RouteDef] = &[
         Access::Scope(Scope::Authorize),
     ),
     route(
+        "/v1/verify-claims-batch",
+        Method::POST,
+        Endpoint::BatchSubmit,
+        Access::Scope(Scope::Batch),
+    ),
+    route(
+        "/v2/jobs/{job_id}",
+        Method::GET,
+        Endpoint::JobGet,
+        Access::Scope(Scope::Batch),
+    ),
+    route(
         "/v2/audit/{record_id}",
         Method::GET,
         Endpoint::AuditRecord,
@@ -115,6 +130,14 @@ static ROUTES: &[RouteDef] = &[
         Access::Public,
     ),
 ];
+
+/// The batch item function (a `/v2/verify` per item), for start-up.
+pub fn batch_item_fn(
+    resolver: crate::evidence::Resolver,
+    rt: tokio::runtime::Handle,
+) -> crate::jobs::ItemFn {
+    batch::item_fn(resolver, rt)
+}
 
 /// `(method, template)` of every route, for the OpenAPI consistency test.
 pub fn route_table() -> Vec<(&'static str, &'static str)> {
@@ -237,6 +260,8 @@ impl Api {
             Endpoint::Metrics => self.metrics(),
             Endpoint::Verify => self.verify(req, &ctx).await,
             Endpoint::Authorize => self.authorize(req, &ctx).await,
+            Endpoint::BatchSubmit => self.batch_submit(req, &ctx).await,
+            Endpoint::JobGet => self.job_get(param, req.uri().query(), &ctx).await,
             Endpoint::AuditRecord => self.audit_record(param, &ctx).await,
             Endpoint::AuditProof => self.audit_proof(param, &ctx).await,
             Endpoint::AuditKey => self.audit_key(param),
@@ -284,6 +309,42 @@ impl Api {
         let outcome = crate::gate::authorize(&self.app, &set, typed, &gate_ctx).await?;
         let resp = authorize::response(&outcome, &ctx.request_id, &body.hash, ctx.started);
         json_response(StatusCode::OK, &resp)
+    }
+
+    async fn batch_submit(
+        &self,
+        req: Request<Incoming>,
+        ctx: &Ctx,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let key = batch::idempotency_key(req.headers())?;
+        let limits = &self.app.config.limits;
+        let body = self.json_body(req, limits.max_batch_body_bytes).await?;
+        let b = batch::validate(body, limits.max_batch_items)?;
+        let outcome = self
+            .app
+            .jobs
+            .submit(&ctx.principal.name, key.as_deref(), &b.hash, b.items)
+            .await;
+        let (status, value) = batch::submitted(outcome)?;
+        json_response(status, &value)
+    }
+
+    async fn job_get(
+        &self,
+        id: &str,
+        query: Option<&str>,
+        ctx: &Ctx,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let page = batch::page(query)?;
+        let admin = ctx.principal.has(Scope::Audit);
+        let view = self
+            .app
+            .jobs
+            .get(id, &ctx.principal.name, admin, page)
+            .await
+            .map_err(batch::jobs_error)?
+            .ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
+        json_response(StatusCode::OK, &view)
     }
 
     /// A record is visible to the key that caused it and to `audit` keys;

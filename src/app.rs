@@ -38,6 +38,8 @@ pub struct App {
     pub policies: Arc<PolicyStore>,
     /// The tamper-evident log every decision is written to before it returns.
     pub audit: AuditLog,
+    /// Durable batch verification jobs.
+    pub jobs: crate::jobs::Jobs,
 }
 
 /// The SQLite file that holds every durable table (audit, reviews, jobs).
@@ -58,6 +60,8 @@ pub enum StartError {
     DataDir { path: String, error: String },
     #[error("audit log: {0}")]
     Audit(#[from] crate::audit::AuditError),
+    #[error("batch jobs: {0}")]
+    Jobs(#[from] crate::jobs::JobsError),
     #[error("cannot watch {what}: {error}")]
     Watch { what: &'static str, error: String },
     #[error("cannot listen on {addr}: {source}")]
@@ -86,7 +90,9 @@ impl Running {
         for t in self.tasks {
             let _ = t.await;
         }
-        // Listeners are drained: flush what is queued and stop the writer.
+        // Listeners are drained: stop batch workers between items, then
+        // flush what the audit log has queued and stop its writer.
+        self.app.jobs.shutdown().await;
         self.app.audit.shutdown().await;
         tracing::info!("shutdown complete");
     }
@@ -286,10 +292,18 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let mut registry = Registry::default();
     let http_metrics = HttpMetrics::register(&mut registry);
     audit.register_metrics(&mut registry);
+    let resolver = Resolver::new(&config.evidence);
+    let jobs = crate::jobs::Jobs::open(
+        &db_path(&config),
+        &config.jobs,
+        crate::api::batch_item_fn(resolver.clone(), tokio::runtime::Handle::current()),
+    )?;
+    jobs.register_metrics(&mut registry);
     let components: Vec<Arc<dyn Component>> = vec![
         Arc::new(AuthComponent(keys.clone())),
         Arc::new(PoliciesComponent(policies.clone())),
         Arc::new(AuditComponent(audit.clone())),
+        Arc::new(jobs.clone()),
     ];
     let health = Arc::new(Health::new(components));
 
@@ -299,9 +313,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         health,
         registry,
         http_metrics,
-        resolver: Resolver::new(&config.evidence),
+        resolver,
         policies: policies.clone(),
         audit: audit.clone(),
+        jobs,
     });
     let rt = tokio::runtime::Handle::current();
 

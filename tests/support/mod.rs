@@ -117,6 +117,16 @@ impl TestServer {
         }
     }
 
+    /// Wraps an already running server (after a restart on the same dir).
+    pub fn attach(running: Running, dir: tempfile::TempDir) -> TestServer {
+        TestServer {
+            addr: running.api_addr,
+            running: Some(running),
+            dir,
+            client: client(),
+        }
+    }
+
     pub fn path(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
     }
