@@ -24,6 +24,7 @@ use crate::server::{ConnInfo, Handler};
 
 mod authorize;
 mod batch;
+mod reviews;
 mod verify;
 pub mod wire;
 
@@ -37,6 +38,10 @@ enum Endpoint {
     Authorize,
     BatchSubmit,
     JobGet,
+    ReviewList,
+    ReviewGet,
+    ReviewApprove,
+    ReviewReject,
     AuditRecord,
     AuditProof,
     AuditKey,
@@ -110,6 +115,30 @@ static ROUTES: &[RouteDef] = &[
         Method::GET,
         Endpoint::JobGet,
         Access::Scope(Scope::Batch),
+    ),
+    route(
+        "/v2/reviews",
+        Method::GET,
+        Endpoint::ReviewList,
+        Access::Scope(Scope::Review),
+    ),
+    route(
+        "/v2/reviews/{review_id}",
+        Method::GET,
+        Endpoint::ReviewGet,
+        Access::Scope(Scope::Review),
+    ),
+    route(
+        "/v2/reviews/{review_id}/approve",
+        Method::POST,
+        Endpoint::ReviewApprove,
+        Access::Scope(Scope::Review),
+    ),
+    route(
+        "/v2/reviews/{review_id}/reject",
+        Method::POST,
+        Endpoint::ReviewReject,
+        Access::Scope(Scope::Review),
     ),
     route(
         "/v2/audit/{record_id}",
@@ -262,6 +291,10 @@ impl Api {
             Endpoint::Authorize => self.authorize(req, &ctx).await,
             Endpoint::BatchSubmit => self.batch_submit(req, &ctx).await,
             Endpoint::JobGet => self.job_get(param, req.uri().query(), &ctx).await,
+            Endpoint::ReviewList => self.review_list(req.uri().query(), &ctx).await,
+            Endpoint::ReviewGet => self.review_get(param, &ctx).await,
+            Endpoint::ReviewApprove => self.review_resolve(req, param, true, &ctx).await,
+            Endpoint::ReviewReject => self.review_resolve(req, param, false, &ctx).await,
             Endpoint::AuditRecord => self.audit_record(param, &ctx).await,
             Endpoint::AuditProof => self.audit_proof(param, &ctx).await,
             Endpoint::AuditKey => self.audit_key(param),
@@ -344,6 +377,53 @@ impl Api {
             .await
             .map_err(batch::jobs_error)?
             .ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
+        json_response(StatusCode::OK, &view)
+    }
+
+    async fn review_list(
+        &self,
+        query: Option<&str>,
+        ctx: &Ctx,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let (status, limit) = reviews::list_query(query)?;
+        let list = self
+            .app
+            .reviews
+            .list(status, &reviews::viewer(&ctx.principal), limit)
+            .await?;
+        json_response(StatusCode::OK, &serde_json::json!({ "reviews": list }))
+    }
+
+    async fn review_get(&self, id: &str, ctx: &Ctx) -> Result<Response<RespBody>, ApiError> {
+        let view = self
+            .app
+            .reviews
+            .get(id, &reviews::viewer(&ctx.principal))
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("no review {id}")))?;
+        json_response(StatusCode::OK, &view)
+    }
+
+    async fn review_resolve(
+        &self,
+        req: Request<Incoming>,
+        id: &str,
+        approve: bool,
+        ctx: &Ctx,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let body = self
+            .json_body(req, self.app.config.limits.max_body_bytes)
+            .await?;
+        let view = reviews::resolve(
+            &self.app.reviews,
+            &self.app.audit,
+            &ctx.principal,
+            &ctx.request_id,
+            id,
+            approve,
+            body,
+        )
+        .await?;
         json_response(StatusCode::OK, &view)
     }
 

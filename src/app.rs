@@ -40,6 +40,8 @@ pub struct App {
     pub audit: AuditLog,
     /// Durable batch verification jobs.
     pub jobs: crate::jobs::Jobs,
+    /// Held proxy requests and their review.
+    pub reviews: crate::review::Reviews,
 }
 
 /// The SQLite file that holds every durable table (audit, reviews, jobs).
@@ -60,6 +62,10 @@ pub enum StartError {
     DataDir { path: String, error: String },
     #[error("audit log: {0}")]
     Audit(#[from] crate::audit::AuditError),
+    #[error("reviews: {0}")]
+    Reviews(#[from] crate::review::ReviewError),
+    #[error("proxy.upstream: {0}")]
+    Upstream(String),
     #[error("batch jobs: {0}")]
     Jobs(#[from] crate::jobs::JobsError),
     #[error("cannot watch {what}: {error}")]
@@ -74,6 +80,8 @@ pub enum StartError {
 /// A started sidecar.
 pub struct Running {
     pub api_addr: SocketAddr,
+    /// The proxy listener, when an upstream is configured.
+    pub proxy_addr: Option<SocketAddr>,
     pub app: Arc<App>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -299,11 +307,34 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         crate::api::batch_item_fn(resolver.clone(), tokio::runtime::Handle::current()),
     )?;
     jobs.register_metrics(&mut registry);
+    let reviews = crate::review::Reviews::open(&db_path(&config), config.review_ttl)?;
+    reviews.register_metrics(&mut registry);
+    let proxy_stats = crate::proxy::ProxyStats::register(&mut registry);
+    let upstream = config
+        .proxy
+        .upstream
+        .as_deref()
+        .map(|u| {
+            u.parse::<http::Uri>()
+                .map_err(|e| StartError::Upstream(format!("{u:?}: {e}")))
+        })
+        .transpose()?;
+    let proxy_tls = config
+        .proxy
+        .tls
+        .as_ref()
+        .map(server::load_tls)
+        .transpose()?;
     let components: Vec<Arc<dyn Component>> = vec![
         Arc::new(AuthComponent(keys.clone())),
         Arc::new(PoliciesComponent(policies.clone())),
         Arc::new(AuditComponent(audit.clone())),
         Arc::new(jobs.clone()),
+        Arc::new(reviews.clone()),
+        Arc::new(crate::proxy::UpstreamComponent {
+            upstream: config.proxy.upstream.clone(),
+            stats: proxy_stats.clone(),
+        }),
     ];
     let health = Arc::new(Health::new(components));
 
@@ -317,6 +348,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         policies: policies.clone(),
         audit: audit.clone(),
         jobs,
+        reviews,
     });
     let rt = tokio::runtime::Handle::current();
 
@@ -390,11 +422,46 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         shutdown_rx.clone(),
     ))];
     tasks.extend(watches);
+    let mut proxy_addr = None;
+    if let Some(upstream) = upstream {
+        let listener = TcpListener::bind(config.proxy.listen)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.proxy.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.proxy.listen,
+            source,
+        })?;
+        let proxy = Arc::new(crate::proxy::Proxy::new(
+            app.clone(),
+            upstream,
+            config.proxy.clone(),
+            proxy_stats,
+        ));
+        tasks.push(tokio::spawn(crate::proxy::run_background_forwarder(
+            app.clone(),
+            proxy.clone(),
+            shutdown_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(server::serve(
+            "proxy",
+            listener,
+            proxy_tls,
+            proxy,
+            config.server.clone(),
+            shutdown_rx.clone(),
+        )));
+        tracing::info!(addr = %addr, upstream = ?config.proxy.upstream, "proxy listening");
+        proxy_addr = Some(addr);
+    }
     tracing::info!(addr = %api_addr, tls = config.api.tls.is_some(), "api listening");
     app.health.set_ready();
 
     Ok(Running {
         api_addr,
+        proxy_addr,
         app,
         shutdown: shutdown_tx,
         tasks,

@@ -19,6 +19,7 @@
 //! - [`telemetry`]: logging set-up and the shutdown signal.
 //! - [`policy`]: `policies/*.toml` → validated [`policy::PolicySet`]; route matching,
 //!   extractors, param rules, the `ArcSwap` store and the hot-reload watcher.
+//! - [`proxy`]: the reverse proxy: route match, decide, forward / block / hold.
 //! - [`engine`]: PURE claim verification: claims + sources → checks, and LLM answers → claims.
 //! - [`review`]: held requests and their review: durable store, single-use
 //!   resolutions, expiry, and the exactly-once forward claim.
@@ -39,6 +40,7 @@ pub mod http_util;
 pub mod jobs;
 pub mod metrics;
 pub mod policy;
+pub mod proxy;
 pub mod review;
 pub mod server;
 pub mod telemetry;

@@ -184,3 +184,147 @@ impl TestServer {
         self.dir
     }
 }
+
+/// One request the mock upstream received.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: String,
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// A loopback upstream that records every request. Paths:
+/// `/slow` answers after 3 s; `/stream` sends one chunk, waits until the test
+/// calls `release_stream`, then sends 8 MiB more; anything else answers 200
+/// JSON `{"ok":true,"path":...}`.
+pub struct MockUpstream {
+    pub addr: SocketAddr,
+    pub calls: std::sync::Arc<std::sync::Mutex<Vec<Call>>>,
+    release: std::sync::Arc<tokio::sync::Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MockUpstream {
+    pub async fn start() -> MockUpstream {
+        use hyper::service::service_fn;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let release = std::sync::Arc::new(tokio::sync::Notify::new());
+        let (c2, r2) = (calls.clone(), release.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    break;
+                };
+                let (calls, release) = (c2.clone(), r2.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let (calls, release) = (calls.clone(), release.clone());
+                        async move {
+                            let (parts, body) = req.into_parts();
+                            let body = body
+                                .collect()
+                                .await
+                                .map(|c| c.to_bytes())
+                                .unwrap_or_default();
+                            let path = parts
+                                .uri
+                                .path_and_query()
+                                .map(|p| p.to_string())
+                                .unwrap_or_default();
+                            calls.lock().expect("calls").push(Call {
+                                method: parts.method.to_string(),
+                                path: path.clone(),
+                                headers: parts.headers.clone(),
+                                body,
+                            });
+                            let resp: http::Response<
+                                http_body_util::combinators::BoxBody<
+                                    Bytes,
+                                    std::convert::Infallible,
+                                >,
+                            > = if path.starts_with("/slow") {
+                                tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                                http::Response::new(Full::new(Bytes::from_static(b"late")).boxed())
+                            } else if path.starts_with("/stream") {
+                                let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+                                tokio::spawn(async move {
+                                    let _ = tx.send(Bytes::from_static(b"first-chunk;")).await;
+                                    release.notified().await;
+                                    let block = Bytes::from(vec![b'x'; 1 << 20]);
+                                    for _ in 0..8 {
+                                        if tx.send(block.clone()).await.is_err() {
+                                            break;
+                                        }
+                                    }
+                                });
+                                http::Response::new(ChannelBody(rx).boxed())
+                            } else {
+                                let out = serde_json::json!({"ok": true, "path": path}).to_string();
+                                let mut r =
+                                    http::Response::new(Full::new(Bytes::from(out)).boxed());
+                                r.headers_mut().insert(
+                                    "content-type",
+                                    http::HeaderValue::from_static("application/json"),
+                                );
+                                r
+                            };
+                            Ok::<_, std::convert::Infallible>(resp)
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        MockUpstream {
+            addr,
+            calls,
+            release,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn count(&self) -> usize {
+        self.calls.lock().expect("calls").len()
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().expect("calls").clone()
+    }
+
+    pub fn release_stream(&self) {
+        self.release.notify_one();
+    }
+
+    /// Stops accepting and drops every connection task's listener.
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+/// A response body fed from a channel, one data frame per message.
+pub struct ChannelBody(pub tokio::sync::mpsc::Receiver<Bytes>);
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|o| o.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}

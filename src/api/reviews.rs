@@ -1,0 +1,144 @@
+//! The Review API: list, read, approve and reject held proxy requests.
+//!
+//! Every resolution is audited before it takes effect, and the record names
+//! the review and the original decision's record, so a reviewer's approval of
+//! a refund is as provable as the refund's first decision. A resolution is
+//! single-use: a second one is `409`.
+
+use serde::Deserialize;
+
+use crate::audit::{AuditLog, AuditRecord, RecordKind};
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::http_util::JsonBody;
+use crate::review::{ReviewStatus, ReviewView, Reviews, Viewer};
+
+/// The most reviews one list call returns.
+const MAX_LIST: usize = 1000;
+
+#[derive(Debug, Deserialize)]
+struct ResolveBody {
+    reviewer: String,
+    #[serde(default)]
+    note: Option<String>,
+}
+
+/// Review keys see every review.
+pub fn viewer(p: &Principal) -> Viewer {
+    Viewer {
+        name: p.name.clone(),
+        sees_all: p.has(crate::auth::Scope::Review),
+    }
+}
+
+/// `?status=pending&limit=50`.
+pub fn list_query(query: Option<&str>) -> Result<(Option<ReviewStatus>, usize), ApiError> {
+    let mut status = None;
+    let mut limit = 100;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "status" => {
+                status = Some(ReviewStatus::parse(v).ok_or_else(|| {
+                    ApiError::Unprocessable(format!(
+                        "status: unknown value {v:?} (pending, approved, rejected, expired)"
+                    ))
+                })?)
+            }
+            "limit" => {
+                limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIST).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::Unprocessable(format!("limit: must be 1 to {MAX_LIST}"))
+                    })?
+            }
+            _ => {}
+        }
+    }
+    Ok((status, limit))
+}
+
+/// Approves or rejects a review: audit first, then resolve.
+pub async fn resolve(
+    reviews: &Reviews,
+    audit: &AuditLog,
+    principal: &Principal,
+    request_id: &str,
+    id: &str,
+    approve: bool,
+    body: JsonBody,
+) -> Result<ReviewView, ApiError> {
+    let req: ResolveBody = crate::http_util::typed(&body.value)?;
+    let reviewer = req.reviewer.trim();
+    if reviewer.is_empty() || reviewer.len() > 200 {
+        return Err(ApiError::Unprocessable(
+            "reviewer: must be 1 to 200 characters".into(),
+        ));
+    }
+    if req.note.as_ref().is_some_and(|n| n.len() > 4096) {
+        return Err(ApiError::Unprocessable("note: at most 4096 bytes".into()));
+    }
+    let view = viewer(principal);
+    let current = reviews
+        .get(id, &view)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no review {id}")))?;
+    if current.status != ReviewStatus::Pending {
+        return Err(ApiError::Conflict(format!(
+            "review {id} is already {}",
+            current.status.as_str()
+        )));
+    }
+    let verdict = if approve { "approved" } else { "rejected" };
+    let mut record = AuditRecord::new(RecordKind::ReviewResolution);
+    record.request_id = Some(request_id.to_string());
+    record.request_hash = Some(body.hash);
+    record.principal = Some(principal.name.clone());
+    record.review_id = Some(id.to_string());
+    record.route = Some(current.route.clone());
+    record.decision = Some(if approve { "allow" } else { "deny" }.to_string());
+    record.reason = Some(format!("review_{verdict}"));
+    record.detail = Some(serde_json::json!({
+        "reviewer": reviewer,
+        "note": req.note,
+        "original_record_id": current.record_id,
+        "action": current.action,
+    }));
+    // A resolution is never acted on before its record is durable.
+    audit.append(record).await?;
+    let resolved = reviews
+        .resolve(
+            id,
+            approve,
+            reviewer,
+            req.note,
+            std::time::SystemTime::now(),
+        )
+        .await?;
+    tracing::info!(
+        review_id = id,
+        reviewer,
+        outcome = verdict,
+        "review resolved"
+    );
+    Ok(resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_queries() {
+        assert_eq!(list_query(None).unwrap(), (None, 100));
+        assert_eq!(
+            list_query(Some("status=pending&limit=5")).unwrap(),
+            (Some(ReviewStatus::Pending), 5)
+        );
+        assert!(list_query(Some("status=open")).is_err());
+        assert!(list_query(Some("limit=0")).is_err());
+        assert!(list_query(Some("limit=99999")).is_err());
+    }
+}

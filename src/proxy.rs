@@ -1,0 +1,864 @@
+//! The reverse proxy: intercept the routes named in policy files, decide,
+//! then forward, block or hold; pass every other route through untouched.
+//!
+//! A request runs through named phases in a fixed order on one policy
+//! snapshot: `classify` (route match), `buffer` (bounded body), `decide` (the
+//! same [`crate::gate`] the API uses, which writes the audit record before it
+//! answers), then `forward`, `block` or `hold`. Unmatched requests stream
+//! through without buffering. Anything that keeps the engine or the audit log
+//! from doing its job fails closed (503) unless the route says
+//! `failure_mode = "open"`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST};
+use http::{HeaderMap, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use serde_json::{json, Value};
+use tracing::Instrument;
+
+use crate::app::App;
+use crate::auth::Principal;
+use crate::config::{ProxyConfig, Unmatched};
+use crate::engine::decide::Outcome;
+use crate::error::ApiError;
+use crate::gate::{AuthorizeRequest, GateCtx};
+use crate::health::{self, Component};
+use crate::http_util::{self, full, BoxError, RespBody, REQUEST_ID};
+use crate::policy::{FailureMode, OnReview, PathParams, RequestParts, Route};
+use crate::review::{ForwardOutcome, HeldRequest, NewReview, Resolution};
+use crate::server::{ConnInfo, Handler};
+
+/// Headers that describe one hop and are never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// The largest upstream answer buffered for a held request's reply.
+const MAX_HELD_RESPONSE: usize = 16 << 20;
+
+/// The principal a proxied decision is recorded under: end users of the
+/// service carry no verdict key.
+pub const PROXY_PRINCIPAL: &str = "proxy";
+
+type UpstreamClient = Client<HttpsConnector<HttpConnector>, RespBody>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProxyLabels {
+    route: String,
+    decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    kind: String,
+}
+
+/// Proxy metrics and upstream reachability.
+#[derive(Clone, Debug, Default)]
+pub struct ProxyStats {
+    requests: Family<ProxyLabels, Counter>,
+    upstream_errors: Family<ErrorLabels, Counter>,
+    /// Unix ms of the last upstream success and failure.
+    last_ok_ms: Arc<AtomicU64>,
+    last_err_ms: Arc<AtomicU64>,
+}
+
+impl ProxyStats {
+    pub fn register(registry: &mut Registry) -> ProxyStats {
+        let s = ProxyStats::default();
+        registry.register(
+            "verdict_proxy_requests",
+            "Proxied requests by route (or 'unmatched') and decision",
+            s.requests.clone(),
+        );
+        registry.register(
+            "verdict_proxy_upstream_errors",
+            "Upstream failures by kind (connect, timeout, body)",
+            s.upstream_errors.clone(),
+        );
+        s
+    }
+
+    fn count(&self, route: &str, decision: &str) {
+        self.requests
+            .get_or_create(&ProxyLabels {
+                route: route.to_string(),
+                decision: decision.to_string(),
+            })
+            .inc();
+    }
+
+    fn upstream(&self, result: Result<(), &'static str>) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        match result {
+            Ok(()) => self.last_ok_ms.store(now, Ordering::Relaxed),
+            Err(kind) => {
+                self.last_err_ms.store(now, Ordering::Relaxed);
+                self.upstream_errors
+                    .get_or_create(&ErrorLabels {
+                        kind: kind.to_string(),
+                    })
+                    .inc();
+            }
+        }
+    }
+}
+
+/// `/health/detailed` `upstream`: degraded while the last call failed.
+pub struct UpstreamComponent {
+    pub upstream: Option<String>,
+    pub stats: ProxyStats,
+}
+
+impl Component for UpstreamComponent {
+    fn name(&self) -> &'static str {
+        "upstream"
+    }
+
+    fn report(&self) -> health::Report {
+        let Some(url) = &self.upstream else {
+            return health::Report::new(health::Status::Ok).fact("configured", false);
+        };
+        let ok = self.stats.last_ok_ms.load(Ordering::Relaxed);
+        let err = self.stats.last_err_ms.load(Ordering::Relaxed);
+        let status = if err > ok {
+            health::Status::Degraded
+        } else {
+            health::Status::Ok
+        };
+        health::Report::new(status)
+            .fact("configured", true)
+            .fact("url", url.clone())
+            .fact("reachable", err <= ok)
+    }
+}
+
+/// Builds the one pooled upstream client (http and https through rustls
+/// with the system roots).
+fn build_client(cfg: &ProxyConfig) -> UpstreamClient {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(cfg.connect_timeout));
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = match hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(provider.clone())
+    {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "no system root certificates; https upstreams will fail verification");
+            let tls = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map(|b| {
+                    b.with_root_certificates(rustls::RootCertStore::empty())
+                        .with_no_client_auth()
+                });
+            match tls {
+                Ok(tls) => hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot build a TLS client config");
+                    hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
+                        rustls::ClientConfig::builder()
+                            .with_root_certificates(rustls::RootCertStore::empty())
+                            .with_no_client_auth(),
+                    )
+                }
+            }
+        }
+    };
+    let connector = builder.https_or_http().enable_http1().wrap_connector(http);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(1024)
+        .pool_timer(TokioTimer::new())
+        .build(connector)
+}
+
+/// The proxy as a [`Handler`].
+pub struct Proxy {
+    app: Arc<App>,
+    upstream: Uri,
+    client: UpstreamClient,
+    cfg: ProxyConfig,
+    stats: ProxyStats,
+}
+
+/// Why forwarding failed.
+enum UpstreamError {
+    Connect(String),
+    Timeout,
+}
+
+impl Proxy {
+    pub fn new(app: Arc<App>, upstream: Uri, cfg: ProxyConfig, stats: ProxyStats) -> Proxy {
+        Proxy {
+            client: build_client(&cfg),
+            app,
+            upstream,
+            cfg,
+            stats,
+        }
+    }
+
+    // === phases ===
+
+    async fn route(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnInfo,
+        request_id: &str,
+    ) -> Response<RespBody> {
+        let set = self.app.policies.load_full();
+        let method = req.method().as_str().to_string();
+        let path = req.uri().path().to_string();
+        let Some((route, path_params)) = set.match_route(&method, &path) else {
+            return self.unmatched(req, conn, request_id).await;
+        };
+        let route = route.clone();
+        let started = Instant::now();
+        match self
+            .gated(req, conn, request_id, &set, &route, &path_params, started)
+            .await
+        {
+            Ok(resp) => resp,
+            Err(e) => {
+                self.stats.count(&route.name, "error");
+                e.into_response(request_id)
+            }
+        }
+    }
+
+    /// Unmatched: stream through, or block when `proxy.unmatched = "deny"`.
+    async fn unmatched(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnInfo,
+        request_id: &str,
+    ) -> Response<RespBody> {
+        if self.cfg.unmatched == Unmatched::Deny {
+            self.stats.count("unmatched", "deny");
+            return blocked(
+                request_id,
+                "deny",
+                "unmatched_route",
+                None,
+                "no policy route matches this request",
+            );
+        }
+        self.stats.count("unmatched", "pass");
+        let (parts, body) = req.into_parts();
+        let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
+        match self
+            .send(
+                parts.method,
+                parts.uri,
+                parts.headers,
+                body,
+                conn,
+                request_id,
+                &[],
+            )
+            .await
+        {
+            Ok(resp) => resp,
+            Err(e) => self.upstream_failure(e, request_id),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)] // one call site; the phases need all of it
+    async fn gated(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnInfo,
+        request_id: &str,
+        set: &crate::policy::PolicySet,
+        route: &Route,
+        path_params: &PathParams,
+        started: Instant,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let (parts, body) = req.into_parts();
+        let limit = self.app.config.limits.max_body_bytes;
+        let bytes = http_util::read_body(&parts.headers, body, limit).await?;
+
+        // Extract the authorize request from the call.
+        let json_body = if route.reads_body() {
+            match serde_json::from_slice::<Value>(&bytes) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    self.stats.count(&route.name, "deny");
+                    let mut resp = blocked(
+                        request_id,
+                        "deny",
+                        "policy_violation",
+                        None,
+                        &format!(
+                            "this route reads a JSON body and the body is not valid JSON: {e}"
+                        ),
+                    );
+                    *resp.status_mut() = StatusCode::BAD_REQUEST;
+                    return Ok(resp);
+                }
+            }
+        } else {
+            None
+        };
+        let extracted = route.extract(&RequestParts {
+            path_params,
+            query: parts.uri.query(),
+            headers: &parts.headers,
+            body: json_body.as_ref(),
+        });
+        let mut authz = json!({
+            "action": {"type": route.action, "params": Value::Object(extracted.params)},
+        });
+        if let Some(c) = extracted.claims {
+            authz["claims"] = c;
+        }
+        if let Some(s) = extracted.sources {
+            authz["sources"] = s;
+        }
+        if let Some(a) = extracted.answer {
+            authz["answer"] = a;
+        }
+        let request_hash = http_util::canonical_hash(&authz)?;
+        let typed: AuthorizeRequest = http_util::typed(&authz).map_err(|e| {
+            ApiError::BadRequest(format!("the request's justification is malformed: {e}"))
+        })?;
+
+        // Decide (and audit) through the same gate as /v2/authorize.
+        let principal = Principal {
+            name: PROXY_PRINCIPAL.to_string(),
+            scopes: vec![],
+        };
+        let ctx = GateCtx {
+            principal: &principal,
+            request_id,
+            request_hash: &request_hash,
+            route: Some(&route.name),
+            started,
+        };
+        let outcome = match crate::gate::authorize(&self.app, set, typed, &ctx).await {
+            Ok(o) => o,
+            Err(e @ (ApiError::Unavailable(_) | ApiError::Internal(_))) => {
+                if route.failure_mode == FailureMode::Open {
+                    tracing::warn!(route = %route.name, error = %e, "gate failed; route is fail-open, forwarding");
+                    self.stats.count(&route.name, "fail_open");
+                    let body = full(bytes);
+                    let extra = [("x-verdict-decision", "unavailable".to_string())];
+                    return Ok(
+                        match self
+                            .send(
+                                parts.method,
+                                parts.uri,
+                                parts.headers,
+                                body,
+                                conn,
+                                request_id,
+                                &extra,
+                            )
+                            .await
+                        {
+                            Ok(r) => r,
+                            Err(e) => self.upstream_failure(e, request_id),
+                        },
+                    );
+                }
+                return Err(ApiError::Unavailable(format!(
+                    "the gate cannot decide, failing closed: {e}"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        let record_id = outcome.receipt.record_id.to_string();
+        let decision = outcome.decision;
+        let reason = decision.reason.as_str();
+        self.stats.count(&route.name, decision.outcome.as_str());
+        match decision.outcome {
+            Outcome::Allow => {
+                let extra = [
+                    ("x-verdict-decision", "allow".to_string()),
+                    ("x-verdict-record-id", record_id),
+                ];
+                Ok(
+                    match self
+                        .send(
+                            parts.method,
+                            parts.uri,
+                            parts.headers,
+                            full(bytes),
+                            conn,
+                            request_id,
+                            &extra,
+                        )
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(e) => self.upstream_failure(e, request_id),
+                    },
+                )
+            }
+            Outcome::Deny => Ok(blocked(
+                request_id,
+                "deny",
+                reason,
+                Some(&record_id),
+                "denied by policy",
+            )),
+            Outcome::NeedsReview if route.on_review == OnReview::Deny => Ok(blocked(
+                request_id,
+                "needs_review",
+                reason,
+                Some(&record_id),
+                "this call needs review and the route does not hold calls",
+            )),
+            Outcome::NeedsReview => {
+                let headers = forward_headers(&parts.headers, conn, request_id);
+                let held = HeldRequest {
+                    method: parts.method.as_str().to_string(),
+                    path: parts
+                        .uri
+                        .path_and_query()
+                        .map(|pq| pq.as_str().to_string())
+                        .unwrap_or_else(|| "/".into()),
+                    headers: headers
+                        .iter()
+                        .map(|(k, v)| {
+                            (k.as_str().to_string(), Bytes::copy_from_slice(v.as_bytes()))
+                        })
+                        .collect(),
+                    body: bytes,
+                };
+                self.hold(route, held, reason, &record_id, request_id).await
+            }
+        }
+    }
+
+    /// Stores the call for a reviewer and waits up to the route's hold timeout.
+    async fn hold(
+        &self,
+        route: &Route,
+        held: HeldRequest,
+        reason: &str,
+        record_id: &str,
+        request_id: &str,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let reviews = &self.app.reviews;
+        let view = reviews
+            .create(NewReview {
+                review_id: None,
+                owner: PROXY_PRINCIPAL.to_string(),
+                route: route.name.clone(),
+                action: route.action.clone(),
+                reason: reason.to_string(),
+                record_id: Some(record_id.to_string()),
+                request: held,
+            })
+            .await
+            .map_err(|e| {
+                ApiError::Unavailable(format!("cannot hold the request for review: {e}"))
+            })?;
+        let id = view.review_id.clone();
+        tracing::info!(review_id = %id, route = %route.name, "request held for review");
+        match reviews.wait(&id, route.hold_timeout).await {
+            Ok(Some(Resolution::Approved)) => match forward_held(&self.app, self, &id).await {
+                Some(resp) => Ok(resp),
+                None => Ok(pending(&id, request_id)),
+            },
+            Ok(Some(Resolution::Rejected | Resolution::Expired)) => Ok(blocked(
+                request_id,
+                "deny",
+                "review_rejected",
+                Some(record_id),
+                "a reviewer rejected this call",
+            )),
+            Ok(None) => Ok(pending(&id, request_id)),
+            Err(e) => Err(ApiError::Unavailable(format!("review store failed: {e}"))),
+        }
+    }
+
+    /// Sends one request upstream and returns its streamed response.
+    #[allow(clippy::too_many_arguments)]
+    async fn send(
+        &self,
+        method: http::Method,
+        uri: Uri,
+        headers: HeaderMap,
+        body: RespBody,
+        conn: ConnInfo,
+        request_id: &str,
+        extra: &[(&str, String)],
+    ) -> Result<Response<RespBody>, UpstreamError> {
+        let target = self.target(&uri);
+        let mut req = Request::new(body);
+        *req.method_mut() = method;
+        *req.uri_mut() = target;
+        *req.headers_mut() = forward_headers(&headers, conn, request_id);
+        for (k, v) in extra {
+            if let (Ok(k), Ok(v)) = (
+                HeaderName::from_bytes(k.as_bytes()),
+                HeaderValue::from_str(v),
+            ) {
+                req.headers_mut().insert(k, v);
+            }
+        }
+        self.send_request(req).await
+    }
+
+    async fn send_request(
+        &self,
+        req: Request<RespBody>,
+    ) -> Result<Response<RespBody>, UpstreamError> {
+        let result =
+            tokio::time::timeout(self.cfg.response_timeout, self.client.request(req)).await;
+        match result {
+            Err(_) => {
+                self.stats.upstream(Err("timeout"));
+                Err(UpstreamError::Timeout)
+            }
+            Ok(Err(e)) => {
+                self.stats.upstream(Err("connect"));
+                Err(UpstreamError::Connect(e.to_string()))
+            }
+            Ok(Ok(resp)) => {
+                self.stats.upstream(Ok(()));
+                let (mut parts, body) = resp.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                Ok(Response::from_parts(
+                    parts,
+                    body.map_err(|e| Box::new(e) as BoxError).boxed_unsync(),
+                ))
+            }
+        }
+    }
+
+    fn target(&self, uri: &Uri) -> Uri {
+        let base = self.upstream.path().trim_end_matches('/');
+        let pq = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let mut parts = self.upstream.clone().into_parts();
+        parts.path_and_query = format!("{base}{pq}").parse().ok();
+        Uri::from_parts(parts).unwrap_or_else(|_| self.upstream.clone())
+    }
+
+    fn upstream_failure(&self, e: UpstreamError, request_id: &str) -> Response<RespBody> {
+        let (status, code, message) = match e {
+            UpstreamError::Timeout => (
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream_timeout",
+                format!(
+                    "the upstream did not answer within {:?}",
+                    self.cfg.response_timeout
+                ),
+            ),
+            UpstreamError::Connect(m) => (
+                StatusCode::BAD_GATEWAY,
+                "upstream_unavailable",
+                format!("the upstream could not be reached: {m}"),
+            ),
+        };
+        tracing::warn!(request_id, status = status.as_u16(), %message, "upstream failure");
+        let body = json!({"error": {"code": code, "message": message, "request_id": request_id}});
+        let mut resp = Response::new(full(body.to_string()));
+        *resp.status_mut() = status;
+        resp.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        resp
+    }
+}
+
+/// Claims the forward of an approved review and sends it, exactly once.
+/// Returns the upstream answer (buffered, so it can also be stored), or
+/// `None` when another task owns the forward or the claim failed.
+pub async fn forward_held(app: &App, proxy: &Proxy, review_id: &str) -> Option<Response<RespBody>> {
+    let reviews = app.reviews.clone();
+    let held = match reviews.claim_forward(review_id).await {
+        Ok(Some(h)) => h,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::error!(review_id, error = %e, "cannot claim the forward of an approved review");
+            return None;
+        }
+    };
+    let mut headers = HeaderMap::new();
+    for (k, v) in &held.headers {
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_bytes(v),
+        ) {
+            headers.append(k, v);
+        }
+    }
+    headers.insert("x-verdict-decision", HeaderValue::from_static("allow"));
+    if let Ok(v) = HeaderValue::from_str(review_id) {
+        headers.insert("x-verdict-review-id", v);
+    }
+    let method = http::Method::from_bytes(held.method.as_bytes()).unwrap_or(http::Method::POST);
+    let uri: Uri = held.path.parse().unwrap_or_else(|_| Uri::from_static("/"));
+    let mut req = Request::new(full(held.body.clone()));
+    *req.method_mut() = method;
+    *req.uri_mut() = proxy.target(&uri);
+    *req.headers_mut() = headers;
+    // The send runs in its own task so that a client hanging up cannot leave
+    // the forward stuck at `started`.
+    let client = proxy.client.clone();
+    let timeout = proxy.cfg.response_timeout;
+    let stats = proxy.stats.clone();
+    let id = review_id.to_string();
+    let task = tokio::spawn(async move {
+        let outcome = match tokio::time::timeout(timeout, client.request(req)).await {
+            Err(_) => Err("the upstream timed out".to_string()),
+            Ok(Err(e)) => Err(format!("the upstream could not be reached: {e}")),
+            Ok(Ok(resp)) => {
+                let (mut parts, body) = resp.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                match Limited::new(body, MAX_HELD_RESPONSE).collect().await {
+                    Ok(c) => Ok((parts, c.to_bytes())),
+                    Err(e) => Err(format!("reading the upstream answer failed: {e}")),
+                }
+            }
+        };
+        match outcome {
+            Ok((parts, body)) => {
+                stats.upstream(Ok(()));
+                let ct = parts
+                    .headers
+                    .get(CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
+                let done = ForwardOutcome::Done {
+                    status: parts.status.as_u16(),
+                    body: body.clone(),
+                    content_type: ct,
+                };
+                if let Err(e) = reviews.finish_forward(&id, done).await {
+                    tracing::error!(review_id = %id, error = %e, "cannot store the forward outcome");
+                }
+                tracing::info!(review_id = %id, status = parts.status.as_u16(), "held request forwarded");
+                Some(Response::from_parts(parts, full(body)))
+            }
+            Err(error) => {
+                stats.upstream(Err("held_forward"));
+                tracing::error!(review_id = %id, %error, "forwarding a held request failed");
+                if let Err(e) = reviews
+                    .finish_forward(&id, ForwardOutcome::Failed { error })
+                    .await
+                {
+                    tracing::error!(review_id = %id, error = %e, "cannot store the forward outcome");
+                }
+                None
+            }
+        }
+    });
+    task.await.ok().flatten()
+}
+
+/// Forwards approvals that no live connection is waiting for: the ones left
+/// from before a restart, then each new one as it arrives.
+pub async fn run_background_forwarder(
+    app: Arc<App>,
+    proxy: Arc<Proxy>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let Some(mut rx) = app.reviews.take_unattended_approvals() else {
+        return;
+    };
+    match app.reviews.approved_unforwarded().await {
+        Ok(ids) => {
+            for id in ids {
+                forward_held(&app, &proxy, &id).await;
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "cannot list approved reviews to forward"),
+    }
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => break,
+            id = rx.recv() => match id {
+                Some(id) => {
+                    let (app, proxy) = (app.clone(), proxy.clone());
+                    tokio::spawn(async move { forward_held(&app, &proxy, &id).await; });
+                }
+                None => break,
+            },
+        }
+    }
+}
+
+/// The headers sent upstream: hop-by-hop and spoofable `x-verdict-*` removed,
+/// `X-Forwarded-*` and `X-Request-ID` set. The body stays byte-identical.
+fn forward_headers(incoming: &HeaderMap, conn: ConnInfo, request_id: &str) -> HeaderMap {
+    let mut h = incoming.clone();
+    strip_hop_by_hop(&mut h);
+    let names: Vec<HeaderName> = h
+        .keys()
+        .filter(|k| k.as_str().starts_with("x-verdict-"))
+        .cloned()
+        .collect();
+    for n in names {
+        h.remove(n);
+    }
+    let host = h.remove(HOST);
+    let peer = conn.peer.ip().to_string();
+    let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(prev) => format!("{prev}, {peer}"),
+        None => peer,
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        h.insert("x-forwarded-for", v);
+    }
+    h.insert(
+        "x-forwarded-proto",
+        HeaderValue::from_static(if conn.tls { "https" } else { "http" }),
+    );
+    if let Some(host) = host {
+        h.insert("x-forwarded-host", host);
+    }
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert(REQUEST_ID, v);
+    }
+    h
+}
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let listed: Vec<String> = h
+        .get_all("connection")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for name in HOP_BY_HOP.iter().map(|s| s.to_string()).chain(listed) {
+        h.remove(name.as_str());
+    }
+}
+
+/// `403` with the DESIGN §8 deny body.
+fn blocked(
+    request_id: &str,
+    decision: &str,
+    reason: &str,
+    record_id: Option<&str>,
+    message: &str,
+) -> Response<RespBody> {
+    let mut body = json!({
+        "error": {"code": "denied", "message": message, "request_id": request_id},
+        "decision": decision,
+        "reason": reason,
+        "request_id": request_id,
+    });
+    if let Some(r) = record_id {
+        body["record_id"] = json!(r);
+    }
+    let mut resp = Response::new(full(body.to_string()));
+    *resp.status_mut() = StatusCode::FORBIDDEN;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(v) = HeaderValue::from_str(decision) {
+        resp.headers_mut().insert("x-verdict-decision", v);
+    }
+    resp
+}
+
+/// `202` for a hold that outlived its timeout.
+fn pending(review_id: &str, request_id: &str) -> Response<RespBody> {
+    let body = json!({
+        "review_id": review_id,
+        "status": "pending",
+        "poll": format!("/v2/reviews/{review_id}"),
+        "request_id": request_id,
+    });
+    let mut resp = Response::new(full(body.to_string()));
+    *resp.status_mut() = StatusCode::ACCEPTED;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        "x-verdict-decision",
+        HeaderValue::from_static("needs_review"),
+    );
+    resp
+}
+
+impl Handler for Proxy {
+    async fn handle(&self, req: Request<Incoming>, conn: ConnInfo) -> Response<RespBody> {
+        let started = Instant::now();
+        let request_id = http_util::request_id(req.headers());
+        let method = req.method().clone();
+        let path = req.uri().path().to_string();
+        let span = tracing::info_span!("proxy", request_id = %request_id, %method, %path, peer = %conn.peer);
+        async move {
+            let mut resp = self.route(req, conn, &request_id).await;
+            if let Ok(v) = HeaderValue::from_str(&request_id) {
+                resp.headers_mut().insert(REQUEST_ID, v);
+            }
+            tracing::info!(
+                status = resp.status().as_u16(),
+                latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+                "proxied"
+            );
+            resp
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn() -> ConnInfo {
+        ConnInfo {
+            peer: "10.0.0.7:5000".parse().unwrap(),
+            local: "127.0.0.1:8080".parse().unwrap(),
+            tls: false,
+        }
+    }
+
+    #[test]
+    fn forwarded_headers_drop_hop_by_hop_and_spoofed_decisions() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("x-verdict-decision", HeaderValue::from_static("allow"));
+        h.insert("x-forwarded-for", HeaderValue::from_static("1.2.3.4"));
+        h.insert(HOST, HeaderValue::from_static("shop.example"));
+        h.insert("x-customer-id", HeaderValue::from_static("C-9"));
+        let out = forward_headers(&h, conn(), "rid");
+        assert!(out.get("connection").is_none());
+        assert!(out.get("x-secret").is_none());
+        assert!(out.get("transfer-encoding").is_none());
+        assert!(out.get("x-verdict-decision").is_none());
+        assert_eq!(out["x-forwarded-for"], "1.2.3.4, 10.0.0.7");
+        assert_eq!(out["x-forwarded-host"], "shop.example");
+        assert_eq!(out["x-forwarded-proto"], "http");
+        assert_eq!(out["x-request-id"], "rid");
+        assert_eq!(out["x-customer-id"], "C-9");
+    }
+}

@@ -1,0 +1,516 @@
+//! The reverse proxy against a mock upstream on loopback: allow, deny, hold
+//! and review, pass-through (streaming and HTTP/2), failures, extraction, and
+//! an audit record behind every forwarded call.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::{BodyExt, Full};
+use serde_json::Value;
+use support::{MockUpstream, TestServer, APP_KEY, REVIEW_KEY};
+
+const POLICY: &str = r#"
+[[action]]
+type = "refund.create"
+requirements = { decision_mode = "strict", min_coverage = 0.85, citations = "optional" }
+
+  [[action.rule]]
+  param = "amount"
+  op = "gt"
+  value = 500
+  effect = "review"
+
+  [[action.rule]]
+  param = "customer"
+  op = "absent"
+  effect = "deny"
+  message = "a refund needs a customer id"
+
+  [[action.rule]]
+  param = "channel"
+  op = "eq"
+  value = "fax"
+  effect = "deny"
+
+[[route]]
+name = "create-refund"
+method = "POST"
+path = "/api/orders/{order_id}/refunds"
+action = "refund.create"
+params = { order_id = "path:order_id", amount = "body:/amount", customer = "header:X-Customer-Id", channel = "body:/meta/a~1b" }
+claims = "body:/claims"
+sources = "body:/evidence"
+on_review = "hold"
+hold_timeout = "HOLD"
+"#;
+
+const EV: &str = "Invoice INV-2291 for order 77: Vitamix blender, amount charged $100.00. Courier note: package damaged in transit.";
+
+struct Env {
+    s: TestServer,
+    up: MockUpstream,
+    proxy: String,
+}
+
+async fn env_with(hold: &str, edit: impl FnOnce(&mut verdict::config::Config)) -> Env {
+    let up = MockUpstream::start().await;
+    let url = up.url();
+    let policy = POLICY.replace("HOLD", hold);
+    let s = TestServer::start_with(|c| {
+        std::fs::write(c.policies_dir.join("refunds.toml"), &policy).unwrap();
+        c.proxy.upstream = Some(url);
+        c.proxy.response_timeout = Duration::from_secs(1);
+        edit(c);
+    })
+    .await;
+    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
+    Env { s, up, proxy }
+}
+
+async fn env(hold: &str) -> Env {
+    env_with(hold, |_| {}).await
+}
+
+fn refund_body(amount: u64, claim: &str) -> String {
+    // Deliberately odd spacing: the forwarded bytes must be these bytes.
+    format!(
+        "{{ \"amount\": {amount},  \"claims\": [{}], \"evidence\": [{{\"source_id\":\"inv\",\"text\":{}}}] }}",
+        serde_json::to_string(claim).unwrap(),
+        serde_json::to_string(EV).unwrap()
+    )
+}
+
+async fn send(
+    e: &Env,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: String,
+) -> support::Resp {
+    let client = support::client();
+    let mut b = Request::builder()
+        .method(method)
+        .uri(format!("{}{path}", e.proxy));
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = client
+        .request(b.body(Full::new(Bytes::from(body))).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = resp.into_parts();
+    support::Resp {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+async fn refund(e: &Env, amount: u64, claim: &str) -> (support::Resp, String) {
+    let body = refund_body(amount, claim);
+    let r = send(
+        e,
+        Method::POST,
+        "/api/orders/77/refunds",
+        &[
+            ("content-type", "application/json"),
+            ("x-customer-id", "C-9"),
+            ("x-verdict-decision", "allow"),
+        ],
+        body.clone(),
+    )
+    .await;
+    (r, body)
+}
+
+async fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn approve(e: &Env, id: &str) -> support::Resp {
+    e.s.post_json(
+        &format!("/v2/reviews/{id}/approve"),
+        r#"{"reviewer":"ops@example.com"}"#,
+        Some(REVIEW_KEY),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn allow_forwards_byte_identical_with_decision_headers() {
+    let e = env("1s").await;
+    let (r, body) = refund(&e, 100, "The package was damaged in transit.").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["path"], "/api/orders/77/refunds");
+    let calls = e.up.calls();
+    assert_eq!(calls.len(), 1);
+    let c = &calls[0];
+    assert_eq!(c.body, Bytes::from(body));
+    assert_eq!(c.headers["x-verdict-decision"], "allow");
+    let record_id = c.headers["x-verdict-record-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(c.headers.get("x-request-id").is_some());
+    assert_eq!(c.headers["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(c.headers["x-forwarded-proto"], "http");
+    assert!(c.headers.get("x-forwarded-host").is_some());
+    assert_eq!(c.headers["x-customer-id"], "C-9");
+    // The record behind the forward exists, with the route and the decision.
+    let rec =
+        e.s.get(&format!("/v2/audit/{record_id}"), Some(REVIEW_KEY))
+            .await;
+    assert_eq!(rec.status, 200);
+    let rec = rec.json();
+    assert_eq!(
+        (rec["decision"].as_str(), rec["route"].as_str()),
+        (Some("allow"), Some("create-refund"))
+    );
+    assert_eq!(rec["action"]["params"]["order_id"], "77");
+    assert_eq!(rec["action"]["params"]["customer"], "C-9");
+    e.s.shutdown().await;
+}
+
+#[tokio::test]
+async fn deny_never_reaches_the_upstream() {
+    let e = env("1s").await;
+    let (r, _) = refund(&e, 100, "The customer was charged $400 for the blender.").await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["error"]["code"], "denied");
+    assert_eq!(j["decision"], "deny");
+    assert_eq!(j["reason"], "unsupported_claims");
+    assert!(j["record_id"].is_string() && j["request_id"].is_string());
+    // Header extraction is case-insensitive, and a missing header is absent.
+    let r = send(
+        &e,
+        Method::POST,
+        "/api/orders/77/refunds",
+        &[("content-type", "application/json")],
+        refund_body(100, "The package was damaged in transit."),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()["reason"].as_str()),
+        (403, Some("policy_violation"))
+    );
+    // A JSON pointer with an escaped '/' (`~1`) reaches the rules.
+    let body = refund_body(100, "The package was damaged in transit.").replacen(
+        '{',
+        r#"{"meta":{"a/b":"fax"},"#,
+        1,
+    );
+    let r = send(
+        &e,
+        Method::POST,
+        "/api/orders/77/refunds",
+        &[
+            ("content-type", "application/json"),
+            ("X-CUSTOMER-ID", "C-9"),
+        ],
+        body,
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()["reason"].as_str()),
+        (403, Some("policy_violation")),
+        "{}",
+        r.text()
+    );
+    // Not JSON on a route that reads the body: 400, not forwarded.
+    let r = send(
+        &e,
+        Method::POST,
+        "/api/orders/77/refunds",
+        &[("content-type", "application/json")],
+        "not json".into(),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(e.up.count(), 0);
+    e.s.shutdown().await;
+}
+
+#[tokio::test]
+async fn hold_then_approve_in_time_returns_the_upstream_answer() {
+    let e = env("10s").await;
+    let e = std::sync::Arc::new(e);
+    let e2 = e.clone();
+    let held = tokio::spawn(async move {
+        refund(&e2, 900, "The package was damaged in transit.")
+            .await
+            .0
+    });
+    let mut id = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while id.is_empty() {
+        let list =
+            e.s.get("/v2/reviews?status=pending", Some(REVIEW_KEY))
+                .await
+                .json();
+        if let Some(r) = list["reviews"].as_array().and_then(|a| a.first()) {
+            id = r["review_id"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(e.up.count(), 0, "nothing is forwarded before the approval");
+    let a = approve(&e, &id).await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    let r = held.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["path"], "/api/orders/77/refunds");
+    assert_eq!(e.up.count(), 1);
+    let call = &e.up.calls()[0];
+    assert_eq!(call.headers["x-verdict-review-id"], id.as_str());
+    let g =
+        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
+            .await
+            .json();
+    assert_eq!(g["status"], "approved");
+    assert_eq!(g["forward"]["upstream_status"], 200, "{g}");
+}
+
+#[tokio::test]
+async fn hold_timeout_then_approve_forwards_exactly_once_and_reject_never() {
+    let e = env("300ms").await;
+    let t0 = Instant::now();
+    let (r, body) = refund(&e, 900, "The package was damaged in transit.").await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert!(t0.elapsed() >= Duration::from_millis(290));
+    let j = r.json();
+    assert_eq!(j["status"], "pending");
+    let id = j["review_id"].as_str().unwrap().to_string();
+    assert_eq!(j["poll"], format!("/v2/reviews/{id}"));
+    assert_eq!(e.up.count(), 0);
+    // An app key cannot approve (the review scope is required).
+    let r =
+        e.s.post_json(
+            &format!("/v2/reviews/{id}/approve"),
+            r#"{"reviewer":"me"}"#,
+            Some(APP_KEY),
+        )
+        .await;
+    r.assert_error(403, "forbidden");
+    assert_eq!(approve(&e, &id).await.status, 200);
+    wait_for("the background forward", || e.up.count() == 1).await;
+    assert_eq!(e.up.calls()[0].body, Bytes::from(body));
+    approve(&e, &id).await.assert_error(409, "conflict");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(e.up.count(), 1, "exactly once");
+    let g =
+        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
+            .await
+            .json();
+    assert_eq!(g["forward"]["state"], "done", "{g}");
+
+    // Reject: never forwarded.
+    let (r, _) = refund(&e, 800, "The package was damaged in transit.").await;
+    let id2 = r.json()["review_id"].as_str().unwrap().to_string();
+    let rj =
+        e.s.post_json(
+            &format!("/v2/reviews/{id2}/reject"),
+            r#"{"reviewer":"ops","note":"no"}"#,
+            Some(REVIEW_KEY),
+        )
+        .await;
+    assert_eq!(rj.status, 200);
+    assert_eq!(rj.json()["status"], "rejected");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(e.up.count(), 1);
+    e.s.get("/v2/reviews/nope", Some(REVIEW_KEY))
+        .await
+        .assert_error(404, "not_found");
+    e.s.post_json(
+        &format!("/v2/reviews/{id2}/approve"),
+        r#"{"reviewer":""}"#,
+        Some(REVIEW_KEY),
+    )
+    .await
+    .assert_error(422, "invalid_request");
+    e.s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_pending_review_survives_a_restart_and_forwards_once() {
+    let e = env("200ms").await;
+    let (r, _) = refund(&e, 900, "The package was damaged in transit.").await;
+    assert_eq!(r.status, 202);
+    let id = r.json()["review_id"].as_str().unwrap().to_string();
+    let Env { s, up, .. } = e;
+    let dir = s.shutdown().await;
+    let mut config = support::test_config(&dir);
+    config.proxy.upstream = Some(up.url());
+    let running = verdict::app::start(config).await.unwrap();
+    let s = TestServer::attach(running, dir);
+    let g = s
+        .get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
+        .await
+        .json();
+    assert_eq!(g["status"], "pending", "{g}");
+    let a = s
+        .post_json(
+            &format!("/v2/reviews/{id}/approve"),
+            r#"{"reviewer":"ops"}"#,
+            Some(REVIEW_KEY),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    wait_for("the forward after restart", || up.count() == 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(up.count(), 1);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn unmatched_routes_stream_through_including_http2() {
+    let e = env("1s").await;
+    let r = send(&e, Method::GET, "/api/orders/77?x=1", &[], String::new()).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["path"], "/api/orders/77?x=1");
+    // Streaming: the first chunk arrives before the upstream sends the rest.
+    let client = support::client();
+    let resp = client
+        .request(
+            Request::get(format!("{}/stream", e.proxy))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut body = resp.into_body();
+    let first = tokio::time::timeout(Duration::from_secs(5), body.frame())
+        .await
+        .expect("the first chunk is not held back")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        first.into_data().unwrap(),
+        Bytes::from_static(b"first-chunk;")
+    );
+    e.up.release_stream();
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert_eq!(rest.len(), 8 << 20);
+    // HTTP/2 (h2c prior knowledge) from the client.
+    let h2: hyper_util::client::legacy::Client<_, Full<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let resp = h2
+        .request(
+            Request::get(format!("{}/h2-path", e.proxy))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    e.s.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_down_is_502_slow_is_504() {
+    let e = env("1s").await;
+    let r = send(&e, Method::GET, "/slow", &[], String::new()).await;
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "upstream_timeout");
+    e.s.shutdown().await;
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let e = env_with("1s", |c| {
+        c.proxy.upstream = Some(format!("http://127.0.0.1:{port}"))
+    })
+    .await;
+    let r = send(&e, Method::GET, "/anything", &[], String::new()).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    let (r, _) = refund(&e, 100, "The package was damaged in transit.").await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    let h = e.s.get("/health/detailed", None).await.json();
+    assert_eq!(h["components"]["upstream"]["status"], "degraded", "{h}");
+    e.s.shutdown().await;
+}
+
+#[tokio::test]
+async fn audit_failure_fails_closed_with_no_upstream_call() {
+    let e = env("1s").await;
+    e.s.running
+        .as_ref()
+        .unwrap()
+        .app
+        .audit
+        .inject_write_failure(true);
+    let (r, _) = refund(&e, 100, "The package was damaged in transit.").await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "unavailable");
+    assert_eq!(e.up.count(), 0);
+    // Unmatched traffic is not gated and still flows.
+    assert_eq!(
+        send(&e, Method::GET, "/free", &[], String::new())
+            .await
+            .status,
+        200
+    );
+    e.s.running
+        .as_ref()
+        .unwrap()
+        .app
+        .audit
+        .inject_write_failure(false);
+    let (r, _) = refund(&e, 100, "The package was damaged in transit.").await;
+    assert_eq!(r.status, 200);
+    e.s.shutdown().await;
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_413_and_unmatched_deny_blocks() {
+    let e = env_with("1s", |c| {
+        c.limits.max_body_bytes = 1024;
+        c.proxy.unmatched = verdict::config::Unmatched::Deny;
+    })
+    .await;
+    let (r, _) = refund(&e, 100, &"word ".repeat(400)).await;
+    assert_eq!(r.status, 413, "{}", r.text());
+    let r = send(&e, Method::GET, "/elsewhere", &[], String::new()).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.json()["error"]["code"], "denied");
+    assert_eq!(e.up.count(), 0);
+    e.s.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_forwarded_call_has_an_audit_record() {
+    let e = env("1s").await;
+    for i in 0..10 {
+        let claim = if i % 3 == 0 {
+            "The customer was charged $999 for the blender."
+        } else {
+            "The package was damaged in transit."
+        };
+        refund(&e, 100, claim).await;
+    }
+    let calls = e.up.calls();
+    assert!(calls.len() >= 6, "{}", calls.len());
+    for c in calls {
+        let id = c.headers["x-verdict-record-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let rec: Value =
+            e.s.get(&format!("/v2/audit/{id}"), Some(REVIEW_KEY))
+                .await
+                .json();
+        assert_eq!(rec["decision"], "allow", "{rec}");
+    }
+    e.s.shutdown().await;
+}
