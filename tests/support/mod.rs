@@ -195,7 +195,9 @@ pub struct Call {
 }
 
 /// A loopback upstream that records every request. Paths:
-/// `/slow` answers after 3 s; `/stream` sends one chunk, waits until the test
+/// `/slow` answers after 3 s; `/evidence` is a line of plain text;
+/// `/redirect-in` and `/redirect-out` redirect inside and outside the
+/// origin; `/stream` sends one chunk, waits until the test
 /// calls `release_stream`, then sends 8 MiB more; anything else answers 200
 /// JSON `{"ok":true,"path":...}`.
 pub struct MockUpstream {
@@ -250,6 +252,29 @@ impl MockUpstream {
                             > = if path.starts_with("/slow") {
                                 tokio::time::sleep(std::time::Duration::from_secs(3)).await;
                                 http::Response::new(Full::new(Bytes::from_static(b"late")).boxed())
+                            } else if path.starts_with("/evidence") {
+                                http::Response::new(
+                                    Full::new(Bytes::from_static(
+                                        b"Refunds are issued within 14 days of delivery.",
+                                    ))
+                                    .boxed(),
+                                )
+                            } else if path.starts_with("/redirect-out") {
+                                let mut r = http::Response::new(Full::new(Bytes::new()).boxed());
+                                *r.status_mut() = http::StatusCode::FOUND;
+                                r.headers_mut().insert(
+                                    "location",
+                                    http::HeaderValue::from_static("http://127.0.0.2:9/evidence"),
+                                );
+                                r
+                            } else if path.starts_with("/redirect-in") {
+                                let mut r = http::Response::new(Full::new(Bytes::new()).boxed());
+                                *r.status_mut() = http::StatusCode::FOUND;
+                                r.headers_mut().insert(
+                                    "location",
+                                    http::HeaderValue::from_static("/evidence"),
+                                );
+                                r
                             } else if path.starts_with("/stream") {
                                 let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
                                 tokio::spawn(async move {

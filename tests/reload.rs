@@ -1,0 +1,229 @@
+//! Live reload: policies under a steady stream of authorize requests, the
+//! keys file, and `verdict check`.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{TestServer, APP_KEY};
+
+const EV: &str =
+    "Invoice INV-2291. Item: Vitamix E310 blender. Amount charged: $100.00 on Visa ending 4421.";
+
+fn policy(threshold: u64) -> String {
+    format!(
+        "[[action]]\ntype = \"refund.create\"\nrequirements = {{ decision_mode = \"strict\", citations = \"optional\" }}\n\n  [[action.rule]]\n  param = \"amount\"\n  op = \"gt\"\n  value = {threshold}\n  effect = \"review\"\n"
+    )
+}
+
+/// Replaces a file the way editors and config-map updates do: write a temp
+/// file, then rename it over the old one.
+fn replace(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("tmp~");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_reload_under_load_is_all_or_nothing() {
+    let s = Arc::new(
+        TestServer::start_with(|c| {
+            std::fs::write(c.policies_dir.join("refunds.toml"), policy(500)).unwrap()
+        })
+        .await,
+    );
+    let body = json!({"action": {"type": "refund.create", "params": {"amount": 200}},
+                      "claims": ["The Vitamix E310 blender was charged $100.00 on the Visa ending 4421."],
+                      "sources": [{"source_id": "inv", "text": EV}]})
+    .to_string();
+    // (time, status, decision) of every request, from two client tasks.
+    let log: Arc<Mutex<Vec<(Instant, u16, String)>>> = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let (s, log, stop, body) = (s.clone(), log.clone(), stop.clone(), body.clone());
+        clients.push(tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let r = s.post_json("/v2/authorize", &body, Some(APP_KEY)).await;
+                let decision = if r.status == 200 {
+                    r.json()["decision"].as_str().unwrap_or("").to_string()
+                } else {
+                    String::new()
+                };
+                log.lock()
+                    .unwrap()
+                    .push((Instant::now(), r.status, decision));
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let file = s.path("policies/refunds.toml");
+
+    // A broken edit that would switch decisions if it were ever applied.
+    let broken_at = Instant::now();
+    replace(
+        &file,
+        &policy(150).replace("effect = \"review\"", "effect = \"reveiw\""),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let h = s.get("/health/detailed", None).await.json();
+        if h["components"]["policies"]["status"] == "degraded" {
+            assert_eq!(h["status"], "degraded");
+            assert!(
+                h["components"]["policies"]["last_error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("refunds.toml:"),
+                "{h}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broken file was not noticed: {h}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The fix lands: decisions switch from allow to needs_review.
+    let good_at = Instant::now();
+    replace(&file, &policy(150));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let switched_at = loop {
+        let seen = log
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(t, _, d)| *t > good_at && d == "needs_review")
+            .map(|(t, _, _)| *t);
+        if let Some(t) = seen {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "the good file never took effect");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let h = s.get("/health/detailed", None).await.json();
+    assert_eq!(h["components"]["policies"]["status"], "ok", "{h}");
+
+    let log = log.lock().unwrap();
+    let failed = log.iter().filter(|(_, st, _)| *st != 200).count();
+    assert_eq!(failed, 0, "no request fails during reloads");
+    // Before the good file: never needs_review (the broken edit never applied).
+    assert!(log
+        .iter()
+        .filter(|(t, _, _)| *t < good_at)
+        .all(|(_, _, d)| d == "allow"));
+    assert!(log.iter().any(|(t, _, _)| *t > broken_at && *t < good_at));
+    // After the switch: only needs_review (requests that started before it
+    // may still finish on the old snapshot, within a few milliseconds).
+    let settle = switched_at + Duration::from_millis(50);
+    assert!(log
+        .iter()
+        .filter(|(t, _, _)| *t > settle)
+        .all(|(_, _, d)| d == "needs_review"));
+    println!(
+        "reload: {} requests, file write to new decision {} ms",
+        log.len(),
+        switched_at.duration_since(good_at).as_millis()
+    );
+}
+
+#[tokio::test]
+async fn keys_file_reloads_without_restart_and_keeps_the_last_good_set() {
+    let s = TestServer::start().await;
+    let new_key = "a-brand-new-key-0123456789";
+    let file = s.path("keys.toml");
+    assert_eq!(s.get("/v2/jobs/x", Some(new_key)).await.status, 401);
+    let text = format!(
+        "{}\n[[key]]\nname = \"new\"\nhash = \"{}\"\nscopes = [\"batch\"]\n",
+        support::keys_toml(),
+        support::sha(new_key)
+    );
+    replace(&file, &text);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.get("/v2/jobs/x", Some(new_key)).await.status != 404 {
+        assert!(Instant::now() < deadline, "the new key never worked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A broken keys file keeps the previous keys.
+    replace(&file, "[[key]]\nname = \n");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(s.get("/v2/jobs/x", Some(new_key)).await.status, 404);
+    assert_eq!(s.get("/v2/jobs/x", Some(APP_KEY)).await.status, 404);
+    s.shutdown().await;
+}
+
+#[test]
+fn check_prints_a_summary_or_every_error() {
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good");
+    let bad = dir.path().join("bad");
+    std::fs::create_dir_all(&good).unwrap();
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(good.join("a.toml"), "[[action]]\ntype = \"x\"\n").unwrap();
+    std::fs::write(bad.join("a.toml"), "[[action]]\ntype = \"x\"\nbogus = 1\n").unwrap();
+    std::fs::write(
+        bad.join("b.toml"),
+        "[[action]]\ntype = \"y\"\n\n  [[action.rule]]\n  param = \"amount\"\n  op = \"gt\"\n  value = \"lots\"\n  effect = \"deny\"\n",
+    )
+    .unwrap();
+
+    let out = Command::new(bin)
+        .args(["check", "--policies"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("ok: 1 files, 1 actions, 0 routes, revision sha256:"),
+        "{text}"
+    );
+
+    let out = Command::new(bin)
+        .args(["check", "--policies"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = err.lines().collect();
+    let a = format!("{}:3:1: unknown field `bogus`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`", bad.join("a.toml").display());
+    assert_eq!(lines.first().copied(), Some(a.as_str()), "{err}");
+    assert_eq!(lines.len(), 2, "{err}");
+    let b = format!(
+        "{}:7:11: op \"gt\" needs a number value",
+        bad.join("b.toml").display()
+    );
+    assert_eq!(lines[1], b, "{err}");
+
+    // The shipped example policies are valid.
+    let out = Command::new(bin)
+        .args([
+            "check",
+            "--policies",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/policies"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
