@@ -32,6 +32,7 @@ pub struct App {
     /// Read-only after start-up: every subsystem registers before serving.
     pub registry: Registry,
     pub http_metrics: HttpMetrics,
+    pub decision_metrics: crate::metrics::DecisionMetrics,
     /// Reads `uri` sources within the operator's fences.
     pub resolver: Resolver,
     /// The live policy set; each request takes one snapshot.
@@ -299,6 +300,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let audit = open_audit(&config).await?;
     let mut registry = Registry::default();
     let http_metrics = HttpMetrics::register(&mut registry);
+    let decision_metrics = crate::metrics::DecisionMetrics::register(&mut registry);
     audit.register_metrics(&mut registry);
     let resolver = Resolver::new(&config.evidence);
     let jobs = crate::jobs::Jobs::open(
@@ -344,6 +346,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         health,
         registry,
         http_metrics,
+        decision_metrics,
         resolver,
         policies: policies.clone(),
         audit: audit.clone(),

@@ -273,6 +273,11 @@ pub async fn authorize(
     record.route = ctx.route.map(str::to_string);
     // A decision is never returned before its record is durable.
     let receipt = app.audit.append(record).await?;
+    app.decision_metrics.observe(
+        if ctx.route.is_some() { "proxy" } else { "api" },
+        decision.outcome.as_str(),
+        decision.reason.as_str(),
+    );
     tracing::info!(
         request_id = ctx.request_id,
         principal = %ctx.principal.name,

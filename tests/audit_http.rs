@@ -194,6 +194,53 @@ async fn receipts_records_proofs_and_keys_agree() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: "));
+
+    // Key rotation (server stopped): the log still verifies, the new key
+    // signs from now on and the old key stays published as retired.
+    let old_kid = a["key_id"].as_str().unwrap().to_string();
+    let out = Command::new(bin)
+        .args(["audit", "rotate-key", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(bin)
+        .args(["audit", "verify", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut config = support::test_config(&dir);
+    config.data_dir = data.clone();
+    let s = TestServer::attach(verdict::app::start(config).await.unwrap(), dir);
+    let old = s
+        .get(&format!("/v2/audit/keys/{old_kid}"), None)
+        .await
+        .json();
+    assert_eq!(old["status"], "retired", "{old}");
+    let r = s
+        .post_json("/v2/authorize", &body(), Some(APP_KEY))
+        .await
+        .json();
+    let new_kid = r["audit"]["key_id"].as_str().unwrap();
+    assert_ne!(new_kid, old_kid);
+    assert_eq!(
+        s.get(&format!("/v2/audit/keys/{new_kid}"), None)
+            .await
+            .json()["status"],
+        "active"
+    );
+    s.shutdown().await;
 }
 
 #[tokio::test]

@@ -155,6 +155,13 @@ async fn compact_has_exactly_six_fields_and_verbose_adds_details() {
     // Default citations = required: an uncited claim cannot pass.
     assert_eq!(j["decision"], "deny");
     assert_eq!(j["reason"], "missing_citations");
+    let metrics = s.get("/metrics", None).await.text();
+    assert!(
+        metrics.contains(
+            r#"verdict_decisions_total{source="api",decision="deny",reason="missing_citations"} 2"#
+        ),
+        "{metrics}"
+    );
     s.shutdown().await;
 }
 
