@@ -337,7 +337,6 @@ impl Api {
             request_id: &ctx.request_id,
             request_hash: &body.hash,
             route: None,
-            started: ctx.started,
         };
         let outcome = crate::gate::authorize(&self.app, &set, typed, &gate_ctx).await?;
         let resp = authorize::response(&outcome, &ctx.request_id, &body.hash, ctx.started);

@@ -7,8 +7,6 @@
 //! extracted from an answer), verification, the decision table, and then the
 //! audit record, which must be durable before the decision is returned.
 
-use std::time::Instant;
-
 use serde::Deserialize;
 
 use crate::api::wire::{self, Claims, OptionsIn, RequirementsIn, ResponseIn, SourceIn};
@@ -87,7 +85,6 @@ pub struct GateCtx<'a> {
     pub request_hash: &'a str,
     /// The proxy route's name, when the request came through the proxy.
     pub route: Option<&'a str>,
-    pub started: Instant,
 }
 
 /// Everything a decision produced, for the API response or the proxy.

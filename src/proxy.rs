@@ -238,9 +238,8 @@ impl Proxy {
             return self.unmatched(req, conn, request_id).await;
         };
         let route = route.clone();
-        let started = Instant::now();
         match self
-            .gated(req, conn, request_id, &set, &route, &path_params, started)
+            .gated(req, conn, request_id, &set, &route, &path_params)
             .await
         {
             Ok(resp) => resp,
@@ -288,7 +287,6 @@ impl Proxy {
         }
     }
 
-    #[allow(clippy::too_many_arguments)] // one call site; the phases need all of it
     async fn gated(
         &self,
         req: Request<Incoming>,
@@ -297,7 +295,6 @@ impl Proxy {
         set: &crate::policy::PolicySet,
         route: &Route,
         path_params: &PathParams,
-        started: Instant,
     ) -> Result<Response<RespBody>, ApiError> {
         let (parts, body) = req.into_parts();
         let limit = self.app.config.limits.max_body_bytes;
@@ -358,7 +355,6 @@ impl Proxy {
             request_id,
             request_hash: &request_hash,
             route: Some(&route.name),
-            started,
         };
         let outcome = match crate::gate::authorize(&self.app, set, typed, &ctx).await {
             Ok(o) => o,
