@@ -437,12 +437,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             addr: config.proxy.listen,
             source,
         })?;
-        let proxy = Arc::new(crate::proxy::Proxy::new(
-            app.clone(),
-            upstream,
-            config.proxy.clone(),
-            proxy_stats,
-        ));
+        let proxy = Arc::new(
+            crate::proxy::Proxy::new(app.clone(), upstream, config.proxy.clone(), proxy_stats)
+                .map_err(StartError::Upstream)?,
+        );
         tasks.push(tokio::spawn(crate::proxy::run_background_forwarder(
             app.clone(),
             proxy.clone(),

@@ -75,6 +75,8 @@ pub struct ProxyConfig {
     pub tls: Option<TlsFiles>,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
+    /// PEM roots for an https upstream; the system roots when `None`.
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -193,6 +195,7 @@ struct FileProxy {
     tls_key: Option<PathBuf>,
     connect_timeout: Option<String>,
     response_timeout: Option<String>,
+    ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -353,6 +356,7 @@ impl Config {
                     f.proxy.response_timeout,
                     "30s",
                 )?,
+                ca_file: f.proxy.ca_file,
             },
             keys_file: o.keys.clone().or(f.auth.keys_file),
             policies_dir: o

@@ -26,6 +26,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
+use rustls_pki_types::pem::PemObject;
 use serde_json::{json, Value};
 use tracing::Instrument;
 
@@ -156,45 +157,61 @@ impl Component for UpstreamComponent {
     }
 }
 
-/// Builds the one pooled upstream client (http and https through rustls
-/// with the system roots).
-fn build_client(cfg: &ProxyConfig) -> UpstreamClient {
+/// Builds the one pooled upstream client: http, and https through rustls
+/// (ring) with the configured CA file or else the system roots.
+fn build_client(cfg: &ProxyConfig) -> Result<UpstreamClient, String> {
     let mut http = HttpConnector::new();
     http.set_connect_timeout(Some(cfg.connect_timeout));
     http.set_nodelay(true);
     http.enforce_http(false);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = match hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_native_roots(provider.clone())
-    {
-        Ok(b) => b,
-        Err(e) => {
-            tracing::warn!(error = %e, "no system root certificates; https upstreams will fail verification");
+    let builder = match &cfg.ca_file {
+        Some(path) => {
+            let mut roots = rustls::RootCertStore::empty();
+            let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
+                .map_err(|e| format!("proxy.ca_file {}: {e}", path.display()))?;
+            for cert in certs {
+                let cert = cert.map_err(|e| format!("proxy.ca_file {}: {e}", path.display()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("proxy.ca_file {}: {e}", path.display()))?;
+            }
+            if roots.is_empty() {
+                return Err(format!(
+                    "proxy.ca_file {}: no certificate found",
+                    path.display()
+                ));
+            }
             let tls = rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
-                .map(|b| {
-                    b.with_root_certificates(rustls::RootCertStore::empty())
-                        .with_no_client_auth()
-                });
-            match tls {
-                Ok(tls) => hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot build a TLS client config");
-                    hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
-                        rustls::ClientConfig::builder()
-                            .with_root_certificates(rustls::RootCertStore::empty())
-                            .with_no_client_auth(),
-                    )
-                }
-            }
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls)
         }
+        None => match hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_native_roots(provider.clone())
+        {
+            Ok(b) => b,
+            Err(e) => {
+                // Plain http upstreams still work; an https one fails its
+                // certificate check (502) until proxy.ca_file is set.
+                tracing::warn!(error = %e, "no system root certificates; set proxy.ca_file for an https upstream");
+                let tls = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| e.to_string())?
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth();
+                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls)
+            }
+        },
     };
     let connector = builder.https_or_http().enable_http1().wrap_connector(http);
-    Client::builder(TokioExecutor::new())
+    Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(1024)
         .pool_timer(TokioTimer::new())
-        .build(connector)
+        .build(connector))
 }
 
 /// The proxy as a [`Handler`].
@@ -213,14 +230,19 @@ enum UpstreamError {
 }
 
 impl Proxy {
-    pub fn new(app: Arc<App>, upstream: Uri, cfg: ProxyConfig, stats: ProxyStats) -> Proxy {
-        Proxy {
-            client: build_client(&cfg),
+    pub fn new(
+        app: Arc<App>,
+        upstream: Uri,
+        cfg: ProxyConfig,
+        stats: ProxyStats,
+    ) -> Result<Proxy, String> {
+        Ok(Proxy {
+            client: build_client(&cfg)?,
             app,
             upstream,
             cfg,
             stats,
-        }
+        })
     }
 
     // === phases ===

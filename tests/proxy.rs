@@ -514,3 +514,59 @@ async fn every_forwarded_call_has_an_audit_record() {
     }
     e.s.shutdown().await;
 }
+
+#[tokio::test]
+async fn https_upstream_with_a_configured_ca() {
+    // The upstream is another verdict serving its API over TLS.
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    let upstream = TestServer::start_with(|c| {
+        c.api.tls = Some(verdict::config::TlsFiles {
+            cert: cert_path.clone(),
+            key: key_path.clone(),
+        })
+    })
+    .await;
+    let url = format!("https://localhost:{}", upstream.addr.port());
+
+    let (u, ca) = (url.clone(), cert_path.clone());
+    let s = TestServer::start_with(move |c| {
+        c.proxy.upstream = Some(u);
+        c.proxy.ca_file = Some(ca);
+    })
+    .await;
+    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
+    let client = support::client();
+    let resp = client
+        .request(
+            Request::get(format!("{proxy}/health"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        &resp.into_body().collect().await.unwrap().to_bytes()[..],
+        br#"{"status":"ok"}"#
+    );
+    s.shutdown().await;
+
+    // Without the CA the self-signed upstream is not trusted: 502.
+    let s = TestServer::start_with(move |c| c.proxy.upstream = Some(url)).await;
+    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
+    let resp = client
+        .request(
+            Request::get(format!("{proxy}/health"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    s.shutdown().await;
+    upstream.shutdown().await;
+}
