@@ -292,21 +292,16 @@ impl Proxy {
         self.stats.count("unmatched", "pass");
         let (parts, body) = req.into_parts();
         let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
-        match self
-            .send(
-                parts.method,
-                parts.uri,
-                parts.headers,
-                body,
-                conn,
-                request_id,
-                &[],
-            )
-            .await
-        {
-            Ok(resp) => resp,
-            Err(e) => self.upstream_failure(e, request_id),
-        }
+        self.forward(
+            parts.method,
+            parts.uri,
+            parts.headers,
+            body,
+            conn,
+            request_id,
+            &[],
+        )
+        .await
     }
 
     async fn gated(
@@ -386,23 +381,17 @@ impl Proxy {
                     self.stats.count(&route.name, "fail_open");
                     let body = full(bytes);
                     let extra = [("x-verdict-decision", "unavailable".to_string())];
-                    return Ok(
-                        match self
-                            .send(
-                                parts.method,
-                                parts.uri,
-                                parts.headers,
-                                body,
-                                conn,
-                                request_id,
-                                &extra,
-                            )
-                            .await
-                        {
-                            Ok(r) => r,
-                            Err(e) => self.upstream_failure(e, request_id),
-                        },
-                    );
+                    return Ok(self
+                        .forward(
+                            parts.method,
+                            parts.uri,
+                            parts.headers,
+                            body,
+                            conn,
+                            request_id,
+                            &extra,
+                        )
+                        .await);
                 }
                 return Err(ApiError::Unavailable(format!(
                     "the gate cannot decide, failing closed: {e}"
@@ -420,23 +409,17 @@ impl Proxy {
                     ("x-verdict-decision", "allow".to_string()),
                     ("x-verdict-record-id", record_id),
                 ];
-                Ok(
-                    match self
-                        .send(
-                            parts.method,
-                            parts.uri,
-                            parts.headers,
-                            full(bytes),
-                            conn,
-                            request_id,
-                            &extra,
-                        )
-                        .await
-                    {
-                        Ok(r) => r,
-                        Err(e) => self.upstream_failure(e, request_id),
-                    },
-                )
+                Ok(self
+                    .forward(
+                        parts.method,
+                        parts.uri,
+                        parts.headers,
+                        full(bytes),
+                        conn,
+                        request_id,
+                        &extra,
+                    )
+                    .await)
             }
             Outcome::Deny => Ok(blocked(
                 request_id,
@@ -514,6 +497,27 @@ impl Proxy {
             )),
             Ok(None) => Ok(pending(&id, request_id)),
             Err(e) => Err(ApiError::Unavailable(format!("review store failed: {e}"))),
+        }
+    }
+
+    /// Sends one request upstream; an upstream failure becomes its 502/504.
+    #[allow(clippy::too_many_arguments)]
+    async fn forward(
+        &self,
+        method: http::Method,
+        uri: Uri,
+        headers: HeaderMap,
+        body: RespBody,
+        conn: ConnInfo,
+        request_id: &str,
+        extra: &[(&str, String)],
+    ) -> Response<RespBody> {
+        match self
+            .send(method, uri, headers, body, conn, request_id, extra)
+            .await
+        {
+            Ok(resp) => resp,
+            Err(e) => self.upstream_failure(e, request_id),
         }
     }
 

@@ -4,35 +4,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-fn start(dir: &Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["serve", "--api-listen", "127.0.0.1:0", "--keys"])
-        .arg(dir.join("keys.toml"))
-        .arg("--policies")
-        .arg(dir.join("policies"))
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("the server logs its address").unwrap();
-        if line.contains("api listening") {
-            let v: Value = serde_json::from_str(&line).unwrap();
-            break v["addr"].as_str().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
+fn start(dir: &Path) -> (std::process::Child, String) {
+    support::spawn_binary(env!("CARGO_BIN_EXE_verdict"), dir)
 }
 
 async fn call(addr: &str, method: http::Method, path: &str, body: String) -> (u16, Value) {

@@ -570,3 +570,39 @@ async fn https_upstream_with_a_configured_ca() {
     s.shutdown().await;
     upstream.shutdown().await;
 }
+
+#[tokio::test]
+async fn failure_mode_open_forwards_when_the_gate_cannot_decide() {
+    let up = MockUpstream::start().await;
+    let url = up.url();
+    let policy = POLICY.replace("HOLD", "1s").replace(
+        "on_review = \"hold\"",
+        "on_review = \"hold\"\nfailure_mode = \"open\"",
+    );
+    let s = TestServer::start_with(|c| {
+        std::fs::write(c.policies_dir.join("refunds.toml"), &policy).unwrap();
+        c.proxy.upstream = Some(url);
+    })
+    .await;
+    let e = Env {
+        proxy: format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap()),
+        s,
+        up,
+    };
+    e.s.running
+        .as_ref()
+        .unwrap()
+        .app
+        .audit
+        .inject_write_failure(true);
+    let (r, _) = refund(&e, 100, "The customer was charged $400 for the blender.").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(e.up.calls()[0].headers["x-verdict-decision"], "unavailable");
+    e.s.running
+        .as_ref()
+        .unwrap()
+        .app
+        .audit
+        .inject_write_failure(false);
+    e.s.shutdown().await;
+}

@@ -4,8 +4,8 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use std::io::{Read, Write};
+use std::process::Command;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -54,29 +54,7 @@ async fn drain_lets_an_in_flight_request_finish() {
 #[test]
 fn sigterm_drains_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("policies")).unwrap();
-    std::fs::write(dir.path().join("keys.toml"), support::keys_toml()).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["serve", "--api-listen", "127.0.0.1:0", "--keys"])
-        .arg(dir.path().join("keys.toml"))
-        .arg("--policies")
-        .arg(dir.path().join("policies"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // The JSON log line "api listening" carries the bound address.
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("server logs its address").unwrap();
-        if line.contains("api listening") {
-            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-            break v["addr"].as_str().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let (mut child, addr) = support::spawn_binary(env!("CARGO_BIN_EXE_verdict"), dir.path());
 
     let mut sock = std::net::TcpStream::connect(&addr).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10)))

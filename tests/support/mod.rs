@@ -353,3 +353,38 @@ impl http_body::Body for ChannelBody {
             .map(|o| o.map(|b| Ok(hyper::body::Frame::data(b))))
     }
 }
+
+/// Starts the real `verdict` binary on `127.0.0.1:0` with `dir`'s keys file,
+/// policies and data, and returns the child and its API address (read from
+/// the "api listening" log line). The rest of its log is drained.
+pub fn spawn_binary(bin: &str, dir: &std::path::Path) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    std::fs::create_dir_all(dir.join("policies")).expect("policies dir");
+    if !dir.join("keys.toml").exists() {
+        std::fs::write(dir.join("keys.toml"), keys_toml()).expect("keys file");
+    }
+    let mut child = std::process::Command::new(bin)
+        .args(["serve", "--api-listen", "127.0.0.1:0", "--keys"])
+        .arg(dir.join("keys.toml"))
+        .arg("--policies")
+        .arg(dir.join("policies"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("the server logs its address")
+            .expect("a log line");
+        if line.contains("api listening") {
+            let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+            break v["addr"].as_str().expect("an address").to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
