@@ -307,7 +307,16 @@ impl Api {
         let (parts, body) = req.into_parts();
         http_util::require_json(&parts.headers)?;
         let bytes = http_util::read_body(&parts.headers, body, limit).await?;
-        http_util::parse_json(&bytes)
+        // Parsing and canonicalising a large body is CPU work: keep it off
+        // the async workers so one big upload cannot stall other requests.
+        const INLINE_PARSE: usize = 64 * 1024;
+        if bytes.len() <= INLINE_PARSE {
+            http_util::parse_json(&bytes)
+        } else {
+            tokio::task::spawn_blocking(move || http_util::parse_json(&bytes))
+                .await
+                .map_err(|e| ApiError::Internal(format!("body parse task failed: {e}")))?
+        }
     }
 
     async fn verify(
@@ -351,7 +360,10 @@ impl Api {
         let key = batch::idempotency_key(req.headers())?;
         let limits = &self.app.config.limits;
         let body = self.json_body(req, limits.max_batch_body_bytes).await?;
-        let b = batch::validate(body, limits.max_batch_items)?;
+        let max_items = limits.max_batch_items;
+        let b = tokio::task::spawn_blocking(move || batch::validate(body, max_items))
+            .await
+            .map_err(|e| ApiError::Internal(format!("batch validation task failed: {e}")))??;
         let outcome = self
             .app
             .jobs
