@@ -407,9 +407,9 @@ impl Proxy {
             Outcome::Allow => {
                 let extra = [
                     ("x-verdict-decision", "allow".to_string()),
-                    ("x-verdict-record-id", record_id),
+                    ("x-verdict-record-id", record_id.clone()),
                 ];
-                Ok(self
+                let mut resp = self
                     .forward(
                         parts.method,
                         parts.uri,
@@ -419,7 +419,14 @@ impl Proxy {
                         request_id,
                         &extra,
                     )
-                    .await)
+                    .await;
+                // The caller learns the decision and its record too.
+                resp.headers_mut()
+                    .insert("x-verdict-decision", HeaderValue::from_static("allow"));
+                if let Ok(v) = HeaderValue::from_str(&record_id) {
+                    resp.headers_mut().insert("x-verdict-record-id", v);
+                }
+                Ok(resp)
             }
             Outcome::Deny => Ok(blocked(
                 request_id,
@@ -436,7 +443,12 @@ impl Proxy {
                 "this call needs review and the route does not hold calls",
             )),
             Outcome::NeedsReview => {
-                let headers = forward_headers(&parts.headers, conn, request_id);
+                let mut headers = forward_headers(&parts.headers, conn, request_id);
+                // The upstream learns which decision record the approval
+                // released, as for any allowed call.
+                if let Ok(v) = HeaderValue::from_str(&record_id) {
+                    headers.insert("x-verdict-record-id", v);
+                }
                 let held = HeldRequest {
                     method: parts.method.as_str().to_string(),
                     path: parts
@@ -800,6 +812,9 @@ fn blocked(
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if let Ok(v) = HeaderValue::from_str(decision) {
         resp.headers_mut().insert("x-verdict-decision", v);
+    }
+    if let Some(v) = record_id.and_then(|r| HeaderValue::from_str(r).ok()) {
+        resp.headers_mut().insert("x-verdict-record-id", v);
     }
     resp
 }

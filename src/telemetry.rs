@@ -24,7 +24,14 @@ pub fn init(format: LogFormat) {
             .with_span_list(false)
             .flatten_event(true)
             .try_init(),
-        LogFormat::Pretty => builder.pretty().try_init(),
+        LogFormat::Pretty => {
+            use std::io::IsTerminal;
+            // Colour only for a terminal; a log file gets plain text.
+            builder
+                .pretty()
+                .with_ansi(std::io::stdout().is_terminal())
+                .try_init()
+        }
     };
     if let Err(e) = result {
         eprintln!("verdict: logging already initialised: {e}");

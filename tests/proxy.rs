@@ -164,6 +164,9 @@ async fn allow_forwards_byte_identical_with_decision_headers() {
     assert_eq!(c.headers["x-forwarded-proto"], "http");
     assert!(c.headers.get("x-forwarded-host").is_some());
     assert_eq!(c.headers["x-customer-id"], "C-9");
+    // The caller sees the decision and its record too.
+    assert_eq!(r.header("x-verdict-decision"), Some("allow"));
+    assert_eq!(r.header("x-verdict-record-id"), Some(record_id.as_str()));
     // The record behind the forward exists, with the route and the decision.
     let rec =
         e.s.get(&format!("/v2/audit/{record_id}"), Some(REVIEW_KEY))
@@ -271,6 +274,14 @@ async fn hold_then_approve_in_time_returns_the_upstream_answer() {
     assert_eq!(e.up.count(), 1);
     let call = &e.up.calls()[0];
     assert_eq!(call.headers["x-verdict-review-id"], id.as_str());
+    let g0 =
+        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
+            .await
+            .json();
+    assert_eq!(
+        call.headers["x-verdict-record-id"],
+        g0["record_id"].as_str().unwrap()
+    );
     let g =
         e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
             .await
