@@ -5,8 +5,11 @@
 //! (canonicalize, queue, SQLite WAL+FULL commit, tree hashes, Ed25519 checkpoint,
 //! receipts) in a temp dir, bounded in time.
 //!
-//! `cargo run --release --example audit_bench -- [secs] [writers] [ordered]`
-//! (`ordered` uses time-ordered record ids instead of random UUID v4.)
+//! `cargo run --release --example audit_bench -- [secs] [writers]`
+//!
+//! Each `max_wait` runs twice, side by side: with random UUID v4 record ids
+//! (what `AuditRecord::new` produced before) and with the time-ordered UUID v7
+//! ids it produces now.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,14 +47,9 @@ fn cpu_seconds() -> (f64, f64) {
 
 fn record(i: u64, ordered_ids: bool) -> AuditRecord {
     let mut r = AuditRecord::new(RecordKind::Decision);
-    if ordered_ids {
-        // Time-ordered ids (UUIDv7-like layout) to show what index locality buys.
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
-        let random = r.record_id.as_u128() & ((1u128 << 80) - 1);
-        r.record_id = uuid::Uuid::from_u128((u128::from(ms) << 80) | random);
+    if !ordered_ids {
+        // Random ids, as before UUID v7: one random index page per record.
+        r.record_id = uuid::Uuid::new_v4();
     }
     r.request_id = Some(format!("req-{i}"));
     r.request_hash =
@@ -164,19 +162,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let secs: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(5);
     let writers: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
-    let ordered_ids = args.next().as_deref() == Some("ordered");
     // Caller-side cost alone: building and canonicalizing one record.
     let t = Instant::now();
     let mut bytes = 0usize;
     for i in 0..20_000u64 {
-        bytes += record(i, false).canonical().map(|c| c.len()).unwrap_or(0);
+        bytes += record(i, true).canonical().map(|c| c.len()).unwrap_or(0);
     }
     println!(
         "build + RFC 8785 canonicalize one record ({} bytes): {:.1} us",
         bytes / 20_000,
         t.elapsed().as_secs_f64() * 1e6 / 20_000.0
     );
-    run(Duration::from_millis(2), writers, secs, ordered_ids).await?;
-    run(Duration::ZERO, writers, secs, ordered_ids).await?;
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("loadavg {}", load.trim());
+    for max_wait in [Duration::from_millis(2), Duration::ZERO] {
+        for ordered_ids in [false, true] {
+            run(max_wait, writers, secs, ordered_ids).await?;
+        }
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("loadavg after {}", load.trim());
     Ok(())
 }

@@ -278,6 +278,21 @@ fn reload_record(outcome: &ReloadOutcome) -> Option<AuditRecord> {
 
 /// Builds the shared state and starts the listeners.
 pub async fn start(config: Config) -> Result<Running, StartError> {
+    start_inner(config, None).await
+}
+
+/// Benchmarks only: [`start`] with the given audit log instead of the one in
+/// the data dir (e.g. [`AuditLog::noop_for_benchmarks`], to measure what the
+/// durable log costs). Not reachable from the config file or the CLI.
+#[doc(hidden)]
+pub async fn start_with_audit_for_benchmarks(
+    config: Config,
+    audit: AuditLog,
+) -> Result<Running, StartError> {
+    start_inner(config, Some(audit)).await
+}
+
+async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running, StartError> {
     let config = Arc::new(config);
     let api_is_loopback = config.api.listen.ip().is_loopback();
     let keys = Arc::new(KeyStore::open(
@@ -297,7 +312,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         tracing::info!(revision = %set.revision, actions = set.actions.len(), routes = set.routes.len(), "policies loaded");
     }
 
-    let audit = open_audit(&config).await?;
+    let audit = match audit {
+        Some(a) => a,
+        None => open_audit(&config).await?,
+    };
     let mut registry = Registry::default();
     let http_metrics = HttpMetrics::register(&mut registry);
     let decision_metrics = crate::metrics::DecisionMetrics::register(&mut registry);

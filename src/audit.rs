@@ -217,6 +217,62 @@ impl AuditLog {
         })
     }
 
+    /// Benchmarks only: a log that stores nothing and signs nothing. It
+    /// answers each append at once, from a thread, through the same queue
+    /// and reply channel as the real writer, with a receipt that proves
+    /// nothing (key `noop`, empty proof). It exists so that
+    /// `examples/audit_e2e_bench.rs` can measure what the durable log costs;
+    /// it is deliberately not reachable from the config file or the CLI, and
+    /// must never serve real traffic.
+    #[doc(hidden)]
+    pub fn noop_for_benchmarks() -> Result<AuditLog, AuditError> {
+        let shared = new_shared();
+        if let Ok(mut h) = shared.health.lock() {
+            h.key_id = "noop".into();
+        }
+        let (tx, rx) = std::sync::mpsc::channel::<Msg>();
+        let thread = std::thread::Builder::new()
+            .name("audit-noop".into())
+            .spawn(move || {
+                let mut size = 0u64;
+                while let Ok(msg) = rx.recv() {
+                    match msg {
+                        Msg::Append(p) => {
+                            let _ = p.reply.send(Ok(Receipt {
+                                record_id: p.record_id,
+                                record_hash: record::hash_string(&p.record_hash),
+                                key_id: "noop".into(),
+                                merkle_root: record::hash_string(&[0; 32]),
+                                leaf_index: size,
+                                tree_size: size + 1,
+                                proof: Vec::new(),
+                            }));
+                            size += 1;
+                        }
+                        Msg::Rotate(reply) => {
+                            let _ =
+                                reply.send(Err(AuditError::Unavailable("no-op audit log".into())));
+                        }
+                        Msg::Shutdown(ack) => {
+                            let _ = ack.send(());
+                            return;
+                        }
+                    }
+                }
+            })
+            .map_err(|e| AuditError::Unavailable(format!("cannot start the no-op thread: {e}")))?;
+        Ok(AuditLog {
+            inner: Arc::new(Inner {
+                tx,
+                slots: Arc::new(Semaphore::new(1 << 16)),
+                shared,
+                db_path: PathBuf::from("/nonexistent/verdict-noop-audit.db"),
+                readers: Mutex::new(Vec::new()),
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
     /// Appends a record. Resolves only once the record is durable and covered
     /// by a signed checkpoint; the receipt proves inclusion in that checkpoint.
     pub async fn append(&self, record: AuditRecord) -> Result<Receipt, AuditError> {

@@ -83,16 +83,21 @@ pub struct AuditRecord {
 pub struct RecordError(pub String);
 
 impl AuditRecord {
-    /// A record with a fresh UUID v4, stamped now.
+    /// A record with a fresh time-ordered id (UUID v7), stamped now.
     pub fn new(kind: RecordKind) -> AuditRecord {
         AuditRecord::new_at(kind, OffsetDateTime::now_utc())
     }
 
-    /// A record with a fresh UUID v4, stamped at `at`.
+    /// A record with a fresh time-ordered id (UUID v7), stamped at `at`.
+    ///
+    /// v7 rather than v4: ids generated one after another sort one after
+    /// another, so the `record_id` UNIQUE index grows at its right edge
+    /// instead of touching a random page per record in every group commit.
+    /// The id reveals its creation millisecond, which `at` already states.
     pub fn new_at(kind: RecordKind, at: OffsetDateTime) -> AuditRecord {
         AuditRecord {
             schema: SCHEMA.to_string(),
-            record_id: Uuid::new_v4(),
+            record_id: Uuid::now_v7(),
             kind,
             at: format_at(at),
             request_id: None,

@@ -1,0 +1,191 @@
+//! End-to-end cost of the durable audit log on `POST /v2/authorize`.
+//!
+//! Starts the real server in-process on 127.0.0.1:0 and drives it with a
+//! bounded closed loop of concurrent HTTP clients (verbose authorize requests,
+//! each answered only after its audit record is durable and signed). The same
+//! load runs against the server with the durable log and with the log replaced
+//! by a no-op sink (`AuditLog::noop_for_benchmarks`, reachable only from code),
+//! with `audit.max_wait` 2 ms (the default) and 0. The no-op runs bracket the
+//! durable ones so drift in machine load shows.
+//!
+//! `cargo run --release --example audit_e2e_bench -- [secs] [clients]`
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use sha2::{Digest, Sha256};
+use verdict::audit::AuditLog;
+use verdict::config::{Config, Overrides};
+
+const KEY: &str = "bench-app-key-0123456789";
+
+fn body(i: u64) -> String {
+    serde_json::json!({
+        "action": {"type": "refund", "params": {"amount": i % 1000, "order_id": format!("o-{i}")}},
+        "claims": [{"text": "The customer paid $100 for the blender."}],
+        "sources": [{"source_id": "inv", "text": "Invoice: blender, amount charged $100.00."}],
+        "requirements": {"citations": "optional"},
+        "response": {"mode": "verbose"}
+    })
+    .to_string()
+}
+
+struct Outcome {
+    rps: f64,
+    mean_ms: f64,
+    p99_ms: f64,
+    n: u64,
+}
+
+async fn run(
+    label: &str,
+    noop: bool,
+    max_wait: Duration,
+    secs: u64,
+    clients: u64,
+) -> Result<Outcome, Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("policies"))?;
+    std::fs::write(
+        root.join("keys.toml"),
+        format!(
+            "[[key]]\nname = \"app\"\nhash = \"sha256:{}\"\nscopes = [\"verify\", \"authorize\", \"audit\"]\n",
+            hex::encode(Sha256::digest(KEY.as_bytes()))
+        ),
+    )?;
+    let overrides = Overrides {
+        api_listen: Some("127.0.0.1:0".parse()?),
+        policies: Some(root.join("policies")),
+        data_dir: Some(root.join("data")),
+        keys: Some(root.join("keys.toml")),
+        ..Default::default()
+    };
+    let mut config = Config::defaults(&overrides)?;
+    config.audit.max_wait = max_wait;
+    config.audit.origin = Some("verdict/bench".into());
+    let running = if noop {
+        verdict::app::start_with_audit_for_benchmarks(config, AuditLog::noop_for_benchmarks()?)
+            .await?
+    } else {
+        verdict::app::start(config).await?
+    };
+    let url = format!("http://{}/v2/authorize", running.api_addr);
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+
+    // Warm up connections and caches; not measured.
+    for i in 0..clients {
+        send(&client, &url, i).await.map_err(|e| e.to_string())?;
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (client, url, done) = (client.clone(), url.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut i = c << 32;
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                if let Err(e) = send(&client, &url, i).await {
+                    eprintln!("request failed: {e}");
+                    break;
+                }
+                lat.push(t.elapsed().as_secs_f64() * 1000.0);
+                done.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+            }
+            lat
+        }));
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await?);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    running.shutdown().await;
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let n = done.load(Ordering::Relaxed);
+    let out = Outcome {
+        rps: n as f64 / elapsed,
+        mean_ms: lat.iter().sum::<f64>() / lat.len().max(1) as f64,
+        p99_ms: lat
+            .get((lat.len() * 99 / 100).min(lat.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0),
+        n,
+    };
+    println!(
+        "{label:<26} {:>8} {:>10.0} {:>9.2} {:>9.2}",
+        out.n, out.rps, out.mean_ms, out.p99_ms
+    );
+    Ok(out)
+}
+
+async fn send(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    url: &str,
+    i: u64,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(url)
+        .header("authorization", format!("Bearer {KEY}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body(i))))?;
+    let resp = client.request(req).await?;
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await?.to_bytes();
+    if status != 200 || !bytes.windows(11).any(|w| w == b"\"record_id\"") {
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&bytes)).into());
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let secs: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(4);
+    let clients: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "POST /v2/authorize (verbose), {clients} clients, {secs}s per run, loadavg {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "{:<26} {:>8} {:>10} {:>9} {:>9}",
+        "run", "requests", "req/s", "mean ms", "p99 ms"
+    );
+    let ms2 = Duration::from_millis(2);
+    let a = run("no-op sink", true, ms2, secs, clients).await?;
+    let d2 = run("durable, max_wait=2ms", false, ms2, secs, clients).await?;
+    let d0 = run("durable, max_wait=0", false, Duration::ZERO, secs, clients).await?;
+    let b = run("no-op sink (again)", true, ms2, secs, clients).await?;
+    let base = (a.rps + b.rps) / 2.0;
+    for (label, d) in [("max_wait=2ms", &d2), ("max_wait=0", &d0)] {
+        let ratio = d.rps / base;
+        println!(
+            "durable / no-op, {label}: {ratio:.2}x (goal >= 0.80x: {})",
+            if ratio >= 0.8 { "met" } else { "NOT met" }
+        );
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "loadavg after: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    Ok(())
+}
