@@ -550,77 +550,63 @@ mod tests {
     /// The four cases interface-spec §3.1 shows, at the decision level.
     #[test]
     fn spec_cases() {
-        let no_claims_supported = [check(ClaimStatus::Unsupported, 0.0)];
-        // strict, 1 claim, no sources: deny.
-        let r = effective(
-            None,
-            &Requested {
-                decision_mode: Some(Strict),
-                ..Default::default()
-            },
-        );
-        let d = decide(&Facts {
-            requirements: &r,
-            rule_hits: &[],
-            checks: &no_claims_supported,
-            claims_without_citations: 1,
-            unavailable_sources: 0,
-        });
-        assert_eq!(d.outcome, Deny);
-        // strict + deny_if_any_unsupported: deny.
-        let r = effective(
-            None,
-            &Requested {
-                deny_if_any_unsupported: Some(true),
-                citations: Some(Citations::Optional),
-                ..Default::default()
-            },
-        );
-        let d = decide(&Facts {
-            requirements: &r,
-            rule_hits: &[],
-            checks: &no_claims_supported,
-            claims_without_citations: 1,
-            unavailable_sources: 0,
-        });
-        assert_eq!((d.outcome, d.reason), (Deny, R::UnsupportedClaims));
-        // balanced, partial coverage: needs_review.
-        let r = effective(
-            None,
-            &Requested {
-                decision_mode: Some(Balanced),
-                citations: Some(Citations::Optional),
-                ..Default::default()
-            },
-        );
-        let partial = [check(ClaimStatus::Ambiguous, 0.5)];
-        let d = decide(&Facts {
-            requirements: &r,
-            rule_hits: &[],
-            checks: &partial,
-            claims_without_citations: 1,
-            unavailable_sources: 0,
-        });
-        assert_eq!((d.outcome, d.reason), (NeedsReview, R::AmbiguousClaims));
-        // audit, supported: allow.
-        let r = effective(
-            None,
-            &Requested {
-                decision_mode: Some(Audit),
-                ..Default::default()
-            },
-        );
-        let ok = [check(ClaimStatus::Supported, 1.0)];
-        let d = decide(&Facts {
-            requirements: &r,
-            rule_hits: &[],
-            checks: &ok,
-            claims_without_citations: 0,
-            unavailable_sources: 0,
-        });
-        assert_eq!(
-            (d.outcome, d.reason, d.would_decide),
-            (Allow, R::CoverageSufficient, Some(Allow))
-        );
+        use ClaimStatus::{Ambiguous, Supported, Unsupported};
+        // (request, checks, uncited claims) -> (decision, reason)
+        let cases = [
+            // strict, one claim, no sources: deny.
+            (
+                Requested {
+                    decision_mode: Some(Strict),
+                    ..Default::default()
+                },
+                check(Unsupported, 0.0),
+                1,
+                (Deny, R::MissingCitations),
+            ),
+            // strict + deny_if_any_unsupported: deny.
+            (
+                Requested {
+                    deny_if_any_unsupported: Some(true),
+                    citations: Some(Citations::Optional),
+                    ..Default::default()
+                },
+                check(Unsupported, 0.0),
+                1,
+                (Deny, R::UnsupportedClaims),
+            ),
+            // balanced, partial coverage: needs_review.
+            (
+                Requested {
+                    decision_mode: Some(Balanced),
+                    citations: Some(Citations::Optional),
+                    ..Default::default()
+                },
+                check(Ambiguous, 0.5),
+                1,
+                (NeedsReview, R::AmbiguousClaims),
+            ),
+            // audit, one supported claim: allow.
+            (
+                Requested {
+                    decision_mode: Some(Audit),
+                    ..Default::default()
+                },
+                check(Supported, 1.0),
+                0,
+                (Allow, R::CoverageSufficient),
+            ),
+        ];
+        for (requested, c, uncited, want) in cases {
+            let r = effective(None, &requested);
+            let checks = [c];
+            let d = decide(&Facts {
+                requirements: &r,
+                rule_hits: &[],
+                checks: &checks,
+                claims_without_citations: uncited,
+                unavailable_sources: 0,
+            });
+            assert_eq!((d.outcome, d.reason), want, "{requested:?}");
+        }
     }
 }
