@@ -182,44 +182,17 @@ async fn receipts_records_proofs_and_keys_agree() {
     // The whole log verifies after a clean shutdown.
     let dir = s.shutdown().await;
     let data = dir.path().join("data");
-    let out = Command::new(bin)
-        .args(["audit", "verify", "--data-dir"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = support::cli(bin, &["audit", "verify", "--data-dir"], &data);
+    support::assert_exit(&out, 0);
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: "));
 
     // Key rotation (server stopped): the log still verifies, the new key
     // signs from now on and the old key stays published as retired.
     let old_kid = a["key_id"].as_str().unwrap().to_string();
-    let out = Command::new(bin)
-        .args(["audit", "rotate-key", "--data-dir"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = Command::new(bin)
-        .args(["audit", "verify", "--data-dir"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = support::cli(bin, &["audit", "rotate-key", "--data-dir"], &data);
+    support::assert_exit(&out, 0);
+    let out = support::cli(bin, &["audit", "verify", "--data-dir"], &data);
+    support::assert_exit(&out, 0);
     let mut config = support::test_config(&dir);
     config.data_dir = data.clone();
     let s = TestServer::attach(verdict::app::start(config).await.unwrap(), dir);
@@ -269,17 +242,12 @@ async fn a_log_that_cannot_write_fails_closed_and_recovers() {
     assert_eq!(h["components"]["audit"]["status"], "ok", "{h}");
     let dir = s.shutdown().await;
     let data = dir.path().join("data");
-    let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["audit", "verify", "--data-dir"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = support::cli(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["audit", "verify", "--data-dir"],
+        &data,
     );
+    support::assert_exit(&out, 0);
 }
 
 #[tokio::test]

@@ -388,3 +388,22 @@ pub fn spawn_binary(bin: &str, dir: &std::path::Path) -> (std::process::Child, S
     std::thread::spawn(move || for _ in lines {});
     (child, addr)
 }
+
+/// Runs `verdict <args> <path>` (the real binary) and returns its output.
+pub fn cli(bin: &str, args: &[&str], path: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(bin)
+        .args(args)
+        .arg(path)
+        .output()
+        .expect("the binary runs")
+}
+
+/// Asserts an exit code, showing stderr when it differs.
+pub fn assert_exit(out: &std::process::Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
