@@ -219,7 +219,7 @@ pub fn extract(tokens: &[Token]) -> Vec<Quantity> {
     let mut out = Vec::new();
     let n = tokens.len();
     let mut i = 0;
-    let norm = |k: usize| tokens.get(k).map_or("", |t| t.norm.as_str());
+    let norm = |k: usize| tokens.get(k).map_or("", |t| &*t.norm);
     let is_num = |k: usize| tokens.get(k).is_some_and(|t| t.kind == TokenKind::Number);
     while i < n {
         let approx = i > 0 && APPROX.contains(&norm(i - 1))

@@ -10,7 +10,9 @@
 //! names and negation then override coverage: a claim that gets a specific
 //! wrong is unsupported however many of its words match.
 
-use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::numbers::{self, QtyKind, Quantity};
 use super::text::{self, Token, TokenKind};
@@ -150,8 +152,8 @@ impl<'a> Index<'a> {
             sources: Vec::new(),
             unavailable: Vec::new(),
             units: Vec::new(),
-            surf_ids: HashMap::new(),
-            stem_ids: HashMap::new(),
+            surf_ids: HashMap::default(),
+            stem_ids: HashMap::default(),
             postings: Vec::new(),
             avg_len: 1.0,
             stemmer,
@@ -255,7 +257,7 @@ impl<'a> Index<'a> {
 struct Term {
     surf: Option<u32>,
     stem: Option<u32>,
-    stem_text: String,
+    stem_text: Rc<str>,
     weight: f64,
     name: bool,
 }
@@ -272,7 +274,7 @@ struct Analysis {
     #[allow(dead_code)]
     negated: bool,
     /// (stem, negated in the claim) for each content word.
-    polarity: Vec<(String, bool)>,
+    polarity: Vec<(Rc<str>, bool)>,
     total: f64,
 }
 
@@ -289,25 +291,25 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     let not_name = name_exemptions(claim, &tokens);
     let mut terms: Vec<Term> = Vec::new();
     let mut negated = false;
-    let mut polarity: Vec<(String, bool)> = Vec::new();
+    let mut polarity: Vec<(Rc<str>, bool)> = Vec::new();
     // Long claims (caller input, possibly huge) use hash maps so analysis
     // stays linear; short ones scan small vectors, which avoids allocating
     // maps for the common 10-30 word claim. `HashMap::new` does not allocate
     // until the first insert, and short claims never insert.
     let long = tokens.len() > 48;
-    let mut polarity_at: HashMap<&str, usize> = HashMap::new();
-    let mut mixed: HashSet<&str> = HashSet::new();
+    let mut polarity_at: HashMap<&str, usize> = HashMap::default();
+    let mut mixed: HashSet<&str> = HashSet::default();
     let mut mixed_short: Vec<&str> = Vec::new();
-    let mut seen: HashSet<&str> = HashSet::new();
+    let mut seen: HashSet<&str> = HashSet::default();
     for (i, tok) in tokens.iter().enumerate() {
         if text::is_negator(&tok.norm) {
-            negated |= tokens.get(i + 1).map_or(true, |n| n.norm != "only");
+            negated |= tokens.get(i + 1).map_or(true, |n| &*n.norm != "only");
             continue;
         }
         if !text::is_stopword(&tok.norm) {
             let neg = in_negation_scope(claim, &tokens, i);
             let at = if long {
-                polarity_at.get(tok.stem.as_str()).copied()
+                polarity_at.get(&*tok.stem).copied()
             } else {
                 polarity.iter().position(|(s, _)| *s == tok.stem)
             };
@@ -340,8 +342,8 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         if dup {
             continue;
         }
-        let stem = idx.stem_ids.get(&tok.stem).copied();
-        let surf = idx.surf_ids.get(&tok.norm).copied();
+        let stem = idx.stem_ids.get(&*tok.stem).copied();
+        let surf = idx.surf_ids.get(&*tok.norm).copied();
         let name = i > 0
             && tok.capitalized
             && tok.kind == TokenKind::Word
@@ -360,7 +362,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             name,
         });
     }
-    polarity.retain(|(s, _)| !mixed.contains(s.as_str()) && !mixed_short.contains(&s.as_str()));
+    polarity.retain(|(s, _)| !mixed.contains(&**s) && !mixed_short.contains(&&**s));
     let qty: Vec<ClaimQty> = qty
         .into_iter()
         .map(|q| ClaimQty {
@@ -414,9 +416,7 @@ fn name_exemptions(claim: &str, tokens: &[Token]) -> Vec<bool> {
                 k -= 1;
                 left -= 1;
                 let tk = &tokens[k];
-                if !(tk.capitalized
-                    || matches!(tk.norm.as_str(), "of" | "and" | "the" | "for" | "on"))
-                {
+                if !(tk.capitalized || matches!(&*tk.norm, "of" | "and" | "the" | "for" | "on")) {
                     break;
                 }
                 out[k] = true;
@@ -479,13 +479,17 @@ fn unit_levels(a: &Analysis, idx: &Index<'_>, u: usize) -> Vec<u8> {
 struct Levels<'a, 'b> {
     a: &'a Analysis,
     idx: &'a Index<'b>,
-    memo: HashMap<usize, Vec<u8>>,
+    /// Indexed by unit id; `None` until first asked.
+    memo: Vec<Option<Vec<u8>>>,
 }
 
 impl Levels<'_, '_> {
     fn get(&mut self, u: usize) -> &[u8] {
         let (a, idx) = (self.a, self.idx);
-        self.memo.entry(u).or_insert_with(|| unit_levels(a, idx, u))
+        if self.memo.len() <= u {
+            self.memo.resize_with(idx.units.len().max(u + 1), || None);
+        }
+        self.memo[u].get_or_insert_with(|| unit_levels(a, idx, u))
     }
 
     /// Rarity-weighted share of the claim's items found in the units.
@@ -585,7 +589,7 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
         let mut lv = Levels {
             a: &a,
             idx,
-            memo: HashMap::new(),
+            memo: Vec::new(),
         };
         let (r, cands) = rank(&mut lv, &allowed);
         ranked = r;
@@ -863,7 +867,7 @@ fn gates(
 fn in_negation_scope(text: &str, toks: &[Token], i: usize) -> bool {
     (i.saturating_sub(tune::NEG_WINDOW)..i).any(|k| {
         text::is_negator(&toks[k].norm)
-            && toks.get(k + 1).map_or(true, |n| n.norm != "only")
+            && toks.get(k + 1).map_or(true, |n| &*n.norm != "only")
             && text
                 .get(toks[k].end..toks[i].start)
                 .is_some_and(|gap| !gap.contains([',', '.', ';', ':', '(', ')', '!', '?', '"']))
@@ -891,10 +895,10 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
         a.polarity
             .iter()
             .enumerate()
-            .map(|(k, (s, _))| (s.as_str(), k))
+            .map(|(k, (s, _))| (&**s, k))
             .collect()
     } else {
-        HashMap::new()
+        HashMap::default()
     };
     // (seen with the claim's polarity, seen with the opposite one) per stem.
     let mut seen = vec![(false, false); a.polarity.len()];
@@ -904,7 +908,7 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
                 continue;
             }
             let at = if long {
-                claim_pol.get(t.stem.as_str()).copied()
+                claim_pol.get(&*t.stem).copied()
             } else {
                 a.polarity.iter().position(|(s, _)| *s == t.stem)
             };
@@ -924,11 +928,11 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
     let has = |stem: &str| {
         spans
             .iter()
-            .any(|(_, toks)| toks.iter().any(|t| t.stem == stem))
+            .any(|(_, toks)| toks.iter().any(|t| &*t.stem == stem))
     };
     for &(x, y) in ANTONYMS {
         for (c, e) in [(x, y), (y, x)] {
-            if a.terms.iter().any(|t| t.stem_text == c) && has(e) && !has(c) {
+            if a.terms.iter().any(|t| &*t.stem_text == c) && has(e) && !has(c) {
                 return true;
             }
         }
