@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::OnceLock;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use ahash::{AHashMap as WordMap, AHashSet as WordSet};
 
 use rust_stemmers::{Algorithm, Stemmer};
 
@@ -72,7 +72,7 @@ pub struct Stems {
     /// RefCell because tokenising happens behind shared references to the
     /// request index; the index never crosses threads. Maps a normalised
     /// word to its stem; numbers map to themselves.
-    cache: RefCell<FxHashMap<Rc<str>, Rc<str>>>,
+    cache: RefCell<WordMap<Rc<str>, Rc<str>>>,
 }
 
 impl Stems {
@@ -109,7 +109,7 @@ impl Stems {
 pub fn stemmer() -> Stems {
     Stems {
         stemmer: Stemmer::create(Algorithm::English),
-        cache: RefCell::new(FxHashMap::default()),
+        cache: RefCell::new(WordMap::default()),
     }
 }
 
@@ -357,19 +357,19 @@ pub const NEGATORS: &[&str] = &[
 /// A hash set over a word list, built once: the lists are scanned for every
 /// token, and a linear scan of ~130 words was a visible share of engine time.
 fn word_set(
-    cell: &'static OnceLock<FxHashSet<&'static str>>,
+    cell: &'static OnceLock<WordSet<&'static str>>,
     words: &'static [&'static str],
-) -> &'static FxHashSet<&'static str> {
+) -> &'static WordSet<&'static str> {
     cell.get_or_init(|| words.iter().copied().collect())
 }
 
 pub fn is_stopword(norm: &str) -> bool {
-    static SET: OnceLock<FxHashSet<&'static str>> = OnceLock::new();
+    static SET: OnceLock<WordSet<&'static str>> = OnceLock::new();
     word_set(&SET, STOPWORDS).contains(norm)
 }
 
 pub fn is_negator(norm: &str) -> bool {
-    static SET: OnceLock<FxHashSet<&'static str>> = OnceLock::new();
+    static SET: OnceLock<WordSet<&'static str>> = OnceLock::new();
     word_set(&SET, NEGATORS).contains(norm)
 }
 

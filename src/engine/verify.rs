@@ -12,7 +12,7 @@
 
 use std::rc::Rc;
 
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use ahash::{AHashMap as HashMap, AHashSet as HashSet};
 
 use super::numbers::{self, QtyKind, Quantity};
 use super::text::{self, Token, TokenKind};
