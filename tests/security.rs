@@ -172,6 +172,9 @@ async fn extracted_crlf_never_becomes_a_header() {
         &[
             ("content-type", "application/json"),
             ("x-request-id", &long),
+            ("x-verdict-record-id", "forged"),
+            ("x-verdict-review-id", "forged"),
+            ("x-verdict-decision", "allow"),
         ],
         refund(5, "fine"),
     )
@@ -180,6 +183,16 @@ async fn extracted_crlf_never_becomes_a_header() {
     let c = e.up.calls().pop().unwrap();
     let forwarded = c.headers["x-request-id"].to_str().unwrap();
     assert!(uuid::Uuid::parse_str(forwarded).is_ok(), "{forwarded}");
+    // Caller-sent x-verdict-* headers never reach the upstream.
+    let record = c.headers["x-verdict-record-id"].to_str().unwrap();
+    assert!(uuid::Uuid::parse_str(record).is_ok(), "{record}");
+    assert_eq!(c.headers.get_all("x-verdict-record-id").iter().count(), 1);
+    assert_eq!(c.headers.get_all("x-verdict-decision").iter().count(), 1);
+    assert!(
+        c.headers.get("x-verdict-review-id").is_none(),
+        "{:?}",
+        c.headers
+    );
     e.s.shutdown().await;
 }
 
