@@ -1201,7 +1201,7 @@ async fn gated_proxy_route_survives_the_corpus() {
     // Framing attacks over raw sockets: the upstream only ever sees one
     // message per attack, with a length that matches its body.
     let before = up.count();
-    let framing = framing_attacks(route, &mut t, proxy_addr, limit).await;
+    let framing = framing_attacks(route, &mut t, proxy_addr, limit, Some(&up)).await;
     let calls = up.calls();
     assert!(
         calls.len() - before <= 3,
@@ -1221,7 +1221,7 @@ async fn gated_proxy_route_survives_the_corpus() {
         assert!(c.body.starts_with(b"{\"amount\""), "{:?}", c.body);
     }
     // And on the API listener.
-    framing_attacks("/v2/verify", &mut t, s.addr, limit).await;
+    framing_attacks("/v2/verify", &mut t, s.addr, limit, None).await;
 
     healthy(&mut t, &base).await;
     let ok = send(
@@ -1304,11 +1304,16 @@ fn complete(buf: &[u8]) -> bool {
 /// were sent.
 ///
 /// hyper refuses most of them itself (an empty 400, before any handler runs).
-/// `Content-Length` together with `Transfer-Encoding: chunked` is handled as
-/// RFC 9112 §6.1 allows: the length is dropped, the body is read as chunked,
-/// and the connection is closed after the answer; the caller checks that the
-/// upstream only ever saw self-consistent framing.
-async fn framing_attacks(path: &str, t: &mut Tally, addr: SocketAddr, limit: usize) -> usize {
+/// `Content-Length` together with `Transfer-Encoding` is refused by verdict
+/// (a JSON 400, `invalid_request`) and the connection closed. Nothing refused
+/// reaches `up`.
+async fn framing_attacks(
+    path: &str,
+    t: &mut Tally,
+    addr: SocketAddr,
+    limit: usize,
+    up: Option<&MockUpstream>,
+) -> usize {
     let body = r#"{"amount":1,"claims":["The sky is blue."]}"#;
     let head = format!(
         "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {APP_KEY}\r\ncontent-type: application/json\r\n"
@@ -1323,13 +1328,15 @@ async fn framing_attacks(path: &str, t: &mut Tally, addr: SocketAddr, limit: usi
     let n = body.len();
     // (label, request, allowed statuses, the connection must close after it)
     let decided: &[u16] = &[200, 202, 403];
+    let ambiguous: &[u16] = &[400];
     let cases: Vec<(&str, String, &[u16], bool)> = vec![
         ("duplicate content-length, different values", format!("{head}content-length: {n}\r\ncontent-length: 5\r\n\r\n{body}"), &[400], true),
         ("duplicate content-length, same value", format!("{head}content-length: {n}\r\ncontent-length: {n}\r\n\r\n{body}"), decided, false),
         ("content-length list", format!("{head}content-length: {n}, {n}\r\n\r\n{body}"), &[400], true),
-        ("content-length then chunked", format!("{head}content-length: 4\r\ntransfer-encoding: chunked\r\n\r\n{chunked}"), decided, true),
-        ("chunked then content-length", format!("{head}transfer-encoding: chunked\r\ncontent-length: 4\r\n\r\n{chunked}"), decided, true),
-        ("content-length and chunked, smuggled tail", format!("{head}content-length: {}\r\ntransfer-encoding: chunked\r\n\r\n{chunked}GET /smuggled HTTP/1.1\r\nhost: x\r\n\r\n", chunked.len()), decided, true),
+        ("ambiguous: content-length then chunked", format!("{head}content-length: 4\r\ntransfer-encoding: chunked\r\n\r\n{chunked}"), ambiguous, true),
+        ("ambiguous: chunked then content-length", format!("{head}transfer-encoding: chunked\r\ncontent-length: 4\r\n\r\n{chunked}"), ambiguous, true),
+        ("content-length and gzip", format!("{head}content-length: {n}\r\ntransfer-encoding: gzip\r\n\r\n{body}"), &[400], true),
+        ("ambiguous: content-length and chunked, smuggled tail", format!("{head}content-length: {}\r\ntransfer-encoding: chunked\r\n\r\n{chunked}GET /smuggled HTTP/1.1\r\nhost: x\r\n\r\n", chunked.len()), ambiguous, true),
         ("transfer-encoding not ending in chunked", format!("{head}transfer-encoding: chunked, identity\r\n\r\n{chunked}"), &[400, 501], true),
         ("transfer-encoding gzip", format!("{head}transfer-encoding: gzip\r\n\r\n{chunked}"), &[400, 501], true),
         ("negative content-length", format!("{head}content-length: -1\r\n\r\n{body}"), &[400], true),
@@ -1346,7 +1353,22 @@ async fn framing_attacks(path: &str, t: &mut Tally, addr: SocketAddr, limit: usi
     ];
     let count = cases.len();
     for (label, req, allowed, must_close) in cases {
+        let before = up.map(MockUpstream::count);
         let (status, text) = raw_request(t, addr, req.as_bytes()).await;
+        if status >= 400 {
+            assert_eq!(
+                up.map(MockUpstream::count),
+                before,
+                "{path} {label}: refused, yet forwarded"
+            );
+        }
+        if label.starts_with("ambiguous: ") {
+            assert!(
+                text.contains("\"invalid_request\""),
+                "{path} {label}: {}",
+                short(&text)
+            );
+        }
         assert!(
             allowed.contains(&status),
             "{path} {label}: got {status}: {}",
@@ -1445,5 +1467,74 @@ async fn offsets_hold_at_grapheme_boundaries() {
         "hostile corpus: offsets: {} inputs, {seen} citations checked",
         t.0
     );
+    s.shutdown().await;
+}
+
+/// The ambiguity check follows framing across a keep-alive connection: after
+/// a chunked and a fixed-length request are served, an ambiguous third one is
+/// refused and the connection closed.
+#[tokio::test]
+async fn ambiguous_framing_is_refused_later_on_a_keep_alive_connection() {
+    let s = TestServer::start().await;
+    let body =
+        r#"{"claims":["The sky is blue."],"sources":[{"id":"s","text":"The sky is blue."}]}"#;
+    let head = format!(
+        "POST /v2/verify HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {APP_KEY}\r\ncontent-type: application/json\r\n"
+    );
+    // The chunked body is split so that a chunk holds a fake head.
+    let fake = "content-length: 1\r\ntransfer-encoding: chunked\r\n\r\n";
+    let chunked = format!(
+        "{}transfer-encoding: chunked\r\n\r\n1\r\n{{\r\n{:x};ext=x\r\n{}\r\n0\r\ntrailer-x: 1\r\n\r\n",
+        head,
+        body.len() - 1,
+        &body[1..]
+    );
+    let requests = [
+        chunked,
+        format!("{head}content-length: {}\r\n\r\n{body}", body.len()),
+        format!("{head}content-length: {}\r\n\r\n{}", fake.len(), fake),
+        format!("{head}content-length: 4\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n"),
+    ];
+    let mut sock = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut t = Tally::default();
+    for (i, req) in requests.iter().enumerate() {
+        t.0 += 1;
+        sock.write_all(req.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let read = async {
+            let mut chunk = [0u8; 8192];
+            while !complete(&buf) {
+                match sock.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        };
+        tokio::time::timeout(PER_REQUEST, read).await.unwrap();
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        match i {
+            0 | 1 => assert!(text.starts_with("HTTP/1.1 200"), "request {i}: {text}"),
+            // The fake head inside a body is body: the JSON is not a claim set.
+            2 => assert!(
+                text.starts_with("HTTP/1.1 400") && text.contains("invalid_json"),
+                "request {i}: {text}"
+            ),
+            _ => {
+                assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+                assert!(text.contains("\"invalid_request\""), "{text}");
+                assert!(
+                    text.to_ascii_lowercase().contains("connection: close"),
+                    "{text}"
+                );
+            }
+        }
+    }
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(PER_REQUEST, sock.read_to_end(&mut rest))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the connection is closed after the refusal");
+    eprintln!("hostile corpus: keep-alive framing: {} inputs", t.0);
     s.shutdown().await;
 }
