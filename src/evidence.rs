@@ -8,7 +8,15 @@
 //! only inside the allowlist. A checksum that does not match makes a source
 //! unavailable too. The service never goes looking for evidence on its own:
 //! only what a request names is read.
+//!
+//! An allowlisted *hostname* is not trusted to stay where it pointed: its
+//! addresses are resolved and checked before the fetch, and the address the
+//! connection actually reached is checked again before the body is read (a
+//! DNS answer that changes in between gains nothing). Link-local addresses
+//! (`169.254.0.0/16`, `fe80::/10`) and the cloud metadata endpoints are
+//! refused unless the origin names that very IP literal in `allow_origins`.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +25,7 @@ use bytes::Bytes;
 use http::{Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::{HttpConnector, HttpInfo};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use sha2::{Digest, Sha256};
@@ -198,6 +206,10 @@ impl Resolver {
             if !self.inner.origins.contains(&origin) {
                 return Err(format!("origin {origin} is not on evidence.allow_origins"));
             }
+            let literal = ip_literal(&current);
+            if literal.is_none() {
+                check_resolved(&current).await?;
+            }
             let req = Request::get(current.clone())
                 .header("accept", "text/plain, text/*;q=0.9, */*;q=0.1")
                 .body(Empty::new())
@@ -206,6 +218,15 @@ impl Resolver {
                 .request(req)
                 .await
                 .map_err(|e| format!("fetch failed: {e}"))?;
+            // The address actually connected to, whatever DNS said before.
+            if let Some(info) = resp.extensions().get::<HttpInfo>() {
+                let ip = info.remote_addr().ip();
+                if Some(ip) != literal && is_forbidden_ip(ip) {
+                    return Err(format!(
+                        "{origin} connected to {ip}, a link-local or metadata address"
+                    ));
+                }
+            }
             let status = resp.status();
             if status.is_redirection() {
                 let location = resp
@@ -294,6 +315,56 @@ fn origin_of(uri: &Uri) -> Option<String> {
         _ => None,
     })?;
     Some(format!("{scheme}://{host}:{port}"))
+}
+
+/// The uri's host when it is an IP literal (`1.2.3.4` or `[fe80::1]`): an
+/// operator who allowlists a literal means that address.
+fn ip_literal(uri: &Uri) -> Option<IpAddr> {
+    let host = uri.host()?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    host.parse().ok()
+}
+
+/// Resolves an allowlisted hostname and refuses it when any of its addresses
+/// is link-local or a metadata endpoint.
+async fn check_resolved(uri: &Uri) -> Result<(), String> {
+    let host = uri.host().ok_or("invalid uri")?.to_string();
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .collect();
+    match addrs.iter().find(|a| is_forbidden_ip(a.ip())) {
+        Some(a) => Err(format!(
+            "{host} resolves to {}, a link-local or metadata address",
+            a.ip()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Link-local (`169.254.0.0/16`, `fe80::/10`) and the cloud metadata
+/// endpoints (`169.254.169.254`, AWS `fd00:ec2::254`, Alibaba
+/// `100.100.100.200`), also as IPv4-mapped IPv6.
+fn is_forbidden_ip(ip: IpAddr) -> bool {
+    const ALIBABA: Ipv4Addr = Ipv4Addr::new(100, 100, 100, 200);
+    const AWS_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local() || v4 == ALIBABA,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_forbidden_ip(IpAddr::V4(v4)),
+            None => (v6.segments()[0] & 0xffc0) == 0xfe80 || v6 == AWS_V6,
+        },
+    }
 }
 
 fn join_location(base: &Uri, location: &str) -> Option<Uri> {
@@ -404,6 +475,65 @@ mod tests {
             .await;
         assert!(got[0].text.is_ok());
         assert_eq!(got[1].text, Err("checksum mismatch".into()));
+    }
+
+    #[test]
+    fn link_local_and_metadata_addresses_are_forbidden() {
+        let cases = [
+            ("169.254.169.254", true),
+            ("169.254.0.1", true),
+            ("100.100.100.200", true),
+            ("fe80::1", true),
+            ("febf::1", true),
+            ("fd00:ec2::254", true),
+            ("::ffff:169.254.169.254", true),
+            ("127.0.0.1", false),
+            ("10.0.0.1", false),
+            ("::1", false),
+            ("fec0::1", false),
+            ("100.100.100.201", false),
+        ];
+        for (ip, forbidden) in cases {
+            let parsed: IpAddr = ip.parse().unwrap();
+            assert_eq!(is_forbidden_ip(parsed), forbidden, "{ip}");
+        }
+    }
+
+    /// An allowlisted *hostname* that resolves to the metadata address is
+    /// refused before any connection; the same address allowlisted as an IP
+    /// literal is the operator's explicit choice and is tried.
+    #[tokio::test]
+    async fn hostnames_resolving_to_link_local_are_refused() {
+        // `2852039166` is 169.254.169.254 written as one number: a name for
+        // the resolver, the metadata address once resolved.
+        let mut c = cfg(
+            vec![],
+            vec![
+                "http://2852039166:80".into(),
+                "http://169.254.169.254:80".into(),
+                "http://[fe80::1]:80".into(),
+            ],
+        );
+        c.fetch_timeout = Duration::from_millis(300);
+        let r = Resolver::new(&c);
+        let got = r
+            .resolve(&[
+                uri("named", "http://2852039166/latest/meta-data"),
+                uri("literal", "http://169.254.169.254/latest/meta-data"),
+                uri("v6", "http://[fe80::1]/x"),
+                uri("v6-other-port", "http://[fe80::1]:8080/x"),
+            ])
+            .await;
+        let err = |i: usize| got[i].text.clone().unwrap_err();
+        assert!(err(0).contains("link-local or metadata"), "{}", err(0));
+        // Explicit literals are attempted (and fail to connect here).
+        assert!(!err(1).contains("link-local"), "{}", err(1));
+        assert!(!err(2).contains("link-local"), "{}", err(2));
+        assert!(
+            err(3).contains("not on evidence.allow_origins"),
+            "{}",
+            err(3)
+        );
     }
 
     #[test]

@@ -105,7 +105,7 @@ pub struct GateOutcome {
     pub receipt: Receipt,
 }
 
-fn parse_mode(s: &str) -> Result<DecisionMode, ApiError> {
+pub fn parse_mode(s: &str) -> Result<DecisionMode, ApiError> {
     match s {
         "strict" => Ok(DecisionMode::Strict),
         "balanced" => Ok(DecisionMode::Balanced),
@@ -116,7 +116,7 @@ fn parse_mode(s: &str) -> Result<DecisionMode, ApiError> {
     }
 }
 
-fn parse_citations(s: &str) -> Result<Citations, ApiError> {
+pub fn parse_citations(s: &str) -> Result<Citations, ApiError> {
     match s {
         "required" => Ok(Citations::Required),
         "optional" => Ok(Citations::Optional),

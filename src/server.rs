@@ -5,12 +5,15 @@
 //! through hyper-util's auto builder. Three limits protect the process from
 //! misbehaving clients: a cap on concurrent connections (excess connections get
 //! a short 503 and are closed), a header read timeout (slowloris) and a bound
-//! on the TLS handshake. On shutdown the listener stops accepting, asks every
+//! on the TLS handshake. HTTP/1 requests with ambiguous framing (both
+//! `Content-Length` and `Transfer-Encoding`) are refused with a 400 before any
+//! handler sees them (see [`framing`]). On shutdown the listener stops accepting, asks every
 //! connection to finish its in-flight requests, and gives up after the grace
 //! period.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http::{Request, Response};
@@ -27,7 +30,10 @@ use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{ServerConfig, TlsFiles};
+use crate::error::ApiError;
 use crate::http_util::RespBody;
+
+mod framing;
 
 /// Facts about the connection a request arrived on.
 #[derive(Debug, Clone, Copy)]
@@ -141,11 +147,20 @@ pub async fn serve<H: Handler>(
         let acceptor = acceptor.clone();
         let watcher = graceful.watcher();
         let header_timeout = limits.header_read_timeout;
+        // Raised by the stream wrapper when a request head is ambiguous.
+        let ambiguous = Arc::new(AtomicBool::new(false));
+        let flag = ambiguous.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let service = service_fn(move |req: Request<Incoming>| {
                 let handler = handler.clone();
-                async move { Ok::<_, std::convert::Infallible>(handler.handle(req, conn).await) }
+                let flag = flag.clone();
+                async move {
+                    if flag.load(Ordering::Acquire) {
+                        return Ok(refuse_ambiguous(&req, peer));
+                    }
+                    Ok::<_, std::convert::Infallible>(handler.handle(req, conn).await)
+                }
             });
             let result = match acceptor {
                 Some(acceptor) => {
@@ -162,7 +177,10 @@ pub async fn serve<H: Handler>(
                             }
                         };
                     watcher
-                        .watch(builder.serve_connection(TokioIo::new(tls), service))
+                        .watch(builder.serve_connection(
+                            TokioIo::new(framing::Watched::new(tls, ambiguous)),
+                            service,
+                        ))
                         .await
                 }
                 None => {
@@ -175,7 +193,10 @@ pub async fn serve<H: Handler>(
                         _ => return,
                     }
                     watcher
-                        .watch(builder.serve_connection(TokioIo::new(stream), service))
+                        .watch(builder.serve_connection(
+                            TokioIo::new(framing::Watched::new(stream, ambiguous)),
+                            service,
+                        ))
                         .await
                 }
             };
@@ -198,6 +219,25 @@ pub async fn serve<H: Handler>(
             tracing::warn!(listener = name, grace = ?limits.shutdown_grace, "grace period over; closing remaining connections");
         }
     }
+}
+
+/// The answer to a request with both `Content-Length` and
+/// `Transfer-Encoding`: a 400, and the connection is closed after it.
+fn refuse_ambiguous(req: &Request<Incoming>, peer: SocketAddr) -> Response<RespBody> {
+    let request_id = crate::http_util::request_id(req.headers());
+    tracing::warn!(%peer, request_id, "request with both content-length and transfer-encoding refused");
+    let mut resp = ApiError::BadRequest(
+        "a request must not carry both content-length and transfer-encoding".into(),
+    )
+    .into_response(&request_id);
+    resp.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    if let Ok(v) = http::HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert(crate::http_util::REQUEST_ID, v);
+    }
+    resp
 }
 
 /// Answers a connection over the cap with a short 503 and closes it.

@@ -49,6 +49,16 @@ pub struct Prepared {
 /// Validates a verify body (also used for each batch item).
 pub fn prepare(req: VerifyRequest, field_prefix: &str) -> Result<Prepared, ApiError> {
     let mode = wire::response_mode(req.response.as_ref())?;
+    // Verify has no use for a decision mode or a citation policy, but a value
+    // the schema does not allow is refused here as authorize refuses it.
+    if let Some(r) = req.requirements.as_ref() {
+        if let Some(m) = r.decision_mode.as_deref() {
+            crate::gate::parse_mode(m)?;
+        }
+        if let Some(c) = r.citations.as_deref() {
+            crate::gate::parse_citations(c)?;
+        }
+    }
     let mut params = engine::Params::default();
     if let Some(m) = wire::min_coverage(req.requirements.as_ref(), req.options.as_ref())? {
         params.min_coverage = m;

@@ -407,3 +407,72 @@ pub fn assert_exit(out: &std::process::Output, code: i32) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+// === hostile/security helpers (tests/security.rs) ===
+
+/// Like [`spawn_binary`], with `RUST_LOG=<filter>`, and every byte the
+/// process writes to stdout and stderr captured into the returned buffer.
+pub fn spawn_binary_logged(
+    bin: &str,
+    dir: &std::path::Path,
+    filter: &str,
+) -> (
+    std::process::Child,
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+) {
+    use std::io::Read;
+    std::fs::create_dir_all(dir.join("policies")).expect("policies dir");
+    if !dir.join("keys.toml").exists() {
+        std::fs::write(dir.join("keys.toml"), keys_toml()).expect("keys file");
+    }
+    let mut child = std::process::Command::new(bin)
+        .args(["serve", "--api-listen", "127.0.0.1:0", "--keys"])
+        .arg(dir.join("keys.toml"))
+        .arg("--policies")
+        .arg(dir.join("policies"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env("RUST_LOG", filter)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let pipes: Vec<Box<dyn Read + Send>> = vec![
+        Box::new(child.stdout.take().expect("piped stdout")),
+        Box::new(child.stderr.take().expect("piped stderr")),
+    ];
+    for mut pipe in pipes {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                log.lock().expect("log").extend_from_slice(&buf[..n]);
+            }
+        });
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let addr = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never logged its address"
+        );
+        let text = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+        let found = text
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n') && l.contains("api listening"))
+            .find_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l.trim()).ok()?;
+                v["addr"].as_str().map(str::to_string)
+            });
+        if let Some(addr) = found {
+            break addr;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (child, addr, log)
+}

@@ -1,0 +1,1557 @@
+//! A hostile-input corpus against every JSON endpoint and a gated proxy
+//! route: malformed and non-JSON bodies, wrong types and nulls, 10 000-level
+//! nesting, huge strings and word counts, invalid UTF-8, lone surrogates, NUL
+//! bytes, absurd numbers, wrong content types and ambiguous HTTP framing sent
+//! as raw bytes. Every input must get its documented 4xx (or a 200 when it is
+//! merely large but valid) with a JSON error body, within a timeout, never a
+//! 500; and the server must still answer afterwards. Each test prints how
+//! many inputs it tried.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Method;
+use http_body_util::{BodyExt, Full};
+use serde_json::{json, Value};
+use support::{MockUpstream, TestServer, APP_KEY, REVIEW_KEY};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// No single hostile request may take longer than this.
+const PER_REQUEST: Duration = Duration::from_secs(15);
+
+/// A gated route: claims and evidence from the body, a header parameter, a
+/// rule that holds large amounts for review.
+const POLICY: &str = r#"
+[[action]]
+type = "refund.create"
+requirements = { decision_mode = "balanced", min_coverage = 0.85, citations = "optional" }
+
+  [[action.rule]]
+  param = "amount"
+  op = "gt"
+  value = 500
+  effect = "review"
+
+[[route]]
+name = "create-refund"
+method = "POST"
+path = "/api/orders/{order_id}/refunds"
+action = "refund.create"
+params = { order_id = "path:order_id", amount = "body:/amount", note = "body:/note" }
+claims = "body:/claims"
+sources = "body:/evidence"
+on_review = "hold"
+hold_timeout = "50ms"
+"#;
+
+const EV: &str = "Invoice INV-2291 for order 77: amount charged $100.00. Courier note: package damaged in transit.";
+
+/// One hostile input and what it must get back.
+struct Case {
+    label: String,
+    content_type: Option<&'static str>,
+    body: Vec<u8>,
+    status: u16,
+    /// The `error.code`, or "" for a 200.
+    code: &'static str,
+}
+
+fn case(
+    label: impl Into<String>,
+    body: impl Into<Vec<u8>>,
+    status: u16,
+    code: &'static str,
+) -> Case {
+    Case {
+        label: label.into(),
+        content_type: Some("application/json"),
+        body: body.into(),
+        status,
+        code,
+    }
+}
+
+fn with_ct(mut c: Case, ct: Option<&'static str>) -> Case {
+    c.content_type = ct;
+    c
+}
+
+/// Counts the inputs a test sent.
+#[derive(Default)]
+struct Tally(usize);
+
+/// Sends one request within [`PER_REQUEST`] and returns the response.
+async fn send(
+    t: &mut Tally,
+    base: &str,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> support::Resp {
+    t.0 += 1;
+    let client = support::client();
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(format!("{base}{path}"));
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let req = b.body(Full::new(Bytes::from(body))).unwrap();
+    let fut = async {
+        let resp = client.request(req).await.expect("a response");
+        let (parts, body) = resp.into_parts();
+        support::Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: body.collect().await.expect("a body").to_bytes(),
+        }
+    };
+    tokio::time::timeout(PER_REQUEST, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{path}: no answer within {PER_REQUEST:?}"))
+}
+
+/// Runs every case against one JSON endpoint and checks status and code.
+async fn run_cases(t: &mut Tally, base: &str, path: &str, key: &str, cases: Vec<Case>) {
+    let auth = format!("Bearer {key}");
+    for c in cases {
+        let mut h = vec![("authorization", auth.as_str())];
+        if let Some(ct) = c.content_type {
+            h.push(("content-type", ct));
+        }
+        let r = send(t, base, Method::POST, path, &h, c.body).await;
+        check(&r, &format!("{path} {}", c.label), c.status, c.code);
+    }
+}
+
+/// The status, and for errors the DESIGN §3 JSON body with `code`.
+fn check(r: &support::Resp, label: &str, status: u16, code: &str) {
+    assert_eq!(r.status, status, "{label}: {}", short(&r.text()));
+    assert!(r.status < 500, "{label}: {}", r.text());
+    if status != 200 {
+        let v: Value = serde_json::from_slice(&r.body)
+            .unwrap_or_else(|_| panic!("{label}: error body is not JSON: {}", r.text()));
+        assert_eq!(v["error"]["code"], code, "{label}: {v}");
+        assert!(v["error"]["message"].is_string(), "{label}: {v}");
+        assert!(v["error"]["request_id"].is_string(), "{label}: {v}");
+    }
+}
+
+/// The first 300 characters, for assertion messages.
+fn short(s: &str) -> String {
+    s.chars().take(300).collect()
+}
+
+fn deep_array(levels: usize) -> String {
+    format!("{}{}", "[".repeat(levels), "]".repeat(levels))
+}
+
+fn deep_object(levels: usize) -> String {
+    format!("{}1{}", r#"{"a":"#.repeat(levels), "}".repeat(levels))
+}
+
+/// Malformed bytes, non-JSON and wrong content types: the same answer from
+/// every JSON endpoint, whatever its schema.
+fn malformed(limit: usize) -> Vec<Case> {
+    let over = format!(r#"{{"x":"{}"}}"#, "a".repeat(limit + 10));
+    vec![
+        case("not json", "{not json", 400, "invalid_json"),
+        case("empty", "", 400, "invalid_json"),
+        case("whitespace only", "  \n\t ", 400, "invalid_json"),
+        case("truncated", r#"{"claims":["a""#, 400, "invalid_json"),
+        case("trailing garbage", "{}x", 400, "invalid_json"),
+        case("two documents", "{} {}", 400, "invalid_json"),
+        case("utf-8 bom", b"\xef\xbb\xbf{}".to_vec(), 400, "invalid_json"),
+        case(
+            "invalid utf-8",
+            b"{\"claims\":[\"\xff\xfe\xc0\"]}".to_vec(),
+            400,
+            "invalid_json",
+        ),
+        case(
+            "overlong utf-8",
+            b"{\"claims\":[\"\xc0\xaf\"]}".to_vec(),
+            400,
+            "invalid_json",
+        ),
+        case(
+            "lone high surrogate",
+            r#"{"claims":["\ud800"]}"#,
+            400,
+            "invalid_json",
+        ),
+        case(
+            "lone low surrogate",
+            r#"{"claims":["\udc00x"]}"#,
+            400,
+            "invalid_json",
+        ),
+        case(
+            "raw NUL in a string",
+            b"{\"claims\":[\"a\x00b\"]}".to_vec(),
+            400,
+            "invalid_json",
+        ),
+        case(
+            "raw NUL outside",
+            b"{\"claims\":[\"a\"]}\x00".to_vec(),
+            400,
+            "invalid_json",
+        ),
+        case(
+            "raw newline in a string",
+            "{\"claims\":[\"a\nb\"]}",
+            400,
+            "invalid_json",
+        ),
+        case(
+            "10000-deep array",
+            format!(r#"{{"claims":{}}}"#, deep_array(10_000)),
+            400,
+            "invalid_json",
+        ),
+        case(
+            "10000-deep object",
+            deep_object(10_000),
+            400,
+            "invalid_json",
+        ),
+        case(
+            "unclosed deep array",
+            "[".repeat(10_000),
+            400,
+            "invalid_json",
+        ),
+        case(
+            "number out of range",
+            r#"{"claims":["a"],"x":1e400}"#,
+            400,
+            "invalid_json",
+        ),
+        case(
+            "NaN literal",
+            r#"{"claims":["a"],"x":NaN}"#,
+            400,
+            "invalid_json",
+        ),
+        case("single quotes", "{'claims':['a']}", 400, "invalid_json"),
+        case("form body", "claims=a&sources=b", 400, "invalid_json"),
+        case("xml body", "<claims><c>a</c></claims>", 400, "invalid_json"),
+        case(
+            "binary",
+            (0u8..=255).cycle().take(4096).collect::<Vec<u8>>(),
+            400,
+            "invalid_json",
+        ),
+        case("over the body limit", over, 413, "payload_too_large"),
+        with_ct(
+            case("no content type", "{}", 415, "unsupported_media_type"),
+            None,
+        ),
+        with_ct(
+            case("text/plain", "{}", 415, "unsupported_media_type"),
+            Some("text/plain"),
+        ),
+        with_ct(
+            case("form type", "{}", 415, "unsupported_media_type"),
+            Some("application/x-www-form-urlencoded"),
+        ),
+        with_ct(
+            case("multipart", "{}", 415, "unsupported_media_type"),
+            Some("multipart/form-data; boundary=x"),
+        ),
+        with_ct(
+            case("json suffix type", "{}", 415, "unsupported_media_type"),
+            Some("application/json-patch+json"),
+        ),
+        with_ct(
+            case("json prefix type", "{}", 415, "unsupported_media_type"),
+            Some("application/jsonx"),
+        ),
+    ]
+}
+
+/// Shape errors (400) and value errors (422) of the verify schema, under an
+/// optional prefix: `{}` for verify, `{"action":...,` for authorize.
+fn verify_shapes(wrap: &dyn Fn(&str) -> String) -> Vec<Case> {
+    let w = |s: &str| wrap(s).into_bytes();
+    let src = r#""sources":[{"source_id":"s","text":"The sky is blue."}]"#;
+    let claims = r#""claims":["The sky is blue."]"#;
+    vec![
+        case("null body", "null", 400, "invalid_request"),
+        case("array body", "[1,2]", 400, "invalid_request"),
+        case("string body", r#""claims""#, 400, "invalid_request"),
+        case("number body", "42", 400, "invalid_request"),
+        case("claims null", w(r#""claims":null"#), 400, "invalid_request"),
+        case(
+            "claims string",
+            w(r#""claims":"x""#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "claims object",
+            w(r#""claims":{"text":"x"}"#),
+            400,
+            "invalid_request",
+        ),
+        case("claims number", w(r#""claims":7"#), 400, "invalid_request"),
+        case(
+            "claim null",
+            w(r#""claims":[null]"#),
+            400,
+            "invalid_request",
+        ),
+        case("claim number", w(r#""claims":[1]"#), 400, "invalid_request"),
+        case(
+            "claim nested array",
+            w(r#""claims":[["x"]]"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "claim text null",
+            w(r#""claims":[{"text":null}]"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "claim text array",
+            w(r#""claims":[{"text":["a"]}]"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "claim id number",
+            w(r#""claims":[{"text":"a","id":5}]"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "citations string",
+            w(r#""claims":[{"text":"a","citations":"s"}]"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "citation null",
+            w(r#""claims":[{"text":"a","citations":[null]}]"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "sources string",
+            w(&format!(r#"{claims},"sources":"s""#)),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "sources null",
+            w(&format!(r#"{claims},"sources":null"#)),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "source number",
+            w(&format!(r#"{claims},"sources":[1]"#)),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "source text number",
+            w(&format!(r#"{claims},"sources":[{{"id":"s","text":5}}]"#)),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "source id object",
+            w(&format!(r#"{claims},"sources":[{{"id":{{}},"text":"t"}}]"#)),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "min_coverage string NaN",
+            w(&format!(
+                r#"{claims},{src},"requirements":{{"min_coverage":"NaN"}}"#
+            )),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "min_coverage string inf",
+            w(&format!(
+                r#"{claims},{src},"options":{{"min_coverage":"Infinity"}}"#
+            )),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "min_coverage null-ish",
+            w(&format!(
+                r#"{claims},{src},"requirements":{{"min_coverage":[]}}"#
+            )),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "min_coverage negative",
+            w(&format!(
+                r#"{claims},{src},"requirements":{{"min_coverage":-0.5}}"#
+            )),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "min_coverage 1e308",
+            w(&format!(
+                r#"{claims},{src},"requirements":{{"min_coverage":1e308}}"#
+            )),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "min_coverage -1e308",
+            w(&format!(
+                r#"{claims},{src},"options":{{"min_coverage":-1e308}}"#
+            )),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "min_coverage huge int",
+            w(&format!(
+                r#"{claims},{src},"requirements":{{"min_coverage":99999999999999999999999}}"#
+            )),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "evidence_limit negative",
+            w(&format!(
+                r#"{claims},{src},"options":{{"evidence_limit":-1}}"#
+            )),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "evidence_limit float",
+            w(&format!(
+                r#"{claims},{src},"options":{{"evidence_limit":2.5}}"#
+            )),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "evidence_limit 1e308",
+            w(&format!(
+                r#"{claims},{src},"options":{{"evidence_limit":1e308}}"#
+            )),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "evidence_limit u64::MAX",
+            w(&format!(
+                r#"{claims},{src},"options":{{"evidence_limit":18446744073709551615}}"#
+            )),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "evidence_limit over u64",
+            w(&format!(
+                r#"{claims},{src},"options":{{"evidence_limit":18446744073709551616}}"#
+            )),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "evidence_limit string",
+            w(&format!(
+                r#"{claims},{src},"options":{{"evidence_limit":"NaN"}}"#
+            )),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "options string",
+            w(&format!(r#"{claims},{src},"options":"all""#)),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "response mode number",
+            w(&format!(r#"{claims},{src},"response":{{"mode":1}}"#)),
+            400,
+            "invalid_request",
+        ),
+        case("empty claims", w(r#""claims":[]"#), 422, "invalid_request"),
+        case(
+            "blank claim",
+            w(r#""claims":["   "]"#),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "duplicate source id",
+            w(&format!(
+                r#"{claims},"sources":[{{"id":"a","text":"t"}},{{"id":"a","text":"u"}}]"#
+            )),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "source without content",
+            w(&format!(r#"{claims},"sources":[{{"id":"a"}}]"#)),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "source text and uri",
+            w(&format!(
+                r#"{claims},"sources":[{{"id":"a","text":"t","uri":"file:///etc/passwd"}}]"#
+            )),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "unknown decision mode",
+            w(&format!(
+                r#"{claims},{src},"requirements":{{"decision_mode":"yolo"}}"#
+            )),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "unknown citations policy",
+            w(&format!(
+                r#"{claims},{src},"requirements":{{"citations":"maybe"}}"#
+            )),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "citations policy number",
+            w(&format!(
+                r#"{claims},{src},"requirements":{{"citations":1}}"#
+            )),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "unknown fields are ignored",
+            w(&format!(r#"{claims},{src},"zzz":{{"deep":[1,2,3]}}"#)),
+            200,
+            "",
+        ),
+        case(
+            "escaped NUL is text",
+            w(r#""claims":["a\u0000b"],"sources":[{"id":"s","text":"a\u0000b"}]"#),
+            200,
+            "",
+        ),
+        case(
+            "valid surrogate pair",
+            w(
+                r#""claims":["\ud83d\ude00 blue"],"sources":[{"id":"s","text":"\ud83d\ude00 blue"}]"#,
+            ),
+            200,
+            "",
+        ),
+    ]
+}
+
+/// Large but valid inputs within the body limit: they must be answered (200)
+/// in bounded time, not refused and not crashed on.
+fn big_valid(wrap: &dyn Fn(&str) -> String) -> Vec<Case> {
+    let words = "refund ".repeat(100_000);
+    let many_sources: Vec<Value> = (0..10_000)
+        .map(|i| json!({"id": format!("s{i}"), "text": format!("Parcel {i} was delivered.")}))
+        .collect();
+    let long_text = "The parcel was damaged in transit. ".repeat(20_000);
+    vec![
+        case(
+            "claim of 100000 words, no sources",
+            wrap(&format!(r#""claims":[{}]"#, json!(words))),
+            200,
+            "",
+        ),
+        case(
+            "claim of 100000 words against a source",
+            wrap(&format!(
+                r#""claims":[{}],"sources":[{{"id":"s","text":{}}}]"#,
+                json!(words),
+                json!(EV)
+            )),
+            200,
+            "",
+        ),
+        case(
+            "10000 sources",
+            wrap(&format!(
+                r#""claims":["Parcel 9999 was delivered."],"sources":{}"#,
+                Value::Array(many_sources)
+            )),
+            200,
+            "",
+        ),
+        case(
+            "a 700 KB source",
+            wrap(&format!(
+                r#""claims":["The parcel was damaged in transit."],"sources":[{{"id":"s","text":{}}}]"#,
+                json!(long_text)
+            )),
+            200,
+            "",
+        ),
+    ]
+}
+
+async fn healthy(t: &mut Tally, base: &str) {
+    let r = send(t, base, Method::GET, "/health", &[], vec![]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let auth = format!("Bearer {APP_KEY}");
+    let r = send(
+        t,
+        base,
+        Method::POST,
+        "/v2/verify",
+        &[("authorization", &auth), ("content-type", "application/json")],
+        br#"{"claims":["The sky is blue."],"sources":[{"id":"s","text":"The sky is blue today."}]}"#
+            .to_vec(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["verdict"], "supported", "{}", r.text());
+}
+
+#[tokio::test]
+async fn verify_survives_the_corpus() {
+    let s = TestServer::start().await;
+    let base = format!("http://{}", s.addr);
+    let limit = s.running.as_ref().unwrap().app.config.limits.max_body_bytes;
+    let mut t = Tally::default();
+    let started = std::time::Instant::now();
+
+    let plain = |inner: &str| format!("{{{inner}}}");
+    let mut cases = malformed(limit);
+    cases.extend(verify_shapes(&plain));
+    cases.extend(big_valid(&plain));
+    run_cases(&mut t, &base, "/v2/verify", APP_KEY, cases).await;
+
+    healthy(&mut t, &base).await;
+    eprintln!(
+        "hostile corpus: verify: {} inputs in {:?}",
+        t.0,
+        started.elapsed()
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn authorize_survives_the_corpus() {
+    let s = TestServer::start().await;
+    let base = format!("http://{}", s.addr);
+    let limit = s.running.as_ref().unwrap().app.config.limits.max_body_bytes;
+    let mut t = Tally::default();
+    let started = std::time::Instant::now();
+
+    let action = |inner: &str| {
+        format!(r#"{{"action":{{"type":"refund.create","params":{{"amount":5}}}},{inner}}}"#)
+    };
+    let mut cases = malformed(limit);
+    cases.extend(verify_shapes(&action).into_iter().map(|mut c| {
+        // `claims` is optional in authorize: null or [] is "none sent", and
+        // a request without claims is decided (deny, `no_claims`, DESIGN §5
+        // row 8), not refused.
+        if c.label == "claims null" || c.label == "empty claims" {
+            (c.status, c.code) = (200, "");
+        }
+        c
+    }));
+    cases.extend(big_valid(&action));
+    let claims = r#""claims":["The sky is blue."]"#;
+    cases.extend([
+        case(
+            "action missing",
+            format!("{{{claims}}}"),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "action null",
+            format!(r#"{{"action":null,{claims}}}"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "action string",
+            format!(r#"{{"action":"refund",{claims}}}"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "action type number",
+            format!(r#"{{"action":{{"type":5}},{claims}}}"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "action params array",
+            format!(r#"{{"action":{{"type":"a","params":[1]}},{claims}}}"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "answer number",
+            action(r#""answer":5"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "answer text null",
+            action(r#""answer":{"text":null}"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "decision mode number",
+            action(&format!(r#"{claims},"requirements":{{"decision_mode":3}}"#)),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "deep params are data, not a crash",
+            format!(
+                r#"{{"action":{{"type":"a","params":{{"p":{}}}}},{claims}}}"#,
+                deep_array(100)
+            ),
+            200,
+            "",
+        ),
+    ]);
+    run_cases(&mut t, &base, "/v2/authorize", APP_KEY, cases).await;
+
+    healthy(&mut t, &base).await;
+    eprintln!(
+        "hostile corpus: authorize: {} inputs in {:?}",
+        t.0,
+        started.elapsed()
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn batch_survives_the_corpus() {
+    let s = TestServer::start_with(|c| {
+        c.limits.max_batch_items = 50;
+        c.limits.max_batch_body_bytes = 2 << 20;
+    })
+    .await;
+    let base = format!("http://{}", s.addr);
+    let mut t = Tally::default();
+    let item =
+        r#"{"claims":["The sky is blue."],"sources":[{"id":"s","text":"The sky is blue."}]}"#;
+    let jobs = |inner: &str| format!(r#"{{"jobs":[{{{inner}}}]}}"#);
+    let mut cases = malformed(2 << 20);
+    cases.retain(|c| c.status != 413);
+    cases.extend(verify_shapes(&jobs).into_iter().filter(|c| c.status != 200));
+    let too_many = format!(r#"{{"jobs":[{}]}}"#, vec![item; 51].join(","));
+    cases.extend([
+        case("jobs missing", "{}", 400, "invalid_request"),
+        case("jobs null", r#"{"jobs":null}"#, 400, "invalid_request"),
+        case("jobs string", r#"{"jobs":"x"}"#, 400, "invalid_request"),
+        case("job null", r#"{"jobs":[null]}"#, 400, "invalid_request"),
+        case("job array", r#"{"jobs":[[]]}"#, 400, "invalid_request"),
+        case("jobs empty", r#"{"jobs":[]}"#, 422, "invalid_request"),
+        case(
+            "51 items over a limit of 50",
+            too_many,
+            422,
+            "invalid_request",
+        ),
+        case(
+            "over the batch body limit",
+            format!(r#"{{"jobs":[{item}],"pad":"{}"}}"#, "a".repeat(2 << 20)),
+            413,
+            "payload_too_large",
+        ),
+        case(
+            "10000-deep job",
+            format!(r#"{{"jobs":{}}}"#, deep_array(10_000)),
+            400,
+            "invalid_json",
+        ),
+    ]);
+    run_cases(&mut t, &base, "/v1/verify-claims-batch", APP_KEY, cases).await;
+
+    // Hostile Idempotency-Key headers.
+    let auth = format!("Bearer {APP_KEY}");
+    let body = format!(r#"{{"jobs":[{item}]}}"#);
+    let long = "k".repeat(5000);
+    for key in ["", " ", long.as_str(), "a\tb", "ключ-🔑"] {
+        let mut h = vec![
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+        ];
+        // Non-ASCII bytes are still a valid header value on the wire.
+        h.push(("idempotency-key", key));
+        let client_ok = http::HeaderValue::from_str(key).is_ok();
+        if !client_ok {
+            continue;
+        }
+        let r = send(
+            &mut t,
+            &base,
+            Method::POST,
+            "/v1/verify-claims-batch",
+            &h,
+            body.clone().into_bytes(),
+        )
+        .await;
+        assert!(
+            matches!(r.status, 202 | 400 | 422),
+            "idempotency key {:?}: {} {}",
+            short(key),
+            r.status,
+            r.text()
+        );
+        if r.status != 202 {
+            check(&r, "idempotency key", r.status, "invalid_request");
+        }
+    }
+    // A raw non-UTF-8 Idempotency-Key over a socket.
+    let raw = format!(
+        "POST /v1/verify-claims-batch HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {APP_KEY}\r\ncontent-type: application/json\r\nidempotency-key: \u{0}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, _) = raw_request(&mut t, s.addr, raw.as_bytes()).await;
+    assert_eq!(status, 400, "a NUL in a header value");
+    let mut raw = format!(
+        "POST /v1/verify-claims-batch HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {APP_KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\nidempotency-key: ",
+        body.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(b"\xff\xfe\r\n\r\n");
+    raw.extend_from_slice(body.as_bytes());
+    let (status, text) = raw_request(&mut t, s.addr, &raw).await;
+    assert!(matches!(status, 202 | 400), "{status}: {text}");
+    if status == 400 {
+        assert!(text.contains("invalid_request"), "{text}");
+    }
+
+    healthy(&mut t, &base).await;
+    eprintln!("hostile corpus: batch: {} inputs", t.0);
+    s.shutdown().await;
+}
+
+/// Reads, gets and resolves with ids that are not ids.
+#[tokio::test]
+async fn id_endpoints_and_review_bodies_survive_the_corpus() {
+    let up = MockUpstream::start().await;
+    let url = up.url();
+    let s = TestServer::start_with(|c| {
+        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
+        c.proxy.upstream = Some(url);
+    })
+    .await;
+    let base = format!("http://{}", s.addr);
+    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
+    let mut t = Tally::default();
+
+    let bad_ids = [
+        "not-a-uuid".to_string(),
+        "00000000-0000-0000-0000-000000000000".to_string(),
+        "%00".to_string(),
+        "%0d%0aX-Injected:%201".to_string(),
+        "..%2f..%2fetc%2fpasswd".to_string(),
+        "%2e%2e".to_string(),
+        "'%20OR%201=1--".to_string(),
+        "%F0%9F%98%80".to_string(),
+        "%ff%fe".to_string(),
+        "a".repeat(8000),
+        uuid::Uuid::new_v4().to_string(),
+        uuid::Uuid::new_v4().to_string().to_uppercase(),
+    ];
+    for id in &bad_ids {
+        for (path, key) in [
+            (format!("/v2/audit/{id}"), REVIEW_KEY),
+            (format!("/v2/audit/{id}/proof"), REVIEW_KEY),
+            (format!("/v2/audit/keys/{id}"), REVIEW_KEY),
+            (format!("/v2/jobs/{id}"), APP_KEY),
+            (format!("/v2/reviews/{id}"), REVIEW_KEY),
+        ] {
+            let auth = format!("Bearer {key}");
+            let r = send(
+                &mut t,
+                &base,
+                Method::GET,
+                &path,
+                &[("authorization", &auth)],
+                vec![],
+            )
+            .await;
+            check(&r, &path[..path.len().min(60)], 404, "not_found");
+        }
+        let path = format!("/v2/reviews/{id}/approve");
+        let auth = format!("Bearer {REVIEW_KEY}");
+        let r = send(
+            &mut t,
+            &base,
+            Method::POST,
+            &path,
+            &[
+                ("authorization", &auth),
+                ("content-type", "application/json"),
+            ],
+            br#"{"reviewer":"ops"}"#.to_vec(),
+        )
+        .await;
+        check(&r, &path[..path.len().min(60)], 404, "not_found");
+    }
+    for path in [
+        "/v2/audit/",
+        "/v2/audit//proof",
+        "/v2/jobs/",
+        "/v2/jobs/a/b",
+        "/v2/reviews//approve",
+    ] {
+        let auth = format!("Bearer {REVIEW_KEY}");
+        let r = send(
+            &mut t,
+            &base,
+            Method::GET,
+            path,
+            &[("authorization", &auth)],
+            vec![],
+        )
+        .await;
+        check(&r, path, 404, "not_found");
+    }
+    // Query strings that are not what the list endpoint expects.
+    for q in [
+        "status=%00",
+        "status=pending&limit=-1",
+        "limit=99999999999999999999",
+        "limit=abc",
+    ] {
+        let auth = format!("Bearer {REVIEW_KEY}");
+        let path = format!("/v2/reviews?{q}");
+        let r = send(
+            &mut t,
+            &base,
+            Method::GET,
+            &path,
+            &[("authorization", &auth)],
+            vec![],
+        )
+        .await;
+        check(&r, &path, 422, "invalid_request");
+    }
+
+    // A real pending review: hostile resolution bodies must not resolve it.
+    let held = send(
+        &mut t,
+        &proxy,
+        Method::POST,
+        "/api/orders/77/refunds",
+        &[("content-type", "application/json")],
+        json!({"amount": 900, "claims": ["The package was damaged in transit."], "evidence": [{"id": "inv", "text": EV}]})
+            .to_string()
+            .into_bytes(),
+    )
+    .await;
+    assert_eq!(held.status, 202, "{}", held.text());
+    let id = held.json()["review_id"].as_str().unwrap().to_string();
+    let limit = s.running.as_ref().unwrap().app.config.limits.max_body_bytes;
+    let mut cases = malformed(limit);
+    cases.extend([
+        case("null body", "null", 400, "invalid_request"),
+        case("array body", "[]", 400, "invalid_request"),
+        case("reviewer missing", "{}", 400, "invalid_request"),
+        case(
+            "reviewer null",
+            r#"{"reviewer":null}"#,
+            400,
+            "invalid_request",
+        ),
+        case(
+            "reviewer number",
+            r#"{"reviewer":5}"#,
+            400,
+            "invalid_request",
+        ),
+        case(
+            "reviewer object",
+            r#"{"reviewer":{"name":"x"}}"#,
+            400,
+            "invalid_request",
+        ),
+        case(
+            "note number",
+            r#"{"reviewer":"ops","note":5}"#,
+            400,
+            "invalid_request",
+        ),
+        case(
+            "reviewer empty",
+            r#"{"reviewer":""}"#,
+            422,
+            "invalid_request",
+        ),
+        case(
+            "reviewer blank",
+            r#"{"reviewer":" \t "}"#,
+            422,
+            "invalid_request",
+        ),
+        case(
+            "reviewer too long",
+            format!(r#"{{"reviewer":"{}"}}"#, "r".repeat(10_000)),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "note too long",
+            format!(r#"{{"reviewer":"ops","note":"{}"}}"#, "n".repeat(100_000)),
+            422,
+            "invalid_request",
+        ),
+    ]);
+    let n = cases.len();
+    run_cases(
+        &mut t,
+        &base,
+        &format!("/v2/reviews/{id}/approve"),
+        REVIEW_KEY,
+        cases,
+    )
+    .await;
+    let mut again = malformed(limit);
+    again.truncate(n.min(again.len()));
+    run_cases(
+        &mut t,
+        &base,
+        &format!("/v2/reviews/{id}/reject"),
+        REVIEW_KEY,
+        again,
+    )
+    .await;
+    let auth = format!("Bearer {REVIEW_KEY}");
+    let r = send(
+        &mut t,
+        &base,
+        Method::GET,
+        &format!("/v2/reviews/{id}"),
+        &[("authorization", &auth)],
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        r.json()["status"],
+        "pending",
+        "hostile bodies resolved the review: {}",
+        r.text()
+    );
+    assert_eq!(up.count(), 0, "nothing was forwarded");
+
+    healthy(&mut t, &base).await;
+    eprintln!("hostile corpus: ids and review bodies: {} inputs", t.0);
+    s.shutdown().await;
+}
+
+/// The gated proxy route: refused bodies are never forwarded, large valid
+/// ones are decided.
+#[tokio::test]
+async fn gated_proxy_route_survives_the_corpus() {
+    let up = MockUpstream::start().await;
+    let url = up.url();
+    let s = TestServer::start_with(|c| {
+        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
+        c.proxy.upstream = Some(url);
+    })
+    .await;
+    let base = format!("http://{}", s.addr);
+    let proxy_addr = s.running.as_ref().unwrap().proxy_addr.unwrap();
+    let proxy = format!("http://{proxy_addr}");
+    let limit = s.running.as_ref().unwrap().app.config.limits.max_body_bytes;
+    let mut t = Tally::default();
+    let route = "/api/orders/77/refunds";
+
+    // Bodies the gate cannot read: 400 (`denied`, policy_violation) for
+    // non-JSON, 400 `invalid_request` for a malformed justification.
+    let mut refused: Vec<Case> = malformed(limit)
+        .into_iter()
+        .filter(|c| c.content_type == Some("application/json"))
+        .map(|mut c| {
+            if c.status == 400 {
+                c.code = "denied";
+            }
+            c
+        })
+        .collect();
+    let ok_claims = r#""claims":["The package was damaged in transit."]"#;
+    refused.extend([
+        case("claims string", r#"{"claims":"x"}"#, 400, "invalid_request"),
+        case(
+            "claims object",
+            r#"{"claims":{"a":1}}"#,
+            400,
+            "invalid_request",
+        ),
+        case("claim null", r#"{"claims":[null]}"#, 400, "invalid_request"),
+        case("claim number", r#"{"claims":[5]}"#, 400, "invalid_request"),
+        case(
+            "evidence string",
+            format!(r#"{{{ok_claims},"evidence":"x"}}"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "evidence number item",
+            format!(r#"{{{ok_claims},"evidence":[1]}}"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "evidence text number",
+            format!(r#"{{{ok_claims},"evidence":[{{"id":"i","text":1}}]}}"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            "duplicate evidence ids",
+            format!(
+                r#"{{{ok_claims},"evidence":[{{"id":"i","text":"a"}},{{"id":"i","text":"b"}}]}}"#
+            ),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "evidence without content",
+            format!(r#"{{{ok_claims},"evidence":[{{"id":"i"}}]}}"#),
+            422,
+            "invalid_request",
+        ),
+        case(
+            "blank claim",
+            r#"{"claims":["  "]}"#,
+            422,
+            "invalid_request",
+        ),
+    ]);
+    for c in refused {
+        let before = up.count();
+        let mut h = vec![];
+        if let Some(ct) = c.content_type {
+            h.push(("content-type", ct));
+        }
+        let r = send(&mut t, &proxy, Method::POST, route, &h, c.body).await;
+        check(&r, &format!("proxy {}", c.label), c.status, c.code);
+        assert_eq!(
+            up.count(),
+            before,
+            "proxy {}: forwarded a refused body",
+            c.label
+        );
+    }
+
+    // Decided, not crashed: wrong-typed params are data for the rules, and
+    // large valid justifications are scored within the timeout.
+    let words = "refund ".repeat(100_000);
+    let many: Vec<Value> = (0..10_000)
+        .map(|i| json!({"id": format!("s{i}"), "text": format!("Parcel {i} was delivered.")}))
+        .collect();
+    let decided = [
+        (
+            "amount string",
+            json!({"amount": "NaN", "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]}),
+        ),
+        (
+            "amount 1e308",
+            json!({"amount": 1e308, "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]}),
+        ),
+        (
+            "amount null",
+            json!({"amount": null, "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]}),
+        ),
+        (
+            "note with NUL",
+            json!({"amount": 1, "note": "a\u{0}b", "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]}),
+        ),
+        (
+            "100000 words",
+            json!({"amount": 1, "claims": [words], "evidence": [{"id": "i", "text": EV}]}),
+        ),
+        (
+            "10000 sources",
+            json!({"amount": 1, "claims": ["Parcel 9999 was delivered."], "evidence": many}),
+        ),
+        ("no claims", json!({"amount": 1})),
+    ];
+    for (label, body) in decided {
+        let r = send(
+            &mut t,
+            &proxy,
+            Method::POST,
+            route,
+            &[("content-type", "application/json")],
+            body.to_string().into_bytes(),
+        )
+        .await;
+        assert!(
+            matches!(r.status, 200 | 202 | 403),
+            "proxy {label}: {} {}",
+            r.status,
+            short(&r.text())
+        );
+        if r.status == 403 {
+            check(&r, label, 403, "denied");
+        }
+    }
+
+    // Framing attacks over raw sockets: the upstream only ever sees one
+    // message per attack, with a length that matches its body.
+    let before = up.count();
+    let framing = framing_attacks(route, &mut t, proxy_addr, limit, Some(&up)).await;
+    let calls = up.calls();
+    assert!(
+        calls.len() - before <= 3,
+        "{} forwards",
+        calls.len() - before
+    );
+    for c in &calls[before..] {
+        assert!(!c.path.contains("smuggled"), "{}", c.path);
+        assert!(
+            c.headers.get("transfer-encoding").is_none(),
+            "{:?}",
+            c.headers
+        );
+        let lens: Vec<_> = c.headers.get_all("content-length").iter().collect();
+        assert_eq!(lens.len(), 1, "{:?}", c.headers);
+        assert_eq!(lens[0].to_str().unwrap(), c.body.len().to_string());
+        assert!(c.body.starts_with(b"{\"amount\""), "{:?}", c.body);
+    }
+    // And on the API listener.
+    framing_attacks("/v2/verify", &mut t, s.addr, limit, None).await;
+
+    healthy(&mut t, &base).await;
+    let ok = send(
+        &mut t,
+        &proxy,
+        Method::POST,
+        route,
+        &[("content-type", "application/json")],
+        json!({"amount": 5, "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]})
+            .to_string()
+            .into_bytes(),
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    eprintln!(
+        "hostile corpus: proxy: {} inputs ({framing} framing inputs per listener)",
+        t.0
+    );
+    s.shutdown().await;
+}
+
+/// Sends raw bytes, reads until the server closes (or a whole response is
+/// in), and returns the status and the whole answer.
+async fn raw_request(t: &mut Tally, addr: SocketAddr, bytes: &[u8]) -> (u16, String) {
+    t.0 += 1;
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // A server that refuses early may close while we still write.
+    let _ = sock.write_all(bytes).await;
+    let mut buf = Vec::new();
+    let read = async {
+        let mut chunk = [0u8; 8192];
+        loop {
+            match sock.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    if complete(&buf) {
+                        break;
+                    }
+                }
+            }
+        }
+    };
+    tokio::time::timeout(PER_REQUEST, read)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "no answer to {:?}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(80)])
+            )
+        });
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
+    (status, text)
+}
+
+/// Whether `buf` holds a whole response with a `content-length` body.
+fn complete(buf: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(buf);
+    let Some(end) = text.find("\r\n\r\n") else {
+        return false;
+    };
+    let len = text[..end]
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())
+                .flatten()
+        })
+        .unwrap_or(0);
+    buf.len() >= end + 4 + len
+}
+
+/// Request-smuggling and framing inputs over raw sockets. Returns how many
+/// were sent.
+///
+/// hyper refuses most of them itself (an empty 400, before any handler runs).
+/// `Content-Length` together with `Transfer-Encoding` is refused by verdict
+/// (a JSON 400, `invalid_request`) and the connection closed. Nothing refused
+/// reaches `up`.
+async fn framing_attacks(
+    path: &str,
+    t: &mut Tally,
+    addr: SocketAddr,
+    limit: usize,
+    up: Option<&MockUpstream>,
+) -> usize {
+    let body = r#"{"amount":1,"claims":["The sky is blue."]}"#;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {APP_KEY}\r\ncontent-type: application/json\r\n"
+    );
+    let chunked = format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len());
+    let big_chunk = "a".repeat(64 * 1024);
+    let mut over = String::new();
+    for _ in 0..(limit / big_chunk.len() + 2) {
+        over.push_str(&format!("{:x}\r\n{big_chunk}\r\n", big_chunk.len()));
+    }
+    over.push_str("0\r\n\r\n");
+    let n = body.len();
+    // (label, request, allowed statuses, the connection must close after it)
+    let decided: &[u16] = &[200, 202, 403];
+    let ambiguous: &[u16] = &[400];
+    let cases: Vec<(&str, String, &[u16], bool)> = vec![
+        ("duplicate content-length, different values", format!("{head}content-length: {n}\r\ncontent-length: 5\r\n\r\n{body}"), &[400], true),
+        ("duplicate content-length, same value", format!("{head}content-length: {n}\r\ncontent-length: {n}\r\n\r\n{body}"), decided, false),
+        ("content-length list", format!("{head}content-length: {n}, {n}\r\n\r\n{body}"), &[400], true),
+        ("ambiguous: content-length then chunked", format!("{head}content-length: 4\r\ntransfer-encoding: chunked\r\n\r\n{chunked}"), ambiguous, true),
+        ("ambiguous: chunked then content-length", format!("{head}transfer-encoding: chunked\r\ncontent-length: 4\r\n\r\n{chunked}"), ambiguous, true),
+        ("content-length and gzip", format!("{head}content-length: {n}\r\ntransfer-encoding: gzip\r\n\r\n{body}"), &[400], true),
+        ("ambiguous: content-length and chunked, smuggled tail", format!("{head}content-length: {}\r\ntransfer-encoding: chunked\r\n\r\n{chunked}GET /smuggled HTTP/1.1\r\nhost: x\r\n\r\n", chunked.len()), ambiguous, true),
+        ("transfer-encoding not ending in chunked", format!("{head}transfer-encoding: chunked, identity\r\n\r\n{chunked}"), &[400, 501], true),
+        ("transfer-encoding gzip", format!("{head}transfer-encoding: gzip\r\n\r\n{chunked}"), &[400, 501], true),
+        ("negative content-length", format!("{head}content-length: -1\r\n\r\n{body}"), &[400], true),
+        ("content-length with a plus", format!("{head}content-length: +{n}\r\n\r\n{body}"), &[400], true),
+        ("content-length not a number", format!("{head}content-length: abc\r\n\r\n{body}"), &[400], true),
+        ("content-length beyond u64", format!("{head}content-length: 99999999999999999999999\r\n\r\n{body}"), &[400, 413], true),
+        ("bad chunk size", format!("{head}transfer-encoding: chunked\r\n\r\nzz\r\n{body}\r\n0\r\n\r\n"), &[400], true),
+        ("chunked over the body limit", format!("{head}transfer-encoding: chunked\r\n\r\n{over}"), &[413], false),
+        ("content-length over the body limit", format!("{head}content-length: {}\r\n\r\n{body}", limit + 1), &[413], false),
+        ("http/1.0 with transfer-encoding", format!("{}transfer-encoding: chunked\r\n\r\n{chunked}", head.replace("HTTP/1.1", "HTTP/1.0")), &[400], true),
+        ("space before the colon", format!("{head}content-length : {n}\r\n\r\n{body}"), &[400], true),
+        ("obsolete line folding", format!("{head}x-fold: a\r\n b\r\ncontent-length: {n}\r\n\r\n{body}"), &[400], true),
+        ("bare LF line ends", format!("POST {path} HTTP/1.1\nhost: x\ncontent-length: {n}\n\n{body}"), &[200, 202, 400, 401, 403, 415], false),
+    ];
+    let count = cases.len();
+    for (label, req, allowed, must_close) in cases {
+        let before = up.map(MockUpstream::count);
+        let (status, text) = raw_request(t, addr, req.as_bytes()).await;
+        if status >= 400 {
+            assert_eq!(
+                up.map(MockUpstream::count),
+                before,
+                "{path} {label}: refused, yet forwarded"
+            );
+        }
+        if label.starts_with("ambiguous: ") {
+            assert!(
+                text.contains("\"invalid_request\""),
+                "{path} {label}: {}",
+                short(&text)
+            );
+        }
+        assert!(
+            allowed.contains(&status),
+            "{path} {label}: got {status}: {}",
+            short(&text)
+        );
+        if must_close {
+            // Nothing after an ambiguous message is read as another request.
+            assert!(
+                !text.get(12..).unwrap_or("").contains("HTTP/1.1 "),
+                "{path} {label}: a second response: {}",
+                short(&text)
+            );
+            assert!(
+                status == 400 || text.to_ascii_lowercase().contains("connection: close"),
+                "{path} {label}: the connection stays open: {}",
+                short(&text)
+            );
+        }
+    }
+    count
+}
+
+/// Offsets land on code points even around emoji, ZWJ sequences, flags and
+/// combining marks; a quote is always `text[start:end]` in Python terms.
+#[tokio::test]
+async fn offsets_hold_at_grapheme_boundaries() {
+    let s = TestServer::start().await;
+    let base = format!("http://{}", s.addr);
+    let mut t = Tally::default();
+    let texts = [
+        "👨‍👩‍👧 The refund of $100 was approved. 🇩🇪 The parcel arrived damaged.",
+        "Cafe\u{301} order 77 was refunded. 😀😀 The courier was late.",
+        "e\u{301}\u{302}\u{303} The package was damaged in transit.\u{200d}",
+        "🇩🇪🇫🇷 Ünïcödé order shipped on 2024-03-09. Z\u{0335}\u{0321}algo text here.",
+        "\u{feff}The refund of $100 was approved.\u{fe0f}",
+    ];
+    let claims = [
+        "The refund of $100 was approved.",
+        "The parcel arrived damaged.",
+        "The package was damaged in transit.",
+        "The courier was late.",
+        "Order shipped on 2024-03-09.",
+    ];
+    let auth = format!("Bearer {APP_KEY}");
+    let mut seen = 0;
+    for text in texts {
+        let body = json!({"claims": claims, "sources": [{"id": "s", "text": text}], "response": {"mode": "verbose"}, "options": {"evidence_limit": 100}});
+        let r = send(
+            &mut t,
+            &base,
+            Method::POST,
+            "/v2/verify",
+            &[
+                ("authorization", &auth),
+                ("content-type", "application/json"),
+            ],
+            body.to_string().into_bytes(),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let chars: Vec<char> = text.chars().collect();
+        for check in r.json()["checks"].as_array().unwrap() {
+            for c in check["citations"].as_array().unwrap() {
+                let (start, end) = (
+                    c["start"].as_u64().unwrap() as usize,
+                    c["end"].as_u64().unwrap() as usize,
+                );
+                assert!(start <= end && end <= chars.len(), "{text}: {c}");
+                let slice: String = chars[start..end].iter().collect();
+                assert_eq!(slice, c["quote"].as_str().unwrap(), "{text}: {c}");
+                seen += 1;
+            }
+            for e in check["evidence"].as_array().unwrap() {
+                let snippet = e["snippet"].as_str().unwrap();
+                assert!(text.contains(snippet), "{text}: snippet {snippet:?}");
+            }
+        }
+    }
+    assert!(seen >= 5, "too few citations to mean anything: {seen}");
+    // Output mode with emoji and markers.
+    let body = json!({"action": {"type": "a"}, "answer": "😀 The refund of $100 was approved [s]. 👍🏽 Done!", "sources": [{"id": "s", "text": texts[0]}], "requirements": {"citations": "optional"}, "response": {"mode": "verbose"}});
+    let r = send(
+        &mut t,
+        &base,
+        Method::POST,
+        "/v2/authorize",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        body.to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    eprintln!(
+        "hostile corpus: offsets: {} inputs, {seen} citations checked",
+        t.0
+    );
+    s.shutdown().await;
+}
+
+/// The ambiguity check follows framing across a keep-alive connection: after
+/// a chunked and a fixed-length request are served, an ambiguous third one is
+/// refused and the connection closed.
+#[tokio::test]
+async fn ambiguous_framing_is_refused_later_on_a_keep_alive_connection() {
+    let s = TestServer::start().await;
+    let body =
+        r#"{"claims":["The sky is blue."],"sources":[{"id":"s","text":"The sky is blue."}]}"#;
+    let head = format!(
+        "POST /v2/verify HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {APP_KEY}\r\ncontent-type: application/json\r\n"
+    );
+    // The chunked body is split so that a chunk holds a fake head.
+    let fake = "content-length: 1\r\ntransfer-encoding: chunked\r\n\r\n";
+    let chunked = format!(
+        "{}transfer-encoding: chunked\r\n\r\n1\r\n{{\r\n{:x};ext=x\r\n{}\r\n0\r\ntrailer-x: 1\r\n\r\n",
+        head,
+        body.len() - 1,
+        &body[1..]
+    );
+    let requests = [
+        chunked,
+        format!("{head}content-length: {}\r\n\r\n{body}", body.len()),
+        format!("{head}content-length: {}\r\n\r\n{}", fake.len(), fake),
+        format!("{head}content-length: 4\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n"),
+    ];
+    let mut sock = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut t = Tally::default();
+    for (i, req) in requests.iter().enumerate() {
+        t.0 += 1;
+        sock.write_all(req.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let read = async {
+            let mut chunk = [0u8; 8192];
+            while !complete(&buf) {
+                match sock.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        };
+        tokio::time::timeout(PER_REQUEST, read).await.unwrap();
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        match i {
+            0 | 1 => assert!(text.starts_with("HTTP/1.1 200"), "request {i}: {text}"),
+            // The fake head inside a body is body: the JSON is not a claim set.
+            2 => assert!(
+                text.starts_with("HTTP/1.1 400") && text.contains("invalid_json"),
+                "request {i}: {text}"
+            ),
+            _ => {
+                assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+                assert!(text.contains("\"invalid_request\""), "{text}");
+                assert!(
+                    text.to_ascii_lowercase().contains("connection: close"),
+                    "{text}"
+                );
+            }
+        }
+    }
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(PER_REQUEST, sock.read_to_end(&mut rest))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the connection is closed after the refusal");
+    eprintln!("hostile corpus: keep-alive framing: {} inputs", t.0);
+    s.shutdown().await;
+}
