@@ -479,8 +479,8 @@ impl Proxy {
         request_id: &str,
     ) -> Result<Response<RespBody>, ApiError> {
         let reviews = &self.app.reviews;
-        let view = reviews
-            .create(NewReview {
+        let (view, joined) = reviews
+            .create_or_join(NewReview {
                 review_id: None,
                 owner: PROXY_PRINCIPAL.to_string(),
                 route: route.name.clone(),
@@ -494,7 +494,11 @@ impl Proxy {
                 ApiError::Unavailable(format!("cannot hold the request for review: {e}"))
             })?;
         let id = view.review_id.clone();
-        tracing::info!(review_id = %id, route = %route.name, "request held for review");
+        if joined {
+            tracing::info!(review_id = %id, route = %route.name, record_id = %record_id, "retried call joined its pending review");
+        } else {
+            tracing::info!(review_id = %id, route = %route.name, "request held for review");
+        }
         match reviews.wait(&id, route.hold_timeout).await {
             Ok(Some(Resolution::Approved)) => match forward_held(&self.app, self, &id).await {
                 Some(resp) => Ok(resp),

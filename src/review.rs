@@ -339,6 +339,30 @@ impl Reviews {
         Ok(view(&row, now))
     }
 
+    /// Holds a request unless the same call is already held: when a pending
+    /// review of the same owner and route holds exactly this method, path
+    /// and body (a client that gave up waiting and retried), returns that
+    /// review and `true` instead of storing a second one. Two reviews of one
+    /// retried refund could both be approved and forward it twice; joined,
+    /// one approval forwards it once.
+    pub async fn create_or_join(&self, new: NewReview) -> Result<(ReviewView, bool), ReviewError> {
+        let review_id = new.review_id.unwrap_or_else(uuid::Uuid::new_v4).to_string();
+        let now = SystemTime::now();
+        let expires_at = now.checked_add(self.inner.ttl.min(MAX_TTL)).unwrap_or(now);
+        // One closure on the store's single connection: the lookup and the
+        // insert cannot interleave with another hold.
+        let (row, joined) = on_store(&self.inner, move |s, inner| {
+            if let Some(row) = s.pending_duplicate(&new, now)? {
+                return Ok((row, true));
+            }
+            let row = s.insert(&review_id, now, expires_at, &new)?;
+            inner.created(&row);
+            Ok((row, false))
+        })
+        .await?;
+        Ok((view(&row, now), joined))
+    }
+
     /// Waits up to `timeout` for the review to be resolved. Returns at once
     /// when it is resolved already, `None` on timeout.
     ///

@@ -350,6 +350,41 @@ async fn hold_timeout_then_approve_forwards_exactly_once_and_reject_never() {
     e.s.shutdown().await;
 }
 
+/// A client that gives up during a hold and sends the same call again joins
+/// the pending review instead of opening a second one, so approving it
+/// forwards the refund once. A different body is a different call.
+#[tokio::test]
+async fn a_retried_held_call_joins_its_pending_review_and_forwards_once() {
+    let e = env("200ms").await;
+    let claim = "The package was damaged in transit.";
+    let (r1, body) = refund(&e, 900, claim).await;
+    assert_eq!(r1.status, 202, "{}", r1.text());
+    let id = r1.json()["review_id"].as_str().unwrap().to_string();
+    let (r2, _) = refund(&e, 900, claim).await;
+    assert_eq!(r2.status, 202, "{}", r2.text());
+    assert_eq!(r2.json()["review_id"], id.as_str(), "the retry joined");
+    let (r3, _) = refund(&e, 901, claim).await;
+    let other = r3.json()["review_id"].as_str().unwrap().to_string();
+    assert_ne!(other, id, "a different amount is a different call");
+    let listed =
+        e.s.get("/v2/reviews?status=pending", Some(REVIEW_KEY))
+            .await
+            .json();
+    let n = listed["reviews"].as_array().map_or(0, Vec::len);
+    assert_eq!(n, 2, "{listed}");
+
+    assert_eq!(approve(&e, &id).await.status, 200);
+    wait_for("the background forward", || e.up.count() == 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(e.up.count(), 1, "exactly once");
+    assert_eq!(e.up.calls()[0].body, Bytes::from(body));
+    // Once resolved, the same call again is a new hold.
+    let (r4, _) = refund(&e, 900, claim).await;
+    assert_eq!(r4.status, 202);
+    assert_ne!(r4.json()["review_id"], id.as_str());
+    e.s.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_pending_review_survives_a_restart_and_forwards_once() {
     let e = env("200ms").await;

@@ -205,6 +205,36 @@ impl Store {
         Ok(row)
     }
 
+    /// A still-pending review of the same owner and route holding exactly
+    /// this method, path and body: a client retrying a held call. The oldest
+    /// one if several (only possible for reviews stored before this check).
+    pub fn pending_duplicate(
+        &self,
+        new: &NewReview,
+        now: SystemTime,
+    ) -> Result<Option<Row>, ReviewError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM review_reviews WHERE status = 'pending' AND expires_at > ?1 \
+             AND owner = ?2 AND route = ?3 AND req_method = ?4 AND req_path = ?5 AND req_body = ?6 \
+             ORDER BY created_at LIMIT 1"
+        );
+        Ok(self
+            .conn
+            .query_row(
+                &sql,
+                params![
+                    micros(now),
+                    new.owner,
+                    new.route,
+                    new.request.method,
+                    new.request.path,
+                    new.request.body.as_ref()
+                ],
+                Row::read,
+            )
+            .optional()?)
+    }
+
     pub fn get(&self, review_id: &str) -> Result<Option<Row>, ReviewError> {
         load(&self.conn, review_id)
     }
