@@ -276,6 +276,9 @@ struct Inner {
     metrics: Metrics,
     /// Wakes the sweeper: a new deadline, or this `Inner` being dropped.
     sweeper: Arc<Notify>,
+    /// Serialises resolutions (check pending, audit, resolve) in this
+    /// process; see [`Reviews::resolution_turn`].
+    resolving: tokio::sync::Mutex<()>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -320,6 +323,7 @@ impl Reviews {
             unattended_rx: Mutex::new(Some(unattended_rx)),
             metrics,
             sweeper: Arc::new(Notify::new()),
+            resolving: tokio::sync::Mutex::new(()),
         });
         runtime.spawn(sweep(Arc::downgrade(&inner), Arc::clone(&inner.sweeper)));
         Ok(Reviews { inner })
@@ -361,6 +365,15 @@ impl Reviews {
         })
         .await?;
         Ok((view(&row, now), joined))
+    }
+
+    /// A turn to resolve a review. The Review API checks that the review is
+    /// pending, audits the resolution and then stores it; holding the turn
+    /// across those steps means two racing approvals cannot both pass the
+    /// check, so the loser gets its 409 before anything is audited.
+    /// Resolutions are human-paced, so one turn for all reviews is enough.
+    pub async fn resolution_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.inner.resolving.lock().await
     }
 
     /// Waits up to `timeout` for the review to be resolved. Returns at once

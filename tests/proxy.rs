@@ -385,6 +385,52 @@ async fn a_retried_held_call_joins_its_pending_review_and_forwards_once() {
     e.s.shutdown().await;
 }
 
+/// Approvals racing on one review: one wins, the rest get 409, and the log
+/// gains exactly what a single approval adds (no record for a loser).
+#[tokio::test]
+async fn racing_approvals_resolve_once_and_audit_once() {
+    let e = env("100ms").await;
+    let audit = e.s.running.as_ref().unwrap().app.audit.clone();
+    let claim = "The package was damaged in transit.";
+    let mut deltas = Vec::new();
+    for (amount, racers) in [(900u64, 1usize), (901, 8)] {
+        let (r, _) = refund(&e, amount, claim).await;
+        assert_eq!(r.status, 202, "{}", r.text());
+        let id = r.json()["review_id"].as_str().unwrap().to_string();
+        let forwarded = e.up.count();
+        let before = audit.health().size;
+        let mut tasks = Vec::new();
+        for _ in 0..racers {
+            let url = e.s.url(&format!("/v2/reviews/{id}/approve"));
+            tasks.push(tokio::spawn(async move {
+                let req = Request::post(url)
+                    .header("authorization", format!("Bearer {REVIEW_KEY}"))
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from_static(br#"{"reviewer":"ops"}"#)))
+                    .unwrap();
+                support::client()
+                    .request(req)
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            }));
+        }
+        let mut codes = Vec::new();
+        for t in tasks {
+            codes.push(t.await.unwrap());
+        }
+        codes.sort_unstable();
+        assert_eq!(codes.iter().filter(|&&c| c == 200).count(), 1, "{codes:?}");
+        assert!(codes.iter().all(|&c| c == 200 || c == 409), "{codes:?}");
+        wait_for("the forward", || e.up.count() == forwarded + 1).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        deltas.push(audit.health().size - before);
+    }
+    assert_eq!(deltas[0], deltas[1], "a losing approval left a record");
+    e.s.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_pending_review_survives_a_restart_and_forwards_once() {
     let e = env("200ms").await;

@@ -60,7 +60,8 @@ pub fn list_query(query: Option<&str>) -> Result<(Option<ReviewStatus>, usize), 
     Ok((status, limit))
 }
 
-/// Approves or rejects a review: audit first, then resolve.
+/// Approves or rejects a review: audit first, then resolve, one resolution
+/// at a time.
 pub async fn resolve(
     reviews: &Reviews,
     audit: &AuditLog,
@@ -81,6 +82,9 @@ pub async fn resolve(
         return Err(ApiError::Unprocessable("note: at most 4096 bytes".into()));
     }
     let view = viewer(principal);
+    // Held until the resolution is stored: check, audit and resolve are one
+    // step for racing resolvers.
+    let _turn = reviews.resolution_turn().await;
     let current = reviews
         .get(id, &view)
         .await?
