@@ -36,6 +36,9 @@ pub struct Token {
     pub norm: Rc<str>,
     /// Snowball stem of `norm` (equal to `norm` for numbers).
     pub stem: Rc<str>,
+    /// Request-local ids of `norm` and `stem`: equal ids, equal strings.
+    pub norm_id: u32,
+    pub stem_id: u32,
     pub kind: TokenKind,
     /// First character is uppercase in the original text.
     pub capitalized: bool,
@@ -70,38 +73,87 @@ fn is_apostrophe(c: char) -> bool {
 pub struct Stems {
     stemmer: Stemmer,
     /// RefCell because tokenising happens behind shared references to the
-    /// request index; the index never crosses threads. Maps a normalised
-    /// word to its stem; numbers map to themselves.
-    cache: RefCell<WordMap<Rc<str>, Rc<str>>>,
+    /// request index; the index never crosses threads.
+    inner: RefCell<Interned>,
+}
+
+/// The request's vocabulary: every normalised form seen, with its stem, and
+/// dense ids for forms and stems so the index compares integers.
+#[derive(Default)]
+struct Interned {
+    /// Normalised form → (form id, stem, stem id). Numbers are their own stem.
+    words: WordMap<Rc<str>, (u32, Rc<str>, u32)>,
+    /// Stem → stem id.
+    stems: WordMap<Rc<str>, u32>,
+}
+
+/// One interned word: its forms and their request-local ids.
+pub struct Word {
+    pub norm: Rc<str>,
+    pub norm_id: u32,
+    pub stem: Rc<str>,
+    pub stem_id: u32,
+}
+
+impl Interned {
+    fn stem_id(&mut self, stem: &Rc<str>) -> u32 {
+        if let Some(&id) = self.stems.get(stem) {
+            return id;
+        }
+        let id = u32::try_from(self.stems.len()).unwrap_or(u32::MAX);
+        self.stems.insert(stem.clone(), id);
+        id
+    }
+
+    fn add(&mut self, norm: &str, stem: Rc<str>) -> Word {
+        let norm: Rc<str> = Rc::from(norm);
+        let norm_id = u32::try_from(self.words.len()).unwrap_or(u32::MAX);
+        let stem_id = self.stem_id(&stem);
+        self.words
+            .insert(norm.clone(), (norm_id, stem.clone(), stem_id));
+        Word {
+            norm,
+            norm_id,
+            stem,
+            stem_id,
+        }
+    }
 }
 
 impl Stems {
-    /// The interned normalised form and stem of a word.
-    pub fn word(&self, word: &str) -> (Rc<str>, Rc<str>) {
-        if let Some((k, v)) = self.cache.borrow().get_key_value(word) {
-            return (k.clone(), v.clone());
+    fn cached(&self, norm: &str) -> Option<Word> {
+        let inner = self.inner.borrow();
+        let (k, (norm_id, stem, stem_id)) = inner.words.get_key_value(norm)?;
+        Some(Word {
+            norm: k.clone(),
+            norm_id: *norm_id,
+            stem: stem.clone(),
+            stem_id: *stem_id,
+        })
+    }
+
+    /// The interned normalised form and stem of a word, with their ids.
+    pub fn word(&self, word: &str) -> Word {
+        if let Some(w) = self.cached(word) {
+            return w;
         }
-        let norm: Rc<str> = Rc::from(word);
         let stem: Rc<str> = Rc::from(self.stemmer.stem(word).as_ref());
-        self.cache.borrow_mut().insert(norm.clone(), stem.clone());
-        (norm, stem)
+        self.inner.borrow_mut().add(word, stem)
     }
 
     /// The stem of a word.
     pub fn stem(&self, word: &str) -> Rc<str> {
-        self.word(word).1
+        self.word(word).stem
     }
 
     /// The interned form of a number token (its own stem). Number tokens
     /// never collide with words: a token starting with a digit or currency
     /// sign is always a number.
-    fn number(&self, norm: &str) -> Rc<str> {
-        if let Some(k) = self.cache.borrow().get_key_value(norm) {
-            return k.0.clone();
+    fn number(&self, norm: &str) -> Word {
+        if let Some(w) = self.cached(norm) {
+            return w;
         }
-        let n: Rc<str> = Rc::from(norm);
-        self.cache.borrow_mut().insert(n.clone(), n.clone());
-        n
+        self.inner.borrow_mut().add(norm, Rc::from(norm))
     }
 }
 
@@ -109,7 +161,7 @@ impl Stems {
 pub fn stemmer() -> Stems {
     Stems {
         stemmer: Stemmer::create(Algorithm::English),
-        cache: RefCell::new(WordMap::default()),
+        inner: RefCell::new(Interned::default()),
     }
 }
 
@@ -153,12 +205,14 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
             for &(_, ch) in &chars[i..j] {
                 fold_char(ch, &mut norm);
             }
-            let interned = stemmer.number(&norm);
+            let w = stemmer.number(&norm);
             out.push(Token {
                 start,
                 end,
-                stem: interned.clone(),
-                norm: interned,
+                norm: w.norm,
+                stem: w.stem,
+                norm_id: w.norm_id,
+                stem_id: w.stem_id,
                 kind: TokenKind::Number,
                 capitalized: false,
             });
@@ -216,12 +270,14 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
 }
 
 fn word_token(start: usize, end: usize, word: &str, capitalized: bool, st: &Stems) -> Token {
-    let (norm, stem) = st.word(word);
+    let w = st.word(word);
     Token {
         start,
         end,
-        norm,
-        stem,
+        norm: w.norm,
+        stem: w.stem,
+        norm_id: w.norm_id,
+        stem_id: w.stem_id,
         kind: TokenKind::Word,
         capitalized,
     }

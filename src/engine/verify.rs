@@ -126,21 +126,10 @@ struct Index<'a> {
     sources: Vec<IndexedSource<'a>>,
     unavailable: Vec<&'a str>,
     units: Vec<Unit>,
-    surf_ids: HashMap<String, u32>,
-    stem_ids: HashMap<String, u32>,
     /// stem id → units containing it, ascending.
     postings: Vec<Vec<u32>>,
     avg_len: f64,
     stemmer: text::Stems,
-}
-
-fn intern(map: &mut HashMap<String, u32>, key: &str) -> u32 {
-    if let Some(&id) = map.get(key) {
-        return id;
-    }
-    let id = u32::try_from(map.len()).unwrap_or(u32::MAX);
-    map.insert(key.to_string(), id);
-    id
 }
 
 impl<'a> Index<'a> {
@@ -152,8 +141,6 @@ impl<'a> Index<'a> {
             sources: Vec::new(),
             unavailable: Vec::new(),
             units: Vec::new(),
-            surf_ids: HashMap::default(),
-            stem_ids: HashMap::default(),
             postings: Vec::new(),
             avg_len: 1.0,
             stemmer,
@@ -188,8 +175,8 @@ impl<'a> Index<'a> {
                 let mut surf = Vec::with_capacity(tok_end - tok_start);
                 let mut stems = Vec::with_capacity(tok_end - tok_start);
                 for tok in &tokens[tok_start..tok_end] {
-                    surf.push(intern(&mut idx.surf_ids, &tok.norm));
-                    stems.push(intern(&mut idx.stem_ids, &tok.stem));
+                    surf.push(tok.norm_id);
+                    stems.push(tok.stem_id);
                 }
                 surf.sort_unstable();
                 surf.dedup();
@@ -342,8 +329,10 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         if dup {
             continue;
         }
-        let stem = idx.stem_ids.get(&*tok.stem).copied();
-        let surf = idx.surf_ids.get(&*tok.norm).copied();
+        // Ids of words no source contains match nothing: no postings, in
+        // no unit's sorted id lists.
+        let stem = Some(tok.stem_id);
+        let surf = Some(tok.norm_id);
         let name = i > 0
             && tok.capitalized
             && tok.kind == TokenKind::Word
