@@ -424,7 +424,7 @@ impl Verdict {
     }
 
     /// SIGTERM (graceful drain), then SIGKILL after 10 s.
-    fn stop(mut self) {
+    fn stop(&mut self) {
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.pid().to_string())
@@ -537,9 +537,25 @@ fn start_nginx(upstream: SocketAddr, workers: usize) -> Result<Nginx, Error> {
     })
 }
 
+// Children are stopped on every way out of `run`, errors included.
+impl Drop for Verdict {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 impl Nginx {
-    fn stop(self) {
-        if let Some(dir) = &self.dir {
+    /// Stops an nginx started by `bench/nginx.sh` (not one given by port).
+    fn stop(&mut self) {
+        if let Some(dir) = self.dir.take() {
             let _ = Command::new(nginx_script())
                 .arg("stop")
                 .arg(dir.path())
@@ -1169,12 +1185,8 @@ async fn run(args: Args) -> Result<(), Error> {
         }
     }
 
-    if let Some(n) = nginx {
-        n.stop();
-    }
-    for v in verdicts {
-        v.stop();
-    }
+    drop(nginx);
+    drop(verdicts);
     Ok(())
 }
 
