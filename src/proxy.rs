@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST};
+use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
 use http::{HeaderMap, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -79,6 +79,9 @@ struct ErrorLabels {
 pub struct ProxyStats {
     requests: Family<ProxyLabels, Counter>,
     upstream_errors: Family<ErrorLabels, Counter>,
+    /// `requests{route="unmatched",decision="pass"}`, looked up once: the
+    /// pass-through path then counts without building label strings.
+    unmatched_pass: Counter,
     /// Unix ms of the last upstream success and failure.
     last_ok_ms: Arc<AtomicU64>,
     last_err_ms: Arc<AtomicU64>,
@@ -86,7 +89,14 @@ pub struct ProxyStats {
 
 impl ProxyStats {
     pub fn register(registry: &mut Registry) -> ProxyStats {
-        let s = ProxyStats::default();
+        let mut s = ProxyStats::default();
+        s.unmatched_pass = s
+            .requests
+            .get_or_create(&ProxyLabels {
+                route: "unmatched".into(),
+                decision: "pass".into(),
+            })
+            .clone();
         registry.register(
             "verdict_proxy_requests",
             "Proxied requests by route (or 'unmatched') and decision",
@@ -254,12 +264,12 @@ impl Proxy {
         request_id: &str,
     ) -> Response<RespBody> {
         let set = self.app.policies.load_full();
-        let method = req.method().as_str().to_string();
-        let path = req.uri().path().to_string();
-        let Some((route, path_params)) = set.match_route(&method, &path) else {
+        let matched = set
+            .match_route(req.method().as_str(), req.uri().path())
+            .map(|(route, params)| (route.clone(), params));
+        let Some((route, path_params)) = matched else {
             return self.unmatched(req, conn, request_id).await;
         };
-        let route = route.clone();
         match self
             .gated(req, conn, request_id, &set, &route, &path_params)
             .await
@@ -289,7 +299,7 @@ impl Proxy {
                 "no policy route matches this request",
             );
         }
-        self.stats.count("unmatched", "pass");
+        self.stats.unmatched_pass.inc();
         let (parts, body) = req.into_parts();
         let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
         self.forward(
@@ -594,8 +604,18 @@ impl Proxy {
 
     fn target(&self, uri: &Uri) -> Uri {
         let base = self.upstream.path().trim_end_matches('/');
-        let pq = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
         let mut parts = self.upstream.clone().into_parts();
+        if base.is_empty() {
+            // The common case: no base path, so the incoming path-and-query
+            // is reused as is (a refcount, not a copy and re-parse).
+            parts.path_and_query = Some(
+                uri.path_and_query()
+                    .cloned()
+                    .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+            );
+            return Uri::from_parts(parts).unwrap_or_else(|_| self.upstream.clone());
+        }
+        let pq = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
         parts.path_and_query = format!("{base}{pq}").parse().ok();
         Uri::from_parts(parts).unwrap_or_else(|_| self.upstream.clone())
     }
@@ -780,16 +800,21 @@ fn forward_headers(incoming: &HeaderMap, conn: ConnInfo, request_id: &str) -> He
 }
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let listed: Vec<String> = h
-        .get_all("connection")
+    // Names listed in `Connection` are hop-by-hop too. `from_bytes`
+    // lowercases; an empty or invalid name is skipped. No allocation unless
+    // the header lists something (this runs twice per proxied call).
+    let listed: Vec<HeaderName> = h
+        .get_all(CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .map(|s| s.trim().to_ascii_lowercase())
-        .filter(|s| !s.is_empty())
+        .filter_map(|s| HeaderName::from_bytes(s.trim().as_bytes()).ok())
         .collect();
-    for name in HOP_BY_HOP.iter().map(|s| s.to_string()).chain(listed) {
-        h.remove(name.as_str());
+    for name in HOP_BY_HOP {
+        h.remove(name);
+    }
+    for name in listed {
+        h.remove(name);
     }
 }
 
@@ -846,9 +871,13 @@ impl Handler for Proxy {
     async fn handle(&self, req: Request<Incoming>, conn: ConnInfo) -> Response<RespBody> {
         let started = Instant::now();
         let request_id = http_util::request_id(req.headers());
-        let method = req.method().clone();
-        let path = req.uri().path().to_string();
-        let span = tracing::info_span!("proxy", request_id = %request_id, %method, %path, peer = %conn.peer);
+        let span = tracing::info_span!(
+            "proxy",
+            request_id = %request_id,
+            method = %req.method(),
+            path = %req.uri().path(),
+            peer = %conn.peer
+        );
         async move {
             let mut resp = self.route(req, conn, &request_id).await;
             if let Ok(v) = HeaderValue::from_str(&request_id) {
