@@ -15,7 +15,10 @@ use libfuzzer_sys::fuzz_target;
 use verdict::engine::{self, text, CallerCitation, Claim, Params, Source};
 
 fn code_points(s: &str, start: usize, end: usize) -> String {
-    s.chars().skip(start).take(end.saturating_sub(start)).collect()
+    s.chars()
+        .skip(start)
+        .take(end.saturating_sub(start))
+        .collect()
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -31,9 +34,15 @@ fuzz_target!(|data: &[u8]| {
     for newline_breaks in [false, true] {
         let mut last = 0;
         for (start, end) in text::split_sentences(claim_text, newline_breaks) {
-            assert!(start <= end && end <= claim_text.len(), "range out of bounds");
+            assert!(
+                start <= end && end <= claim_text.len(),
+                "range out of bounds"
+            );
             assert!(start >= last, "ranges out of order");
-            assert!(claim_text.get(start..end).is_some(), "not on char boundaries");
+            assert!(
+                claim_text.get(start..end).is_some(),
+                "not on char boundaries"
+            );
             last = end;
         }
     }
