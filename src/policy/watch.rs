@@ -175,23 +175,28 @@ pub fn spawn_watcher(
 }
 
 /// Which directory is at `dir` right now: `None` when there is none.
-/// (device, inode) on Unix, so a directory deleted and made again between
-/// two checks still counts as new.
-async fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+///
+/// (device, inode, birth time) on Unix, so a directory deleted and made
+/// again between two checks still counts as new, even when the file system
+/// hands the new one the old inode number (ext4 and tmpfs do).
+async fn dir_identity(dir: &Path) -> Option<DirIdentity> {
     let m = tokio::fs::metadata(dir).await.ok()?;
     if !m.is_dir() {
         return None;
     }
+    let born = m.created().ok();
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        Some((m.dev(), m.ino()))
+        Some((m.dev(), m.ino(), born))
     }
     #[cfg(not(unix))]
     {
-        Some((0, 0))
+        Some((0, 0, born))
     }
 }
+
+type DirIdentity = (u64, u64, Option<std::time::SystemTime>);
 
 fn log_outcome(outcome: &ReloadOutcome) {
     match outcome {
