@@ -28,6 +28,14 @@ mod reviews;
 mod verify;
 pub mod wire;
 
+/// Entry points for the fuzz targets in `fuzz/`: the request body parsers
+/// that are otherwise private to the API. Not a stable interface.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use super::batch::validate as validate_batch;
+    pub use super::verify::{prepare as prepare_verify, VerifyRequest};
+}
+
 /// The endpoints the API serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Endpoint {

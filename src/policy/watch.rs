@@ -102,9 +102,19 @@ pub fn watch_path(
     })
 }
 
+/// How often the watcher checks that the watched directory is still the one
+/// it watches. A watch dies with its directory, so a directory that is
+/// deleted and created again would otherwise never be reloaded.
+pub const REWATCH_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Watches the store's directory and reloads it on every change until
 /// `shutdown` resolves. Every outcome is logged (`file:line:col` for each
 /// error) and passed to `on_reload` for the audit record and metrics.
+///
+/// If the directory is removed, the reload that follows fails and the last
+/// good set keeps serving. When a directory appears again at the same path,
+/// it is watched afresh and reloaded, so the store recovers without a
+/// restart.
 ///
 /// Must be called inside a Tokio runtime. The watch is set up before this
 /// returns, so a setup failure is reported to the caller.
@@ -114,16 +124,79 @@ pub fn spawn_watcher(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<tokio::task::JoinHandle<()>, WatchError> {
     let dir = store.dir().to_path_buf();
-    let handle = watch_path(&dir, DEFAULT_DEBOUNCE, move || {
+    // std `Mutex`: only so that the debouncer thread and a re-watch reload
+    // can share one callback; held for one reload, never across an `.await`.
+    let on_reload = Arc::new(std::sync::Mutex::new(on_reload));
+    let reload = move || {
         let outcome = store.reload();
         log_outcome(&outcome);
-        on_reload(outcome);
-    })?;
+        let f = on_reload.lock().unwrap_or_else(|e| e.into_inner());
+        f(outcome);
+    };
+    let reload = Arc::new(reload);
+    let r = reload.clone();
+    let handle = watch_path(&dir, DEFAULT_DEBOUNCE, move || r())?;
     Ok(tokio::spawn(async move {
-        shutdown.await;
+        let mut handle = handle;
+        let mut watched = dir_identity(&dir).await;
+        let mut tick = tokio::time::interval(REWATCH_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tick.tick() => {}
+            }
+            let now = dir_identity(&dir).await;
+            if now == watched {
+                continue;
+            }
+            watched = now;
+            if now.is_none() {
+                continue;
+            }
+            let r = reload.clone();
+            match watch_path(&dir, DEFAULT_DEBOUNCE, move || r()) {
+                Ok(h) => {
+                    tracing::info!(dir = %dir.display(), "policy directory is back; watching it again");
+                    handle = h;
+                    let r = reload.clone();
+                    let _ = tokio::task::spawn_blocking(move || r()).await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch the policy directory again");
+                    // Try again at the next tick.
+                    watched = None;
+                }
+            }
+        }
         drop(handle);
     }))
 }
+
+/// Which directory is at `dir` right now: `None` when there is none.
+///
+/// (device, inode, birth time) on Unix, so a directory deleted and made
+/// again between two checks still counts as new, even when the file system
+/// hands the new one the old inode number (ext4 and tmpfs do).
+async fn dir_identity(dir: &Path) -> Option<DirIdentity> {
+    let m = tokio::fs::metadata(dir).await.ok()?;
+    if !m.is_dir() {
+        return None;
+    }
+    let born = m.created().ok();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Some((m.dev(), m.ino(), born))
+    }
+    #[cfg(not(unix))]
+    {
+        Some((0, 0, born))
+    }
+}
+
+type DirIdentity = (u64, u64, Option<std::time::SystemTime>);
 
 fn log_outcome(outcome: &ReloadOutcome) {
     match outcome {
