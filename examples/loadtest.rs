@@ -436,7 +436,10 @@ impl Verdict {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        eprintln!("{}: verdict did not stop within 10 s; killing it", self.label);
+        eprintln!(
+            "{}: verdict did not stop within 10 s; killing it",
+            self.label
+        );
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -506,7 +509,8 @@ fn nginx_script() -> PathBuf {
 }
 
 fn on_path(cmd: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
 }
 
 fn start_nginx(upstream: SocketAddr, workers: usize) -> Result<Nginx, Error> {
@@ -658,7 +662,12 @@ impl Samples {
 }
 
 /// Closed loop on one connection from `start` (after the warm-up) to `end`.
-async fn closed_worker(t: Arc<Target>, warm_from: Instant, start: Instant, end: Instant) -> Samples {
+async fn closed_worker(
+    t: Arc<Target>,
+    warm_from: Instant,
+    start: Instant,
+    end: Instant,
+) -> Samples {
     let mut s = Samples::default();
     let mut sender: Option<Sender> = None;
     tokio::time::sleep_until(warm_from.into()).await;
@@ -854,8 +863,16 @@ fn summarize(phases: &mut [Phase], mode: Mode, cpu_known: bool) -> Summary {
         p99,
         p999,
         max,
-        svc_p50: if mode == Mode::Open { qs(0.5) } else { f64::NAN },
-        svc_p99: if mode == Mode::Open { qs(0.99) } else { f64::NAN },
+        svc_p50: if mode == Mode::Open {
+            qs(0.5)
+        } else {
+            f64::NAN
+        },
+        svc_p99: if mode == Mode::Open {
+            qs(0.99)
+        } else {
+            f64::NAN
+        },
         errors,
         cpu_us: if cpu_known && served > 0 {
             cpu / served as f64 * 1e6
@@ -875,7 +892,11 @@ fn summarize(phases: &mut [Phase], mode: Mode, cpu_known: bool) -> Summary {
 /// Opens `n` keep-alive connections to the proxy, one pass-through request
 /// each (32 at a time, so the upstream pool stays small), holds them, and
 /// returns verdict's (VmRSS, VmHWM) while they are open.
-async fn rss_with_connections(v: &Verdict, t: &Arc<Target>, n: usize) -> Result<(f64, f64, usize), Error> {
+async fn rss_with_connections(
+    v: &Verdict,
+    t: &Arc<Target>,
+    n: usize,
+) -> Result<(f64, f64, usize), Error> {
     let mut held = Vec::with_capacity(n);
     let mut i = 0;
     while i < n {
@@ -920,7 +941,9 @@ fn main() -> Result<(), Error> {
 }
 
 async fn run(args: Args) -> Result<(), Error> {
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     println!(
         "loadtest: {} s per phase, {} round(s), {} connections, open loop {} req/s; \
          nproc {threads}; loadavg {}",
@@ -1017,7 +1040,11 @@ async fn run(args: Args) -> Result<(), Error> {
             }
             for i in order {
                 let p = run_phase(&targets[i], mode, &args).await;
-                let mode_name = if mode == Mode::Closed { "closed" } else { "open" };
+                let mode_name = if mode == Mode::Closed {
+                    "closed"
+                } else {
+                    "open"
+                };
                 eprintln!(
                     "round {} {mode_name:<6} {:<22} {:>7} ok {:>4} errors  loadavg {}",
                     round + 1,
@@ -1126,7 +1153,14 @@ async fn run(args: Args) -> Result<(), Error> {
         );
     }
     if let Some(d) = find("direct") {
-        for name in ["pass", "gated", "authorize", "nginx", "pass (baseline)", "gated (baseline)"] {
+        for name in [
+            "pass",
+            "gated",
+            "authorize",
+            "nginx",
+            "pass (baseline)",
+            "gated (baseline)",
+        ] {
             let Some(s) = find(name) else { continue };
             println!(
                 "{name} vs direct: closed-loop throughput {:.2}x; open loop adds {} ms p50, {} ms p99, {} ms p99.9",
