@@ -17,7 +17,8 @@ ST_VERSION="3.39.16"
 # Schemathesis 3.39 breaks on Hypothesis newer than 6.131.14.
 HYPOTHESIS_VERSION="6.131.14"
 MAX_EXAMPLES="${ST_MAX_EXAMPLES:-25}"
-VENV="target/schemathesis-venv"
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+VENV="$TARGET_DIR/schemathesis-venv"
 
 if ! command -v python3 >/dev/null 2>&1; then
     echo "schemathesis: skipped, python3 is not installed"
@@ -32,7 +33,7 @@ fi
 
 echo "== cargo build --bin verdict"
 cargo build --quiet --bin verdict
-BIN="target/debug/verdict"
+BIN="$TARGET_DIR/debug/verdict"
 
 TMP="$(mktemp -d)"
 SERVER_PID=""
