@@ -30,6 +30,7 @@
 //! - Shutdown: [`AuditLog::shutdown`] after the listeners have drained.
 //! - CLI: [`verify_log`], [`verify_proof`], [`rotate_key`] (server stopped).
 
+mod canonical;
 pub mod keys;
 pub mod merkle;
 pub mod note;
@@ -238,7 +239,7 @@ impl AuditLog {
                 while let Ok(msg) = rx.recv() {
                     match msg {
                         Msg::Append(p) => {
-                            let _ = p.reply.send(Ok(Receipt {
+                            let _ = p.reply.send(Ok(writer::Answer::Noop(Receipt {
                                 record_id: p.record_id,
                                 record_hash: record::hash_string(&p.record_hash),
                                 key_id: "noop".into(),
@@ -246,7 +247,7 @@ impl AuditLog {
                                 leaf_index: size,
                                 tree_size: size + 1,
                                 proof: Vec::new(),
-                            }));
+                            })));
                             size += 1;
                         }
                         Msg::Rotate(reply) => {
@@ -304,7 +305,8 @@ impl AuditLog {
             .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))?;
         answer
             .await
-            .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))?
+            .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))??
+            .receipt(record.record_id, &record_hash)
     }
 
     /// Runs `f` with a read connection on the blocking pool.

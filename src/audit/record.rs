@@ -146,8 +146,7 @@ impl AuditRecord {
     /// The RFC 8785 canonical JSON of this record.
     pub fn canonical(&self) -> Result<String, RecordError> {
         self.validate()?;
-        serde_json_canonicalizer::to_string(self)
-            .map_err(|e| RecordError(format!("cannot canonicalize: {e}")))
+        super::canonical::record(self)
     }
 }
 
@@ -198,7 +197,8 @@ pub fn hash_string(h: &Hash) -> String {
     buf[..7].copy_from_slice(b"sha256:");
     // 32 bytes always fit 64 hex digits.
     let _ = hex::encode_to_slice(h, &mut buf[7..]);
-    String::from_utf8_lossy(&buf).into_owned()
+    // Prefix and hex digits are ASCII; the fallback is unreachable.
+    String::from_utf8(buf.to_vec()).unwrap_or_default()
 }
 
 /// Parses `sha256:<64 lowercase hex>`.

@@ -183,6 +183,51 @@ pub fn insert_record(
     Ok(())
 }
 
+/// The two inserts of every appended leaf, prepared once per group commit.
+pub struct Appender<'c> {
+    record: rusqlite::CachedStatement<'c>,
+    hashes: rusqlite::CachedStatement<'c>,
+    blob: Vec<u8>,
+}
+
+impl<'c> Appender<'c> {
+    pub fn new(conn: &'c Connection) -> rusqlite::Result<Appender<'c>> {
+        Ok(Appender {
+            record: conn.prepare_cached(
+                "INSERT INTO audit_records (leaf, record_id, canonical, principal) VALUES (?1, ?2, ?3, ?4)",
+            )?,
+            hashes: conn.prepare_cached("INSERT INTO audit_hashes (leaf, hashes) VALUES (?1, ?2)")?,
+            blob: Vec::with_capacity(32 * 8),
+        })
+    }
+
+    pub fn record(
+        &mut self,
+        leaf: u64,
+        id: Uuid,
+        canonical: &str,
+        principal: Option<&str>,
+    ) -> rusqlite::Result<()> {
+        self.record.execute(params![
+            i64::try_from(leaf).unwrap_or(i64::MAX),
+            id.as_bytes().as_slice(),
+            canonical,
+            principal
+        ])?;
+        Ok(())
+    }
+
+    pub fn hashes(&mut self, leaf: u64, hashes: &[Hash]) -> rusqlite::Result<()> {
+        self.blob.clear();
+        for h in hashes {
+            self.blob.extend_from_slice(h);
+        }
+        self.hashes
+            .execute(params![i64::try_from(leaf).unwrap_or(i64::MAX), self.blob])?;
+        Ok(())
+    }
+}
+
 pub fn insert_hashes(conn: &Connection, leaf: u64, hashes: &[Hash]) -> rusqlite::Result<()> {
     let blob: Vec<u8> = hashes.concat();
     conn.prepare_cached("INSERT INTO audit_hashes (leaf, hashes) VALUES (?1, ?2)")?

@@ -36,9 +36,62 @@ pub(crate) struct Pending {
     pub record_hash: Hash,
     pub principal: Option<String>,
     pub enqueued: Instant,
-    pub reply: oneshot::Sender<Result<Receipt, AuditError>>,
+    pub reply: oneshot::Sender<Result<Answer, AuditError>>,
     /// Frees a queue slot when the record has been handled (backpressure).
     pub _permit: OwnedSemaphorePermit,
+}
+
+/// What the writer answers an append with once its group is durable.
+pub(crate) enum Answer {
+    /// Placed at `leaf` of the committed `group`.
+    Committed { group: Arc<Group>, leaf: u64 },
+    /// The benchmark-only no-op log: a receipt that proves nothing.
+    Noop(Receipt),
+}
+
+/// A committed group, shared by its waiters: enough of the tree to build an
+/// inclusion proof for any of its leaves against its checkpoint without
+/// touching the database.
+pub(crate) struct Group {
+    /// The tree before the group.
+    old: Frontier,
+    /// The stored hashes of the group's leaves, in order.
+    rows: Vec<Vec<Hash>>,
+    /// The size of the checkpoint that first covers the group.
+    size: u64,
+    /// That checkpoint's root as `sha256:<hex>`.
+    root: String,
+    key_id: String,
+}
+
+impl Answer {
+    /// The receipt for the record that was appended with `id` and `record_hash`.
+    pub fn receipt(self, id: Uuid, record_hash: &Hash) -> Result<Receipt, AuditError> {
+        let (group, leaf) = match self {
+            Answer::Noop(r) => return Ok(r),
+            Answer::Committed { group, leaf } => (group, leaf),
+        };
+        let mut hashes = BatchHashes {
+            old: &group.old,
+            rows: &group.rows,
+        };
+        let proof = inclusion_proof(&mut hashes, leaf, group.size).map_err(corrupt)?;
+        Ok(Receipt {
+            record_id: id,
+            record_hash: hash_string(record_hash),
+            key_id: group.key_id.clone(),
+            merkle_root: group.root.clone(),
+            leaf_index: leaf,
+            tree_size: group.size,
+            proof: proof
+                .into_iter()
+                .map(|(h, position)| ProofStep {
+                    hash: hash_string(&h),
+                    position,
+                })
+                .collect(),
+        })
+    }
 }
 
 pub(crate) enum Msg {
@@ -47,6 +100,9 @@ pub(crate) enum Msg {
     /// Commit what is queued, then stop.
     Shutdown(oneshot::Sender<()>),
 }
+
+/// A committed group and, per item, its leaf or why it was refused.
+type Committed = (Arc<Group>, Vec<Result<u64, AuditError>>);
 
 /// A record as the commit needs it.
 struct Item<'a> {
@@ -347,13 +403,17 @@ impl Writer {
         let m = &self.shared.metrics;
         m.commit_seconds.observe(started.elapsed().as_secs_f64());
         match result {
-            Ok(outcomes) => {
+            Ok((group, placed)) => {
                 m.group_size.observe(batch.len() as f64);
-                let ok = outcomes.iter().filter(|o| o.is_ok()).count();
+                let ok = placed.iter().filter(|o| o.is_ok()).count();
                 m.records.inc_by(ok as u64);
                 self.publish_state(None);
-                for (p, o) in batch.into_iter().zip(outcomes) {
-                    let _ = p.reply.send(o);
+                for (p, o) in batch.into_iter().zip(placed) {
+                    let answer = o.map(|leaf| Answer::Committed {
+                        group: group.clone(),
+                        leaf,
+                    });
+                    let _ = p.reply.send(answer);
                 }
             }
             Err(e) => {
@@ -369,11 +429,14 @@ impl Writer {
 
     /// One group commit. The outer error fails the whole group (nothing was
     /// written, in-memory state unchanged); inner errors fail one record.
+    /// Receipts are not built here: each waiter builds its own from the
+    /// returned [`Group`], on its own task, so the proofs' hashing and
+    /// formatting spread over the runtime instead of queueing on this thread.
     fn commit(
         &mut self,
         items: &[Item<'_>],
         extra_signer: Option<&SigningKey>,
-    ) -> Result<Vec<Result<Receipt, AuditError>>, AuditError> {
+    ) -> Result<Committed, AuditError> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -387,43 +450,50 @@ impl Writer {
         let mut next = self.frontier.clone();
         let mut rows: Vec<Vec<Hash>> = Vec::with_capacity(items.len());
         let mut placed: Vec<Result<u64, AuditError>> = Vec::with_capacity(items.len());
-        for it in items {
-            let leaf = next.size();
-            match store::insert_record(&tx, leaf, it.id, it.canonical, it.principal) {
-                Ok(()) => {}
-                Err(rusqlite::Error::SqliteFailure(e, _))
-                    if e.code == ErrorCode::ConstraintViolation =>
-                {
-                    placed.push(Err(AuditError::InvalidRecord(format!(
-                        "record_id {} is already in the log",
-                        it.id
-                    ))));
-                    continue;
+        {
+            let mut append = store::Appender::new(&tx)?;
+            for it in items {
+                let leaf = next.size();
+                match append.record(leaf, it.id, it.canonical, it.principal) {
+                    Ok(()) => {}
+                    Err(rusqlite::Error::SqliteFailure(e, _))
+                        if e.code == ErrorCode::ConstraintViolation =>
+                    {
+                        placed.push(Err(AuditError::InvalidRecord(format!(
+                            "record_id {} is already in the log",
+                            it.id
+                        ))));
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
                 }
-                Err(e) => return Err(e.into()),
+                let hashes = next.append(leaf_hash(&it.record_hash));
+                append.hashes(leaf, &hashes)?;
+                rows.push(hashes);
+                placed.push(Ok(leaf));
             }
-            let hashes = next.append(leaf_hash(&it.record_hash));
-            store::insert_hashes(&tx, leaf, &hashes)?;
-            rows.push(hashes);
-            placed.push(Ok(leaf));
         }
         if rows.is_empty() {
             // Every record was refused; nothing to sign. `tx` rolls back.
-            return Ok(placed
-                .into_iter()
-                .map(|p| p.and_then(|_| Err(corrupt("record placed without hashes"))))
-                .collect());
+            let group = Arc::new(Group {
+                old: self.frontier.clone(),
+                rows,
+                size: self.frontier.size(),
+                root: hash_string(&self.frontier.root()),
+                key_id: self.ring.active.doc.kid.clone(),
+            });
+            return Ok((group, placed));
         }
         let old_size = self.frontier.size();
         let size = next.size();
         let root = next.root();
-        let mut hashes = BatchHashes {
-            old: &self.frontier,
-            rows: &rows,
-        };
         // INVARIANT (sizes only grow, each checkpoint extends the previous
         // one): self-check before signing.
         if old_size > 0 {
+            let mut hashes = BatchHashes {
+                old: &self.frontier,
+                rows: &rows,
+            };
             let proof = consistency_proof(&mut hashes, old_size, size).map_err(corrupt)?;
             if !verify_consistency(old_size, size, &self.frontier.root(), &root, &proof) {
                 return Err(corrupt(format!(
@@ -450,40 +520,20 @@ impl Writer {
         let note_text = note::sign(&body, &signers);
         let at = now_at();
         store::insert_checkpoint(&tx, size, &note_text, &at)?;
-        let root_s = hash_string(&root);
-        let key_id = &self.ring.active.doc.kid;
-        let mut out = Vec::with_capacity(items.len());
-        for (it, p) in items.iter().zip(placed) {
-            out.push(match p {
-                Err(e) => Err(e),
-                Ok(leaf) => {
-                    let proof = inclusion_proof(&mut hashes, leaf, size).map_err(corrupt)?;
-                    Ok(Receipt {
-                        record_id: it.id,
-                        record_hash: hash_string(&it.record_hash),
-                        key_id: key_id.clone(),
-                        merkle_root: root_s.clone(),
-                        leaf_index: leaf,
-                        tree_size: size,
-                        proof: proof
-                            .into_iter()
-                            .map(|(h, position)| ProofStep {
-                                hash: hash_string(&h),
-                                position,
-                            })
-                            .collect(),
-                    })
-                }
-            });
-        }
         if self.shared.inject_failure.load(Ordering::SeqCst) {
             // Dropping `tx` rolls the group back.
             return Err(AuditError::WriteFailed("injected write failure".into()));
         }
         tx.commit()?;
-        self.frontier = next;
+        let group = Arc::new(Group {
+            old: std::mem::replace(&mut self.frontier, next),
+            rows,
+            size,
+            root: hash_string(&root),
+            key_id: self.ring.active.doc.kid.clone(),
+        });
         self.set_last_checkpoint(at);
-        Ok(out)
+        Ok((group, placed))
     }
 
     /// Rotates the signing key: the new key becomes active, the old one is
@@ -510,10 +560,10 @@ impl Writer {
         };
         let result = self.commit(&[item], Some(&old));
         match result {
-            Ok(mut outcomes) => {
+            Ok((_, mut placed)) => {
                 self.shared.metrics.records.inc();
                 self.publish_state(None);
-                outcomes
+                placed
                     .pop()
                     .unwrap_or_else(|| Err(corrupt("key change was not committed")))?;
                 Ok(new_doc)
