@@ -941,6 +941,35 @@ async fn group_commit_with_many_concurrent_appends() {
 }
 
 #[tokio::test]
+async fn a_quiet_queue_closes_the_group_before_max_wait() {
+    let e = env();
+    // A 20 s max_wait: the group may linger at most 2 s for a next record.
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(20_000)).unwrap();
+    let started = std::time::Instant::now();
+    let r = log.append(decision(0)).await.unwrap();
+    check_receipt(&r);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a lone record waited out max_wait: {:?}",
+        started.elapsed()
+    );
+    // Records that arrive together still share one group and checkpoint.
+    let mut tasks = Vec::new();
+    for i in 1..=20u64 {
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move { log.append(decision(i)).await }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap().tree_size, 21);
+    }
+    log.shutdown().await;
+    assert_eq!(
+        verify_log(&e.db, &e.keys, |_, _| {}).unwrap().checkpoints,
+        3
+    );
+}
+
+#[tokio::test]
 async fn write_failure_fails_every_waiter_and_recovers() {
     let e = env();
     let log = AuditLog::open(&e.db, &e.keys, &cfg(1)).unwrap();
