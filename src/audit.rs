@@ -30,7 +30,7 @@
 //! - Shutdown: [`AuditLog::shutdown`] after the listeners have drained.
 //! - CLI: [`verify_log`], [`verify_proof`], [`rotate_key`] (server stopped).
 
-mod canonical;
+pub mod canonical;
 pub mod keys;
 pub mod merkle;
 pub mod note;

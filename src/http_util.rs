@@ -138,8 +138,9 @@ pub fn parse_json(bytes: &[u8]) -> Result<JsonBody, ApiError> {
 }
 
 /// `sha256:<hex>` of the RFC 8785 canonical form of a JSON value.
-pub fn canonical_hash<T: Serialize>(value: &T) -> Result<String, ApiError> {
-    let canonical = serde_json_canonicalizer::to_vec(value)
+pub fn canonical_hash(value: &serde_json::Value) -> Result<String, ApiError> {
+    let mut canonical = Vec::with_capacity(1024);
+    crate::audit::canonical::value(&mut canonical, value)
         .map_err(|e| ApiError::Unprocessable(format!("body cannot be canonicalised: {e}")))?;
     Ok(format!(
         "sha256:{}",
@@ -204,7 +205,9 @@ mod tests {
         assert_eq!(a.hash, b.hash);
         let canon = |s: &str| {
             let v: serde_json::Value = serde_json::from_str(s).unwrap();
-            serde_json_canonicalizer::to_string(&v).unwrap()
+            let mut out = Vec::new();
+            crate::audit::canonical::value(&mut out, &v).unwrap();
+            String::from_utf8(out).unwrap()
         };
         // RFC 8785 §3.2.2 (numbers) and §3.2.3 (sorting by UTF-16 code units).
         assert_eq!(
