@@ -110,6 +110,9 @@ async fn run(
         lat.extend(t.await?);
     }
     let elapsed = start.elapsed().as_secs_f64();
+    // The log's own view of the run: how large the groups were and how long
+    // a commit (SQLite write, fsync, signature) took.
+    let metrics = get_text(&client, &format!("http://{}/metrics", running.api_addr)).await;
     running.shutdown().await;
     lat.sort_by(|a, b| a.total_cmp(b));
     let n = done.load(Ordering::Relaxed);
@@ -122,11 +125,49 @@ async fn run(
             .unwrap_or(0.0),
         n,
     };
+    let metric = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let groups = metric("verdict_audit_group_size_count");
+    let audit = if noop || groups == 0.0 {
+        String::new()
+    } else {
+        format!(
+            "   mean group {:.1}, mean commit {:.2} ms",
+            metric("verdict_audit_group_size_sum") / groups,
+            metric("verdict_audit_commit_seconds_sum") * 1000.0
+                / metric("verdict_audit_commit_seconds_count").max(1.0)
+        )
+    };
     println!(
-        "{label:<26} {:>8} {:>10.0} {:>9.2} {:>9.2}",
+        "{label:<26} {:>8} {:>10.0} {:>9.2} {:>9.2}{audit}",
         out.n, out.rps, out.mean_ms, out.p99_ms
     );
     Ok(out)
+}
+
+/// GET `url` as text; empty on any failure (the caller only reports it).
+async fn get_text(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    url: &str,
+) -> String {
+    let Ok(req) = Request::builder()
+        .method(Method::GET)
+        .uri(url)
+        .body(Full::new(Bytes::new()))
+    else {
+        return String::new();
+    };
+    let Ok(resp) = client.request(req).await else {
+        return String::new();
+    };
+    match resp.into_body().collect().await {
+        Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+        Err(_) => String::new(),
+    }
 }
 
 async fn send(
