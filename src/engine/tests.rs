@@ -103,6 +103,32 @@ fn contradictions_are_never_supported() {
 }
 
 #[test]
+fn negation_governs_the_word_it_precedes() {
+    let hose = "Rinse the deck with a garden hose. Do not use a high pressure washer, \
+        because it can strip the paint.";
+    // "avoid" is an implicit negator: the advice agrees with "do not use".
+    let c = check(
+        "Avoid using a high pressure washer because it can strip the paint.",
+        hose,
+    );
+    assert!(!c.reasons.contains(&Reason::NegationConflict), "{c:?}");
+    // Explicit negators still flip what they govern.
+    let c = check("Use a high pressure washer to strip the paint.", hose);
+    assert_eq!(c.status, ClaimStatus::Unsupported, "{c:?}");
+    assert!(c.reasons.contains(&Reason::NegationConflict), "{c:?}");
+    // "no" denies "risk", the first content word after it, not every word
+    // within three tokens ("spring").
+    let garden = "Plant the bulbs once all danger of spring frost has passed and the soil is warm.";
+    let c = check(
+        "Plant the bulbs when there is no risk of spring frost.",
+        garden,
+    );
+    assert!(!c.reasons.contains(&Reason::NegationConflict), "{c:?}");
+    let c = check("Plant the bulbs when the soil is not warm.", garden);
+    assert!(c.reasons.contains(&Reason::NegationConflict), "{c:?}");
+}
+
+#[test]
 fn faithful_statements_are_supported() {
     let cases = [
         "Refunds are available within 30 days of delivery.",

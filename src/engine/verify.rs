@@ -294,20 +294,29 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             continue;
         }
         if !text::is_stopword(&tok.norm) {
-            let neg = in_negation_scope(claim, &tokens, i);
+            let pol = polarity_of(claim, &tokens, i);
+            let neg = pol == Polarity::Negated;
             let at = if long {
                 polarity_at.get(&*tok.stem).copied()
             } else {
                 polarity.iter().position(|(s, _)| *s == tok.stem)
             };
             match at {
+                // After an implicit negator, or mentioned with both
+                // polarities: no single polarity to compare.
+                _ if pol == Polarity::Unclear => {
+                    if long {
+                        mixed.insert(&tok.stem);
+                    } else {
+                        mixed_short.push(&tok.stem);
+                    }
+                }
                 None => {
                     if long {
                         polarity_at.insert(&tok.stem, polarity.len());
                     }
                     polarity.push((tok.stem.clone(), neg));
                 }
-                // Mentioned with both polarities: no single polarity to compare.
                 Some(k) if polarity[k].1 != neg => {
                     if long {
                         mixed.insert(&tok.stem);
@@ -850,17 +859,62 @@ fn gates(
     }
 }
 
-/// Is token `i` within the scope of a preceding negator: at most
-/// `NEG_WINDOW` tokens after it with no clause punctuation in between?
-/// "not only" is not a negation.
-fn in_negation_scope(text: &str, toks: &[Token], i: usize) -> bool {
-    (i.saturating_sub(tune::NEG_WINDOW)..i).any(|k| {
-        text::is_negator(&toks[k].norm)
-            && toks.get(k + 1).map_or(true, |n| &*n.norm != "only")
-            && text
-                .get(toks[k].end..toks[i].start)
-                .is_some_and(|gap| !gap.contains([',', '.', ';', ':', '(', ')', '!', '?', '"']))
-    })
+/// How a content token stands with respect to negation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Polarity {
+    Positive,
+    /// Denied by an explicit negator ("not", "no", "never", "n't", "non-").
+    Negated,
+    /// Governed by an implicit negator ("avoid", "without", "fail", ...):
+    /// "avoid using high pressure" neither asserts nor denies "using" the way
+    /// "do not use high pressure" does, so it is not compared.
+    Unclear,
+}
+
+/// Negators that deny the word they govern outright.
+fn is_explicit_negator(norm: &str) -> bool {
+    matches!(
+        norm,
+        "not"
+            | "no"
+            | "non"
+            | "never"
+            | "cannot"
+            | "nor"
+            | "neither"
+            | "none"
+            | "nothing"
+            | "nobody"
+            | "nowhere"
+    )
+}
+
+/// Polarity of token `i`. A negator governs only the first content word
+/// after it ("do not use a high pressure hose" denies "use", not "high" or
+/// "hose"), at most `NEG_WINDOW` tokens away with no clause punctuation in
+/// between; only stopwords may come between. "not only" is not a negation.
+/// Scoping every word within the window flagged faithful paraphrases whose
+/// word order differs from the source ("no risk of spring frost" against
+/// "all danger of spring frost has passed").
+fn polarity_of(text: &str, toks: &[Token], i: usize) -> Polarity {
+    for k in (i.saturating_sub(tune::NEG_WINDOW)..i).rev() {
+        let norm = &*toks[k].norm;
+        if text::is_negator(norm) {
+            let scoped = toks.get(k + 1).map_or(true, |n| &*n.norm != "only")
+                && text.get(toks[k].end..toks[i].start).is_some_and(|gap| {
+                    !gap.contains([',', '.', ';', ':', '(', ')', '!', '?', '"'])
+                });
+            return match (scoped, is_explicit_negator(norm)) {
+                (false, _) => Polarity::Positive,
+                (true, true) => Polarity::Negated,
+                (true, false) => Polarity::Unclear,
+            };
+        }
+        if !text::is_stopword(norm) {
+            return Polarity::Positive;
+        }
+    }
+    Polarity::Positive
 }
 
 /// True when the claim and the passage disagree on polarity around the
@@ -904,7 +958,9 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
             let Some(k) = at else {
                 continue;
             };
-            if in_negation_scope(body, toks, i) == a.polarity[k].1 {
+            // An unclear occurrence counts as agreeing: it blocks a conflict.
+            let pol = polarity_of(body, toks, i);
+            if pol == Polarity::Unclear || (pol == Polarity::Negated) == a.polarity[k].1 {
                 seen[k].0 = true;
             } else {
                 seen[k].1 = true;
