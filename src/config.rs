@@ -98,6 +98,9 @@ pub struct EvidenceConfig {
 pub struct AuditConfig {
     /// `None` means `verdict/<hostname>`, resolved when the log opens.
     pub origin: Option<String>,
+    /// The longest a group commit collects records (`audit.max_wait`). A
+    /// forming group also closes once no record has arrived for a tenth of
+    /// this, so a quiet queue does not wait the whole time.
     pub max_wait: Duration,
     pub max_batch: usize,
 }
