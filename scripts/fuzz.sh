@@ -16,7 +16,7 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(policy extract engine wire)
+    targets=(policy extract engine wire canonical)
 fi
 
 if ! cargo fuzz --help >/dev/null 2>&1; then
