@@ -445,9 +445,9 @@ fn contains(sorted: &[u32], id: Option<u32>) -> bool {
 /// How well one unit matches each claim item (terms, then quantities):
 /// 2 = exact surface or backed quantity, 1 = stem only, 0 = absent. Computed
 /// once per unit and claim, so scoring a set of units is a max over rows.
-fn unit_levels(a: &Analysis, idx: &Index<'_>, u: usize) -> Vec<u8> {
+/// Appends one row to `out`.
+fn unit_levels(a: &Analysis, idx: &Index<'_>, u: usize, out: &mut Vec<u8>) {
     let unit = &idx.units[u];
-    let mut out = Vec::with_capacity(a.terms.len() + a.qty.len());
     for t in &a.terms {
         out.push(if contains(&unit.surf, t.surf) {
             2
@@ -461,24 +461,47 @@ fn unit_levels(a: &Analysis, idx: &Index<'_>, u: usize) -> Vec<u8> {
         let backed = idx.unit_qty(unit).iter().any(|e| numbers::backs(&cq.q, e));
         out.push(if backed { 2 } else { 0 });
     }
-    out
 }
 
-/// Per-claim memo of [`unit_levels`].
+/// Per-claim memo of [`unit_levels`]. Rows are computed only for the units
+/// a claim's ranking touches (a few dozen), so the memo stays small however
+/// many units the sources have; all rows share one buffer.
 struct Levels<'a, 'b> {
     a: &'a Analysis,
     idx: &'a Index<'b>,
-    /// Indexed by unit id; `None` until first asked.
-    memo: Vec<Option<Vec<u8>>>,
+    /// Items per row: the claim's terms, then its quantities.
+    width: usize,
+    /// Unit id → offset of its row in `rows`, or `usize::MAX` until first
+    /// asked.
+    slot: Vec<usize>,
+    /// The computed rows, `width` levels each, in the order first asked.
+    rows: Vec<u8>,
+    /// Scratch for [`Levels::coverage`]: best level per item over a set.
+    best: Vec<u8>,
 }
 
-impl Levels<'_, '_> {
-    fn get(&mut self, u: usize) -> &[u8] {
-        let (a, idx) = (self.a, self.idx);
-        if self.memo.len() <= u {
-            self.memo.resize_with(idx.units.len().max(u + 1), || None);
+impl<'a, 'b> Levels<'a, 'b> {
+    fn new(a: &'a Analysis, idx: &'a Index<'b>) -> Self {
+        let width = a.terms.len() + a.qty.len();
+        Levels {
+            a,
+            idx,
+            width,
+            slot: vec![usize::MAX; idx.units.len()],
+            rows: Vec::new(),
+            best: vec![0; width],
         }
-        self.memo[u].get_or_insert_with(|| unit_levels(a, idx, u))
+    }
+
+    /// Offset of unit `u`'s row in `rows`, computing it on first use.
+    fn row(&mut self, u: usize) -> usize {
+        if self.slot[u] != usize::MAX {
+            return self.slot[u];
+        }
+        let at = self.rows.len();
+        self.slot[u] = at;
+        unit_levels(self.a, self.idx, u, &mut self.rows);
+        at
     }
 
     /// Rarity-weighted share of the claim's items found in the units.
@@ -487,15 +510,17 @@ impl Levels<'_, '_> {
         if a.total <= 0.0 {
             return 0.0;
         }
-        let n = a.terms.len() + a.qty.len();
-        let mut best = vec![0u8; n];
+        self.best.fill(0);
         for u in units {
-            for (b, &l) in best.iter_mut().zip(self.get(u)) {
+            let at = self.row(u);
+            let row = self.rows.get(at..at + self.width).unwrap_or(&[]);
+            for (b, &l) in self.best.iter_mut().zip(row) {
                 *b = (*b).max(l);
             }
         }
+        let best = &self.best;
         let mut got = 0.0;
-        for (t, &l) in a.terms.iter().zip(&best) {
+        for (t, &l) in a.terms.iter().zip(best.iter()) {
             match l {
                 2 => got += t.weight,
                 1 => got += t.weight * tune::STEM_MATCH,
@@ -575,11 +600,7 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
     if a.total <= 0.0 {
         reasons.push(Reason::EmptyClaim);
     } else {
-        let mut lv = Levels {
-            a: &a,
-            idx,
-            memo: Vec::new(),
-        };
+        let mut lv = Levels::new(&a, idx);
         let (r, cands) = rank(&mut lv, &allowed);
         ranked = r;
         best = ranked.first().map(|&(p, _)| complete(&mut lv, p, &cands));
@@ -752,8 +773,14 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
         }
     }
     let mut cands: Vec<usize> = (0..score.len()).filter(|&u| score[u] > 0.0).collect();
-    cands.sort_by(|&x, &y| score[y].total_cmp(&score[x]).then(x.cmp(&y)));
-    cands.truncate(tune::CANDIDATES);
+    // Best score first, ties by unit id: a total order, so selecting the
+    // top few and sorting only those gives the same list as a full sort.
+    let by_score = |x: &usize, y: &usize| score[*y].total_cmp(&score[*x]).then(x.cmp(y));
+    if cands.len() > tune::CANDIDATES {
+        cands.select_nth_unstable_by(tune::CANDIDATES - 1, by_score);
+        cands.truncate(tune::CANDIDATES);
+    }
+    cands.sort_unstable_by(by_score);
 
     let mut out: Vec<(Passage, f64)> = Vec::new();
     for &u in &cands {
