@@ -102,9 +102,11 @@ struct Unit {
     /// Token range in the source's token list.
     tok_start: usize,
     tok_end: usize,
-    /// Sorted, deduplicated interned ids.
-    surf: Vec<u32>,
-    stems: Vec<u32>,
+    /// Sorted, deduplicated interned ids: surface forms are
+    /// `Index::ids[surf_at..stems_at]`, stems `Index::ids[stems_at..ids_end]`.
+    surf_at: usize,
+    stems_at: usize,
+    ids_end: usize,
     /// Range in the source's quantity list.
     qty_start: usize,
     qty_end: usize,
@@ -126,8 +128,13 @@ struct Index<'a> {
     sources: Vec<IndexedSource<'a>>,
     unavailable: Vec<&'a str>,
     units: Vec<Unit>,
-    /// stem id → units containing it, ascending.
-    postings: Vec<Vec<u32>>,
+    /// Every unit's id lists, back to back (one allocation, not two per
+    /// unit; see `Unit::surf_at`).
+    ids: Vec<u32>,
+    /// stem id → units containing it, ascending: `postings[posting_at[s]..
+    /// posting_at[s + 1]]` (compressed rows, one allocation for all stems).
+    posting_at: Vec<usize>,
+    postings: Vec<u32>,
     avg_len: f64,
     stemmer: text::Stems,
 }
@@ -141,10 +148,14 @@ impl<'a> Index<'a> {
             sources: Vec::new(),
             unavailable: Vec::new(),
             units: Vec::new(),
+            ids: Vec::new(),
+            posting_at: Vec::new(),
             postings: Vec::new(),
             avg_len: 1.0,
             stemmer,
         };
+        // Reused for each unit's ids before they are sorted and deduplicated.
+        let mut scratch: Vec<u32> = Vec::new();
         for src in order {
             let Some(body) = src.text.as_deref() else {
                 idx.unavailable.push(&src.id);
@@ -172,32 +183,22 @@ impl<'a> Index<'a> {
                 while q < qty.len() && qty[q].tok_end <= tok_end {
                     q += 1;
                 }
-                let mut surf = Vec::with_capacity(tok_end - tok_start);
-                let mut stems = Vec::with_capacity(tok_end - tok_start);
-                for tok in &tokens[tok_start..tok_end] {
-                    surf.push(tok.norm_id);
-                    stems.push(tok.stem_id);
-                }
-                surf.sort_unstable();
-                surf.dedup();
-                stems.sort_unstable();
-                stems.dedup();
-                let uid = u32::try_from(idx.units.len()).unwrap_or(u32::MAX);
-                for &s in &stems {
-                    let s = s as usize;
-                    if idx.postings.len() <= s {
-                        idx.postings.resize_with(s + 1, Vec::new);
-                    }
-                    idx.postings[s].push(uid);
-                }
+                let unit_tokens = &tokens[tok_start..tok_end];
+                let surf_at = idx.ids.len();
+                sorted_ids(unit_tokens.iter().map(|t| t.norm_id), &mut scratch);
+                idx.ids.extend_from_slice(&scratch);
+                let stems_at = idx.ids.len();
+                sorted_ids(unit_tokens.iter().map(|t| t.stem_id), &mut scratch);
+                idx.ids.extend_from_slice(&scratch);
                 idx.units.push(Unit {
                     source: si,
                     start,
                     end,
                     tok_start,
                     tok_end,
-                    surf,
-                    stems,
+                    surf_at,
+                    stems_at,
+                    ids_end: idx.ids.len(),
                     qty_start,
                     qty_end: q,
                     len: tok_end - tok_start,
@@ -213,14 +214,66 @@ impl<'a> Index<'a> {
                 unit_end,
             });
         }
+        idx.build_postings();
         let total: usize = idx.units.iter().map(|u| u.len).sum();
         idx.avg_len = (total as f64 / idx.units.len().max(1) as f64).max(1.0);
         idx
     }
 
+    /// Fills the compressed postings from the units' stem lists: count per
+    /// stem, prefix sums, then units in ascending order.
+    fn build_postings(&mut self) {
+        let n_stems = self
+            .units
+            .iter()
+            .filter_map(|u| self.ids.get(u.stems_at..u.ids_end)?.last())
+            .max()
+            .map_or(0, |&s| s as usize + 1);
+        let mut at = vec![0usize; n_stems + 1];
+        for u in &self.units {
+            for &s in self.ids.get(u.stems_at..u.ids_end).unwrap_or(&[]) {
+                at[s as usize + 1] += 1;
+            }
+        }
+        let mut sum = 0;
+        for x in &mut at {
+            sum += *x;
+            *x = sum;
+        }
+        let mut next = at.clone();
+        let mut postings = vec![0u32; at[n_stems]];
+        for (uid, u) in self.units.iter().enumerate() {
+            let uid = u32::try_from(uid).unwrap_or(u32::MAX);
+            for &s in self.ids.get(u.stems_at..u.ids_end).unwrap_or(&[]) {
+                postings[next[s as usize]] = uid;
+                next[s as usize] += 1;
+            }
+        }
+        self.posting_at = at;
+        self.postings = postings;
+    }
+
+    /// Units containing stem `s`, ascending (empty for a stem no unit has).
+    fn posting(&self, s: u32) -> &[u32] {
+        let s = s as usize;
+        match (self.posting_at.get(s), self.posting_at.get(s + 1)) {
+            (Some(&a), Some(&b)) => self.postings.get(a..b).unwrap_or(&[]),
+            _ => &[],
+        }
+    }
+
+    /// Sorted surface-form ids of a unit.
+    fn surf(&self, u: &Unit) -> &[u32] {
+        self.ids.get(u.surf_at..u.stems_at).unwrap_or(&[])
+    }
+
+    /// Sorted stem ids of a unit.
+    fn stems(&self, u: &Unit) -> &[u32] {
+        self.ids.get(u.stems_at..u.ids_end).unwrap_or(&[])
+    }
+
     fn df(&self, stem: Option<u32>) -> usize {
-        stem.and_then(|s| self.postings.get(s as usize))
-            .map_or(0, Vec::len)
+        stem.map_or(0, |s| self.posting(s).len())
     }
 
     fn idf(&self, stem: Option<u32>) -> f64 {
@@ -236,6 +289,14 @@ impl<'a> Index<'a> {
             .get(u.qty_start..u.qty_end)
             .unwrap_or(&[])
     }
+}
+
+/// Replaces `out` with the sorted, deduplicated `ids`.
+fn sorted_ids(ids: impl Iterator<Item = u32>, out: &mut Vec<u32>) {
+    out.clear();
+    out.extend(ids);
+    out.sort_unstable();
+    out.dedup();
 }
 
 // === claim analysis ===
@@ -449,9 +510,9 @@ fn contains(sorted: &[u32], id: Option<u32>) -> bool {
 fn unit_levels(a: &Analysis, idx: &Index<'_>, u: usize, out: &mut Vec<u8>) {
     let unit = &idx.units[u];
     for t in &a.terms {
-        out.push(if contains(&unit.surf, t.surf) {
+        out.push(if contains(idx.surf(unit), t.surf) {
             2
-        } else if contains(&unit.stems, t.stem) {
+        } else if contains(idx.stems(unit), t.stem) {
             1
         } else {
             0
@@ -748,10 +809,7 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
     let mut score = vec![0.0f64; idx.units.len()];
     for t in &a.terms {
         let Some(s) = t.stem else { continue };
-        let Some(post) = idx.postings.get(s as usize) else {
-            continue;
-        };
-        for &u in post {
+        for &u in idx.posting(s) {
             let unit = &idx.units[u as usize];
             if !allowed[unit.source] {
                 continue;
@@ -859,14 +917,15 @@ fn gates(
         }
     }
     for t in a.terms.iter().filter(|t| t.name) {
-        let in_passage = units.iter().any(|u| contains(&u.stems, t.stem));
+        let in_passage = units.iter().any(|u| contains(idx.stems(u), t.stem));
         if in_passage {
             continue;
         }
-        let anywhere = t
-            .stem
-            .and_then(|s| idx.postings.get(s as usize))
-            .is_some_and(|post| post.iter().any(|&u| allowed[idx.units[u as usize].source]));
+        let anywhere = t.stem.is_some_and(|s| {
+            idx.posting(s)
+                .iter()
+                .any(|&u| allowed[idx.units[u as usize].source])
+        });
         if !anywhere {
             reasons.push(Reason::NameMissing);
             break;
