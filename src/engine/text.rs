@@ -456,39 +456,24 @@ pub fn is_negator(norm: &str) -> bool {
     word_set(&SET, NEGATORS).contains(norm)
 }
 
-const MONTHS: &[&str] = &[
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-];
-
-/// 1-based month number for a full or abbreviated month name.
+/// 1-based month number for a full or abbreviated month name. A `match`
+/// (length, then bytes) rather than a list scan: it runs for every token.
 pub fn month_number(norm: &str) -> Option<u8> {
-    let n = norm.trim_end_matches('.');
-    let idx = MONTHS.iter().position(|m| *m == n).or(match n {
-        "jan" => Some(0),
-        "feb" => Some(1),
-        "mar" => Some(2),
-        "apr" => Some(3),
-        "jun" => Some(5),
-        "jul" => Some(6),
-        "aug" => Some(7),
-        "sep" | "sept" => Some(8),
-        "oct" => Some(9),
-        "nov" => Some(10),
-        "dec" => Some(11),
-        _ => None,
-    })?;
-    u8::try_from(idx + 1).ok()
+    Some(match norm.trim_end_matches('.') {
+        "january" | "jan" => 1,
+        "february" | "feb" => 2,
+        "march" | "mar" => 3,
+        "april" | "apr" => 4,
+        "may" => 5,
+        "june" | "jun" => 6,
+        "july" | "jul" => 7,
+        "august" | "aug" => 8,
+        "september" | "sep" | "sept" => 9,
+        "october" | "oct" => 10,
+        "november" | "nov" => 11,
+        "december" | "dec" => 12,
+        _ => return None,
+    })
 }
 
 /// Counts code points in `text[..byte]`; `byte` must be a char boundary
