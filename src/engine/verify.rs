@@ -102,9 +102,7 @@ struct Unit {
     /// Token range in the source's token list.
     tok_start: usize,
     tok_end: usize,
-    /// Sorted, deduplicated interned ids: surface forms are
-    /// `Index::ids[surf_at..stems_at]`, stems `Index::ids[stems_at..ids_end]`.
-    surf_at: usize,
+    /// Sorted, deduplicated stem ids: `Index::ids[stems_at..ids_end]`.
     stems_at: usize,
     ids_end: usize,
     /// Range in the source's quantity list.
@@ -128,8 +126,8 @@ struct Index<'a> {
     sources: Vec<IndexedSource<'a>>,
     unavailable: Vec<&'a str>,
     units: Vec<Unit>,
-    /// Every unit's id lists, back to back (one allocation, not two per
-    /// unit; see `Unit::surf_at`).
+    /// Every unit's stem id list, back to back (one allocation, not one per
+    /// unit; see `Unit::stems_at`).
     ids: Vec<u32>,
     /// stem id → units containing it, ascending: `postings[posting_at[s]..
     /// posting_at[s + 1]]` (compressed rows, one allocation for all stems).
@@ -184,9 +182,6 @@ impl<'a> Index<'a> {
                     q += 1;
                 }
                 let unit_tokens = &tokens[tok_start..tok_end];
-                let surf_at = idx.ids.len();
-                sorted_ids(unit_tokens.iter().map(|t| t.norm_id), &mut scratch);
-                idx.ids.extend_from_slice(&scratch);
                 let stems_at = idx.ids.len();
                 sorted_ids(unit_tokens.iter().map(|t| t.stem_id), &mut scratch);
                 idx.ids.extend_from_slice(&scratch);
@@ -196,7 +191,6 @@ impl<'a> Index<'a> {
                     end,
                     tok_start,
                     tok_end,
-                    surf_at,
                     stems_at,
                     ids_end: idx.ids.len(),
                     qty_start,
@@ -262,11 +256,6 @@ impl<'a> Index<'a> {
         }
     }
 
-    /// Sorted surface-form ids of a unit.
-    fn surf(&self, u: &Unit) -> &[u32] {
-        self.ids.get(u.surf_at..u.stems_at).unwrap_or(&[])
-    }
-
     /// Sorted stem ids of a unit.
     fn stems(&self, u: &Unit) -> &[u32] {
         self.ids.get(u.stems_at..u.ids_end).unwrap_or(&[])
@@ -281,6 +270,14 @@ impl<'a> Index<'a> {
         let df = self.df(stem) as f64;
         let local = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
         tune::LOCAL_SHARE * local + (1.0 - tune::LOCAL_SHARE) * tune::IDF_PRIOR
+    }
+
+    /// The unit's tokens.
+    fn unit_tokens(&self, u: &Unit) -> &[Token] {
+        self.sources[u.source]
+            .tokens
+            .get(u.tok_start..u.tok_end)
+            .unwrap_or(&[])
     }
 
     fn unit_qty(&self, u: &Unit) -> &[Quantity] {
@@ -507,16 +504,24 @@ fn contains(sorted: &[u32], id: Option<u32>) -> bool {
 /// 2 = exact surface or backed quantity, 1 = stem only, 0 = absent. Computed
 /// once per unit and claim, so scoring a set of units is a max over rows.
 /// Appends one row to `out`.
-fn unit_levels(a: &Analysis, idx: &Index<'_>, u: usize, out: &mut Vec<u8>) {
+///
+/// One pass over the unit's tokens: a token whose stem is a term's stem
+/// matches it by stem, and by surface when its form is the term's form too
+/// (same form implies same stem, so no surface match is missed).
+fn unit_levels(a: &Analysis, idx: &Index<'_>, term_of: &[u32], u: usize, out: &mut Vec<u8>) {
     let unit = &idx.units[u];
-    for t in &a.terms {
-        out.push(if contains(idx.surf(unit), t.surf) {
-            2
-        } else if contains(idx.stems(unit), t.stem) {
-            1
-        } else {
-            0
-        });
+    let at = out.len();
+    out.resize(at + a.terms.len(), 0);
+    if let Some(row) = out.get_mut(at..) {
+        for tok in idx.unit_tokens(unit) {
+            let Some(&k) = term_of.get(tok.stem_id as usize) else {
+                continue;
+            };
+            let (Some(level), Some(t)) = (row.get_mut(k as usize), a.terms.get(k as usize)) else {
+                continue;
+            };
+            *level = (*level).max(if t.surf == Some(tok.norm_id) { 2 } else { 1 });
+        }
     }
     for cq in &a.qty {
         let backed = idx.unit_qty(unit).iter().any(|e| numbers::backs(&cq.q, e));
@@ -532,6 +537,9 @@ struct Levels<'a, 'b> {
     idx: &'a Index<'b>,
     /// Items per row: the claim's terms, then its quantities.
     width: usize,
+    /// Stem id → index of the claim term with that stem, `u32::MAX` for
+    /// none; covers the stems that occur in units (terms are one per stem).
+    term_of: Vec<u32>,
     /// Unit id → offset of its row in `rows`, or `usize::MAX` until first
     /// asked.
     slot: Vec<usize>,
@@ -544,10 +552,17 @@ struct Levels<'a, 'b> {
 impl<'a, 'b> Levels<'a, 'b> {
     fn new(a: &'a Analysis, idx: &'a Index<'b>) -> Self {
         let width = a.terms.len() + a.qty.len();
+        let mut term_of = vec![u32::MAX; idx.posting_at.len().saturating_sub(1)];
+        for (k, t) in a.terms.iter().enumerate() {
+            if let Some(slot) = t.stem.and_then(|s| term_of.get_mut(s as usize)) {
+                *slot = u32::try_from(k).unwrap_or(u32::MAX);
+            }
+        }
         Levels {
             a,
             idx,
             width,
+            term_of,
             slot: vec![usize::MAX; idx.units.len()],
             rows: Vec::new(),
             best: vec![0; width],
@@ -561,7 +576,7 @@ impl<'a, 'b> Levels<'a, 'b> {
         }
         let at = self.rows.len();
         self.slot[u] = at;
-        unit_levels(self.a, self.idx, u, &mut self.rows);
+        unit_levels(self.a, self.idx, &self.term_of, u, &mut self.rows);
         at
     }
 
