@@ -176,11 +176,16 @@ fn char_at(text: &str, i: usize) -> Option<char> {
     }
 }
 
+/// ASCII and not uppercase: folding leaves it as it is.
+fn is_plain(c: char) -> bool {
+    c.is_ascii() && !c.is_ascii_uppercase()
+}
+
 /// Writes the normalised form of `raw` (one token's surface) into `buf` and
-/// returns it, or returns `raw` itself when folding would not change it
-/// (ASCII without uppercase: the common case, which then copies nothing).
-fn fold<'s>(raw: &'s str, buf: &'s mut String) -> &'s str {
-    if raw.bytes().all(|b| b.is_ascii() && !b.is_ascii_uppercase()) {
+/// returns it, or returns `raw` itself when the tokenizer saw only
+/// [`is_plain`] characters (the common case, which then copies nothing).
+fn fold<'s>(raw: &'s str, plain: bool, buf: &'s mut String) -> &'s str {
+    if plain {
         return raw;
     }
     buf.clear();
@@ -214,10 +219,13 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
             let mut j = after_c;
             // The character before `j`.
             let mut prev = c;
+            // Every character so far is `is_plain` (separators and `%` are).
+            let mut plain = is_plain(c);
             while let Some(cj) = char_at(text, j) {
                 if cj.is_alphanumeric() {
                     j += cj.len_utf8();
                     prev = cj;
+                    plain &= is_plain(cj);
                 } else if matches!(cj, ',' | '.' | ':' | '/' | '-')
                     && prev.is_ascii_digit()
                     && char_at(text, j + 1).is_some_and(|d| d.is_ascii_digit())
@@ -232,7 +240,7 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
             if char_at(text, j) == Some('%') {
                 j += 1;
             }
-            let norm = fold(text.get(start..j).unwrap_or(""), &mut buf);
+            let norm = fold(text.get(start..j).unwrap_or(""), plain, &mut buf);
             let w = stemmer.number(norm);
             out.push(Token {
                 start,
@@ -247,12 +255,17 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
             i = j;
         } else if c.is_alphanumeric() {
             let mut j = after_c;
+            let mut plain = is_plain(c);
             while let Some(cj) = char_at(text, j) {
                 if cj.is_alphanumeric() || matches!(cj, '\u{0300}'..='\u{036F}') {
                     j += cj.len_utf8();
+                    plain &= is_plain(cj);
                 } else if is_apostrophe(cj) {
                     match char_at(text, j + cj.len_utf8()) {
-                        Some(a) if a.is_alphabetic() => j += cj.len_utf8() + a.len_utf8(),
+                        Some(a) if a.is_alphabetic() => {
+                            j += cj.len_utf8() + a.len_utf8();
+                            plain &= is_plain(cj) && is_plain(a);
+                        }
                         _ => break,
                     }
                 } else {
@@ -260,7 +273,7 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
                 }
             }
             let end = j;
-            let norm = fold(text.get(start..end).unwrap_or(""), &mut buf);
+            let norm = fold(text.get(start..end).unwrap_or(""), plain, &mut buf);
             let capitalized = c.is_uppercase();
             let non_rest = norm
                 .strip_prefix("non")
@@ -459,6 +472,13 @@ pub fn is_negator(norm: &str) -> bool {
 /// 1-based month number for a full or abbreviated month name. A `match`
 /// (length, then bytes) rather than a list scan: it runs for every token.
 pub fn month_number(norm: &str) -> Option<u8> {
+    // Cheap rejection first: most words start with another letter.
+    if !matches!(
+        norm.as_bytes().first(),
+        Some(b'a' | b'd' | b'f' | b'j' | b'm' | b'n' | b'o' | b's')
+    ) {
+        return None;
+    }
     Some(match norm.trim_end_matches('.') {
         "january" | "jan" => 1,
         "february" | "feb" => 2,
