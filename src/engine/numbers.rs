@@ -148,7 +148,8 @@ fn parse_number_token(s: &str) -> Option<(f64, QtyKind)> {
             None => return None,
         },
     }
-    let cleaned: String = if num.contains(',') {
+    // Only a number with a comma needs rewriting (and so a copy).
+    let cleaned: std::borrow::Cow<'_, str> = if num.contains(',') {
         let parts: Vec<&str> = num.split(',').collect();
         let grouped = parts.len() > 1
             && parts
@@ -156,13 +157,13 @@ fn parse_number_token(s: &str) -> Option<(f64, QtyKind)> {
                 .skip(1)
                 .all(|p| p.len() == 3 || (p.len() > 3 && p.as_bytes()[3] == b'.'));
         if grouped || num.contains('.') {
-            num.replace(',', "")
+            num.replace(',', "").into()
         } else {
             // "3,5": a decimal comma
-            num.replacen(',', ".", 1)
+            num.replacen(',', ".", 1).into()
         }
     } else {
-        num.to_string()
+        num.into()
     };
     let v: f64 = cleaned.trim_end_matches('.').parse().ok()?;
     if !v.is_finite() {
@@ -454,6 +455,7 @@ fn year_only(q: &Quantity) -> Option<i32> {
 /// Does evidence quantity `e` state what claim quantity `c` states? A claim
 /// may be less specific than its evidence ("March 2024" is backed by
 /// "March 3, 2024") but never more.
+#[inline]
 pub fn backs(c: &Quantity, e: &Quantity) -> bool {
     match (c.kind, e.kind) {
         (QtyKind::Date, QtyKind::Date) => {

@@ -351,7 +351,8 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             negated |= tokens.get(i + 1).map_or(true, |n| &*n.norm != "only");
             continue;
         }
-        if !text::is_stopword(&tok.norm) {
+        let stop = text::is_stopword(&tok.norm);
+        if !stop {
             let neg = in_negation_scope(claim, &tokens, i);
             let at = if long {
                 polarity_at.get(&*tok.stem).copied()
@@ -376,7 +377,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
                 Some(_) => {}
             }
         }
-        if in_qty[i] || text::is_stopword(&tok.norm) {
+        if in_qty[i] || stop {
             continue;
         }
         let dup = if long {
