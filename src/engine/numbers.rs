@@ -43,21 +43,25 @@ pub struct Quantity {
     pub tok_end: usize,
 }
 
-const APPROX: &[&str] = &[
-    "about",
-    "approximately",
-    "around",
-    "roughly",
-    "nearly",
-    "almost",
-    "circa",
-    "some",
-    "over",
-    "under",
-    "approx",
-    "estimated",
-    "up",
-];
+/// Words that make the following quantity approximate.
+fn is_approx(norm: &str) -> bool {
+    matches!(
+        norm,
+        "about"
+            | "approximately"
+            | "around"
+            | "roughly"
+            | "nearly"
+            | "almost"
+            | "circa"
+            | "some"
+            | "over"
+            | "under"
+            | "approx"
+            | "estimated"
+            | "up"
+    )
+}
 
 fn magnitude(norm: &str) -> Option<f64> {
     Some(match norm {
@@ -80,37 +84,37 @@ fn unit_word(norm: &str) -> Option<QtyKind> {
 }
 
 fn small_word(norm: &str) -> Option<f64> {
-    const W: &[&str] = &[
-        "zero",
-        "one",
-        "two",
-        "three",
-        "four",
-        "five",
-        "six",
-        "seven",
-        "eight",
-        "nine",
-        "ten",
-        "eleven",
-        "twelve",
-        "thirteen",
-        "fourteen",
-        "fifteen",
-        "sixteen",
-        "seventeen",
-        "eighteen",
-        "nineteen",
-    ];
-    if let Some(i) = W.iter().position(|w| *w == norm) {
-        return Some(i as f64);
-    }
-    const T: &[&str] = &[
-        "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
-    ];
-    T.iter()
-        .position(|w| *w == norm)
-        .map(|i| (i as f64 + 2.0) * 10.0)
+    Some(match norm {
+        "zero" => 0.0,
+        "one" => 1.0,
+        "two" => 2.0,
+        "three" => 3.0,
+        "four" => 4.0,
+        "five" => 5.0,
+        "six" => 6.0,
+        "seven" => 7.0,
+        "eight" => 8.0,
+        "nine" => 9.0,
+        "ten" => 10.0,
+        "eleven" => 11.0,
+        "twelve" => 12.0,
+        "thirteen" => 13.0,
+        "fourteen" => 14.0,
+        "fifteen" => 15.0,
+        "sixteen" => 16.0,
+        "seventeen" => 17.0,
+        "eighteen" => 18.0,
+        "nineteen" => 19.0,
+        "twenty" => 20.0,
+        "thirty" => 30.0,
+        "forty" => 40.0,
+        "fifty" => 50.0,
+        "sixty" => 60.0,
+        "seventy" => 70.0,
+        "eighty" => 80.0,
+        "ninety" => 90.0,
+        _ => return None,
+    })
 }
 
 /// Parses a numeric token surface ("$1,000.50", "12%", "3,5", "5k", "3rd").
@@ -144,7 +148,8 @@ fn parse_number_token(s: &str) -> Option<(f64, QtyKind)> {
             None => return None,
         },
     }
-    let cleaned: String = if num.contains(',') {
+    // Only a number with a comma needs rewriting (and so a copy).
+    let cleaned: std::borrow::Cow<'_, str> = if num.contains(',') {
         let parts: Vec<&str> = num.split(',').collect();
         let grouped = parts.len() > 1
             && parts
@@ -152,13 +157,13 @@ fn parse_number_token(s: &str) -> Option<(f64, QtyKind)> {
                 .skip(1)
                 .all(|p| p.len() == 3 || (p.len() > 3 && p.as_bytes()[3] == b'.'));
         if grouped || num.contains('.') {
-            num.replace(',', "")
+            num.replace(',', "").into()
         } else {
             // "3,5": a decimal comma
-            num.replacen(',', ".", 1)
+            num.replacen(',', ".", 1).into()
         }
     } else {
-        num.to_string()
+        num.into()
     };
     let v: f64 = cleaned.trim_end_matches('.').parse().ok()?;
     if !v.is_finite() {
@@ -222,7 +227,7 @@ pub fn extract(tokens: &[Token]) -> Vec<Quantity> {
     let norm = |k: usize| tokens.get(k).map_or("", |t| &*t.norm);
     let is_num = |k: usize| tokens.get(k).is_some_and(|t| t.kind == TokenKind::Number);
     while i < n {
-        let approx = i > 0 && APPROX.contains(&norm(i - 1))
+        let approx = i > 0 && is_approx(norm(i - 1))
             || i > 1
                 && matches!(
                     (norm(i - 2), norm(i - 1)),
@@ -450,6 +455,7 @@ fn year_only(q: &Quantity) -> Option<i32> {
 /// Does evidence quantity `e` state what claim quantity `c` states? A claim
 /// may be less specific than its evidence ("March 2024" is backed by
 /// "March 3, 2024") but never more.
+#[inline]
 pub fn backs(c: &Quantity, e: &Quantity) -> bool {
     match (c.kind, e.kind) {
         (QtyKind::Date, QtyKind::Date) => {

@@ -165,50 +165,86 @@ pub fn stemmer() -> Stems {
     }
 }
 
+/// The character starting at byte `i` of `text`, if `i` is in bounds (and a
+/// char boundary, which every caller guarantees). ASCII takes one compare.
+#[inline]
+fn char_at(text: &str, i: usize) -> Option<char> {
+    match text.as_bytes().get(i) {
+        Some(&b) if b.is_ascii() => Some(char::from(b)),
+        Some(_) => text.get(i..).and_then(|rest| rest.chars().next()),
+        None => None,
+    }
+}
+
+/// ASCII and not uppercase: folding leaves it as it is.
+fn is_plain(c: char) -> bool {
+    c.is_ascii() && !c.is_ascii_uppercase()
+}
+
+/// Writes the normalised form of `raw` (one token's surface) into `buf` and
+/// returns it, or returns `raw` itself when the tokenizer saw only
+/// [`is_plain`] characters (the common case, which then copies nothing).
+fn fold<'s>(raw: &'s str, plain: bool, buf: &'s mut String) -> &'s str {
+    if plain {
+        return raw;
+    }
+    buf.clear();
+    for ch in raw.chars() {
+        fold_char(ch, buf);
+    }
+    buf
+}
+
 /// Splits `text` into tokens. Numbers keep their inner `,`/`.`/`:`/`/`/`-`
 /// separators ("1,000", "3.5", "2024-03-03") and a leading currency sign or a
 /// trailing `%`; words keep inner apostrophes. A contraction ending in "n't"
 /// yields its base plus a virtual "not" token with the same span, so "don't"
 /// and "do not" compare equal.
+///
+/// Works on byte offsets directly (no per-call char table): positions only
+/// ever advance by whole characters, so every offset is a char boundary.
 pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
-    let chars: Vec<(usize, char)> = text.char_indices().collect();
-    let mut out = Vec::new();
+    // About one token per six bytes of prose: one allocation, not a doubling
+    // series, for typical text.
+    let mut out = Vec::with_capacity(text.len() / 6 + 4);
     let mut i = 0;
-    let n = chars.len();
-    // One buffer for every token's normalised form; interning copies it out
-    // only for words the request has not seen yet.
-    let mut norm = String::new();
-    while i < n {
-        let (start, c) = chars[i];
-        let next_is_digit = i + 1 < n && chars[i + 1].1.is_ascii_digit();
+    // One buffer for normalised forms that differ from the surface;
+    // interning copies it out only for words the request has not seen yet.
+    let mut buf = String::new();
+    while let Some(c) = char_at(text, i) {
+        let start = i;
+        let after_c = i + c.len_utf8();
+        let next_is_digit = char_at(text, after_c).is_some_and(|d| d.is_ascii_digit());
         if c.is_ascii_digit() || (is_currency(c) && next_is_digit) {
-            let mut j = i + 1;
-            while j < n {
-                let cj = chars[j].1;
+            let mut j = after_c;
+            // The character before `j`.
+            let mut prev = c;
+            // Every character so far is `is_plain` (separators and `%` are).
+            let mut plain = is_plain(c);
+            while let Some(cj) = char_at(text, j) {
                 if cj.is_alphanumeric() {
-                    j += 1;
+                    j += cj.len_utf8();
+                    prev = cj;
+                    plain &= is_plain(cj);
                 } else if matches!(cj, ',' | '.' | ':' | '/' | '-')
-                    && j + 1 < n
-                    && chars[j + 1].1.is_ascii_digit()
-                    && chars[j - 1].1.is_ascii_digit()
+                    && prev.is_ascii_digit()
+                    && char_at(text, j + 1).is_some_and(|d| d.is_ascii_digit())
                 {
+                    // The separator and the digit after it: one byte each.
                     j += 2;
+                    prev = '0';
                 } else {
                     break;
                 }
             }
-            if j < n && chars[j].1 == '%' {
+            if char_at(text, j) == Some('%') {
                 j += 1;
             }
-            let end = if j < n { chars[j].0 } else { text.len() };
-            norm.clear();
-            for &(_, ch) in &chars[i..j] {
-                fold_char(ch, &mut norm);
-            }
-            let w = stemmer.number(&norm);
+            let norm = fold(text.get(start..j).unwrap_or(""), plain, &mut buf);
+            let w = stemmer.number(norm);
             out.push(Token {
                 start,
-                end,
+                end: j,
                 norm: w.norm,
                 stem: w.stem,
                 norm_id: w.norm_id,
@@ -218,22 +254,26 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
             });
             i = j;
         } else if c.is_alphanumeric() {
-            let mut j = i + 1;
-            while j < n {
-                let cj = chars[j].1;
+            let mut j = after_c;
+            let mut plain = is_plain(c);
+            while let Some(cj) = char_at(text, j) {
                 if cj.is_alphanumeric() || matches!(cj, '\u{0300}'..='\u{036F}') {
-                    j += 1;
-                } else if is_apostrophe(cj) && j + 1 < n && chars[j + 1].1.is_alphabetic() {
-                    j += 2;
+                    j += cj.len_utf8();
+                    plain &= is_plain(cj);
+                } else if is_apostrophe(cj) {
+                    match char_at(text, j + cj.len_utf8()) {
+                        Some(a) if a.is_alphabetic() => {
+                            j += cj.len_utf8() + a.len_utf8();
+                            plain &= is_plain(cj) && is_plain(a);
+                        }
+                        _ => break,
+                    }
                 } else {
                     break;
                 }
             }
-            let end = if j < n { chars[j].0 } else { text.len() };
-            norm.clear();
-            for &(_, ch) in &chars[i..j] {
-                fold_char(ch, &mut norm);
-            }
+            let end = j;
+            let norm = fold(text.get(start..end).unwrap_or(""), plain, &mut buf);
             let capitalized = c.is_uppercase();
             let non_rest = norm
                 .strip_prefix("non")
@@ -257,13 +297,13 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
                 // Possessive "'s" adds nothing to matching.
                 let word = match norm.strip_suffix("'s") {
                     Some(b) if !b.is_empty() => b,
-                    _ => norm.as_str(),
+                    _ => norm,
                 };
                 out.push(word_token(start, end, word, capitalized, stemmer));
             }
             i = j;
         } else {
-            i += 1;
+            i = after_c;
         }
     }
     out
@@ -429,39 +469,31 @@ pub fn is_negator(norm: &str) -> bool {
     word_set(&SET, NEGATORS).contains(norm)
 }
 
-const MONTHS: &[&str] = &[
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-];
-
-/// 1-based month number for a full or abbreviated month name.
+/// 1-based month number for a full or abbreviated month name. A `match`
+/// (length, then bytes) rather than a list scan: it runs for every token.
 pub fn month_number(norm: &str) -> Option<u8> {
-    let n = norm.trim_end_matches('.');
-    let idx = MONTHS.iter().position(|m| *m == n).or(match n {
-        "jan" => Some(0),
-        "feb" => Some(1),
-        "mar" => Some(2),
-        "apr" => Some(3),
-        "jun" => Some(5),
-        "jul" => Some(6),
-        "aug" => Some(7),
-        "sep" | "sept" => Some(8),
-        "oct" => Some(9),
-        "nov" => Some(10),
-        "dec" => Some(11),
-        _ => None,
-    })?;
-    u8::try_from(idx + 1).ok()
+    // Cheap rejection first: most words start with another letter.
+    if !matches!(
+        norm.as_bytes().first(),
+        Some(b'a' | b'd' | b'f' | b'j' | b'm' | b'n' | b'o' | b's')
+    ) {
+        return None;
+    }
+    Some(match norm.trim_end_matches('.') {
+        "january" | "jan" => 1,
+        "february" | "feb" => 2,
+        "march" | "mar" => 3,
+        "april" | "apr" => 4,
+        "may" => 5,
+        "june" | "jun" => 6,
+        "july" | "jul" => 7,
+        "august" | "aug" => 8,
+        "september" | "sep" | "sept" => 9,
+        "october" | "oct" => 10,
+        "november" | "nov" => 11,
+        "december" | "dec" => 12,
+        _ => return None,
+    })
 }
 
 /// Counts code points in `text[..byte]`; `byte` must be a char boundary
@@ -514,12 +546,25 @@ fn is_block_start(line: &str) -> bool {
 pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> {
     let mut cuts: Vec<usize> = Vec::new(); // byte offsets where a new sentence starts
     let bytes = text.as_bytes();
-    let chars: Vec<(usize, char)> = text.char_indices().collect();
-    let n = chars.len();
     let mut i = 0;
     let mut line_start = 0;
-    while i < n {
-        let (b, c) = chars[i];
+    // Byte positions only advance by whole characters, so `i`, `j` and `k`
+    // are always char boundaries.
+    while i < bytes.len() {
+        // Skip to the next byte that can start a newline or a terminator:
+        // ASCII `\n . ! ?`, or the lead byte of `…` (E2), `。` (E3), `！`/`？`
+        // (EF). Continuation bytes never equal these.
+        let Some(skip) = bytes[i..]
+            .iter()
+            .position(|&x| matches!(x, b'\n' | b'.' | b'!' | b'?' | 0xE2 | 0xE3 | 0xEF))
+        else {
+            break;
+        };
+        i += skip;
+        let b = i;
+        let Some(c) = char_at(text, b) else {
+            break;
+        };
         if c == '\n' {
             let rest = &text[b + 1..];
             let blank = rest.trim_start_matches([' ', '\t', '\r']).starts_with('\n');
@@ -538,46 +583,44 @@ pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> 
         }
         if matches!(c, '.' | '!' | '?' | '…' | '。' | '！' | '？') {
             // swallow runs of terminators and closing quotes/brackets
-            let mut j = i + 1;
-            while j < n
-                && matches!(
-                    chars[j].1,
+            let mut j = b + c.len_utf8();
+            while let Some(cj) = char_at(text, j).filter(|&cj| {
+                matches!(
+                    cj,
                     '.' | '!' | '?' | '…' | '"' | '\'' | ')' | ']' | '”' | '’' | '*'
                 )
-            {
-                j += 1;
+            }) {
+                j += cj.len_utf8();
             }
+            let next = char_at(text, j);
             if matches!(c, '。' | '！' | '？') {
-                let at = if j < n { chars[j].0 } else { text.len() };
-                cuts.push(at);
+                cuts.push(j);
                 i = j;
                 continue;
             }
             // "diet.These": a period glued between a lowercase letter and an
             // uppercase one is a missing space, not an abbreviation.
-            if c == '.'
-                && j == i + 1
-                && j < n
-                && chars[j].1.is_uppercase()
-                && i >= 2
-                && chars[i - 1].1.is_lowercase()
-                && chars[i - 2].1.is_lowercase()
-            {
-                cuts.push(chars[j].0);
-                i = j;
-                continue;
-            }
-            // need whitespace next
-            if j < n && chars[j].1.is_whitespace() {
-                let mut k = j;
-                while k < n && chars[k].1.is_whitespace() {
-                    k += 1;
-                }
-                if k >= n {
-                    i = k;
+            let single = j == b + 1; // nothing swallowed after a one-byte '.'
+            if c == '.' && single && next.is_some_and(char::is_uppercase) {
+                let mut back = text[..b].chars().rev();
+                if back.next().is_some_and(char::is_lowercase)
+                    && back.next().is_some_and(char::is_lowercase)
+                {
+                    cuts.push(j);
+                    i = j;
                     continue;
                 }
-                let nextc = chars[k].1;
+            }
+            // need whitespace next
+            if next.is_some_and(char::is_whitespace) {
+                let mut k = j;
+                while let Some(ck) = char_at(text, k).filter(|ck| ck.is_whitespace()) {
+                    k += ck.len_utf8();
+                }
+                let Some(nextc) = char_at(text, k) else {
+                    i = k;
+                    continue;
+                };
                 let starts_ok = nextc.is_uppercase()
                     || nextc.is_ascii_digit()
                     || matches!(
@@ -597,9 +640,9 @@ pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> 
                     && marker.bytes().all(|x| x.is_ascii_digit());
                 if starts_ok
                     && !list_marker
-                    && !(c == '.' && j == i + 1 && is_abbreviation_before(text, b))
+                    && !(c == '.' && single && is_abbreviation_before(text, b))
                 {
-                    cuts.push(chars[k].0);
+                    cuts.push(k);
                 }
                 i = k;
                 continue;
@@ -607,9 +650,9 @@ pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> 
             i = j;
             continue;
         }
-        i += 1;
+        // A lead byte E2/E3/EF of some other character.
+        i += c.len_utf8();
     }
-    let _ = bytes;
     let mut out = Vec::new();
     let mut prev = 0;
     cuts.push(text.len());

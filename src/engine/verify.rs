@@ -102,9 +102,9 @@ struct Unit {
     /// Token range in the source's token list.
     tok_start: usize,
     tok_end: usize,
-    /// Sorted, deduplicated interned ids.
-    surf: Vec<u32>,
-    stems: Vec<u32>,
+    /// Sorted, deduplicated stem ids: `Index::ids[stems_at..ids_end]`.
+    stems_at: usize,
+    ids_end: usize,
     /// Range in the source's quantity list.
     qty_start: usize,
     qty_end: usize,
@@ -126,8 +126,13 @@ struct Index<'a> {
     sources: Vec<IndexedSource<'a>>,
     unavailable: Vec<&'a str>,
     units: Vec<Unit>,
-    /// stem id → units containing it, ascending.
-    postings: Vec<Vec<u32>>,
+    /// Every unit's stem id list, back to back (one allocation, not one per
+    /// unit; see `Unit::stems_at`).
+    ids: Vec<u32>,
+    /// stem id → units containing it, ascending: `postings[posting_at[s]..
+    /// posting_at[s + 1]]` (compressed rows, one allocation for all stems).
+    posting_at: Vec<usize>,
+    postings: Vec<u32>,
     avg_len: f64,
     stemmer: text::Stems,
 }
@@ -141,10 +146,14 @@ impl<'a> Index<'a> {
             sources: Vec::new(),
             unavailable: Vec::new(),
             units: Vec::new(),
+            ids: Vec::new(),
+            posting_at: Vec::new(),
             postings: Vec::new(),
             avg_len: 1.0,
             stemmer,
         };
+        // Reused for each unit's ids before they are sorted and deduplicated.
+        let mut scratch: Vec<u32> = Vec::new();
         for src in order {
             let Some(body) = src.text.as_deref() else {
                 idx.unavailable.push(&src.id);
@@ -172,32 +181,18 @@ impl<'a> Index<'a> {
                 while q < qty.len() && qty[q].tok_end <= tok_end {
                     q += 1;
                 }
-                let mut surf = Vec::with_capacity(tok_end - tok_start);
-                let mut stems = Vec::with_capacity(tok_end - tok_start);
-                for tok in &tokens[tok_start..tok_end] {
-                    surf.push(tok.norm_id);
-                    stems.push(tok.stem_id);
-                }
-                surf.sort_unstable();
-                surf.dedup();
-                stems.sort_unstable();
-                stems.dedup();
-                let uid = u32::try_from(idx.units.len()).unwrap_or(u32::MAX);
-                for &s in &stems {
-                    let s = s as usize;
-                    if idx.postings.len() <= s {
-                        idx.postings.resize_with(s + 1, Vec::new);
-                    }
-                    idx.postings[s].push(uid);
-                }
+                let unit_tokens = &tokens[tok_start..tok_end];
+                let stems_at = idx.ids.len();
+                sorted_ids(unit_tokens.iter().map(|t| t.stem_id), &mut scratch);
+                idx.ids.extend_from_slice(&scratch);
                 idx.units.push(Unit {
                     source: si,
                     start,
                     end,
                     tok_start,
                     tok_end,
-                    surf,
-                    stems,
+                    stems_at,
+                    ids_end: idx.ids.len(),
                     qty_start,
                     qty_end: q,
                     len: tok_end - tok_start,
@@ -213,14 +208,61 @@ impl<'a> Index<'a> {
                 unit_end,
             });
         }
+        idx.build_postings();
         let total: usize = idx.units.iter().map(|u| u.len).sum();
         idx.avg_len = (total as f64 / idx.units.len().max(1) as f64).max(1.0);
         idx
     }
 
+    /// Fills the compressed postings from the units' stem lists: count per
+    /// stem, prefix sums, then units in ascending order.
+    fn build_postings(&mut self) {
+        let n_stems = self
+            .units
+            .iter()
+            .filter_map(|u| self.ids.get(u.stems_at..u.ids_end)?.last())
+            .max()
+            .map_or(0, |&s| s as usize + 1);
+        let mut at = vec![0usize; n_stems + 1];
+        for u in &self.units {
+            for &s in self.ids.get(u.stems_at..u.ids_end).unwrap_or(&[]) {
+                at[s as usize + 1] += 1;
+            }
+        }
+        let mut sum = 0;
+        for x in &mut at {
+            sum += *x;
+            *x = sum;
+        }
+        let mut next = at.clone();
+        let mut postings = vec![0u32; at[n_stems]];
+        for (uid, u) in self.units.iter().enumerate() {
+            let uid = u32::try_from(uid).unwrap_or(u32::MAX);
+            for &s in self.ids.get(u.stems_at..u.ids_end).unwrap_or(&[]) {
+                postings[next[s as usize]] = uid;
+                next[s as usize] += 1;
+            }
+        }
+        self.posting_at = at;
+        self.postings = postings;
+    }
+
+    /// Units containing stem `s`, ascending (empty for a stem no unit has).
+    fn posting(&self, s: u32) -> &[u32] {
+        let s = s as usize;
+        match (self.posting_at.get(s), self.posting_at.get(s + 1)) {
+            (Some(&a), Some(&b)) => self.postings.get(a..b).unwrap_or(&[]),
+            _ => &[],
+        }
+    }
+
+    /// Sorted stem ids of a unit.
+    fn stems(&self, u: &Unit) -> &[u32] {
+        self.ids.get(u.stems_at..u.ids_end).unwrap_or(&[])
+    }
+
     fn df(&self, stem: Option<u32>) -> usize {
-        stem.and_then(|s| self.postings.get(s as usize))
-            .map_or(0, Vec::len)
+        stem.map_or(0, |s| self.posting(s).len())
     }
 
     fn idf(&self, stem: Option<u32>) -> f64 {
@@ -230,12 +272,28 @@ impl<'a> Index<'a> {
         tune::LOCAL_SHARE * local + (1.0 - tune::LOCAL_SHARE) * tune::IDF_PRIOR
     }
 
+    /// The unit's tokens.
+    fn unit_tokens(&self, u: &Unit) -> &[Token] {
+        self.sources[u.source]
+            .tokens
+            .get(u.tok_start..u.tok_end)
+            .unwrap_or(&[])
+    }
+
     fn unit_qty(&self, u: &Unit) -> &[Quantity] {
         self.sources[u.source]
             .qty
             .get(u.qty_start..u.qty_end)
             .unwrap_or(&[])
     }
+}
+
+/// Replaces `out` with the sorted, deduplicated `ids`.
+fn sorted_ids(ids: impl Iterator<Item = u32>, out: &mut Vec<u32>) {
+    out.clear();
+    out.extend(ids);
+    out.sort_unstable();
+    out.dedup();
 }
 
 // === claim analysis ===
@@ -293,7 +351,8 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             negated |= tokens.get(i + 1).map_or(true, |n| &*n.norm != "only");
             continue;
         }
-        if !text::is_stopword(&tok.norm) {
+        let stop = text::is_stopword(&tok.norm);
+        if !stop {
             let pol = polarity_of(claim, &tokens, i);
             let neg = pol == Polarity::Negated;
             let at = if long {
@@ -327,7 +386,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
                 Some(_) => {}
             }
         }
-        if in_qty[i] || text::is_stopword(&tok.norm) {
+        if in_qty[i] || stop {
             continue;
         }
         let dup = if long {
@@ -454,40 +513,81 @@ fn contains(sorted: &[u32], id: Option<u32>) -> bool {
 /// How well one unit matches each claim item (terms, then quantities):
 /// 2 = exact surface or backed quantity, 1 = stem only, 0 = absent. Computed
 /// once per unit and claim, so scoring a set of units is a max over rows.
-fn unit_levels(a: &Analysis, idx: &Index<'_>, u: usize) -> Vec<u8> {
+/// Appends one row to `out`.
+///
+/// One pass over the unit's tokens: a token whose stem is a term's stem
+/// matches it by stem, and by surface when its form is the term's form too
+/// (same form implies same stem, so no surface match is missed).
+fn unit_levels(a: &Analysis, idx: &Index<'_>, term_of: &[u32], u: usize, out: &mut Vec<u8>) {
     let unit = &idx.units[u];
-    let mut out = Vec::with_capacity(a.terms.len() + a.qty.len());
-    for t in &a.terms {
-        out.push(if contains(&unit.surf, t.surf) {
-            2
-        } else if contains(&unit.stems, t.stem) {
-            1
-        } else {
-            0
-        });
+    let at = out.len();
+    out.resize(at + a.terms.len(), 0);
+    if let Some(row) = out.get_mut(at..) {
+        for tok in idx.unit_tokens(unit) {
+            let Some(&k) = term_of.get(tok.stem_id as usize) else {
+                continue;
+            };
+            let (Some(level), Some(t)) = (row.get_mut(k as usize), a.terms.get(k as usize)) else {
+                continue;
+            };
+            *level = (*level).max(if t.surf == Some(tok.norm_id) { 2 } else { 1 });
+        }
     }
     for cq in &a.qty {
         let backed = idx.unit_qty(unit).iter().any(|e| numbers::backs(&cq.q, e));
         out.push(if backed { 2 } else { 0 });
     }
-    out
 }
 
-/// Per-claim memo of [`unit_levels`].
+/// Per-claim memo of [`unit_levels`]. Rows are computed only for the units
+/// a claim's ranking touches (a few dozen), so the memo stays small however
+/// many units the sources have; all rows share one buffer.
 struct Levels<'a, 'b> {
     a: &'a Analysis,
     idx: &'a Index<'b>,
-    /// Indexed by unit id; `None` until first asked.
-    memo: Vec<Option<Vec<u8>>>,
+    /// Items per row: the claim's terms, then its quantities.
+    width: usize,
+    /// Stem id → index of the claim term with that stem, `u32::MAX` for
+    /// none; covers the stems that occur in units (terms are one per stem).
+    term_of: Vec<u32>,
+    /// Unit id → offset of its row in `rows`, or `usize::MAX` until first
+    /// asked.
+    slot: Vec<usize>,
+    /// The computed rows, `width` levels each, in the order first asked.
+    rows: Vec<u8>,
+    /// Scratch for [`Levels::coverage`]: best level per item over a set.
+    best: Vec<u8>,
 }
 
-impl Levels<'_, '_> {
-    fn get(&mut self, u: usize) -> &[u8] {
-        let (a, idx) = (self.a, self.idx);
-        if self.memo.len() <= u {
-            self.memo.resize_with(idx.units.len().max(u + 1), || None);
+impl<'a, 'b> Levels<'a, 'b> {
+    fn new(a: &'a Analysis, idx: &'a Index<'b>) -> Self {
+        let width = a.terms.len() + a.qty.len();
+        let mut term_of = vec![u32::MAX; idx.posting_at.len().saturating_sub(1)];
+        for (k, t) in a.terms.iter().enumerate() {
+            if let Some(slot) = t.stem.and_then(|s| term_of.get_mut(s as usize)) {
+                *slot = u32::try_from(k).unwrap_or(u32::MAX);
+            }
         }
-        self.memo[u].get_or_insert_with(|| unit_levels(a, idx, u))
+        Levels {
+            a,
+            idx,
+            width,
+            term_of,
+            slot: vec![usize::MAX; idx.units.len()],
+            rows: Vec::new(),
+            best: vec![0; width],
+        }
+    }
+
+    /// Offset of unit `u`'s row in `rows`, computing it on first use.
+    fn row(&mut self, u: usize) -> usize {
+        if self.slot[u] != usize::MAX {
+            return self.slot[u];
+        }
+        let at = self.rows.len();
+        self.slot[u] = at;
+        unit_levels(self.a, self.idx, &self.term_of, u, &mut self.rows);
+        at
     }
 
     /// Rarity-weighted share of the claim's items found in the units.
@@ -496,15 +596,17 @@ impl Levels<'_, '_> {
         if a.total <= 0.0 {
             return 0.0;
         }
-        let n = a.terms.len() + a.qty.len();
-        let mut best = vec![0u8; n];
+        self.best.fill(0);
         for u in units {
-            for (b, &l) in best.iter_mut().zip(self.get(u)) {
+            let at = self.row(u);
+            let row = self.rows.get(at..at + self.width).unwrap_or(&[]);
+            for (b, &l) in self.best.iter_mut().zip(row) {
                 *b = (*b).max(l);
             }
         }
+        let best = &self.best;
         let mut got = 0.0;
-        for (t, &l) in a.terms.iter().zip(&best) {
+        for (t, &l) in a.terms.iter().zip(best.iter()) {
             match l {
                 2 => got += t.weight,
                 1 => got += t.weight * tune::STEM_MATCH,
@@ -584,11 +686,7 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
     if a.total <= 0.0 {
         reasons.push(Reason::EmptyClaim);
     } else {
-        let mut lv = Levels {
-            a: &a,
-            idx,
-            memo: Vec::new(),
-        };
+        let mut lv = Levels::new(&a, idx);
         let (r, cands) = rank(&mut lv, &allowed);
         ranked = r;
         best = ranked.first().map(|&(p, _)| complete(&mut lv, p, &cands));
@@ -736,10 +834,7 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
     let mut score = vec![0.0f64; idx.units.len()];
     for t in &a.terms {
         let Some(s) = t.stem else { continue };
-        let Some(post) = idx.postings.get(s as usize) else {
-            continue;
-        };
-        for &u in post {
+        for &u in idx.posting(s) {
             let unit = &idx.units[u as usize];
             if !allowed[unit.source] {
                 continue;
@@ -761,8 +856,14 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
         }
     }
     let mut cands: Vec<usize> = (0..score.len()).filter(|&u| score[u] > 0.0).collect();
-    cands.sort_by(|&x, &y| score[y].total_cmp(&score[x]).then(x.cmp(&y)));
-    cands.truncate(tune::CANDIDATES);
+    // Best score first, ties by unit id: a total order, so selecting the
+    // top few and sorting only those gives the same list as a full sort.
+    let by_score = |x: &usize, y: &usize| score[*y].total_cmp(&score[*x]).then(x.cmp(y));
+    if cands.len() > tune::CANDIDATES {
+        cands.select_nth_unstable_by(tune::CANDIDATES - 1, by_score);
+        cands.truncate(tune::CANDIDATES);
+    }
+    cands.sort_unstable_by(by_score);
 
     let mut out: Vec<(Passage, f64)> = Vec::new();
     for &u in &cands {
@@ -841,14 +942,15 @@ fn gates(
         }
     }
     for t in a.terms.iter().filter(|t| t.name) {
-        let in_passage = units.iter().any(|u| contains(&u.stems, t.stem));
+        let in_passage = units.iter().any(|u| contains(idx.stems(u), t.stem));
         if in_passage {
             continue;
         }
-        let anywhere = t
-            .stem
-            .and_then(|s| idx.postings.get(s as usize))
-            .is_some_and(|post| post.iter().any(|&u| allowed[idx.units[u as usize].source]));
+        let anywhere = t.stem.is_some_and(|s| {
+            idx.posting(s)
+                .iter()
+                .any(|&u| allowed[idx.units[u as usize].source])
+        });
         if !anywhere {
             reasons.push(Reason::NameMissing);
             break;
