@@ -303,6 +303,10 @@ impl AuditLog {
                 _permit: permit,
             }))
             .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))?;
+        // The record is durable here. Building the receipt from the group's
+        // in-memory hashes fails only on a bug in the tree math; the caller
+        // then gets an error and withholds the decision (fail closed), while
+        // the log keeps the record, as after a crash between commit and reply.
         answer
             .await
             .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))??
