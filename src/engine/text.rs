@@ -726,8 +726,15 @@ fn is_abbreviation_before(text: &str, dot: usize) -> bool {
     if word.is_empty() {
         return false;
     }
-    let lower = word.to_lowercase();
-    if ABBREVIATIONS.contains(&lower.as_str()) {
+    // The list is lowercase ASCII: an ASCII word matches exactly when it
+    // does ignoring ASCII case (no lowercased copy); only other words take
+    // the full Unicode lowercasing.
+    let listed = if word.is_ascii() {
+        ABBREVIATIONS.iter().any(|a| a.eq_ignore_ascii_case(word))
+    } else {
+        ABBREVIATIONS.contains(&word.to_lowercase().as_str())
+    };
+    if listed {
         return true;
     }
     let mut cs = word.chars();
