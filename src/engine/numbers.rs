@@ -6,7 +6,7 @@
 //! "2024-03-03". Comparing canonical values, not surfaces, is what lets the
 //! engine call "$120" against "$100" a contradiction rather than a near match.
 
-use super::text::{month_number, Token, TokenKind};
+use super::text::{Token, TokenKind};
 
 /// The slot a quantity fills; only quantities of the same kind contradict
 /// each other.
@@ -225,6 +225,8 @@ pub fn extract(tokens: &[Token]) -> Vec<Quantity> {
     let n = tokens.len();
     let mut i = 0;
     let norm = |k: usize| tokens.get(k).map_or("", |t| &*t.norm);
+    // `month_number(norm(k))`, looked up once per word at interning.
+    let month = |k: usize| tokens.get(k).and_then(|t| t.lex.month);
     let is_num = |k: usize| tokens.get(k).is_some_and(|t| t.kind == TokenKind::Number);
     while i < n {
         let approx = i > 0 && is_approx(norm(i - 1))
@@ -238,7 +240,7 @@ pub fn extract(tokens: &[Token]) -> Vec<Quantity> {
                         | ("up", "to")
                 );
         // Month-first dates: "March 3, 2024", "March 2024", "Mar 3".
-        if let Some(m) = month_number(norm(i)) {
+        if let Some(m) = month(i) {
             let day = if is_num(i + 1) {
                 parse_day(norm(i + 1))
             } else {
@@ -269,7 +271,7 @@ pub fn extract(tokens: &[Token]) -> Vec<Quantity> {
             let s = norm(i);
             // Day-first dates: "3 March 2024", "3rd of March".
             let of = usize::from(norm(i + 1) == "of");
-            if let (Some(d), Some(m)) = (parse_day(s), month_number(norm(i + 1 + of))) {
+            if let (Some(d), Some(m)) = (parse_day(s), month(i + 1 + of)) {
                 if norm(i + 1 + of) != "may" || is_num(i + 2 + of) {
                     let year = if is_num(i + 2 + of) {
                         parse_year(norm(i + 2 + of))

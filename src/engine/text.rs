@@ -42,6 +42,28 @@ pub struct Token {
     pub kind: TokenKind,
     /// First character is uppercase in the original text.
     pub capitalized: bool,
+    /// `is_stopword(norm)`, `is_negator(norm)` and `month_number(norm)`,
+    /// computed once per interned word instead of hashing every token.
+    pub lex: Lex,
+}
+
+/// Per-word facts the checks ask about every token, looked up once when the
+/// word is interned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lex {
+    pub stopword: bool,
+    pub negator: bool,
+    pub month: Option<u8>,
+}
+
+impl Lex {
+    fn of(norm: &str) -> Self {
+        Lex {
+            stopword: is_stopword(norm),
+            negator: is_negator(norm),
+            month: month_number(norm),
+        }
+    }
 }
 
 fn is_currency(c: char) -> bool {
@@ -81,8 +103,9 @@ pub struct Stems {
 /// dense ids for forms and stems so the index compares integers.
 #[derive(Default)]
 struct Interned {
-    /// Normalised form → (form id, stem, stem id). Numbers are their own stem.
-    words: WordMap<Rc<str>, (u32, Rc<str>, u32)>,
+    /// Normalised form → (form id, stem, stem id, facts). Numbers are their
+    /// own stem.
+    words: WordMap<Rc<str>, (u32, Rc<str>, u32, Lex)>,
     /// Stem → stem id.
     stems: WordMap<Rc<str>, u32>,
 }
@@ -93,6 +116,7 @@ pub struct Word {
     pub norm_id: u32,
     pub stem: Rc<str>,
     pub stem_id: u32,
+    pub lex: Lex,
 }
 
 impl Interned {
@@ -109,13 +133,15 @@ impl Interned {
         let norm: Rc<str> = Rc::from(norm);
         let norm_id = u32::try_from(self.words.len()).unwrap_or(u32::MAX);
         let stem_id = self.stem_id(&stem);
+        let lex = Lex::of(&norm);
         self.words
-            .insert(norm.clone(), (norm_id, stem.clone(), stem_id));
+            .insert(norm.clone(), (norm_id, stem.clone(), stem_id, lex));
         Word {
             norm,
             norm_id,
             stem,
             stem_id,
+            lex,
         }
     }
 }
@@ -123,12 +149,13 @@ impl Interned {
 impl Stems {
     fn cached(&self, norm: &str) -> Option<Word> {
         let inner = self.inner.borrow();
-        let (k, (norm_id, stem, stem_id)) = inner.words.get_key_value(norm)?;
+        let (k, (norm_id, stem, stem_id, lex)) = inner.words.get_key_value(norm)?;
         Some(Word {
             norm: k.clone(),
             norm_id: *norm_id,
             stem: stem.clone(),
             stem_id: *stem_id,
+            lex: *lex,
         })
     }
 
@@ -251,6 +278,7 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
                 stem_id: w.stem_id,
                 kind: TokenKind::Number,
                 capitalized: false,
+                lex: w.lex,
             });
             i = j;
         } else if c.is_alphanumeric() {
@@ -320,6 +348,7 @@ fn word_token(start: usize, end: usize, word: &str, capitalized: bool, st: &Stem
         stem_id: w.stem_id,
         kind: TokenKind::Word,
         capitalized,
+        lex: w.lex,
     }
 }
 
@@ -697,8 +726,15 @@ fn is_abbreviation_before(text: &str, dot: usize) -> bool {
     if word.is_empty() {
         return false;
     }
-    let lower = word.to_lowercase();
-    if ABBREVIATIONS.contains(&lower.as_str()) {
+    // The list is lowercase ASCII: an ASCII word matches exactly when it
+    // does ignoring ASCII case (no lowercased copy); only other words take
+    // the full Unicode lowercasing.
+    let listed = if word.is_ascii() {
+        ABBREVIATIONS.iter().any(|a| a.eq_ignore_ascii_case(word))
+    } else {
+        ABBREVIATIONS.contains(&word.to_lowercase().as_str())
+    };
+    if listed {
         return true;
     }
     let mut cs = word.chars();

@@ -347,11 +347,11 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     let mut mixed_short: Vec<&str> = Vec::new();
     let mut seen: HashSet<&str> = HashSet::default();
     for (i, tok) in tokens.iter().enumerate() {
-        if text::is_negator(&tok.norm) {
+        if tok.lex.negator {
             negated |= tokens.get(i + 1).map_or(true, |n| &*n.norm != "only");
             continue;
         }
-        let stop = text::is_stopword(&tok.norm);
+        let stop = tok.lex.stopword;
         if !stop {
             let pol = polarity_of(claim, &tokens, i);
             let neg = pol == Polarity::Negated;
@@ -405,7 +405,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             && tok.capitalized
             && tok.kind == TokenKind::Word
             && tok.norm.chars().count() > 1
-            && text::month_number(&tok.norm).is_none()
+            && tok.lex.month.is_none()
             && !not_name[i];
         let mut weight = idx.idf(stem);
         if name {
@@ -1001,7 +1001,7 @@ fn is_explicit_negator(norm: &str) -> bool {
 fn polarity_of(text: &str, toks: &[Token], i: usize) -> Polarity {
     for k in (i.saturating_sub(tune::NEG_WINDOW)..i).rev() {
         let norm = &*toks[k].norm;
-        if text::is_negator(norm) {
+        if toks[k].lex.negator {
             let scoped = toks.get(k + 1).map_or(true, |n| &*n.norm != "only")
                 && text.get(toks[k].end..toks[i].start).is_some_and(|gap| {
                     !gap.contains([',', '.', ';', ':', '(', ')', '!', '?', '"'])
@@ -1012,7 +1012,7 @@ fn polarity_of(text: &str, toks: &[Token], i: usize) -> Polarity {
                 (true, false) => Polarity::Unclear,
             };
         }
-        if !text::is_stopword(norm) {
+        if !toks[k].lex.stopword {
             return Polarity::Positive;
         }
     }
@@ -1049,7 +1049,7 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
     let mut seen = vec![(false, false); a.polarity.len()];
     for &(body, toks) in &spans {
         for (i, t) in toks.iter().enumerate() {
-            if text::is_negator(&t.norm) {
+            if t.lex.negator {
                 continue;
             }
             let at = if long {
