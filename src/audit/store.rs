@@ -164,25 +164,6 @@ pub fn record_by_leaf(conn: &Connection, leaf: u64) -> Result<Option<String>, Au
         .optional()?)
 }
 
-pub fn insert_record(
-    conn: &Connection,
-    leaf: u64,
-    id: Uuid,
-    canonical: &str,
-    principal: Option<&str>,
-) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO audit_records (leaf, record_id, canonical, principal) VALUES (?1, ?2, ?3, ?4)",
-    )?
-    .execute(params![
-        i64::try_from(leaf).unwrap_or(i64::MAX),
-        id.as_bytes().as_slice(),
-        canonical,
-        principal
-    ])?;
-    Ok(())
-}
-
 /// The two inserts of every appended leaf, prepared once per group commit.
 pub struct Appender<'c> {
     record: rusqlite::CachedStatement<'c>,
@@ -226,13 +207,6 @@ impl<'c> Appender<'c> {
             .execute(params![i64::try_from(leaf).unwrap_or(i64::MAX), self.blob])?;
         Ok(())
     }
-}
-
-pub fn insert_hashes(conn: &Connection, leaf: u64, hashes: &[Hash]) -> rusqlite::Result<()> {
-    let blob: Vec<u8> = hashes.concat();
-    conn.prepare_cached("INSERT INTO audit_hashes (leaf, hashes) VALUES (?1, ?2)")?
-        .execute(params![i64::try_from(leaf).unwrap_or(i64::MAX), blob])?;
-    Ok(())
 }
 
 pub fn insert_checkpoint(
