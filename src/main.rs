@@ -11,6 +11,13 @@ use clap::{Args, Parser, Subcommand};
 use verdict::auth::Scope;
 use verdict::config::{Config, LogFormat, Overrides};
 
+/// mimalloc instead of glibc's malloc: the engine's tokenizer and the proxy
+/// allocate many small short-lived objects per request, and malloc/free were
+/// 10 % of pass-through and 28 % of gated CPU in the perf profile
+/// (docs/benchmarks.md, "Where the time goes").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit code for a bad configuration (EX_USAGE from sysexits).
 const EXIT_CONFIG: u8 = 64;
 
