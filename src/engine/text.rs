@@ -25,25 +25,25 @@ pub enum TokenKind {
     Number,
 }
 
-/// One token: its original byte span and its normalised forms.
-#[derive(Debug, Clone)]
+/// One token: its original byte span and the ids of its normalised forms.
+/// Small and `Copy`: the strings live once in the request's [`Vocab`].
+#[derive(Debug, Clone, Copy)]
 pub struct Token {
     /// Byte offset of the first byte in the original text.
     pub start: usize,
     /// Byte offset one past the last byte in the original text.
     pub end: usize,
-    /// Lowercased, quote-folded surface form (interned per request).
-    pub norm: Rc<str>,
-    /// Snowball stem of `norm` (equal to `norm` for numbers).
-    pub stem: Rc<str>,
-    /// Request-local ids of `norm` and `stem`: equal ids, equal strings.
+    /// Request-local id of the lowercased, quote-folded surface form
+    /// ([`Vocab::norm`]): equal ids, equal strings.
     pub norm_id: u32,
+    /// Request-local id of the Snowball stem of that form (the form itself
+    /// for numbers): equal ids, equal stems.
     pub stem_id: u32,
     pub kind: TokenKind,
     /// First character is uppercase in the original text.
     pub capitalized: bool,
-    /// `is_stopword(norm)`, `is_negator(norm)` and `month_number(norm)`,
-    /// computed once per interned word instead of hashing every token.
+    /// Facts about the normalised form, computed once per interned word
+    /// instead of hashing every token.
     pub lex: Lex,
 }
 
@@ -51,9 +51,16 @@ pub struct Token {
 /// word is interned.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Lex {
+    /// `is_stopword(norm)`.
     pub stopword: bool,
+    /// `is_negator(norm)`.
     pub negator: bool,
+    /// `month_number(norm)`.
     pub month: Option<u8>,
+    /// The form is "only" ("not only" is not a negation).
+    pub only: bool,
+    /// `numbers::small_word(norm)` is some: a spelled-out number.
+    pub number_word: bool,
 }
 
 impl Lex {
@@ -62,6 +69,8 @@ impl Lex {
             stopword: is_stopword(norm),
             negator: is_negator(norm),
             month: month_number(norm),
+            only: norm == "only",
+            number_word: super::numbers::small_word(norm).is_some(),
         }
     }
 }
@@ -88,58 +97,86 @@ fn is_apostrophe(c: char) -> bool {
 }
 
 /// The Snowball English stemmer with a per-request memo that also interns
-/// words: sources repeat their vocabulary, so a token's normalised form and
-/// stem are shared `Rc<str>`s, and tokenising a repeated word allocates
+/// words: sources repeat their vocabulary, so a token carries only the ids of
+/// its normalised form and stem, and tokenising a repeated word allocates
 /// nothing. Stemming and per-token string allocation dominated indexing time
 /// without it.
 pub struct Stems {
     stemmer: Stemmer,
     /// RefCell because tokenising happens behind shared references to the
     /// request index; the index never crosses threads.
-    inner: RefCell<Interned>,
+    inner: RefCell<Vocab>,
 }
 
 /// The request's vocabulary: every normalised form seen, with its stem, and
 /// dense ids for forms and stems so the index compares integers.
 #[derive(Default)]
-struct Interned {
-    /// Normalised form → (form id, stem, stem id, facts). Numbers are their
-    /// own stem.
-    words: WordMap<Rc<str>, (u32, Rc<str>, u32, Lex)>,
+pub struct Vocab {
+    /// Normalised form → form id.
+    words: WordMap<Rc<str>, u32>,
+    /// Form id → (form, stem id, facts). Numbers are their own stem.
+    forms: Vec<(Rc<str>, u32, Lex)>,
     /// Stem → stem id.
     stems: WordMap<Rc<str>, u32>,
+    /// Stem id → stem.
+    stem_texts: Vec<Rc<str>>,
 }
 
-/// One interned word: its forms and their request-local ids.
+/// One interned word: the request-local ids of its form and stem.
+#[derive(Debug, Clone, Copy)]
 pub struct Word {
-    pub norm: Rc<str>,
     pub norm_id: u32,
-    pub stem: Rc<str>,
     pub stem_id: u32,
     pub lex: Lex,
 }
 
-impl Interned {
-    fn stem_id(&mut self, stem: &Rc<str>) -> u32 {
+impl Vocab {
+    /// The normalised form with id `id` ("" for an id this vocabulary never
+    /// gave out).
+    pub fn norm(&self, id: u32) -> &str {
+        self.forms.get(id as usize).map_or("", |(f, _, _)| f)
+    }
+
+    /// The stem with id `id` ("" for an id this vocabulary never gave out).
+    pub fn stem(&self, id: u32) -> &str {
+        self.stem_texts.get(id as usize).map_or("", |s| s)
+    }
+
+    /// The id of a stem, if some interned word has it.
+    pub fn stem_id(&self, stem: &str) -> Option<u32> {
+        self.stems.get(stem).copied()
+    }
+
+    fn cached(&self, norm: &str) -> Option<Word> {
+        let &norm_id = self.words.get(norm)?;
+        let &(_, stem_id, lex) = self.forms.get(norm_id as usize)?;
+        Some(Word {
+            norm_id,
+            stem_id,
+            lex,
+        })
+    }
+
+    fn intern_stem(&mut self, stem: &str) -> u32 {
         if let Some(&id) = self.stems.get(stem) {
             return id;
         }
-        let id = u32::try_from(self.stems.len()).unwrap_or(u32::MAX);
-        self.stems.insert(stem.clone(), id);
+        let id = u32::try_from(self.stem_texts.len()).unwrap_or(u32::MAX);
+        let text: Rc<str> = Rc::from(stem);
+        self.stems.insert(text.clone(), id);
+        self.stem_texts.push(text);
         id
     }
 
-    fn add(&mut self, norm: &str, stem: Rc<str>) -> Word {
-        let norm: Rc<str> = Rc::from(norm);
-        let norm_id = u32::try_from(self.words.len()).unwrap_or(u32::MAX);
-        let stem_id = self.stem_id(&stem);
-        let lex = Lex::of(&norm);
-        self.words
-            .insert(norm.clone(), (norm_id, stem.clone(), stem_id, lex));
+    fn add(&mut self, norm: &str, stem: &str) -> Word {
+        let form: Rc<str> = Rc::from(norm);
+        let norm_id = u32::try_from(self.forms.len()).unwrap_or(u32::MAX);
+        let stem_id = self.intern_stem(stem);
+        let lex = Lex::of(norm);
+        self.words.insert(form.clone(), norm_id);
+        self.forms.push((form, stem_id, lex));
         Word {
-            norm,
             norm_id,
-            stem,
             stem_id,
             lex,
         }
@@ -147,40 +184,29 @@ impl Interned {
 }
 
 impl Stems {
-    fn cached(&self, norm: &str) -> Option<Word> {
-        let inner = self.inner.borrow();
-        let (k, (norm_id, stem, stem_id, lex)) = inner.words.get_key_value(norm)?;
-        Some(Word {
-            norm: k.clone(),
-            norm_id: *norm_id,
-            stem: stem.clone(),
-            stem_id: *stem_id,
-            lex: *lex,
-        })
-    }
-
-    /// The interned normalised form and stem of a word, with their ids.
+    /// The ids of a word's interned normalised form and stem.
     pub fn word(&self, word: &str) -> Word {
-        if let Some(w) = self.cached(word) {
+        if let Some(w) = self.inner.borrow().cached(word) {
             return w;
         }
-        let stem: Rc<str> = Rc::from(self.stemmer.stem(word).as_ref());
-        self.inner.borrow_mut().add(word, stem)
-    }
-
-    /// The stem of a word.
-    pub fn stem(&self, word: &str) -> Rc<str> {
-        self.word(word).stem
+        let stem = self.stemmer.stem(word);
+        self.inner.borrow_mut().add(word, &stem)
     }
 
     /// The interned form of a number token (its own stem). Number tokens
     /// never collide with words: a token starting with a digit or currency
     /// sign is always a number.
     fn number(&self, norm: &str) -> Word {
-        if let Some(w) = self.cached(norm) {
+        if let Some(w) = self.inner.borrow().cached(norm) {
             return w;
         }
-        self.inner.borrow_mut().add(norm, Rc::from(norm))
+        self.inner.borrow_mut().add(norm, norm)
+    }
+
+    /// The request's vocabulary, to read back forms by id. Do not hold it
+    /// across a call to [`tokenize`] with the same `Stems`.
+    pub fn vocab(&self) -> std::cell::Ref<'_, Vocab> {
+        self.inner.borrow()
     }
 }
 
@@ -188,7 +214,7 @@ impl Stems {
 pub fn stemmer() -> Stems {
     Stems {
         stemmer: Stemmer::create(Algorithm::English),
-        inner: RefCell::new(Interned::default()),
+        inner: RefCell::new(Vocab::default()),
     }
 }
 
@@ -272,8 +298,6 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
             out.push(Token {
                 start,
                 end: j,
-                norm: w.norm,
-                stem: w.stem,
                 norm_id: w.norm_id,
                 stem_id: w.stem_id,
                 kind: TokenKind::Number,
@@ -342,8 +366,6 @@ fn word_token(start: usize, end: usize, word: &str, capitalized: bool, st: &Stem
     Token {
         start,
         end,
-        norm: w.norm,
-        stem: w.stem,
         norm_id: w.norm_id,
         stem_id: w.stem_id,
         kind: TokenKind::Word,
@@ -841,7 +863,8 @@ mod tests {
     fn tokens_keep_numbers_and_contractions() {
         let st = stemmer();
         let toks = tokenize("Don't refund $1,000.50 or 12% on 2024-03-03, Bob's.", &st);
-        let norms: Vec<&str> = toks.iter().map(|t| &*t.norm).collect();
+        let vocab = st.vocab();
+        let norms: Vec<&str> = toks.iter().map(|t| vocab.norm(t.norm_id)).collect();
         assert_eq!(
             norms,
             [

@@ -10,8 +10,6 @@
 //! names and negation then override coverage: a claim that gets a specific
 //! wrong is unsupported however many of its words match.
 
-use std::rc::Rc;
-
 use ahash::{AHashMap as HashMap, AHashSet as HashSet};
 
 use super::numbers::{self, QtyKind, Quantity};
@@ -160,7 +158,7 @@ impl<'a> Index<'a> {
                 continue;
             };
             let tokens = text::tokenize(body, &idx.stemmer);
-            let qty = numbers::extract(&tokens);
+            let qty = numbers::extract(&tokens, &idx.stemmer.vocab());
             let si = idx.sources.len();
             let unit_start = idx.units.len();
             let mut t = 0;
@@ -302,7 +300,6 @@ fn sorted_ids(ids: impl Iterator<Item = u32>, out: &mut Vec<u32>) {
 struct Term {
     surf: Option<u32>,
     stem: Option<u32>,
-    stem_text: Rc<str>,
     weight: f64,
     name: bool,
 }
@@ -318,14 +315,15 @@ struct Analysis {
     /// Any negator in the claim (kept for diagnostics and tests).
     #[allow(dead_code)]
     negated: bool,
-    /// (stem, negated in the claim) for each content word.
-    polarity: Vec<(Rc<str>, bool)>,
+    /// (stem id, negated in the claim) for each content word.
+    polarity: Vec<(u32, bool)>,
     total: f64,
 }
 
 fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     let tokens = text::tokenize(claim, &idx.stemmer);
-    let qty = numbers::extract(&tokens);
+    let vocab = idx.stemmer.vocab();
+    let qty = numbers::extract(&tokens, &vocab);
     let mut in_qty = vec![false; tokens.len()];
     for q in &qty {
         for flag in in_qty.iter_mut().take(q.tok_end).skip(q.tok_start) {
@@ -333,54 +331,54 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         }
     }
     let max_idf = idx.idf(None);
-    let not_name = name_exemptions(claim, &tokens);
+    let not_name = name_exemptions(claim, &tokens, &vocab);
     let mut terms: Vec<Term> = Vec::new();
     let mut negated = false;
-    let mut polarity: Vec<(Rc<str>, bool)> = Vec::new();
+    let mut polarity: Vec<(u32, bool)> = Vec::new();
     // Long claims (caller input, possibly huge) use hash maps so analysis
     // stays linear; short ones scan small vectors, which avoids allocating
     // maps for the common 10-30 word claim. `HashMap::new` does not allocate
     // until the first insert, and short claims never insert.
     let long = tokens.len() > 48;
-    let mut polarity_at: HashMap<&str, usize> = HashMap::default();
-    let mut mixed: HashSet<&str> = HashSet::default();
-    let mut mixed_short: Vec<&str> = Vec::new();
-    let mut seen: HashSet<&str> = HashSet::default();
+    let mut polarity_at: HashMap<u32, usize> = HashMap::default();
+    let mut mixed: HashSet<u32> = HashSet::default();
+    let mut mixed_short: Vec<u32> = Vec::new();
+    let mut seen: HashSet<u32> = HashSet::default();
     for (i, tok) in tokens.iter().enumerate() {
         if tok.lex.negator {
-            negated |= tokens.get(i + 1).map_or(true, |n| &*n.norm != "only");
+            negated |= tokens.get(i + 1).map_or(true, |n| !n.lex.only);
             continue;
         }
         let stop = tok.lex.stopword;
         if !stop {
-            let pol = polarity_of(claim, &tokens, i);
+            let pol = polarity_of(claim, &tokens, &vocab, i);
             let neg = pol == Polarity::Negated;
             let at = if long {
-                polarity_at.get(&*tok.stem).copied()
+                polarity_at.get(&tok.stem_id).copied()
             } else {
-                polarity.iter().position(|(s, _)| *s == tok.stem)
+                polarity.iter().position(|&(s, _)| s == tok.stem_id)
             };
             match at {
                 // After an implicit negator, or mentioned with both
                 // polarities: no single polarity to compare.
                 _ if pol == Polarity::Unclear => {
                     if long {
-                        mixed.insert(&tok.stem);
+                        mixed.insert(tok.stem_id);
                     } else {
-                        mixed_short.push(&tok.stem);
+                        mixed_short.push(tok.stem_id);
                     }
                 }
                 None => {
                     if long {
-                        polarity_at.insert(&tok.stem, polarity.len());
+                        polarity_at.insert(tok.stem_id, polarity.len());
                     }
-                    polarity.push((tok.stem.clone(), neg));
+                    polarity.push((tok.stem_id, neg));
                 }
                 Some(k) if polarity[k].1 != neg => {
                     if long {
-                        mixed.insert(&tok.stem);
+                        mixed.insert(tok.stem_id);
                     } else {
-                        mixed_short.push(&tok.stem);
+                        mixed_short.push(tok.stem_id);
                     }
                 }
                 Some(_) => {}
@@ -390,9 +388,9 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             continue;
         }
         let dup = if long {
-            !seen.insert(&tok.stem)
+            !seen.insert(tok.stem_id)
         } else {
-            terms.iter().any(|t| t.stem_text == tok.stem)
+            terms.iter().any(|t| t.stem == Some(tok.stem_id))
         };
         if dup {
             continue;
@@ -404,7 +402,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         let name = i > 0
             && tok.capitalized
             && tok.kind == TokenKind::Word
-            && tok.norm.chars().count() > 1
+            && vocab.norm(tok.norm_id).chars().count() > 1
             && tok.lex.month.is_none()
             && !not_name[i];
         let mut weight = idx.idf(stem);
@@ -414,12 +412,11 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         terms.push(Term {
             surf,
             stem,
-            stem_text: tok.stem.clone(),
             weight,
             name,
         });
     }
-    polarity.retain(|(s, _)| !mixed.contains(&**s) && !mixed_short.contains(&&**s));
+    polarity.retain(|(s, _)| !mixed.contains(s) && !mixed_short.contains(s));
     let qty: Vec<ClaimQty> = qty
         .into_iter()
         .map(|q| ClaimQty {
@@ -446,7 +443,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
 /// (titles, UI labels such as "Export") and the spelled-out form before a
 /// parenthesised acronym ("Bureau of Labor Statistics (BLS)"), where the
 /// acronym itself is the name to look for.
-fn name_exemptions(claim: &str, tokens: &[Token]) -> Vec<bool> {
+fn name_exemptions(claim: &str, tokens: &[Token], vocab: &text::Vocab) -> Vec<bool> {
     let mut out = vec![false; tokens.len()];
     let mut quotes = 0usize;
     let mut scanned = 0usize;
@@ -473,7 +470,8 @@ fn name_exemptions(claim: &str, tokens: &[Token]) -> Vec<bool> {
                 k -= 1;
                 left -= 1;
                 let tk = &tokens[k];
-                if !(tk.capitalized || matches!(&*tk.norm, "of" | "and" | "the" | "for" | "on")) {
+                let joiner = matches!(vocab.norm(tk.norm_id), "of" | "and" | "the" | "for" | "on");
+                if !(tk.capitalized || joiner) {
                     break;
                 }
                 out[k] = true;
@@ -998,11 +996,11 @@ fn is_explicit_negator(norm: &str) -> bool {
 /// Scoping every word within the window flagged faithful paraphrases whose
 /// word order differs from the source ("no risk of spring frost" against
 /// "all danger of spring frost has passed").
-fn polarity_of(text: &str, toks: &[Token], i: usize) -> Polarity {
+fn polarity_of(text: &str, toks: &[Token], vocab: &text::Vocab, i: usize) -> Polarity {
     for k in (i.saturating_sub(tune::NEG_WINDOW)..i).rev() {
-        let norm = &*toks[k].norm;
+        let norm = vocab.norm(toks[k].norm_id);
         if toks[k].lex.negator {
-            let scoped = toks.get(k + 1).map_or(true, |n| &*n.norm != "only")
+            let scoped = toks.get(k + 1).map_or(true, |n| !n.lex.only)
                 && text.get(toks[k].end..toks[i].start).is_some_and(|gap| {
                     !gap.contains([',', '.', ';', ':', '(', ')', '!', '?', '"'])
                 });
@@ -1036,32 +1034,34 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
     // One pass over the passage: for each claim stem, did it occur with the
     // claim's polarity, and with the opposite one?
     let long = a.polarity.len() > 24;
-    let claim_pol: HashMap<&str, usize> = if long {
+    let claim_pol: HashMap<u32, usize> = if long {
         a.polarity
             .iter()
             .enumerate()
-            .map(|(k, (s, _))| (&**s, k))
+            .map(|(k, &(s, _))| (s, k))
             .collect()
     } else {
         HashMap::default()
     };
     // (seen with the claim's polarity, seen with the opposite one) per stem.
     let mut seen = vec![(false, false); a.polarity.len()];
+    let vocab = idx.stemmer.vocab();
+    let vocab = &*vocab;
     for &(body, toks) in &spans {
         for (i, t) in toks.iter().enumerate() {
             if t.lex.negator {
                 continue;
             }
             let at = if long {
-                claim_pol.get(&*t.stem).copied()
+                claim_pol.get(&t.stem_id).copied()
             } else {
-                a.polarity.iter().position(|(s, _)| *s == t.stem)
+                a.polarity.iter().position(|&(s, _)| s == t.stem_id)
             };
             let Some(k) = at else {
                 continue;
             };
             // An unclear occurrence counts as agreeing: it blocks a conflict.
-            let pol = polarity_of(body, toks, i);
+            let pol = polarity_of(body, toks, vocab, i);
             if pol == Polarity::Unclear || (pol == Polarity::Negated) == a.polarity[k].1 {
                 seen[k].0 = true;
             } else {
@@ -1072,14 +1072,26 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
     if seen.iter().any(|&(same, opposite)| opposite && !same) {
         return true;
     }
-    let has = |stem: &str| {
-        spans
-            .iter()
-            .any(|(_, toks)| toks.iter().any(|t| &*t.stem == stem))
+    // A stem no interned word has occurs nowhere (same id, same stem).
+    let has = |stem: Option<u32>| {
+        stem.is_some_and(|s| {
+            spans
+                .iter()
+                .any(|(_, toks)| toks.iter().any(|t| t.stem_id == s))
+        })
     };
     for &(x, y) in ANTONYMS {
         for (c, e) in [(x, y), (y, x)] {
-            if a.terms.iter().any(|t| &*t.stem_text == c) && has(e) && !has(c) {
+            // The claim's term with stem `c`, compared as text first: most
+            // claims have none, and then no stem is hashed.
+            let Some(ct) = a
+                .terms
+                .iter()
+                .find(|t| t.stem.is_some_and(|s| vocab.stem(s) == c))
+            else {
+                continue;
+            };
+            if has(vocab.stem_id(e)) && !has(ct.stem) {
                 return true;
             }
         }
