@@ -264,11 +264,17 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
     // One buffer for normalised forms that differ from the surface;
     // interning copies it out only for words the request has not seen yet.
     let mut buf = String::new();
+    let bytes = text.as_bytes();
     while let Some(c) = char_at(text, i) {
+        // ASCII spaces and punctuation (other than `$`) start no token.
+        if c.is_ascii() && !c.is_ascii_alphanumeric() && c != '$' {
+            i += 1;
+            continue;
+        }
         let start = i;
         let after_c = i + c.len_utf8();
-        let next_is_digit = char_at(text, after_c).is_some_and(|d| d.is_ascii_digit());
-        if c.is_ascii_digit() || (is_currency(c) && next_is_digit) {
+        let next_is_digit = || char_at(text, after_c).is_some_and(|d| d.is_ascii_digit());
+        if c.is_ascii_digit() || (is_currency(c) && next_is_digit()) {
             let mut j = after_c;
             // The character before `j`.
             let mut prev = c;
@@ -308,7 +314,17 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
         } else if c.is_alphanumeric() {
             let mut j = after_c;
             let mut plain = is_plain(c);
-            while let Some(cj) = char_at(text, j) {
+            loop {
+                // Runs of ASCII letters and digits, a byte at a time (for
+                // ASCII, `is_alphanumeric` is `is_ascii_alphanumeric` and
+                // `is_plain` is "not uppercase").
+                while let Some(&b) = bytes.get(j).filter(|b| b.is_ascii_alphanumeric()) {
+                    plain &= !b.is_ascii_uppercase();
+                    j += 1;
+                }
+                let Some(cj) = char_at(text, j) else {
+                    break;
+                };
                 if cj.is_alphanumeric() || matches!(cj, '\u{0300}'..='\u{036F}') {
                     j += cj.len_utf8();
                     plain &= is_plain(cj);
