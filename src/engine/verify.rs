@@ -555,6 +555,10 @@ struct Levels<'a, 'b> {
     rows: Vec<u8>,
     /// Scratch for [`Levels::coverage`]: best level per item over a set.
     best: Vec<u8>,
+    /// What each item adds to coverage at each level (0, stem, exact; the
+    /// fourth slot keeps indexing total): `[0, weight * STEM_MATCH,
+    /// weight, 0]` for terms, `[0, 0, weight, 0]` for quantities.
+    gain: Vec<[f64; 4]>,
 }
 
 impl<'a, 'b> Levels<'a, 'b> {
@@ -566,6 +570,12 @@ impl<'a, 'b> Levels<'a, 'b> {
                 *slot = u32::try_from(k).unwrap_or(u32::MAX);
             }
         }
+        let gain = a
+            .terms
+            .iter()
+            .map(|t| [0.0, t.weight * tune::STEM_MATCH, t.weight, 0.0])
+            .chain(a.qty.iter().map(|cq| [0.0, 0.0, cq.weight, 0.0]))
+            .collect();
         Levels {
             a,
             idx,
@@ -574,6 +584,7 @@ impl<'a, 'b> Levels<'a, 'b> {
             slot: vec![usize::MAX; idx.units.len()],
             rows: Vec::new(),
             best: vec![0; width],
+            gain,
         }
     }
 
@@ -602,19 +613,12 @@ impl<'a, 'b> Levels<'a, 'b> {
                 *b = (*b).max(l);
             }
         }
-        let best = &self.best;
+        // Items in order (terms, then quantities), each adding its gain at
+        // its best level; an absent item adds 0.0, which leaves the sum
+        // exactly as skipping it did.
         let mut got = 0.0;
-        for (t, &l) in a.terms.iter().zip(best.iter()) {
-            match l {
-                2 => got += t.weight,
-                1 => got += t.weight * tune::STEM_MATCH,
-                _ => {}
-            }
-        }
-        for (cq, &l) in a.qty.iter().zip(&best[a.terms.len()..]) {
-            if l == 2 {
-                got += cq.weight;
-            }
+        for (g, &l) in self.gain.iter().zip(&self.best) {
+            got += g[usize::from(l & 3)];
         }
         (got / a.total).clamp(0.0, 1.0)
     }
