@@ -332,9 +332,11 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     }
     let max_idf = idx.idf(None);
     let not_name = name_exemptions(claim, &tokens, &vocab);
-    let mut terms: Vec<Term> = Vec::new();
+    // Sized up front (at most one term and one polarity per token): these
+    // grew by doubling for every claim.
+    let mut terms: Vec<Term> = Vec::with_capacity(tokens.len());
     let mut negated = false;
-    let mut polarity: Vec<(u32, bool)> = Vec::new();
+    let mut polarity: Vec<(u32, bool)> = Vec::with_capacity(tokens.len());
     // Long claims (caller input, possibly huge) use hash maps so analysis
     // stays linear; short ones scan small vectors, which avoids allocating
     // maps for the common 10-30 word claim. `HashMap::new` does not allocate
@@ -582,7 +584,9 @@ impl<'a, 'b> Levels<'a, 'b> {
             width,
             term_of,
             slot: vec![usize::MAX; idx.units.len()],
-            rows: Vec::new(),
+            // Room for the rows a typical claim asks for (ranking touches
+            // up to three units per candidate).
+            rows: Vec::with_capacity(width * 3 * tune::CANDIDATES),
             best: vec![0; width],
             gain,
         }
@@ -627,7 +631,8 @@ impl<'a, 'b> Levels<'a, 'b> {
 /// Greedily adds complementary sentences to the best passage while each adds
 /// at least `tune::MIN_GAIN` coverage.
 fn complete(lv: &mut Levels<'_, '_>, best: Passage, cands: &[usize]) -> (EvidenceSet, f64) {
-    let mut set: Vec<usize> = best.units().collect();
+    let mut set: Vec<usize> = Vec::with_capacity(2 + tune::MAX_EXTRA);
+    set.extend(best.units());
     let mut cov = lv.coverage(set.iter().copied());
     for _ in 0..tune::MAX_EXTRA {
         let mut pick: Option<(usize, f64)> = None;
@@ -857,7 +862,8 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
             }
         }
     }
-    let mut cands: Vec<usize> = (0..score.len()).filter(|&u| score[u] > 0.0).collect();
+    let mut cands: Vec<usize> = Vec::with_capacity(score.len());
+    cands.extend((0..score.len()).filter(|&u| score[u] > 0.0));
     // Best score first, ties by unit id: a total order, so selecting the
     // top few and sorting only those gives the same list as a full sort.
     let by_score = |x: &usize, y: &usize| score[*y].total_cmp(&score[*x]).then(x.cmp(y));
@@ -867,7 +873,7 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
     }
     cands.sort_unstable_by(by_score);
 
-    let mut out: Vec<(Passage, f64)> = Vec::new();
+    let mut out: Vec<(Passage, f64)> = Vec::with_capacity(cands.len());
     for &u in &cands {
         let unit = &idx.units[u];
         let src = &idx.sources[unit.source];
