@@ -49,6 +49,12 @@ mod tune {
     pub const B: f64 = 0.75;
 }
 
+/// Every stem of [`ANTONYMS`], built once.
+fn antonym_stems() -> &'static HashSet<&'static str> {
+    static SET: std::sync::OnceLock<HashSet<&'static str>> = std::sync::OnceLock::new();
+    SET.get_or_init(|| ANTONYMS.iter().flat_map(|&(x, y)| [x, y]).collect())
+}
+
 /// Word pairs that contradict each other like a negation does (stems).
 const ANTONYMS: &[(&str, &str)] = &[
     ("increas", "decreas"),
@@ -851,13 +857,22 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
         }
     }
     if !a.qty.is_empty() {
-        for (ui, unit) in idx.units.iter().enumerate() {
-            if !allowed[unit.source] {
+        // Source by source (a source's units are contiguous), so each unit's
+        // quantities are a slice of one list; units without any are skipped.
+        for (si, src) in idx.sources.iter().enumerate() {
+            if !allowed[si] {
                 continue;
             }
-            for cq in &a.qty {
-                if idx.unit_qty(unit).iter().any(|e| numbers::backs(&cq.q, e)) {
-                    score[ui] += cq.weight;
+            let units = idx.units.get(src.unit_start..src.unit_end).unwrap_or(&[]);
+            for (ui, unit) in (src.unit_start..).zip(units) {
+                let uq = src.qty.get(unit.qty_start..unit.qty_end).unwrap_or(&[]);
+                if uq.is_empty() {
+                    continue;
+                }
+                for cq in &a.qty {
+                    if uq.iter().any(|e| numbers::backs(&cq.q, e)) {
+                        score[ui] += cq.weight;
+                    }
                 }
             }
         }
@@ -1090,18 +1105,24 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
                 .any(|(_, toks)| toks.iter().any(|t| t.stem_id == s))
         })
     };
-    for &(x, y) in ANTONYMS {
-        for (c, e) in [(x, y), (y, x)] {
-            // The claim's term with stem `c`, compared as text first: most
-            // claims have none, and then no stem is hashed.
-            let Some(ct) = a
-                .terms
-                .iter()
-                .find(|t| t.stem.is_some_and(|s| vocab.stem(s) == c))
-            else {
+    // Any claim term whose stem `c` has an antonym `e` in the passage while
+    // `c` itself is absent. Most terms are in no pair: one set lookup each
+    // instead of comparing every term with every pair.
+    for t in &a.terms {
+        let Some(s) = t.stem else { continue };
+        let c = vocab.stem(s);
+        if !antonym_stems().contains(c) {
+            continue;
+        }
+        for &(x, y) in ANTONYMS {
+            let e = if x == c {
+                y
+            } else if y == c {
+                x
+            } else {
                 continue;
             };
-            if has(vocab.stem_id(e)) && !has(ct.stem) {
+            if has(vocab.stem_id(e)) && !has(t.stem) {
                 return true;
             }
         }
