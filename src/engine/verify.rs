@@ -113,6 +113,9 @@ struct Unit {
     qty_start: usize,
     qty_end: usize,
     len: usize,
+    /// BM25 length normalisation `1 - B + B * len / avg_len`, computed once
+    /// the average is known instead of per posting and claim.
+    norm: f64,
 }
 
 struct IndexedSource<'a> {
@@ -200,6 +203,7 @@ impl<'a> Index<'a> {
                     qty_start,
                     qty_end: q,
                     len: tok_end - tok_start,
+                    norm: 1.0,
                 });
             }
             let unit_end = idx.units.len();
@@ -215,6 +219,10 @@ impl<'a> Index<'a> {
         idx.build_postings();
         let total: usize = idx.units.iter().map(|u| u.len).sum();
         idx.avg_len = (total as f64 / idx.units.len().max(1) as f64).max(1.0);
+        let avg_len = idx.avg_len;
+        for unit in &mut idx.units {
+            unit.norm = 1.0 - tune::B + tune::B * unit.len as f64 / avg_len;
+        }
         idx
     }
 
@@ -852,8 +860,7 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
             if !allowed[unit.source] {
                 continue;
             }
-            let norm = 1.0 - tune::B + tune::B * unit.len as f64 / idx.avg_len;
-            score[u as usize] += t.weight * (tune::K1 + 1.0) / (1.0 + tune::K1 * norm);
+            score[u as usize] += t.weight * (tune::K1 + 1.0) / (1.0 + tune::K1 * unit.norm);
         }
     }
     if !a.qty.is_empty() {
