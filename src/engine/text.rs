@@ -229,6 +229,30 @@ fn char_at(text: &str, i: usize) -> Option<char> {
     }
 }
 
+/// [`ASCII_CLASS`] bit: an ASCII letter or digit.
+const ALNUM: u8 = 1;
+/// [`ASCII_CLASS`] bit: an ASCII uppercase letter.
+const UPPER: u8 = 2;
+
+/// Per byte: [`ALNUM`] and [`UPPER`] for ASCII letters and digits, 0 for
+/// every other byte (including all non-ASCII bytes), so the tokenizer's
+/// ASCII loop does one load and test per byte.
+static ASCII_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 128 {
+        let c = b as u8;
+        if c.is_ascii_alphanumeric() {
+            t[b] |= ALNUM;
+        }
+        if c.is_ascii_uppercase() {
+            t[b] |= UPPER;
+        }
+        b += 1;
+    }
+    t
+};
+
 /// ASCII and not uppercase: folding leaves it as it is.
 fn is_plain(c: char) -> bool {
     c.is_ascii() && !c.is_ascii_uppercase()
@@ -318,8 +342,11 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
                 // Runs of ASCII letters and digits, a byte at a time (for
                 // ASCII, `is_alphanumeric` is `is_ascii_alphanumeric` and
                 // `is_plain` is "not uppercase").
-                while let Some(&b) = bytes.get(j).filter(|b| b.is_ascii_alphanumeric()) {
-                    plain &= !b.is_ascii_uppercase();
+                while let Some(&class) = bytes.get(j).map(|&b| &ASCII_CLASS[usize::from(b)]) {
+                    if class & ALNUM == 0 {
+                        break;
+                    }
+                    plain &= class & UPPER == 0;
                     j += 1;
                 }
                 let Some(cj) = char_at(text, j) else {
