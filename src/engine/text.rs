@@ -289,12 +289,15 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
     // interning copies it out only for words the request has not seen yet.
     let mut buf = String::new();
     let bytes = text.as_bytes();
-    while let Some(c) = char_at(text, i) {
+    while let Some(&b) = bytes.get(i) {
         // ASCII spaces and punctuation (other than `$`) start no token.
-        if c.is_ascii() && !c.is_ascii_alphanumeric() && c != '$' {
+        if b.is_ascii() && ASCII_CLASS[usize::from(b)] & ALNUM == 0 && b != b'$' {
             i += 1;
             continue;
         }
+        let Some(c) = char_at(text, i) else {
+            break;
+        };
         let start = i;
         let after_c = i + c.len_utf8();
         let next_is_digit = || char_at(text, after_c).is_some_and(|d| d.is_ascii_digit());
