@@ -6,7 +6,7 @@
 //! "2024-03-03". Comparing canonical values, not surfaces, is what lets the
 //! engine call "$120" against "$100" a contradiction rather than a near match.
 
-use super::text::{Token, TokenKind};
+use super::text::{Token, TokenKind, Vocab};
 
 /// The slot a quantity fills; only quantities of the same kind contradict
 /// each other.
@@ -83,7 +83,9 @@ fn unit_word(norm: &str) -> Option<QtyKind> {
     }
 }
 
-fn small_word(norm: &str) -> Option<f64> {
+/// The value of a spelled-out number word ("three", "forty"), if `norm` is
+/// one.
+pub(crate) fn small_word(norm: &str) -> Option<f64> {
     Some(match norm {
         "zero" => 0.0,
         "one" => 1.0,
@@ -219,26 +221,40 @@ fn parse_numeric_date(s: &str) -> Option<DateParts> {
     }
 }
 
-/// Extracts every quantity from `tokens` (in order, non-overlapping).
-pub fn extract(tokens: &[Token]) -> Vec<Quantity> {
+/// Extracts every quantity from `tokens` (in order, non-overlapping);
+/// `vocab` holds their normalised forms.
+pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
     let mut out = Vec::new();
     let n = tokens.len();
     let mut i = 0;
-    let norm = |k: usize| tokens.get(k).map_or("", |t| &*t.norm);
+    let norm = |k: usize| tokens.get(k).map_or("", |t| vocab.norm(t.norm_id));
     // `month_number(norm(k))`, looked up once per word at interning.
     let month = |k: usize| tokens.get(k).and_then(|t| t.lex.month);
     let is_num = |k: usize| tokens.get(k).is_some_and(|t| t.kind == TokenKind::Number);
-    while i < n {
-        let approx = i > 0 && is_approx(norm(i - 1))
-            || i > 1
+    // Is the quantity starting at token `k` approximate? Asked only when a
+    // quantity is found, not for every token.
+    let approx_at = |k: usize| {
+        k > 0 && is_approx(norm(k - 1))
+            || k > 1
                 && matches!(
-                    (norm(i - 2), norm(i - 1)),
+                    (norm(k - 2), norm(k - 1)),
                     ("more", "than")
                         | ("less", "than")
                         | ("at", "least")
                         | ("at", "most")
                         | ("up", "to")
-                );
+                )
+    };
+    while i < n {
+        // Most tokens are words that start no quantity: not a number, not a
+        // month, not a number word (facts looked up once per word).
+        if tokens[i].kind == TokenKind::Word
+            && tokens[i].lex.month.is_none()
+            && !tokens[i].lex.number_word
+        {
+            i += 1;
+            continue;
+        }
         // Month-first dates: "March 3, 2024", "March 2024", "Mar 3".
         if let Some(m) = month(i) {
             let day = if is_num(i + 1) {
@@ -314,7 +330,7 @@ pub fn extract(tokens: &[Token]) -> Vec<Quantity> {
                             kind,
                             value: v,
                             date: DateParts::default(),
-                            approx,
+                            approx: approx_at(i),
                             soft: false,
                             tok_start: i,
                             tok_end: i + 1,
@@ -365,7 +381,7 @@ pub fn extract(tokens: &[Token]) -> Vec<Quantity> {
                     kind,
                     value: v,
                     date: DateParts::default(),
-                    approx,
+                    approx: approx_at(i),
                     soft: false,
                     tok_start: i,
                     tok_end: end,
@@ -416,7 +432,7 @@ pub fn extract(tokens: &[Token]) -> Vec<Quantity> {
                     kind,
                     value,
                     date: DateParts::default(),
-                    approx,
+                    approx: approx_at(i),
                     soft,
                     tok_start: i,
                     tok_end: end,
@@ -517,7 +533,10 @@ mod tests {
     use crate::engine::text::{stemmer, tokenize};
 
     fn q(s: &str) -> Vec<Quantity> {
-        extract(&tokenize(s, &stemmer()))
+        let st = stemmer();
+        let tokens = tokenize(s, &st);
+        let out = extract(&tokens, &st.vocab());
+        out
     }
 
     fn same(a: &str, b: &str) -> bool {

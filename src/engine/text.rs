@@ -25,25 +25,25 @@ pub enum TokenKind {
     Number,
 }
 
-/// One token: its original byte span and its normalised forms.
-#[derive(Debug, Clone)]
+/// One token: its original byte span and the ids of its normalised forms.
+/// Small and `Copy`: the strings live once in the request's [`Vocab`].
+#[derive(Debug, Clone, Copy)]
 pub struct Token {
     /// Byte offset of the first byte in the original text.
     pub start: usize,
     /// Byte offset one past the last byte in the original text.
     pub end: usize,
-    /// Lowercased, quote-folded surface form (interned per request).
-    pub norm: Rc<str>,
-    /// Snowball stem of `norm` (equal to `norm` for numbers).
-    pub stem: Rc<str>,
-    /// Request-local ids of `norm` and `stem`: equal ids, equal strings.
+    /// Request-local id of the lowercased, quote-folded surface form
+    /// ([`Vocab::norm`]): equal ids, equal strings.
     pub norm_id: u32,
+    /// Request-local id of the Snowball stem of that form (the form itself
+    /// for numbers): equal ids, equal stems.
     pub stem_id: u32,
     pub kind: TokenKind,
     /// First character is uppercase in the original text.
     pub capitalized: bool,
-    /// `is_stopword(norm)`, `is_negator(norm)` and `month_number(norm)`,
-    /// computed once per interned word instead of hashing every token.
+    /// Facts about the normalised form, computed once per interned word
+    /// instead of hashing every token.
     pub lex: Lex,
 }
 
@@ -51,9 +51,16 @@ pub struct Token {
 /// word is interned.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Lex {
+    /// `is_stopword(norm)`.
     pub stopword: bool,
+    /// `is_negator(norm)`.
     pub negator: bool,
+    /// `month_number(norm)`.
     pub month: Option<u8>,
+    /// The form is "only" ("not only" is not a negation).
+    pub only: bool,
+    /// `numbers::small_word(norm)` is some: a spelled-out number.
+    pub number_word: bool,
 }
 
 impl Lex {
@@ -62,6 +69,8 @@ impl Lex {
             stopword: is_stopword(norm),
             negator: is_negator(norm),
             month: month_number(norm),
+            only: norm == "only",
+            number_word: super::numbers::small_word(norm).is_some(),
         }
     }
 }
@@ -88,58 +97,86 @@ fn is_apostrophe(c: char) -> bool {
 }
 
 /// The Snowball English stemmer with a per-request memo that also interns
-/// words: sources repeat their vocabulary, so a token's normalised form and
-/// stem are shared `Rc<str>`s, and tokenising a repeated word allocates
+/// words: sources repeat their vocabulary, so a token carries only the ids of
+/// its normalised form and stem, and tokenising a repeated word allocates
 /// nothing. Stemming and per-token string allocation dominated indexing time
 /// without it.
 pub struct Stems {
     stemmer: Stemmer,
     /// RefCell because tokenising happens behind shared references to the
     /// request index; the index never crosses threads.
-    inner: RefCell<Interned>,
+    inner: RefCell<Vocab>,
 }
 
 /// The request's vocabulary: every normalised form seen, with its stem, and
 /// dense ids for forms and stems so the index compares integers.
 #[derive(Default)]
-struct Interned {
-    /// Normalised form → (form id, stem, stem id, facts). Numbers are their
-    /// own stem.
-    words: WordMap<Rc<str>, (u32, Rc<str>, u32, Lex)>,
+pub struct Vocab {
+    /// Normalised form → form id.
+    words: WordMap<Rc<str>, u32>,
+    /// Form id → (form, stem id, facts). Numbers are their own stem.
+    forms: Vec<(Rc<str>, u32, Lex)>,
     /// Stem → stem id.
     stems: WordMap<Rc<str>, u32>,
+    /// Stem id → stem.
+    stem_texts: Vec<Rc<str>>,
 }
 
-/// One interned word: its forms and their request-local ids.
+/// One interned word: the request-local ids of its form and stem.
+#[derive(Debug, Clone, Copy)]
 pub struct Word {
-    pub norm: Rc<str>,
     pub norm_id: u32,
-    pub stem: Rc<str>,
     pub stem_id: u32,
     pub lex: Lex,
 }
 
-impl Interned {
-    fn stem_id(&mut self, stem: &Rc<str>) -> u32 {
+impl Vocab {
+    /// The normalised form with id `id` ("" for an id this vocabulary never
+    /// gave out).
+    pub fn norm(&self, id: u32) -> &str {
+        self.forms.get(id as usize).map_or("", |(f, _, _)| f)
+    }
+
+    /// The stem with id `id` ("" for an id this vocabulary never gave out).
+    pub fn stem(&self, id: u32) -> &str {
+        self.stem_texts.get(id as usize).map_or("", |s| s)
+    }
+
+    /// The id of a stem, if some interned word has it.
+    pub fn stem_id(&self, stem: &str) -> Option<u32> {
+        self.stems.get(stem).copied()
+    }
+
+    fn cached(&self, norm: &str) -> Option<Word> {
+        let &norm_id = self.words.get(norm)?;
+        let &(_, stem_id, lex) = self.forms.get(norm_id as usize)?;
+        Some(Word {
+            norm_id,
+            stem_id,
+            lex,
+        })
+    }
+
+    fn intern_stem(&mut self, stem: &str) -> u32 {
         if let Some(&id) = self.stems.get(stem) {
             return id;
         }
-        let id = u32::try_from(self.stems.len()).unwrap_or(u32::MAX);
-        self.stems.insert(stem.clone(), id);
+        let id = u32::try_from(self.stem_texts.len()).unwrap_or(u32::MAX);
+        let text: Rc<str> = Rc::from(stem);
+        self.stems.insert(text.clone(), id);
+        self.stem_texts.push(text);
         id
     }
 
-    fn add(&mut self, norm: &str, stem: Rc<str>) -> Word {
-        let norm: Rc<str> = Rc::from(norm);
-        let norm_id = u32::try_from(self.words.len()).unwrap_or(u32::MAX);
-        let stem_id = self.stem_id(&stem);
-        let lex = Lex::of(&norm);
-        self.words
-            .insert(norm.clone(), (norm_id, stem.clone(), stem_id, lex));
+    fn add(&mut self, norm: &str, stem: &str) -> Word {
+        let form: Rc<str> = Rc::from(norm);
+        let norm_id = u32::try_from(self.forms.len()).unwrap_or(u32::MAX);
+        let stem_id = self.intern_stem(stem);
+        let lex = Lex::of(norm);
+        self.words.insert(form.clone(), norm_id);
+        self.forms.push((form, stem_id, lex));
         Word {
-            norm,
             norm_id,
-            stem,
             stem_id,
             lex,
         }
@@ -147,40 +184,29 @@ impl Interned {
 }
 
 impl Stems {
-    fn cached(&self, norm: &str) -> Option<Word> {
-        let inner = self.inner.borrow();
-        let (k, (norm_id, stem, stem_id, lex)) = inner.words.get_key_value(norm)?;
-        Some(Word {
-            norm: k.clone(),
-            norm_id: *norm_id,
-            stem: stem.clone(),
-            stem_id: *stem_id,
-            lex: *lex,
-        })
-    }
-
-    /// The interned normalised form and stem of a word, with their ids.
+    /// The ids of a word's interned normalised form and stem.
     pub fn word(&self, word: &str) -> Word {
-        if let Some(w) = self.cached(word) {
+        if let Some(w) = self.inner.borrow().cached(word) {
             return w;
         }
-        let stem: Rc<str> = Rc::from(self.stemmer.stem(word).as_ref());
-        self.inner.borrow_mut().add(word, stem)
-    }
-
-    /// The stem of a word.
-    pub fn stem(&self, word: &str) -> Rc<str> {
-        self.word(word).stem
+        let stem = self.stemmer.stem(word);
+        self.inner.borrow_mut().add(word, &stem)
     }
 
     /// The interned form of a number token (its own stem). Number tokens
     /// never collide with words: a token starting with a digit or currency
     /// sign is always a number.
     fn number(&self, norm: &str) -> Word {
-        if let Some(w) = self.cached(norm) {
+        if let Some(w) = self.inner.borrow().cached(norm) {
             return w;
         }
-        self.inner.borrow_mut().add(norm, Rc::from(norm))
+        self.inner.borrow_mut().add(norm, norm)
+    }
+
+    /// The request's vocabulary, to read back forms by id. Do not hold it
+    /// across a call to [`tokenize`] with the same `Stems`.
+    pub fn vocab(&self) -> std::cell::Ref<'_, Vocab> {
+        self.inner.borrow()
     }
 }
 
@@ -188,7 +214,7 @@ impl Stems {
 pub fn stemmer() -> Stems {
     Stems {
         stemmer: Stemmer::create(Algorithm::English),
-        inner: RefCell::new(Interned::default()),
+        inner: RefCell::new(Vocab::default()),
     }
 }
 
@@ -202,6 +228,30 @@ fn char_at(text: &str, i: usize) -> Option<char> {
         None => None,
     }
 }
+
+/// [`ASCII_CLASS`] bit: an ASCII letter or digit.
+const ALNUM: u8 = 1;
+/// [`ASCII_CLASS`] bit: an ASCII uppercase letter.
+const UPPER: u8 = 2;
+
+/// Per byte: [`ALNUM`] and [`UPPER`] for ASCII letters and digits, 0 for
+/// every other byte (including all non-ASCII bytes), so the tokenizer's
+/// ASCII loop does one load and test per byte.
+static ASCII_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 128 {
+        let c = b as u8;
+        if c.is_ascii_alphanumeric() {
+            t[b] |= ALNUM;
+        }
+        if c.is_ascii_uppercase() {
+            t[b] |= UPPER;
+        }
+        b += 1;
+    }
+    t
+};
 
 /// ASCII and not uppercase: folding leaves it as it is.
 fn is_plain(c: char) -> bool {
@@ -238,11 +288,20 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
     // One buffer for normalised forms that differ from the surface;
     // interning copies it out only for words the request has not seen yet.
     let mut buf = String::new();
-    while let Some(c) = char_at(text, i) {
+    let bytes = text.as_bytes();
+    while let Some(&b) = bytes.get(i) {
+        // ASCII spaces and punctuation (other than `$`) start no token.
+        if b.is_ascii() && ASCII_CLASS[usize::from(b)] & ALNUM == 0 && b != b'$' {
+            i += 1;
+            continue;
+        }
+        let Some(c) = char_at(text, i) else {
+            break;
+        };
         let start = i;
         let after_c = i + c.len_utf8();
-        let next_is_digit = char_at(text, after_c).is_some_and(|d| d.is_ascii_digit());
-        if c.is_ascii_digit() || (is_currency(c) && next_is_digit) {
+        let next_is_digit = || char_at(text, after_c).is_some_and(|d| d.is_ascii_digit());
+        if c.is_ascii_digit() || (is_currency(c) && next_is_digit()) {
             let mut j = after_c;
             // The character before `j`.
             let mut prev = c;
@@ -272,8 +331,6 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
             out.push(Token {
                 start,
                 end: j,
-                norm: w.norm,
-                stem: w.stem,
                 norm_id: w.norm_id,
                 stem_id: w.stem_id,
                 kind: TokenKind::Number,
@@ -284,7 +341,20 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
         } else if c.is_alphanumeric() {
             let mut j = after_c;
             let mut plain = is_plain(c);
-            while let Some(cj) = char_at(text, j) {
+            loop {
+                // Runs of ASCII letters and digits, a byte at a time (for
+                // ASCII, `is_alphanumeric` is `is_ascii_alphanumeric` and
+                // `is_plain` is "not uppercase").
+                while let Some(&class) = bytes.get(j).map(|&b| &ASCII_CLASS[usize::from(b)]) {
+                    if class & ALNUM == 0 {
+                        break;
+                    }
+                    plain &= class & UPPER == 0;
+                    j += 1;
+                }
+                let Some(cj) = char_at(text, j) else {
+                    break;
+                };
                 if cj.is_alphanumeric() || matches!(cj, '\u{0300}'..='\u{036F}') {
                     j += cj.len_utf8();
                     plain &= is_plain(cj);
@@ -342,8 +412,6 @@ fn word_token(start: usize, end: usize, word: &str, capitalized: bool, st: &Stem
     Token {
         start,
         end,
-        norm: w.norm,
-        stem: w.stem,
         norm_id: w.norm_id,
         stem_id: w.stem_id,
         kind: TokenKind::Word,
@@ -533,14 +601,80 @@ pub fn char_offset(text: &str, byte: usize) -> usize {
 
 // === sentences ===
 
-/// Abbreviations after which a period does not end a sentence.
-const ABBREVIATIONS: &[&str] = &[
-    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "etc", "e.g", "i.e", "eg", "ie",
-    "inc", "ltd", "co", "corp", "no", "nos", "vol", "fig", "approx", "dept", "est", "gen", "gov",
-    "sen", "rep", "rev", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct",
-    "nov", "dec", "u.s", "u.k", "a.m", "p.m", "ph.d", "cf", "al", "op", "ca", "lt", "col", "capt",
-    "sgt", "p", "pp", "univ", "assn", "bros", "ave", "blvd", "rd", "hon", "pres",
-];
+/// Abbreviations after which a period does not end a sentence (lowercase
+/// ASCII). A `match` on the bytes (length, then contents) rather than a scan
+/// of the list with a case-insensitive compare: it runs at every period.
+fn is_listed_abbreviation(lower: &[u8]) -> bool {
+    matches!(
+        lower,
+        b"mr"
+            | b"mrs"
+            | b"ms"
+            | b"dr"
+            | b"prof"
+            | b"sr"
+            | b"jr"
+            | b"st"
+            | b"mt"
+            | b"vs"
+            | b"etc"
+            | b"e.g"
+            | b"i.e"
+            | b"eg"
+            | b"ie"
+            | b"inc"
+            | b"ltd"
+            | b"co"
+            | b"corp"
+            | b"no"
+            | b"nos"
+            | b"vol"
+            | b"fig"
+            | b"approx"
+            | b"dept"
+            | b"est"
+            | b"gen"
+            | b"gov"
+            | b"sen"
+            | b"rep"
+            | b"rev"
+            | b"jan"
+            | b"feb"
+            | b"mar"
+            | b"apr"
+            | b"jun"
+            | b"jul"
+            | b"aug"
+            | b"sep"
+            | b"sept"
+            | b"oct"
+            | b"nov"
+            | b"dec"
+            | b"u.s"
+            | b"u.k"
+            | b"a.m"
+            | b"p.m"
+            | b"ph.d"
+            | b"cf"
+            | b"al"
+            | b"op"
+            | b"ca"
+            | b"lt"
+            | b"col"
+            | b"capt"
+            | b"sgt"
+            | b"p"
+            | b"pp"
+            | b"univ"
+            | b"assn"
+            | b"bros"
+            | b"ave"
+            | b"blvd"
+            | b"rd"
+            | b"hon"
+            | b"pres"
+    )
+}
 
 /// True when the line starts like a list item or heading, which always starts
 /// a new sentence.
@@ -573,7 +707,9 @@ fn is_block_start(line: &str) -> bool {
 /// Decimals and URLs never break because their periods are not followed by
 /// whitespace.
 pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> {
-    let mut cuts: Vec<usize> = Vec::new(); // byte offsets where a new sentence starts
+    // Byte offsets where a new sentence starts; sized for ~60-byte sentences
+    // so typical text does not regrow it.
+    let mut cuts: Vec<usize> = Vec::with_capacity(text.len() / 48 + 2);
     let bytes = text.as_bytes();
     let mut i = 0;
     let mut line_start = 0;
@@ -682,7 +818,7 @@ pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> 
         // A lead byte E2/E3/EF of some other character.
         i += c.len_utf8();
     }
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(cuts.len() + 1);
     let mut prev = 0;
     cuts.push(text.len());
     for cut in cuts {
@@ -730,9 +866,18 @@ fn is_abbreviation_before(text: &str, dot: usize) -> bool {
     // does ignoring ASCII case (no lowercased copy); only other words take
     // the full Unicode lowercasing.
     let listed = if word.is_ascii() {
-        ABBREVIATIONS.iter().any(|a| a.eq_ignore_ascii_case(word))
+        // No listed abbreviation is longer than 8 bytes.
+        let mut low = [0u8; 8];
+        match low.get_mut(..word.len()) {
+            Some(low) => {
+                low.copy_from_slice(word.as_bytes());
+                low.make_ascii_lowercase();
+                is_listed_abbreviation(low)
+            }
+            None => false,
+        }
     } else {
-        ABBREVIATIONS.contains(&word.to_lowercase().as_str())
+        is_listed_abbreviation(word.to_lowercase().as_bytes())
     };
     if listed {
         return true;
@@ -841,7 +986,8 @@ mod tests {
     fn tokens_keep_numbers_and_contractions() {
         let st = stemmer();
         let toks = tokenize("Don't refund $1,000.50 or 12% on 2024-03-03, Bob's.", &st);
-        let norms: Vec<&str> = toks.iter().map(|t| &*t.norm).collect();
+        let vocab = st.vocab();
+        let norms: Vec<&str> = toks.iter().map(|t| vocab.norm(t.norm_id)).collect();
         assert_eq!(
             norms,
             [

@@ -10,8 +10,6 @@
 //! names and negation then override coverage: a claim that gets a specific
 //! wrong is unsupported however many of its words match.
 
-use std::rc::Rc;
-
 use ahash::{AHashMap as HashMap, AHashSet as HashSet};
 
 use super::numbers::{self, QtyKind, Quantity};
@@ -49,6 +47,12 @@ mod tune {
     /// BM25 parameters.
     pub const K1: f64 = 1.2;
     pub const B: f64 = 0.75;
+}
+
+/// Every stem of [`ANTONYMS`], built once.
+fn antonym_stems() -> &'static HashSet<&'static str> {
+    static SET: std::sync::OnceLock<HashSet<&'static str>> = std::sync::OnceLock::new();
+    SET.get_or_init(|| ANTONYMS.iter().flat_map(|&(x, y)| [x, y]).collect())
 }
 
 /// Word pairs that contradict each other like a negation does (stems).
@@ -109,6 +113,9 @@ struct Unit {
     qty_start: usize,
     qty_end: usize,
     len: usize,
+    /// BM25 length normalisation `1 - B + B * len / avg_len`, computed once
+    /// the average is known instead of per posting and claim.
+    norm: f64,
 }
 
 struct IndexedSource<'a> {
@@ -160,7 +167,7 @@ impl<'a> Index<'a> {
                 continue;
             };
             let tokens = text::tokenize(body, &idx.stemmer);
-            let qty = numbers::extract(&tokens);
+            let qty = numbers::extract(&tokens, &idx.stemmer.vocab());
             let si = idx.sources.len();
             let unit_start = idx.units.len();
             let mut t = 0;
@@ -196,6 +203,7 @@ impl<'a> Index<'a> {
                     qty_start,
                     qty_end: q,
                     len: tok_end - tok_start,
+                    norm: 1.0,
                 });
             }
             let unit_end = idx.units.len();
@@ -211,6 +219,10 @@ impl<'a> Index<'a> {
         idx.build_postings();
         let total: usize = idx.units.iter().map(|u| u.len).sum();
         idx.avg_len = (total as f64 / idx.units.len().max(1) as f64).max(1.0);
+        let avg_len = idx.avg_len;
+        for unit in &mut idx.units {
+            unit.norm = 1.0 - tune::B + tune::B * unit.len as f64 / avg_len;
+        }
         idx
     }
 
@@ -302,7 +314,6 @@ fn sorted_ids(ids: impl Iterator<Item = u32>, out: &mut Vec<u32>) {
 struct Term {
     surf: Option<u32>,
     stem: Option<u32>,
-    stem_text: Rc<str>,
     weight: f64,
     name: bool,
 }
@@ -318,14 +329,15 @@ struct Analysis {
     /// Any negator in the claim (kept for diagnostics and tests).
     #[allow(dead_code)]
     negated: bool,
-    /// (stem, negated in the claim) for each content word.
-    polarity: Vec<(Rc<str>, bool)>,
+    /// (stem id, negated in the claim) for each content word.
+    polarity: Vec<(u32, bool)>,
     total: f64,
 }
 
 fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     let tokens = text::tokenize(claim, &idx.stemmer);
-    let qty = numbers::extract(&tokens);
+    let vocab = idx.stemmer.vocab();
+    let qty = numbers::extract(&tokens, &vocab);
     let mut in_qty = vec![false; tokens.len()];
     for q in &qty {
         for flag in in_qty.iter_mut().take(q.tok_end).skip(q.tok_start) {
@@ -333,54 +345,56 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         }
     }
     let max_idf = idx.idf(None);
-    let not_name = name_exemptions(claim, &tokens);
-    let mut terms: Vec<Term> = Vec::new();
+    let not_name = name_exemptions(claim, &tokens, &vocab);
+    // Sized up front (at most one term and one polarity per token): these
+    // grew by doubling for every claim.
+    let mut terms: Vec<Term> = Vec::with_capacity(tokens.len());
     let mut negated = false;
-    let mut polarity: Vec<(Rc<str>, bool)> = Vec::new();
+    let mut polarity: Vec<(u32, bool)> = Vec::with_capacity(tokens.len());
     // Long claims (caller input, possibly huge) use hash maps so analysis
     // stays linear; short ones scan small vectors, which avoids allocating
     // maps for the common 10-30 word claim. `HashMap::new` does not allocate
     // until the first insert, and short claims never insert.
     let long = tokens.len() > 48;
-    let mut polarity_at: HashMap<&str, usize> = HashMap::default();
-    let mut mixed: HashSet<&str> = HashSet::default();
-    let mut mixed_short: Vec<&str> = Vec::new();
-    let mut seen: HashSet<&str> = HashSet::default();
+    let mut polarity_at: HashMap<u32, usize> = HashMap::default();
+    let mut mixed: HashSet<u32> = HashSet::default();
+    let mut mixed_short: Vec<u32> = Vec::new();
+    let mut seen: HashSet<u32> = HashSet::default();
     for (i, tok) in tokens.iter().enumerate() {
         if tok.lex.negator {
-            negated |= tokens.get(i + 1).map_or(true, |n| &*n.norm != "only");
+            negated |= tokens.get(i + 1).map_or(true, |n| !n.lex.only);
             continue;
         }
         let stop = tok.lex.stopword;
         if !stop {
-            let pol = polarity_of(claim, &tokens, i);
+            let pol = polarity_of(claim, &tokens, &vocab, i);
             let neg = pol == Polarity::Negated;
             let at = if long {
-                polarity_at.get(&*tok.stem).copied()
+                polarity_at.get(&tok.stem_id).copied()
             } else {
-                polarity.iter().position(|(s, _)| *s == tok.stem)
+                polarity.iter().position(|&(s, _)| s == tok.stem_id)
             };
             match at {
                 // After an implicit negator, or mentioned with both
                 // polarities: no single polarity to compare.
                 _ if pol == Polarity::Unclear => {
                     if long {
-                        mixed.insert(&tok.stem);
+                        mixed.insert(tok.stem_id);
                     } else {
-                        mixed_short.push(&tok.stem);
+                        mixed_short.push(tok.stem_id);
                     }
                 }
                 None => {
                     if long {
-                        polarity_at.insert(&tok.stem, polarity.len());
+                        polarity_at.insert(tok.stem_id, polarity.len());
                     }
-                    polarity.push((tok.stem.clone(), neg));
+                    polarity.push((tok.stem_id, neg));
                 }
                 Some(k) if polarity[k].1 != neg => {
                     if long {
-                        mixed.insert(&tok.stem);
+                        mixed.insert(tok.stem_id);
                     } else {
-                        mixed_short.push(&tok.stem);
+                        mixed_short.push(tok.stem_id);
                     }
                 }
                 Some(_) => {}
@@ -390,9 +404,9 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             continue;
         }
         let dup = if long {
-            !seen.insert(&tok.stem)
+            !seen.insert(tok.stem_id)
         } else {
-            terms.iter().any(|t| t.stem_text == tok.stem)
+            terms.iter().any(|t| t.stem == Some(tok.stem_id))
         };
         if dup {
             continue;
@@ -404,7 +418,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         let name = i > 0
             && tok.capitalized
             && tok.kind == TokenKind::Word
-            && tok.norm.chars().count() > 1
+            && vocab.norm(tok.norm_id).chars().count() > 1
             && tok.lex.month.is_none()
             && !not_name[i];
         let mut weight = idx.idf(stem);
@@ -414,12 +428,11 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         terms.push(Term {
             surf,
             stem,
-            stem_text: tok.stem.clone(),
             weight,
             name,
         });
     }
-    polarity.retain(|(s, _)| !mixed.contains(&**s) && !mixed_short.contains(&&**s));
+    polarity.retain(|(s, _)| !mixed.contains(s) && !mixed_short.contains(s));
     let qty: Vec<ClaimQty> = qty
         .into_iter()
         .map(|q| ClaimQty {
@@ -446,7 +459,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
 /// (titles, UI labels such as "Export") and the spelled-out form before a
 /// parenthesised acronym ("Bureau of Labor Statistics (BLS)"), where the
 /// acronym itself is the name to look for.
-fn name_exemptions(claim: &str, tokens: &[Token]) -> Vec<bool> {
+fn name_exemptions(claim: &str, tokens: &[Token], vocab: &text::Vocab) -> Vec<bool> {
     let mut out = vec![false; tokens.len()];
     let mut quotes = 0usize;
     let mut scanned = 0usize;
@@ -473,7 +486,8 @@ fn name_exemptions(claim: &str, tokens: &[Token]) -> Vec<bool> {
                 k -= 1;
                 left -= 1;
                 let tk = &tokens[k];
-                if !(tk.capitalized || matches!(&*tk.norm, "of" | "and" | "the" | "for" | "on")) {
+                let joiner = matches!(vocab.norm(tk.norm_id), "of" | "and" | "the" | "for" | "on");
+                if !(tk.capitalized || joiner) {
                     break;
                 }
                 out[k] = true;
@@ -557,6 +571,10 @@ struct Levels<'a, 'b> {
     rows: Vec<u8>,
     /// Scratch for [`Levels::coverage`]: best level per item over a set.
     best: Vec<u8>,
+    /// What each item adds to coverage at each level (0, stem, exact; the
+    /// fourth slot keeps indexing total): `[0, weight * STEM_MATCH,
+    /// weight, 0]` for terms, `[0, 0, weight, 0]` for quantities.
+    gain: Vec<[f64; 4]>,
 }
 
 impl<'a, 'b> Levels<'a, 'b> {
@@ -568,14 +586,23 @@ impl<'a, 'b> Levels<'a, 'b> {
                 *slot = u32::try_from(k).unwrap_or(u32::MAX);
             }
         }
+        let gain = a
+            .terms
+            .iter()
+            .map(|t| [0.0, t.weight * tune::STEM_MATCH, t.weight, 0.0])
+            .chain(a.qty.iter().map(|cq| [0.0, 0.0, cq.weight, 0.0]))
+            .collect();
         Levels {
             a,
             idx,
             width,
             term_of,
             slot: vec![usize::MAX; idx.units.len()],
-            rows: Vec::new(),
+            // Room for the rows a typical claim asks for (ranking touches
+            // up to three units per candidate).
+            rows: Vec::with_capacity(width * 3 * tune::CANDIDATES),
             best: vec![0; width],
+            gain,
         }
     }
 
@@ -604,19 +631,12 @@ impl<'a, 'b> Levels<'a, 'b> {
                 *b = (*b).max(l);
             }
         }
-        let best = &self.best;
+        // Items in order (terms, then quantities), each adding its gain at
+        // its best level; an absent item adds 0.0, which leaves the sum
+        // exactly as skipping it did.
         let mut got = 0.0;
-        for (t, &l) in a.terms.iter().zip(best.iter()) {
-            match l {
-                2 => got += t.weight,
-                1 => got += t.weight * tune::STEM_MATCH,
-                _ => {}
-            }
-        }
-        for (cq, &l) in a.qty.iter().zip(&best[a.terms.len()..]) {
-            if l == 2 {
-                got += cq.weight;
-            }
+        for (g, &l) in self.gain.iter().zip(&self.best) {
+            got += g[usize::from(l & 3)];
         }
         (got / a.total).clamp(0.0, 1.0)
     }
@@ -625,7 +645,8 @@ impl<'a, 'b> Levels<'a, 'b> {
 /// Greedily adds complementary sentences to the best passage while each adds
 /// at least `tune::MIN_GAIN` coverage.
 fn complete(lv: &mut Levels<'_, '_>, best: Passage, cands: &[usize]) -> (EvidenceSet, f64) {
-    let mut set: Vec<usize> = best.units().collect();
+    let mut set: Vec<usize> = Vec::with_capacity(2 + tune::MAX_EXTRA);
+    set.extend(best.units());
     let mut cov = lv.coverage(set.iter().copied());
     for _ in 0..tune::MAX_EXTRA {
         let mut pick: Option<(usize, f64)> = None;
@@ -839,23 +860,32 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
             if !allowed[unit.source] {
                 continue;
             }
-            let norm = 1.0 - tune::B + tune::B * unit.len as f64 / idx.avg_len;
-            score[u as usize] += t.weight * (tune::K1 + 1.0) / (1.0 + tune::K1 * norm);
+            score[u as usize] += t.weight * (tune::K1 + 1.0) / (1.0 + tune::K1 * unit.norm);
         }
     }
     if !a.qty.is_empty() {
-        for (ui, unit) in idx.units.iter().enumerate() {
-            if !allowed[unit.source] {
+        // Source by source (a source's units are contiguous), so each unit's
+        // quantities are a slice of one list; units without any are skipped.
+        for (si, src) in idx.sources.iter().enumerate() {
+            if !allowed[si] {
                 continue;
             }
-            for cq in &a.qty {
-                if idx.unit_qty(unit).iter().any(|e| numbers::backs(&cq.q, e)) {
-                    score[ui] += cq.weight;
+            let units = idx.units.get(src.unit_start..src.unit_end).unwrap_or(&[]);
+            for (ui, unit) in (src.unit_start..).zip(units) {
+                let uq = src.qty.get(unit.qty_start..unit.qty_end).unwrap_or(&[]);
+                if uq.is_empty() {
+                    continue;
+                }
+                for cq in &a.qty {
+                    if uq.iter().any(|e| numbers::backs(&cq.q, e)) {
+                        score[ui] += cq.weight;
+                    }
                 }
             }
         }
     }
-    let mut cands: Vec<usize> = (0..score.len()).filter(|&u| score[u] > 0.0).collect();
+    let mut cands: Vec<usize> = Vec::with_capacity(score.len());
+    cands.extend((0..score.len()).filter(|&u| score[u] > 0.0));
     // Best score first, ties by unit id: a total order, so selecting the
     // top few and sorting only those gives the same list as a full sort.
     let by_score = |x: &usize, y: &usize| score[*y].total_cmp(&score[*x]).then(x.cmp(y));
@@ -865,7 +895,7 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
     }
     cands.sort_unstable_by(by_score);
 
-    let mut out: Vec<(Passage, f64)> = Vec::new();
+    let mut out: Vec<(Passage, f64)> = Vec::with_capacity(cands.len());
     for &u in &cands {
         let unit = &idx.units[u];
         let src = &idx.sources[unit.source];
@@ -998,11 +1028,11 @@ fn is_explicit_negator(norm: &str) -> bool {
 /// Scoping every word within the window flagged faithful paraphrases whose
 /// word order differs from the source ("no risk of spring frost" against
 /// "all danger of spring frost has passed").
-fn polarity_of(text: &str, toks: &[Token], i: usize) -> Polarity {
+fn polarity_of(text: &str, toks: &[Token], vocab: &text::Vocab, i: usize) -> Polarity {
     for k in (i.saturating_sub(tune::NEG_WINDOW)..i).rev() {
-        let norm = &*toks[k].norm;
+        let norm = vocab.norm(toks[k].norm_id);
         if toks[k].lex.negator {
-            let scoped = toks.get(k + 1).map_or(true, |n| &*n.norm != "only")
+            let scoped = toks.get(k + 1).map_or(true, |n| !n.lex.only)
                 && text.get(toks[k].end..toks[i].start).is_some_and(|gap| {
                     !gap.contains([',', '.', ';', ':', '(', ')', '!', '?', '"'])
                 });
@@ -1036,32 +1066,34 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
     // One pass over the passage: for each claim stem, did it occur with the
     // claim's polarity, and with the opposite one?
     let long = a.polarity.len() > 24;
-    let claim_pol: HashMap<&str, usize> = if long {
+    let claim_pol: HashMap<u32, usize> = if long {
         a.polarity
             .iter()
             .enumerate()
-            .map(|(k, (s, _))| (&**s, k))
+            .map(|(k, &(s, _))| (s, k))
             .collect()
     } else {
         HashMap::default()
     };
     // (seen with the claim's polarity, seen with the opposite one) per stem.
     let mut seen = vec![(false, false); a.polarity.len()];
+    let vocab = idx.stemmer.vocab();
+    let vocab = &*vocab;
     for &(body, toks) in &spans {
         for (i, t) in toks.iter().enumerate() {
             if t.lex.negator {
                 continue;
             }
             let at = if long {
-                claim_pol.get(&*t.stem).copied()
+                claim_pol.get(&t.stem_id).copied()
             } else {
-                a.polarity.iter().position(|(s, _)| *s == t.stem)
+                a.polarity.iter().position(|&(s, _)| s == t.stem_id)
             };
             let Some(k) = at else {
                 continue;
             };
             // An unclear occurrence counts as agreeing: it blocks a conflict.
-            let pol = polarity_of(body, toks, i);
+            let pol = polarity_of(body, toks, vocab, i);
             if pol == Polarity::Unclear || (pol == Polarity::Negated) == a.polarity[k].1 {
                 seen[k].0 = true;
             } else {
@@ -1072,14 +1104,32 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
     if seen.iter().any(|&(same, opposite)| opposite && !same) {
         return true;
     }
-    let has = |stem: &str| {
-        spans
-            .iter()
-            .any(|(_, toks)| toks.iter().any(|t| &*t.stem == stem))
+    // A stem no interned word has occurs nowhere (same id, same stem).
+    let has = |stem: Option<u32>| {
+        stem.is_some_and(|s| {
+            spans
+                .iter()
+                .any(|(_, toks)| toks.iter().any(|t| t.stem_id == s))
+        })
     };
-    for &(x, y) in ANTONYMS {
-        for (c, e) in [(x, y), (y, x)] {
-            if a.terms.iter().any(|t| &*t.stem_text == c) && has(e) && !has(c) {
+    // Any claim term whose stem `c` has an antonym `e` in the passage while
+    // `c` itself is absent. Most terms are in no pair: one set lookup each
+    // instead of comparing every term with every pair.
+    for t in &a.terms {
+        let Some(s) = t.stem else { continue };
+        let c = vocab.stem(s);
+        if !antonym_stems().contains(c) {
+            continue;
+        }
+        for &(x, y) in ANTONYMS {
+            let e = if x == c {
+                y
+            } else if y == c {
+                x
+            } else {
+                continue;
+            };
+            if has(vocab.stem_id(e)) && !has(t.stem) {
                 return true;
             }
         }
