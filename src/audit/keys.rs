@@ -252,6 +252,11 @@ impl KeyRing {
 
     /// Makes a new key active and retires the current one; both documents
     /// stay published. Returns the previous signing key.
+    /// The private key of a published (usually retired) key, from its file.
+    pub fn load(&self, doc: &KeyDocument) -> Result<SigningKey, AuditError> {
+        load_private(&self.dir, doc)
+    }
+
     pub fn rotate(&mut self, now: String) -> Result<SigningKey, AuditError> {
         let new = generate(&self.dir, &self.origin, now)?;
         let mut docs = self.docs.clone();

@@ -1065,6 +1065,78 @@ async fn key_rotation_signs_with_both_and_keeps_old_published() {
     log.shutdown().await;
 }
 
+/// The checkpoint at `size` and the record at `leaf`, straight from SQLite.
+fn stored(e: &Env, size: u64, leaf: u64) -> (usize, String) {
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    let row = store::covering_checkpoint(&conn, size - 1)
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.tree_size, size);
+    let signatures = note::parse(&row.note).unwrap().signatures.len();
+    (
+        signatures,
+        store::record_by_leaf(&conn, leaf).unwrap().unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn a_rotation_whose_record_failed_is_committed_before_the_next_group() {
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    log.append(decision(0)).await.unwrap();
+    let old_kid = log.health().key_id;
+    log.inject_write_failure(true);
+    assert!(log.rotate_key().await.is_err());
+    // The new key is published and active, its key_change record is not
+    // stored: the rotation is pending.
+    let new_kid = log.health().key_id;
+    assert_ne!(new_kid, old_kid);
+    assert!(log.append(decision(1)).await.is_err(), "fails closed");
+    log.inject_write_failure(false);
+    let r = log.append(decision(2)).await.unwrap();
+    // Leaf 1 is the key change, in a checkpoint signed by both keys; the
+    // decision comes after it, signed by the new key.
+    assert_eq!((r.leaf_index, r.tree_size), (2, 3));
+    assert_eq!(r.key_id, new_kid);
+    let (signatures, canonical) = stored(&e, 2, 1);
+    assert_eq!(signatures, 2);
+    assert!(canonical.contains(r#""kind":"key_change""#), "{canonical}");
+    assert!(canonical.contains(&old_kid) && canonical.contains(&new_kid));
+    log.shutdown().await;
+    verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+}
+
+#[tokio::test]
+async fn a_rotation_cut_off_before_its_record_is_completed_at_start() {
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    log.append(decision(0)).await.unwrap();
+    let old_kid = log.health().key_id;
+    log.inject_write_failure(true);
+    assert!(log.rotate_key().await.is_err());
+    let new_kid = log.health().key_id;
+    // Stop as a crash would leave it: keys file names the new key, the
+    // newest checkpoint is signed by the old one only.
+    log.shutdown().await;
+    assert_eq!(stored(&e, 1, 0).0, 1);
+
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    assert_eq!(log.health().key_id, new_kid);
+    assert_eq!(log.health().size, 2, "the key change was committed at open");
+    let (signatures, canonical) = stored(&e, 2, 1);
+    assert_eq!(signatures, 2);
+    assert!(canonical.contains(r#""kind":"key_change""#), "{canonical}");
+    assert!(canonical.contains(&old_kid) && canonical.contains(&new_kid));
+    let r = log.append(decision(1)).await.unwrap();
+    assert_eq!((r.leaf_index, r.key_id.as_str()), (2, new_kid.as_str()));
+    log.shutdown().await;
+    verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+    // A clean reopen finds nothing to resume.
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    assert_eq!(log.health().size, 3);
+    log.shutdown().await;
+}
+
 async fn build_log(e: &Env, n: u64) -> Vec<Receipt> {
     let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
     let mut out = Vec::new();

@@ -121,6 +121,12 @@ pub(crate) struct Writer {
     shared: Arc<Shared>,
     max_wait: Duration,
     max_batch: usize,
+    /// A rotation whose `key_change` record and two-key checkpoint are not
+    /// committed yet: the retired key that must co-sign it. Set between the
+    /// key documents naming the new key and that commit; every later group
+    /// commits it first (and fails while it cannot), and `open` finds one
+    /// left by a crash because the newest checkpoint lacks the active key.
+    pending_key_change: Option<SigningKey>,
 }
 
 /// How long a forming group waits for its next record before it closes
@@ -220,6 +226,7 @@ impl Writer {
             shared,
             max_wait: cfg.max_wait,
             max_batch: cfg.max_batch,
+            pending_key_change: None,
         };
         match parsed {
             None => {
@@ -230,10 +237,63 @@ impl Writer {
                 }
                 writer.sign_empty()?;
             }
-            Some((text, c)) => writer.check_newest(&text, &c, count)?,
+            Some((text, c)) => {
+                writer.check_newest(&text, &c, count)?;
+                writer.resume_interrupted_rotation(&text)?;
+            }
         }
         writer.publish_state(None);
         Ok(writer)
+    }
+
+    /// After a completed rotation the newest checkpoint always carries the
+    /// active key's signature (the key-change checkpoint is signed by both).
+    /// When it does not, the process stopped between publishing the new key
+    /// and committing its `key_change` record: commit that record now, signed
+    /// by the retired key that signed the newest checkpoint and by the new one.
+    fn resume_interrupted_rotation(&mut self, newest: &str) -> Result<(), AuditError> {
+        let n = note::parse(newest).map_err(|e| corrupt(e.to_string()))?;
+        let signed_by = |doc: &KeyDocument| {
+            doc.public_key()
+                .ok()
+                .and_then(|pk| n.verified_by(&self.origin, &pk).ok().flatten())
+                .is_some()
+        };
+        if signed_by(&self.ring.active.doc) {
+            return Ok(());
+        }
+        let Some(previous) = self
+            .ring
+            .docs
+            .iter()
+            .rev()
+            .find(|d| d.kid != self.ring.active.doc.kid && signed_by(d))
+            .cloned()
+        else {
+            return Ok(());
+        };
+        match self.ring.load(&previous) {
+            Ok(old) => {
+                tracing::warn!(
+                    old_key_id = %previous.kid,
+                    new_key_id = %self.ring.active.doc.kid,
+                    "completing a key rotation that stopped before its key_change record"
+                );
+                self.pending_key_change = Some(old);
+                self.finish_key_change()
+            }
+            Err(e) => {
+                // Without the old private key there is nobody to co-sign;
+                // the new key stays active and the log still verifies (every
+                // checkpoint is signed by a published key).
+                tracing::warn!(
+                    error = %e,
+                    "a key rotation stopped before its key_change record, and the \
+                     retired key cannot be loaded to co-sign it"
+                );
+                Ok(())
+            }
+        }
     }
 
     /// The first checkpoint of a new log: size 0, fixes the origin.
@@ -404,6 +464,18 @@ impl Writer {
     }
 
     fn commit_batch(&mut self, batch: Vec<Pending>) {
+        if self.pending_key_change.is_some() {
+            // The key change goes in first: no record may be signed by the
+            // new key alone before the checkpoint that links it to the old.
+            if let Err(e) = self.finish_key_change() {
+                self.shared.metrics.failures.inc();
+                tracing::error!(error = %e, records = batch.len(), "audit group commit failed: pending key change");
+                for p in batch {
+                    let _ = p.reply.send(Err(e.clone()));
+                }
+                return;
+            }
+        }
         let started = Instant::now();
         let items: Vec<Item<'_>> = batch
             .iter()
@@ -554,10 +626,27 @@ impl Writer {
 
     /// Rotates the signing key: the new key becomes active, the old one is
     /// retired but stays published, a `key_change` record is appended, and
-    /// its checkpoint is signed by both keys.
+    /// its checkpoint is signed by both keys. If that commit fails, the new
+    /// key is already published: the change stays pending and is committed
+    /// before the next group (or at the next `open`).
     pub fn rotate(&mut self) -> Result<KeyDocument, AuditError> {
+        if self.pending_key_change.is_some() {
+            self.finish_key_change()?;
+        }
         let old = self.ring.rotate(now_at())?;
+        self.pending_key_change = Some(old);
         self.publish_state(None);
+        let new_doc = self.ring.active.doc.clone();
+        self.finish_key_change()?;
+        Ok(new_doc)
+    }
+
+    /// Commits the pending `key_change` record in a checkpoint signed by the
+    /// new key and the retired one. On failure the change stays pending.
+    fn finish_key_change(&mut self) -> Result<(), AuditError> {
+        let Some(old) = self.pending_key_change.take() else {
+            return Ok(());
+        };
         let new_doc = self.ring.active.doc.clone();
         let mut rec = AuditRecord::new(RecordKind::KeyChange);
         rec.detail = Some(serde_json::json!({
@@ -565,26 +654,34 @@ impl Writer {
             "new_key_id": new_doc.kid,
             "verifier_key": new_doc.verifier_key,
         }));
-        let canonical = rec
-            .canonical()
-            .map_err(|e| AuditError::InvalidRecord(e.to_string()))?;
+        let canonical = match rec.canonical() {
+            Ok(c) => c,
+            Err(e) => {
+                self.pending_key_change = Some(old);
+                return Err(AuditError::InvalidRecord(e.to_string()));
+            }
+        };
         let item = Item {
             id: rec.record_id,
             canonical: &canonical,
             record_hash: record_hash(&canonical),
             principal: None,
         };
-        let result = self.commit(&[item], Some(&old));
-        match result {
-            Ok((_, mut placed)) => {
-                self.shared.metrics.records.inc();
-                self.publish_state(None);
+        let result = self
+            .commit(&[item], Some(&old))
+            .and_then(|(_, mut placed)| {
                 placed
                     .pop()
-                    .unwrap_or_else(|| Err(corrupt("key change was not committed")))?;
-                Ok(new_doc)
+                    .unwrap_or_else(|| Err(corrupt("key change was not committed")))
+            });
+        match result {
+            Ok(_) => {
+                self.shared.metrics.records.inc();
+                self.publish_state(None);
+                Ok(())
             }
             Err(e) => {
+                self.pending_key_change = Some(old);
                 self.publish_state(Some(&e));
                 Err(e)
             }
