@@ -101,6 +101,19 @@ pub struct ProofStep {
     pub position: Position,
 }
 
+impl ProofStep {
+    /// The wire form of an inclusion proof from [`merkle::inclusion_proof`].
+    fn path(proof: Vec<(merkle::Hash, Position)>) -> Vec<ProofStep> {
+        proof
+            .into_iter()
+            .map(|(h, position)| ProofStep {
+                hash: record::hash_string(&h),
+                position,
+            })
+            .collect()
+    }
+}
+
 /// What `append` returns once the record is durable and covered by a signed
 /// checkpoint: the verbose response's `audit` object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

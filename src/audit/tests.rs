@@ -1065,6 +1065,29 @@ async fn key_rotation_signs_with_both_and_keeps_old_published() {
     log.shutdown().await;
 }
 
+/// A log with one decision whose key rotation failed to commit (write
+/// failures still injected); returns it and the retired key's id.
+async fn failed_rotation(e: &Env) -> (AuditLog, String) {
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    log.append(decision(0)).await.unwrap();
+    let old_kid = log.health().key_id;
+    log.inject_write_failure(true);
+    assert!(log.rotate_key().await.is_err());
+    (log, old_kid)
+}
+
+/// Leaf 1 is the key change from `old` to `new`, in a checkpoint (size 2)
+/// signed by both keys.
+fn assert_key_change_at_leaf_1(e: &Env, old: &str, new: &str) {
+    let (signatures, canonical) = stored(e, 2, 1);
+    assert_eq!(signatures, 2);
+    assert!(canonical.contains(r#""kind":"key_change""#), "{canonical}");
+    assert!(
+        canonical.contains(old) && canonical.contains(new),
+        "{canonical}"
+    );
+}
+
 /// The checkpoint at `size` and the record at `leaf`, straight from SQLite.
 fn stored(e: &Env, size: u64, leaf: u64) -> (usize, String) {
     let conn = rusqlite::Connection::open(&e.db).unwrap();
@@ -1082,11 +1105,7 @@ fn stored(e: &Env, size: u64, leaf: u64) -> (usize, String) {
 #[tokio::test]
 async fn a_rotation_whose_record_failed_is_committed_before_the_next_group() {
     let e = env();
-    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
-    log.append(decision(0)).await.unwrap();
-    let old_kid = log.health().key_id;
-    log.inject_write_failure(true);
-    assert!(log.rotate_key().await.is_err());
+    let (log, old_kid) = failed_rotation(&e).await;
     // The new key is published and active, its key_change record is not
     // stored: the rotation is pending.
     let new_kid = log.health().key_id;
@@ -1098,10 +1117,7 @@ async fn a_rotation_whose_record_failed_is_committed_before_the_next_group() {
     // decision comes after it, signed by the new key.
     assert_eq!((r.leaf_index, r.tree_size), (2, 3));
     assert_eq!(r.key_id, new_kid);
-    let (signatures, canonical) = stored(&e, 2, 1);
-    assert_eq!(signatures, 2);
-    assert!(canonical.contains(r#""kind":"key_change""#), "{canonical}");
-    assert!(canonical.contains(&old_kid) && canonical.contains(&new_kid));
+    assert_key_change_at_leaf_1(&e, &old_kid, &new_kid);
     log.shutdown().await;
     verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
 }
@@ -1109,11 +1125,7 @@ async fn a_rotation_whose_record_failed_is_committed_before_the_next_group() {
 #[tokio::test]
 async fn a_rotation_cut_off_before_its_record_is_completed_at_start() {
     let e = env();
-    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
-    log.append(decision(0)).await.unwrap();
-    let old_kid = log.health().key_id;
-    log.inject_write_failure(true);
-    assert!(log.rotate_key().await.is_err());
+    let (log, old_kid) = failed_rotation(&e).await;
     let new_kid = log.health().key_id;
     // Stop as a crash would leave it: keys file names the new key, the
     // newest checkpoint is signed by the old one only.
@@ -1123,10 +1135,7 @@ async fn a_rotation_cut_off_before_its_record_is_completed_at_start() {
     let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
     assert_eq!(log.health().key_id, new_kid);
     assert_eq!(log.health().size, 2, "the key change was committed at open");
-    let (signatures, canonical) = stored(&e, 2, 1);
-    assert_eq!(signatures, 2);
-    assert!(canonical.contains(r#""kind":"key_change""#), "{canonical}");
-    assert!(canonical.contains(&old_kid) && canonical.contains(&new_kid));
+    assert_key_change_at_leaf_1(&e, &old_kid, &new_kid);
     let r = log.append(decision(1)).await.unwrap();
     assert_eq!((r.leaf_index, r.key_id.as_str()), (2, new_kid.as_str()));
     log.shutdown().await;

@@ -164,13 +164,7 @@ pub(crate) fn build_proof(
         leaf_index: row.leaf,
         tree_size: c.size,
         merkle_root: hash_string(&c.root),
-        proof: proof
-            .into_iter()
-            .map(|(h, position)| ProofStep {
-                hash: hash_string(&h),
-                position,
-            })
-            .collect(),
+        proof: ProofStep::path(proof),
         checkpoint: cp.note.clone(),
         signature: B64.encode(sig),
         key_id: key.kid.clone(),

@@ -83,13 +83,7 @@ impl Answer {
             merkle_root: group.root.clone(),
             leaf_index: leaf,
             tree_size: group.size,
-            proof: proof
-                .into_iter()
-                .map(|(h, position)| ProofStep {
-                    hash: hash_string(&h),
-                    position,
-                })
-                .collect(),
+            proof: ProofStep::path(proof),
         })
     }
 }
