@@ -46,6 +46,12 @@ pub enum ApiError {
     /// Draining, overloaded, or the audit log cannot be written.
     #[error("{0}")]
     Unavailable(String),
+    /// The proxy's upstream could not be reached (DESIGN: 502).
+    #[error("the upstream could not be reached: {0}")]
+    UpstreamUnavailable(String),
+    /// The proxy's upstream did not answer in time (DESIGN: 504).
+    #[error("the upstream did not answer within {0:?}")]
+    UpstreamTimeout(std::time::Duration),
     /// A bug or an unexpected failure. The text is logged, never sent.
     #[error("{0}")]
     Internal(String),
@@ -78,6 +84,8 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
+            ApiError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -96,6 +104,8 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::UnsupportedMediaType => "unsupported_media_type",
             ApiError::Unavailable(_) => "unavailable",
+            ApiError::UpstreamUnavailable(_) => "upstream_unavailable",
+            ApiError::UpstreamTimeout(_) => "upstream_timeout",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -202,6 +212,16 @@ mod tests {
             ),
             (ApiError::Unprocessable("x".into()), 422, "invalid_request"),
             (ApiError::Unavailable("x".into()), 503, "unavailable"),
+            (
+                ApiError::UpstreamUnavailable("refused".into()),
+                502,
+                "upstream_unavailable",
+            ),
+            (
+                ApiError::UpstreamTimeout(std::time::Duration::from_secs(30)),
+                504,
+                "upstream_timeout",
+            ),
             (ApiError::Internal("secret cause".into()), 500, "internal"),
         ];
         for (err, status, code) in cases {

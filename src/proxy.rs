@@ -621,28 +621,12 @@ impl Proxy {
     }
 
     fn upstream_failure(&self, e: UpstreamError, request_id: &str) -> Response<RespBody> {
-        let (status, code, message) = match e {
-            UpstreamError::Timeout => (
-                StatusCode::GATEWAY_TIMEOUT,
-                "upstream_timeout",
-                format!(
-                    "the upstream did not answer within {:?}",
-                    self.cfg.response_timeout
-                ),
-            ),
-            UpstreamError::Connect(m) => (
-                StatusCode::BAD_GATEWAY,
-                "upstream_unavailable",
-                format!("the upstream could not be reached: {m}"),
-            ),
+        let err = match e {
+            UpstreamError::Timeout => ApiError::UpstreamTimeout(self.cfg.response_timeout),
+            UpstreamError::Connect(m) => ApiError::UpstreamUnavailable(m),
         };
-        tracing::warn!(request_id, status = status.as_u16(), %message, "upstream failure");
-        let body = json!({"error": {"code": code, "message": message, "request_id": request_id}});
-        let mut resp = Response::new(full(body.to_string()));
-        *resp.status_mut() = status;
-        resp.headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        resp
+        tracing::warn!(request_id, status = err.status().as_u16(), message = %err, "upstream failure");
+        err.into_response(request_id)
     }
 }
 
