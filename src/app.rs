@@ -445,33 +445,45 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     tasks.extend(watches);
     let mut proxy_addr = None;
     if let Some(upstream) = upstream {
-        let listener = TcpListener::bind(config.proxy.listen)
-            .await
-            .map_err(|source| StartError::Bind {
-                addr: config.proxy.listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        // One listener, runtime and upstream pool per core (see
+        // `server::serve_per_thread`); the API and everything else stay on
+        // the main runtime, and so does the forwarder of held requests.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let bind_error = |source| StartError::Bind {
             addr: config.proxy.listen,
             source,
-        })?;
+        };
+        let listeners = server::bind_reuseport(config.proxy.listen, threads).map_err(bind_error)?;
+        let addr = listeners
+            .first()
+            .map(|l| l.local_addr())
+            .transpose()
+            .map_err(bind_error)?
+            .unwrap_or(config.proxy.listen);
         let proxy = Arc::new(
             crate::proxy::Proxy::new(app.clone(), upstream, config.proxy.clone(), proxy_stats)
                 .map_err(StartError::Upstream)?,
         );
+        let pairs = listeners
+            .into_iter()
+            .map(|l| Ok((l, Arc::new(proxy.for_thread()?))))
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(StartError::Upstream)?;
         tasks.push(tokio::spawn(crate::proxy::run_background_forwarder(
             app.clone(),
-            proxy.clone(),
-            shutdown_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(server::serve(
-            "proxy",
-            listener,
-            proxy_tls,
             proxy,
-            config.server.clone(),
             shutdown_rx.clone(),
         )));
+        tasks.push(
+            server::serve_per_thread(
+                "proxy",
+                pairs,
+                proxy_tls,
+                config.server.clone(),
+                shutdown_rx.clone(),
+            )
+            .map_err(bind_error)?,
+        );
         tracing::info!(addr = %addr, upstream = ?config.proxy.upstream, "proxy listening");
         proxy_addr = Some(addr);
     }

@@ -231,6 +231,17 @@ pub struct Proxy {
     client: UpstreamClient,
     cfg: ProxyConfig,
     stats: ProxyStats,
+    /// Where held requests are forwarded from.
+    held: HeldSender,
+}
+
+/// The runtime [`Proxy::new`] ran on (the main one) and a client whose pool
+/// lives there: held forwards run on it, so that they outlive the proxy
+/// thread that released them.
+#[derive(Clone)]
+struct HeldSender {
+    runtime: tokio::runtime::Handle,
+    client: UpstreamClient,
 }
 
 /// Why forwarding failed.
@@ -246,12 +257,32 @@ impl Proxy {
         cfg: ProxyConfig,
         stats: ProxyStats,
     ) -> Result<Proxy, String> {
+        let client = build_client(&cfg)?;
+        let held = HeldSender {
+            runtime: tokio::runtime::Handle::try_current().map_err(|e| e.to_string())?,
+            client: client.clone(),
+        };
         Ok(Proxy {
-            client: build_client(&cfg)?,
+            client,
             app,
             upstream,
             cfg,
             stats,
+            held,
+        })
+    }
+
+    /// A proxy for another thread's runtime: the same settings, its own
+    /// upstream pool (a pooled connection is driven by the runtime that
+    /// opened it), the same sender of held requests.
+    pub fn for_thread(&self) -> Result<Proxy, String> {
+        Ok(Proxy {
+            client: build_client(&self.cfg)?,
+            app: self.app.clone(),
+            upstream: self.upstream.clone(),
+            cfg: self.cfg.clone(),
+            stats: self.stats.clone(),
+            held: self.held.clone(),
         })
     }
 
@@ -664,11 +695,11 @@ pub async fn forward_held(app: &App, proxy: &Proxy, review_id: &str) -> Option<R
     *req.headers_mut() = headers;
     // The send runs in its own task so that a client hanging up cannot leave
     // the forward stuck at `started`.
-    let client = proxy.client.clone();
+    let client = proxy.held.client.clone();
     let timeout = proxy.cfg.response_timeout;
     let stats = proxy.stats.clone();
     let id = review_id.to_string();
-    let task = tokio::spawn(async move {
+    let task = proxy.held.runtime.spawn(async move {
         let outcome = match tokio::time::timeout(timeout, client.request(req)).await {
             Err(_) => Err("the upstream timed out".to_string()),
             Ok(Err(e)) => Err(format!("the upstream could not be reached: {e}")),

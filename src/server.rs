@@ -10,6 +10,12 @@
 //! handler sees them (see [`framing`]). On shutdown the listener stops accepting, asks every
 //! connection to finish its in-flight requests, and gives up after the grace
 //! period.
+//!
+//! The API is served by [`serve`] on the main runtime. The proxy is served by
+//! [`serve_per_thread`]: one thread per core, each with a single-threaded
+//! runtime and its own `SO_REUSEPORT` listener on the same port (see
+//! [`bind_reuseport`]), so that a proxied request never waits for another
+//! thread to wake up. The connection cap is shared by all of them.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,8 +31,8 @@ use hyper_util::server::graceful::GracefulShutdown;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{oneshot, watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{ServerConfig, TlsFiles};
@@ -34,6 +40,9 @@ use crate::error::ApiError;
 use crate::http_util::RespBody;
 
 mod framing;
+
+/// Pending connections per listener (tokio's default for `TcpListener::bind`).
+const LISTEN_BACKLOG: u32 = 1024;
 
 /// Facts about the connection a request arrived on.
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +99,105 @@ pub async fn serve<H: Handler>(
     tls: Option<Arc<rustls::ServerConfig>>,
     handler: Arc<H>,
     limits: ServerConfig,
+    shutdown: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    serve_shared(name, listener, tls, handler, limits, permits, shutdown).await
+}
+
+/// Binds `n` listeners on `addr` that share one port through
+/// `SO_REUSEPORT`, so that the kernel spreads new connections across them.
+/// Port 0 picks a free port for the first; the others join it.
+///
+/// A plain bind comes first and fails with "address in use" as it always
+/// did: without it, these listeners could join the `SO_REUSEPORT` group of
+/// another process of the same user on that port (a second sidecar started
+/// by mistake, say) and silently take half of its connections.
+pub fn bind_reuseport(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
+    let mut addr = std::net::TcpListener::bind(addr)?.local_addr()?;
+    let mut listeners: Vec<std::net::TcpListener> = Vec::with_capacity(n);
+    for _ in 0..n.max(1) {
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.set_reuseport(true)?;
+        socket.bind(addr)?;
+        let listener = socket.listen(LISTEN_BACKLOG)?.into_std()?;
+        addr = listener.local_addr()?;
+        listeners.push(listener);
+    }
+    Ok(listeners)
+}
+
+/// Serves each `(listener, handler)` pair on its own thread, with its own
+/// single-threaded runtime, until `shutdown` turns true; the connection cap
+/// (`limits.max_connections`) is shared by all of them. A connection then
+/// lives on one thread from accept to close: its requests, and whatever the
+/// handler does on the runtime (an upstream pool, say), never wait for
+/// another thread to wake up. The returned task ends when every thread has
+/// drained.
+pub fn serve_per_thread<H: Handler>(
+    name: &'static str,
+    pairs: Vec<(std::net::TcpListener, Arc<H>)>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: ServerConfig,
+    shutdown: watch::Receiver<bool>,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let mut done = Vec::with_capacity(pairs.len());
+    for (i, (listener, handler)) in pairs.into_iter().enumerate() {
+        let (tx, rx) = oneshot::channel::<()>();
+        let (tls, limits, permits, shutdown) = (
+            tls.clone(),
+            limits.clone(),
+            permits.clone(),
+            shutdown.clone(),
+        );
+        std::thread::Builder::new()
+            .name(format!("verdict-{name}-{i}"))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                match runtime {
+                    Ok(rt) => rt.block_on(async move {
+                        match TcpListener::from_std(listener) {
+                            Ok(l) => {
+                                serve_shared(name, l, tls, handler, limits, permits, shutdown)
+                                    .await
+                            }
+                            Err(e) => {
+                                tracing::error!(listener = name, error = %e, "cannot register the listener")
+                            }
+                        }
+                    }),
+                    Err(e) => {
+                        tracing::error!(listener = name, error = %e, "cannot start a listener runtime")
+                    }
+                }
+                // Dropped unsent if the thread panics: the waiter ends too.
+                let _ = tx.send(());
+            })?;
+        done.push(rx);
+    }
+    Ok(tokio::spawn(async move {
+        for rx in done {
+            let _ = rx.await;
+        }
+    }))
+}
+
+/// [`serve`] with a connection cap shared with other listeners.
+async fn serve_shared<H: Handler>(
+    name: &'static str,
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    handler: Arc<H>,
+    limits: ServerConfig,
+    permits: Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let local = match listener.local_addr() {
@@ -111,7 +219,6 @@ pub async fn serve<H: Handler>(
         .timer(TokioTimer::new())
         .max_concurrent_streams(256);
     let builder = Arc::new(builder);
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
 
     loop {
@@ -253,4 +360,27 @@ async fn refuse_overloaded(mut stream: TcpStream) {
         stream.shutdown().await
     };
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), write).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reuseport_listeners_share_one_port() {
+        let ls = bind_reuseport("127.0.0.1:0".parse().unwrap(), 3).unwrap();
+        assert_eq!(ls.len(), 3);
+        let port = ls[0].local_addr().unwrap().port();
+        assert_ne!(port, 0);
+        assert!(ls.iter().all(|l| l.local_addr().unwrap().port() == port));
+    }
+
+    #[tokio::test]
+    async fn reuseport_refuses_a_port_in_use() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(bind_reuseport(taken.local_addr().unwrap(), 2).is_err());
+        // Nor can it join another group of reuseport listeners.
+        let group = bind_reuseport("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        assert!(bind_reuseport(group[0].local_addr().unwrap(), 1).is_err());
+    }
 }
