@@ -370,8 +370,14 @@ impl Reviews {
     /// A turn to resolve a review. The Review API checks that the review is
     /// pending, audits the resolution and then stores it; holding the turn
     /// across those steps means two racing approvals cannot both pass the
-    /// check, so the loser gets its 409 before anything is audited.
-    /// Resolutions are human-paced, so one turn for all reviews is enough.
+    /// check, so the loser gets its 409 before anything is audited, and the
+    /// expiry sweeper (which takes the same turn) cannot expire the review
+    /// between the audit record and the stored resolution. The caller checks
+    /// and resolves as of one instant ([`Reviews::get_at`], then
+    /// [`Reviews::resolve`] with the same `now`), so a deadline that passes
+    /// while the record is written does not turn an audited approval into an
+    /// expiry. Resolutions are human-paced, so one turn for all reviews is
+    /// enough.
     pub async fn resolution_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.inner.resolving.lock().await
     }
@@ -495,8 +501,17 @@ impl Reviews {
 
     /// One review, or `None` when it is unknown or not `viewer`'s.
     pub async fn get(&self, id: &str, viewer: &Viewer) -> Result<Option<ReviewView>, ReviewError> {
+        self.get_at(id, viewer, SystemTime::now()).await
+    }
+
+    /// [`Reviews::get`] with the status as of `now`.
+    pub async fn get_at(
+        &self,
+        id: &str,
+        viewer: &Viewer,
+        now: SystemTime,
+    ) -> Result<Option<ReviewView>, ReviewError> {
         let row = self.load(id).await?;
-        let now = SystemTime::now();
         Ok(row.filter(|r| viewer.sees(&r.owner)).map(|r| view(&r, now)))
     }
 
@@ -715,6 +730,8 @@ async fn sweep(inner: Weak<Inner>, wake: Arc<Notify>) {
         let Some(strong) = inner.upgrade() else {
             return;
         };
+        // Not in the middle of a resolution (see `resolution_turn`).
+        let turn = strong.resolving.lock().await;
         let swept = on_store(&strong, |s, inner| {
             let (expired, next) = s.expire_due(SystemTime::now())?;
             for row in &expired {
@@ -724,6 +741,7 @@ async fn sweep(inner: Weak<Inner>, wake: Arc<Notify>) {
             Ok(next)
         })
         .await;
+        drop(turn);
         let pause = match swept {
             Ok(next) => {
                 *lock(&strong.last_sweep_error) = None;

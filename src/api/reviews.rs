@@ -85,8 +85,11 @@ pub async fn resolve(
     // Held until the resolution is stored: check, audit and resolve are one
     // step for racing resolvers.
     let _turn = reviews.resolution_turn().await;
+    // One instant for the check and the stored resolution: a deadline that
+    // passes while the record is written must not contradict the record.
+    let now = std::time::SystemTime::now();
     let current = reviews
-        .get(id, &view)
+        .get_at(id, &view, now)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no review {id}")))?;
     if current.status != ReviewStatus::Pending {
@@ -113,13 +116,7 @@ pub async fn resolve(
     // A resolution is never acted on before its record is durable.
     audit.append(record).await?;
     let resolved = reviews
-        .resolve(
-            id,
-            approve,
-            reviewer,
-            req.note,
-            std::time::SystemTime::now(),
-        )
+        .resolve(id, approve, reviewer, req.note, now)
         .await?;
     tracing::info!(
         review_id = id,

@@ -296,6 +296,27 @@ async fn sweeper_expires_and_wakes_waiters() {
 }
 
 #[tokio::test]
+async fn the_sweeper_waits_for_a_resolution_in_progress() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), Duration::from_millis(200)).unwrap();
+    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    // The Review API's order: turn, check as of `now`, audit, resolve.
+    let turn = r.resolution_turn().await;
+    let now = SystemTime::now();
+    let v = r.get_at(&id, &admin(), now).await.unwrap().unwrap();
+    assert_eq!(v.status, ReviewStatus::Pending);
+    // The deadline passes while the resolution is being audited.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let v = r.resolve(&id, true, "alice", None, now).await.unwrap();
+    assert_eq!(v.status, ReviewStatus::Approved);
+    drop(turn);
+    // The sweeper ran after the turn and found nothing left to expire.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let v = r.get(&id, &admin()).await.unwrap().unwrap();
+    assert_eq!(v.status, ReviewStatus::Approved);
+}
+
+#[tokio::test]
 async fn resolving_past_the_deadline_stores_the_expiry() {
     let dir = TempDir::new().unwrap();
     let r = Reviews::open(&db(&dir), HOUR).unwrap();
