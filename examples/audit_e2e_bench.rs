@@ -36,6 +36,17 @@ fn body(i: u64) -> String {
     .to_string()
 }
 
+/// CPU seconds (user + system) of this whole process, server and clients,
+/// from /proc (10 ms ticks): on a shared 2-core machine the CPU cost per
+/// request tells a costlier path from one that only waits longer.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let t = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (t(11) + t(12)) / 100.0
+}
+
 struct Outcome {
     rps: f64,
     mean_ms: f64,
@@ -84,6 +95,7 @@ async fn run(
         send(&client, &url, i).await.map_err(|e| e.to_string())?;
     }
     let done = Arc::new(AtomicU64::new(0));
+    let cpu0 = cpu_seconds();
     let start = Instant::now();
     let deadline = start + Duration::from_secs(secs);
     let mut tasks = Vec::new();
@@ -110,6 +122,7 @@ async fn run(
         lat.extend(t.await?);
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
     // The log's own view of the run: how large the groups were and how long
     // a commit (SQLite write, fsync, signature) took.
     let metrics = get_text(&client, &format!("http://{}/metrics", running.api_addr)).await;
@@ -143,8 +156,12 @@ async fn run(
         )
     };
     println!(
-        "{label:<26} {:>8} {:>10.0} {:>9.2} {:>9.2}{audit}",
-        out.n, out.rps, out.mean_ms, out.p99_ms
+        "{label:<26} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>8.0}{audit}",
+        out.n,
+        out.rps,
+        out.mean_ms,
+        out.p99_ms,
+        cpu * 1e6 / n.max(1) as f64
     );
     Ok(out)
 }
@@ -204,8 +221,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .join(" ")
     );
     println!(
-        "{:<26} {:>8} {:>10} {:>9} {:>9}",
-        "run", "requests", "req/s", "mean ms", "p99 ms"
+        "{:<26} {:>8} {:>10} {:>9} {:>9} {:>8}",
+        "run", "requests", "req/s", "mean ms", "p99 ms", "CPU us/r"
     );
     let ms2 = Duration::from_millis(2);
     let a = run("no-op sink", true, ms2, secs, clients).await?;

@@ -943,30 +943,32 @@ async fn group_commit_with_many_concurrent_appends() {
 #[tokio::test]
 async fn a_quiet_queue_closes_the_group_before_max_wait() {
     let e = env();
-    // A 20 s max_wait: the group may linger at most 2 s for a next record.
+    // A 20 s max_wait: the group may linger at most 2 s for a next record,
+    // and a lone record with no company does not linger at all.
     let log = AuditLog::open(&e.db, &e.keys, &cfg(20_000)).unwrap();
     let started = std::time::Instant::now();
     let r = log.append(decision(0)).await.unwrap();
     check_receipt(&r);
     assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "a lone record waited out max_wait: {:?}",
+        started.elapsed() < Duration::from_millis(1500),
+        "a lone record lingered: {:?}",
         started.elapsed()
     );
-    // Records that arrive together still share one group and checkpoint.
+    // Records that arrive together still share a group: after a lone group
+    // the first of them may commit alone if the writer takes it before the
+    // next is queued, and the rest then linger together.
     let mut tasks = Vec::new();
     for i in 1..=20u64 {
         let log = log.clone();
         tasks.push(tokio::spawn(async move { log.append(decision(i)).await }));
     }
+    let mut sizes = Vec::new();
     for t in tasks {
-        assert_eq!(t.await.unwrap().unwrap().tree_size, 21);
+        sizes.push(t.await.unwrap().unwrap().tree_size);
     }
+    assert!(sizes.iter().all(|s| *s == 2 || *s == 21), "{sizes:?}");
     log.shutdown().await;
-    assert_eq!(
-        verify_log(&e.db, &e.keys, |_, _| {}).unwrap().checkpoints,
-        3
-    );
+    assert!(verify_log(&e.db, &e.keys, |_, _| {}).unwrap().checkpoints <= 4);
 }
 
 #[tokio::test]
