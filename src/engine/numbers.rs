@@ -190,9 +190,16 @@ fn parse_year(s: &str) -> Option<i32> {
 
 /// ISO "2024-03-03", "2024/03/03", US "03/03/2024" and "2024-03".
 fn parse_numeric_date(s: &str) -> Option<DateParts> {
-    let parts: Vec<&str> = s.split(['-', '/', '.']).collect();
+    // At most three parts, on the stack: this runs for every number token,
+    // and collecting into a `Vec` allocated for each.
+    let mut parts = [""; 3];
+    let mut n = 0;
+    for p in s.split(['-', '/', '.']) {
+        *parts.get_mut(n)? = p;
+        n += 1;
+    }
     let num = |p: &str| -> Option<u32> { p.parse().ok() };
-    match parts.as_slice() {
+    match parts.get(..n)? {
         [y, m, d] if y.len() == 4 => {
             let (m, d) = (num(m)?, num(d)?);
             ((1..=12).contains(&m) && (1..=31).contains(&d)).then(|| DateParts {
@@ -224,7 +231,9 @@ fn parse_numeric_date(s: &str) -> Option<DateParts> {
 /// Extracts every quantity from `tokens` (in order, non-overlapping);
 /// `vocab` holds their normalised forms.
 pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
-    let mut out = Vec::new();
+    // Room for one quantity per eight tokens, so that a source's list does
+    // not regrow (a short claim's list is one small allocation either way).
+    let mut out = Vec::with_capacity(tokens.len() / 8 + 1);
     let n = tokens.len();
     let mut i = 0;
     let norm = |k: usize| tokens.get(k).map_or("", |t| vocab.norm(t.norm_id));

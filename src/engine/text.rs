@@ -9,10 +9,9 @@
 //! because UAX #29 alone splits after "Mr." and "e.g.".
 
 use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::OnceLock;
 
-use ahash::{AHashMap as WordMap, AHashSet as WordSet};
+use ahash::AHashSet as WordSet;
 
 use rust_stemmers::{Algorithm, Stemmer};
 
@@ -112,14 +111,82 @@ pub struct Stems {
 /// dense ids for forms and stems so the index compares integers.
 #[derive(Default)]
 pub struct Vocab {
-    /// Normalised form → form id.
-    words: WordMap<Rc<str>, u32>,
-    /// Form id → (form, stem id, facts). Numbers are their own stem.
-    forms: Vec<(Rc<str>, u32, Lex)>,
-    /// Stem → stem id.
-    stems: WordMap<Rc<str>, u32>,
-    /// Stem id → stem.
-    stem_texts: Vec<Rc<str>>,
+    /// One keyed hash for both tables; each string is hashed once per lookup.
+    hasher: ahash::RandomState,
+    /// Normalised forms by form id.
+    forms: Interner,
+    /// Form id → (stem id, facts). Numbers are their own stem.
+    info: Vec<(u32, Lex)>,
+    /// Stems by stem id.
+    stems: Interner,
+}
+
+/// Strings with dense ids, stored back to back in one buffer: interning a
+/// new word costs no allocation of its own (it was two `Rc<str>` and two map
+/// entries per word). Lookup is open addressing with linear probing over ids,
+/// at most half full; each string's hash is kept, so a probe compares text
+/// only on a full hash match and growing never rehashes text.
+#[derive(Default)]
+struct Interner {
+    /// Every interned string, back to back.
+    text: String,
+    /// Id → (start, end) in `text` and the string's hash.
+    spans: Vec<(usize, usize, u64)>,
+    /// Slot → id + 1, 0 when empty. Length 0 or a power of two.
+    slots: Vec<u32>,
+}
+
+impl Interner {
+    fn get(&self, id: u32) -> &str {
+        self.spans
+            .get(id as usize)
+            .and_then(|&(a, b, _)| self.text.get(a..b))
+            .unwrap_or("")
+    }
+
+    fn find(&self, s: &str, hash: u64) -> Option<u32> {
+        let mask = self.slots.len().checked_sub(1)?;
+        // Truncation intended: the low bits pick the slot.
+        let mut i = hash as usize & mask;
+        loop {
+            let id = self.slots[i].checked_sub(1)?;
+            let (a, b, h) = self.spans[id as usize];
+            // Bytes, not `str::get`: no char-boundary checks per probe.
+            if h == hash && self.text.as_bytes().get(a..b) == Some(s.as_bytes()) {
+                return Some(id);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Adds `s`, which must not be interned yet, and returns its id.
+    fn push(&mut self, s: &str, hash: u64) -> u32 {
+        let id = u32::try_from(self.spans.len()).unwrap_or(u32::MAX);
+        let start = self.text.len();
+        self.text.push_str(s);
+        self.spans.push((start, self.text.len(), hash));
+        if self.spans.len() * 2 > self.slots.len() {
+            let size = (self.slots.len() * 2).max(256);
+            self.slots.clear();
+            self.slots.resize(size, 0);
+            for k in 0..self.spans.len() {
+                self.place(k);
+            }
+        } else {
+            self.place(id as usize);
+        }
+        id
+    }
+
+    /// Puts id `k` in the first free slot of its probe sequence.
+    fn place(&mut self, k: usize) {
+        let mask = self.slots.len() - 1;
+        let mut i = self.spans[k].2 as usize & mask;
+        while self.slots[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.slots[i] = u32::try_from(k + 1).unwrap_or(u32::MAX);
+    }
 }
 
 /// One interned word: the request-local ids of its form and stem.
@@ -134,22 +201,22 @@ impl Vocab {
     /// The normalised form with id `id` ("" for an id this vocabulary never
     /// gave out).
     pub fn norm(&self, id: u32) -> &str {
-        self.forms.get(id as usize).map_or("", |(f, _, _)| f)
+        self.forms.get(id)
     }
 
     /// The stem with id `id` ("" for an id this vocabulary never gave out).
     pub fn stem(&self, id: u32) -> &str {
-        self.stem_texts.get(id as usize).map_or("", |s| s)
+        self.stems.get(id)
     }
 
     /// The id of a stem, if some interned word has it.
     pub fn stem_id(&self, stem: &str) -> Option<u32> {
-        self.stems.get(stem).copied()
+        self.stems.find(stem, self.hasher.hash_one(stem))
     }
 
-    fn cached(&self, norm: &str) -> Option<Word> {
-        let &norm_id = self.words.get(norm)?;
-        let &(_, stem_id, lex) = self.forms.get(norm_id as usize)?;
+    fn cached(&self, norm: &str, hash: u64) -> Option<Word> {
+        let norm_id = self.forms.find(norm, hash)?;
+        let &(stem_id, lex) = self.info.get(norm_id as usize)?;
         Some(Word {
             norm_id,
             stem_id,
@@ -157,24 +224,20 @@ impl Vocab {
         })
     }
 
-    fn intern_stem(&mut self, stem: &str) -> u32 {
-        if let Some(&id) = self.stems.get(stem) {
-            return id;
-        }
-        let id = u32::try_from(self.stem_texts.len()).unwrap_or(u32::MAX);
-        let text: Rc<str> = Rc::from(stem);
-        self.stems.insert(text.clone(), id);
-        self.stem_texts.push(text);
-        id
-    }
-
-    fn add(&mut self, norm: &str, stem: &str) -> Word {
-        let form: Rc<str> = Rc::from(norm);
-        let norm_id = u32::try_from(self.forms.len()).unwrap_or(u32::MAX);
-        let stem_id = self.intern_stem(stem);
+    /// Interns a new form (`hash` is its hash) with its stem.
+    fn add(&mut self, norm: &str, hash: u64, stem: &str) -> Word {
+        let stem_hash = if stem == norm {
+            hash
+        } else {
+            self.hasher.hash_one(stem)
+        };
+        let stem_id = match self.stems.find(stem, stem_hash) {
+            Some(id) => id,
+            None => self.stems.push(stem, stem_hash),
+        };
+        let norm_id = self.forms.push(norm, hash);
         let lex = Lex::of(norm);
-        self.words.insert(form.clone(), norm_id);
-        self.forms.push((form, stem_id, lex));
+        self.info.push((stem_id, lex));
         Word {
             norm_id,
             stem_id,
@@ -186,21 +249,25 @@ impl Vocab {
 impl Stems {
     /// The ids of a word's interned normalised form and stem.
     pub fn word(&self, word: &str) -> Word {
-        if let Some(w) = self.inner.borrow().cached(word) {
+        let mut vocab = self.inner.borrow_mut();
+        let hash = vocab.hasher.hash_one(word);
+        if let Some(w) = vocab.cached(word, hash) {
             return w;
         }
         let stem = self.stemmer.stem(word);
-        self.inner.borrow_mut().add(word, &stem)
+        vocab.add(word, hash, &stem)
     }
 
     /// The interned form of a number token (its own stem). Number tokens
     /// never collide with words: a token starting with a digit or currency
     /// sign is always a number.
     fn number(&self, norm: &str) -> Word {
-        if let Some(w) = self.inner.borrow().cached(norm) {
+        let mut vocab = self.inner.borrow_mut();
+        let hash = vocab.hasher.hash_one(norm);
+        if let Some(w) = vocab.cached(norm, hash) {
             return w;
         }
-        self.inner.borrow_mut().add(norm, norm)
+        vocab.add(norm, hash, norm)
     }
 
     /// The request's vocabulary, to read back forms by id. Do not hold it
@@ -697,6 +764,45 @@ fn is_block_start(line: &str) -> bool {
         && matches!(t.as_bytes().get(digits + 1), Some(b' ') | Some(b'\t'))
 }
 
+/// Can this byte start a newline or a sentence terminator? ASCII `\n . ! ?`,
+/// or the lead byte of `…` (E2), `。` (E3), `！`/`？` (EF). Continuation
+/// bytes never equal these.
+fn is_stop(b: u8) -> bool {
+    matches!(b, b'\n' | b'.' | b'!' | b'?' | 0xE2 | 0xE3 | 0xEF)
+}
+
+/// Offset of the first [`is_stop`] byte at or after `from`. Eight bytes at a
+/// time: a word with no byte `\n . ! ?` and no byte above 0x7F cannot hold
+/// one and is skipped whole, so most of any prose costs a few operations
+/// per eight bytes instead of a test per byte (this scan was about a tenth
+/// of indexing).
+fn next_stop(bytes: &[u8], from: usize) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    // Exact: nonzero if and only if some byte of `v` is zero.
+    let has_zero = |v: u64| v.wrapping_sub(LO) & !v & HI != 0;
+    let mut i = from;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let v = u64::from_le_bytes(word);
+        if v & HI != 0
+            || has_zero(v ^ (LO * u64::from(b'\n')))
+            || has_zero(v ^ (LO * u64::from(b'.')))
+            || has_zero(v ^ (LO * u64::from(b'!')))
+            || has_zero(v ^ (LO * u64::from(b'?')))
+        {
+            // A candidate; non-ASCII bytes other than E2/E3/EF are not stops.
+            if let Some(k) = chunk.iter().position(|&x| is_stop(x)) {
+                return Some(i + k);
+            }
+        }
+        i += 8;
+    }
+    let k = bytes.get(i..)?.iter().position(|&x| is_stop(x))?;
+    Some(i + k)
+}
+
 /// Splits `text` into sentences, returned as trimmed byte ranges into `text`.
 ///
 /// Rules: a blank line, or a newline followed by a list item or heading,
@@ -716,16 +822,10 @@ pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> 
     // Byte positions only advance by whole characters, so `i`, `j` and `k`
     // are always char boundaries.
     while i < bytes.len() {
-        // Skip to the next byte that can start a newline or a terminator:
-        // ASCII `\n . ! ?`, or the lead byte of `…` (E2), `。` (E3), `！`/`？`
-        // (EF). Continuation bytes never equal these.
-        let Some(skip) = bytes[i..]
-            .iter()
-            .position(|&x| matches!(x, b'\n' | b'.' | b'!' | b'?' | 0xE2 | 0xE3 | 0xEF))
-        else {
+        let Some(stop) = next_stop(bytes, i) else {
             break;
         };
-        i += skip;
+        i = stop;
         let b = i;
         let Some(c) = char_at(text, b) else {
             break;
@@ -902,6 +1002,27 @@ mod tests {
             .into_iter()
             .map(|(a, b)| &text[a..b])
             .collect()
+    }
+
+    #[test]
+    fn stop_scan_matches_a_byte_by_byte_scan() {
+        let texts = [
+            "",
+            "abc",
+            "abcdefgh",
+            "abcdefghi.",
+            "Refunds are issued within 5 business days! Really? Yes.\nNext",
+            "caf\u{e9} na\u{ef}ve r\u{e9}sum\u{e9} \u{2026} done\u{3002}\u{ff01}\u{ff1f} end",
+            "\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}x.",
+            "\u{2019}quoted\u{201d} and \u{20ac}12 then ? at the very end of it!",
+        ];
+        for t in texts {
+            let b = t.as_bytes();
+            for from in 0..=b.len() {
+                let naive = b[from..].iter().position(|&x| is_stop(x)).map(|k| from + k);
+                assert_eq!(next_stop(b, from), naive, "{t:?} from {from}");
+            }
+        }
     }
 
     #[test]

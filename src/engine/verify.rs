@@ -141,6 +141,16 @@ struct Index<'a> {
     posting_at: Vec<usize>,
     postings: Vec<u32>,
     avg_len: f64,
+    /// Every quantity that lies in a unit and can back a number, amount or
+    /// percentage (any but a date with a month or day), as (value, unit,
+    /// quantity index in its source), sorted by value: ranking looks a
+    /// claim's number up in a window instead of testing every quantity.
+    by_value: Vec<(f64, u32, u32)>,
+    /// All those values are finite. When one is not, ranking tests every
+    /// quantity instead of the window (a non-finite value backs nothing, see
+    /// `numbers::close`, so both give the same answer; the scan does not
+    /// depend on how infinities sort).
+    values_finite: bool,
     stemmer: text::Stems,
 }
 
@@ -149,14 +159,23 @@ impl<'a> Index<'a> {
         let stemmer = text::stemmer();
         let mut order: Vec<&'a Source> = sources.iter().collect();
         order.sort_by(|a, b| a.id.cmp(&b.id).then_with(|| a.text.cmp(&b.text)));
+        // Sized from the text (about one sentence per 48 bytes and one token
+        // per 6, as in `text`), so typical sources do not regrow them.
+        let bytes: usize = sources
+            .iter()
+            .filter_map(|s| s.text.as_ref())
+            .map(String::len)
+            .sum();
         let mut idx = Index {
-            sources: Vec::new(),
+            sources: Vec::with_capacity(sources.len()),
             unavailable: Vec::new(),
-            units: Vec::new(),
-            ids: Vec::new(),
+            units: Vec::with_capacity(bytes / 48 + sources.len()),
+            ids: Vec::with_capacity(bytes / 6),
             posting_at: Vec::new(),
             postings: Vec::new(),
             avg_len: 1.0,
+            by_value: Vec::new(),
+            values_finite: true,
             stemmer,
         };
         // Reused for each unit's ids before they are sorted and deduplicated.
@@ -217,6 +236,9 @@ impl<'a> Index<'a> {
             });
         }
         idx.build_postings();
+        idx.by_value
+            .reserve(idx.sources.iter().map(|s| s.qty.len()).sum());
+        idx.build_by_value();
         let total: usize = idx.units.iter().map(|u| u.len).sum();
         idx.avg_len = (total as f64 / idx.units.len().max(1) as f64).max(1.0);
         let avg_len = idx.avg_len;
@@ -224,6 +246,25 @@ impl<'a> Index<'a> {
             unit.norm = 1.0 - tune::B + tune::B * unit.len as f64 / avg_len;
         }
         idx
+    }
+
+    /// Fills `by_value` and `values_finite`.
+    fn build_by_value(&mut self) {
+        for (ui, unit) in self.units.iter().enumerate() {
+            let qty = &self.sources[unit.source].qty;
+            for qi in unit.qty_start..unit.qty_end {
+                let Some(q) = qty.get(qi) else { continue };
+                if q.kind == QtyKind::Date && (q.date.month.is_some() || q.date.day.is_some()) {
+                    continue;
+                }
+                self.values_finite &= q.value.is_finite();
+                let ui = u32::try_from(ui).unwrap_or(u32::MAX);
+                let qi = u32::try_from(qi).unwrap_or(u32::MAX);
+                self.by_value.push((q.value, ui, qi));
+            }
+        }
+        self.by_value
+            .sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
     }
 
     /// Fills the compressed postings from the units' stem lists: count per
@@ -297,6 +338,25 @@ impl<'a> Index<'a> {
             .qty
             .get(u.qty_start..u.qty_end)
             .unwrap_or(&[])
+    }
+
+    /// Every unit of the `allowed` sources, in unit order, with its
+    /// quantities. Source by source: a source's units are contiguous, so
+    /// each unit's quantities are a slice of one list.
+    fn allowed_unit_qty<'s>(
+        &'s self,
+        allowed: &'s [bool],
+    ) -> impl Iterator<Item = (usize, &'s [Quantity])> + 's {
+        self.sources
+            .iter()
+            .zip(allowed)
+            .filter(|(_, &ok)| ok)
+            .flat_map(move |(src, _)| {
+                let units = self.units.get(src.unit_start..src.unit_end).unwrap_or(&[]);
+                (src.unit_start..).zip(units).map(move |(ui, unit)| {
+                    (ui, src.qty.get(unit.qty_start..unit.qty_end).unwrap_or(&[]))
+                })
+            })
     }
 }
 
@@ -461,6 +521,11 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
 /// acronym itself is the name to look for.
 fn name_exemptions(claim: &str, tokens: &[Token], vocab: &text::Vocab) -> Vec<bool> {
     let mut out = vec![false; tokens.len()];
+    // Without a quote mark or an opening parenthesis nothing is exempt; most
+    // claims have neither, and the scan below costs per token.
+    if !claim.contains(['"', '“', '”', '(']) {
+        return out;
+    }
     let mut quotes = 0usize;
     let mut scanned = 0usize;
     for (i, t) in tokens.iter().enumerate() {
@@ -532,23 +597,33 @@ fn contains(sorted: &[u32], id: Option<u32>) -> bool {
 /// One pass over the unit's tokens: a token whose stem is a term's stem
 /// matches it by stem, and by surface when its form is the term's form too
 /// (same form implies same stem, so no surface match is missed).
-fn unit_levels(a: &Analysis, idx: &Index<'_>, term_of: &[u32], u: usize, out: &mut Vec<u8>) {
+fn unit_levels(lv: &Levels<'_, '_>, u: usize, out: &mut Vec<u8>) {
+    let (a, idx) = (lv.a, lv.idx);
     let unit = &idx.units[u];
     let at = out.len();
     out.resize(at + a.terms.len(), 0);
     if let Some(row) = out.get_mut(at..) {
         for tok in idx.unit_tokens(unit) {
-            let Some(&k) = term_of.get(tok.stem_id as usize) else {
+            // `u32::MAX` (no term) indexes nothing.
+            let k = lv
+                .term_of
+                .get(tok.stem_id as usize)
+                .map_or(usize::MAX, |&k| k as usize);
+            let (Some(level), Some(&surf)) = (row.get_mut(k), lv.surf.get(k)) else {
                 continue;
             };
-            let (Some(level), Some(t)) = (row.get_mut(k as usize), a.terms.get(k as usize)) else {
-                continue;
-            };
-            *level = (*level).max(if t.surf == Some(tok.norm_id) { 2 } else { 1 });
+            *level = (*level).max(if surf == tok.norm_id { 2 } else { 1 });
         }
     }
-    for cq in &a.qty {
-        let backed = idx.unit_qty(unit).iter().any(|e| numbers::backs(&cq.q, e));
+    let bits = lv
+        .qty_bits
+        .get(u)
+        .filter(|_| lv.qty_filled.get(unit.source) == Some(&true));
+    for (k, cq) in a.qty.iter().enumerate() {
+        let backed = match bits {
+            Some(&b) => b >> k & 1 == 1,
+            None => idx.unit_qty(unit).iter().any(|e| numbers::backs(&cq.q, e)),
+        };
         out.push(if backed { 2 } else { 0 });
     }
 }
@@ -564,6 +639,16 @@ struct Levels<'a, 'b> {
     /// Stem id → index of the claim term with that stem, `u32::MAX` for
     /// none; covers the stems that occur in units (terms are one per stem).
     term_of: Vec<u32>,
+    /// Per unit, bit `k` set when the unit backs claim quantity `k`. [`rank`]
+    /// tests every unit of the searched sources for its quantity score and
+    /// records the answer here, so rows do not test again. Empty when the
+    /// claim has no quantities or more than 64.
+    qty_bits: Vec<u64>,
+    /// Per source: `qty_bits` holds its units.
+    qty_filled: Vec<bool>,
+    /// Term index → its surface form id (`u32::MAX`, which no form has, for
+    /// a term without one), read in the row loop instead of `Term::surf`.
+    surf: Vec<u32>,
     /// Unit id → offset of its row in `rows`, or `usize::MAX` until first
     /// asked.
     slot: Vec<usize>,
@@ -597,6 +682,9 @@ impl<'a, 'b> Levels<'a, 'b> {
             idx,
             width,
             term_of,
+            surf: a.terms.iter().map(|t| t.surf.unwrap_or(u32::MAX)).collect(),
+            qty_bits: Vec::new(),
+            qty_filled: Vec::new(),
             slot: vec![usize::MAX; idx.units.len()],
             // Room for the rows a typical claim asks for (ranking touches
             // up to three units per candidate).
@@ -613,8 +701,38 @@ impl<'a, 'b> Levels<'a, 'b> {
         }
         let at = self.rows.len();
         self.slot[u] = at;
-        unit_levels(self.a, self.idx, &self.term_of, u, &mut self.rows);
+        let mut rows = std::mem::take(&mut self.rows);
+        unit_levels(self, u, &mut rows);
+        self.rows = rows;
         at
+    }
+
+    /// [`Levels::coverage`] of one passage (one unit or two adjacent ones)
+    /// without the scratch row; ranking asks this for every candidate and
+    /// its neighbours. Same items, same order of additions, same result.
+    fn passage_coverage(&mut self, p: Passage) -> f64 {
+        if self.a.total <= 0.0 {
+            return 0.0;
+        }
+        let w = self.width;
+        let x = self.row(p.first);
+        let y = if p.last == p.first {
+            x
+        } else {
+            self.row(p.last)
+        };
+        let (Some(rx), Some(ry), Some(gain)) = (
+            self.rows.get(x..x + w),
+            self.rows.get(y..y + w),
+            self.gain.get(..w),
+        ) else {
+            return 0.0;
+        };
+        let mut got = 0.0;
+        for ((g, &l), &m) in gain.iter().zip(rx).zip(ry) {
+            got += g[usize::from(l.max(m) & 3)];
+        }
+        (got / self.a.total).clamp(0.0, 1.0)
     }
 
     /// Rarity-weighted share of the claim's items found in the units.
@@ -864,18 +982,18 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
         }
     }
     if !a.qty.is_empty() {
-        // Source by source (a source's units are contiguous), so each unit's
-        // quantities are a slice of one list; units without any are skipped.
-        for (si, src) in idx.sources.iter().enumerate() {
-            if !allowed[si] {
-                continue;
+        // Which units back which claim quantity, kept for the rows.
+        let track = a.qty.len() <= 64;
+        if track {
+            lv.qty_bits = vec![0; idx.units.len()];
+            lv.qty_filled = allowed.to_vec();
+            // Claim quantity by claim quantity; a unit still gets its
+            // weights in claim order, so every score is the same sum.
+            for (k, cq) in a.qty.iter().enumerate() {
+                qty_score(lv, allowed, k, cq, &mut score);
             }
-            let units = idx.units.get(src.unit_start..src.unit_end).unwrap_or(&[]);
-            for (ui, unit) in (src.unit_start..).zip(units) {
-                let uq = src.qty.get(unit.qty_start..unit.qty_end).unwrap_or(&[]);
-                if uq.is_empty() {
-                    continue;
-                }
+        } else {
+            for (ui, uq) in idx.allowed_unit_qty(allowed) {
                 for cq in &a.qty {
                     if uq.iter().any(|e| numbers::backs(&cq.q, e)) {
                         score[ui] += cq.weight;
@@ -884,23 +1002,33 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
             }
         }
     }
-    let mut cands: Vec<usize> = Vec::with_capacity(score.len());
-    cands.extend((0..score.len()).filter(|&u| score[u] > 0.0));
-    // Best score first, ties by unit id: a total order, so selecting the
-    // top few and sorting only those gives the same list as a full sort.
-    let by_score = |x: &usize, y: &usize| score[*y].total_cmp(&score[*x]).then(x.cmp(y));
-    if cands.len() > tune::CANDIDATES {
-        cands.select_nth_unstable_by(tune::CANDIDATES - 1, by_score);
-        cands.truncate(tune::CANDIDATES);
+    // Best score first, ties by unit id: a total order, so keeping the top
+    // few in order while scanning gives the same list as a full sort. Units
+    // come in id order, so a tie never displaces an earlier unit; only a
+    // unit that beats the current last one is inserted (a select plus sort
+    // over every scored unit cost more than the rest of ranking).
+    let mut cands: Vec<usize> = Vec::with_capacity(tune::CANDIDATES + 1);
+    for (u, &s) in score.iter().enumerate() {
+        if s <= 0.0 || s.is_nan() {
+            continue;
+        }
+        if cands.len() == tune::CANDIDATES {
+            match cands.last() {
+                Some(&last) if s > score[last] => {}
+                _ => continue,
+            }
+            cands.pop();
+        }
+        let at = cands.partition_point(|&c| score[c] >= s);
+        cands.insert(at, u);
     }
-    cands.sort_unstable_by(by_score);
 
     let mut out: Vec<(Passage, f64)> = Vec::with_capacity(cands.len());
     for &u in &cands {
         let unit = &idx.units[u];
         let src = &idx.sources[unit.source];
         let single = Passage { first: u, last: u };
-        let mut best = (single, lv.coverage(single.units()));
+        let mut best = (single, lv.passage_coverage(single));
         for p in [
             (u > src.unit_start).then(|| Passage {
                 first: u - 1,
@@ -914,7 +1042,7 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
         .into_iter()
         .flatten()
         {
-            let c = lv.coverage(p.units());
+            let c = lv.passage_coverage(p);
             if c * tune::PAIR_FACTOR > best.1 {
                 best = (p, c);
             }
@@ -930,6 +1058,61 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
             .then(x.0.last.cmp(&y.0.last))
     });
     (out, cands)
+}
+
+/// Adds claim quantity `k`'s weight to the score of every unit of an allowed
+/// source that backs it, and sets bit `k` of those units' `qty_bits` (which
+/// must be sized; `k < 64`).
+///
+/// A number, amount or percentage is backed only by a value within 10 % of
+/// it (`numbers::backs` compares values, with a relative tolerance of at most
+/// 0.1, or a year-only date's year), so only quantities whose value lies in
+/// a window of ±20 % around it (plus 1e-6 for values near zero) are tested.
+/// Dates, and any non-finite value, test every quantity.
+fn qty_score(
+    lv: &mut Levels<'_, '_>,
+    allowed: &[bool],
+    k: usize,
+    cq: &ClaimQty,
+    score: &mut [f64],
+) {
+    let idx = lv.idx;
+    let bit = 1u64.checked_shl(k as u32).unwrap_or(0);
+    let mut mark = |ui: usize, bits: &mut [u64]| {
+        if let Some(b) = bits.get_mut(ui) {
+            if *b & bit == 0 {
+                *b |= bit;
+                score[ui] += cq.weight;
+            }
+        }
+    };
+    let v = cq.q.value;
+    if cq.q.kind != QtyKind::Date && v.is_finite() && idx.values_finite {
+        let (lo, hi) = (v - 0.2 * v.abs() - 1e-6, v + 0.2 * v.abs() + 1e-6);
+        let from = idx.by_value.partition_point(|x| x.0 < lo);
+        for &(value, ui, qi) in idx.by_value.get(from..).unwrap_or(&[]) {
+            if value > hi {
+                break;
+            }
+            let ui = ui as usize;
+            let Some(unit) = idx.units.get(ui) else {
+                continue;
+            };
+            if !allowed[unit.source] {
+                continue;
+            }
+            let e = idx.sources[unit.source].qty.get(qi as usize);
+            if e.is_some_and(|e| numbers::backs(&cq.q, e)) {
+                mark(ui, &mut lv.qty_bits);
+            }
+        }
+        return;
+    }
+    for (ui, uq) in idx.allowed_unit_qty(allowed) {
+        if uq.iter().any(|e| numbers::backs(&cq.q, e)) {
+            mark(ui, &mut lv.qty_bits);
+        }
+    }
 }
 
 /// Contradiction gates on the chosen passage.
@@ -1135,4 +1318,79 @@ fn negation_conflict(a: &Analysis, idx: &Index<'_>, runs: &[Passage]) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value window in [`qty_score`] finds exactly the units a scan of
+    /// every quantity with `numbers::backs` finds, at the tolerance edges
+    /// too; a non-finite source value makes it scan.
+    #[test]
+    fn value_window_finds_what_a_scan_finds() {
+        let huge = format!(
+            "A value of 1{} billion billion was seen. About 100 came.",
+            "0".repeat(300)
+        );
+        let texts = [
+            "It costs $100. About 90 people came. Roughly 111 left. The fee is 15%. \
+             In 2024 sales rose. On March 3, 2024 we met. There were 0 errors. \
+             Nearly 1,000 users joined. It was 12.99 dollars. About 0.5 percent \
+             failed. We had 99 bottles, 110 cans and 91 jars. Over 1 million came.",
+            huge.as_str(),
+        ];
+        let claims = [
+            "$100",
+            "about 100 people",
+            "111 left",
+            "90 came",
+            "15%",
+            "2024",
+            "0 errors",
+            "1000 users",
+            "approximately 1100 users",
+            "12.99",
+            "99 and 110 and 91",
+            "March 2024",
+            "about 0.5 percent",
+            "1 million",
+            "about 900000 came",
+        ];
+        for (t, text) in texts.into_iter().enumerate() {
+            let sources = [Source {
+                id: "a".into(),
+                text: Some(text.into()),
+            }];
+            let idx = Index::build(&sources);
+            // The second text's huge amount is infinite: scans only.
+            assert_eq!(idx.values_finite, t == 0);
+            let allowed = vec![true; idx.sources.len()];
+            for claim in claims {
+                let a = analyse(claim, &idx);
+                assert!(!a.qty.is_empty(), "{claim}");
+                let mut lv = Levels::new(&a, &idx);
+                lv.qty_bits = vec![0; idx.units.len()];
+                let mut score = vec![0.0; idx.units.len()];
+                for (k, cq) in a.qty.iter().enumerate() {
+                    qty_score(&mut lv, &allowed, k, cq, &mut score);
+                }
+                for (ui, u) in idx.units.iter().enumerate() {
+                    let mut want = 0.0;
+                    for (k, cq) in a.qty.iter().enumerate() {
+                        let backed = idx.unit_qty(u).iter().any(|e| numbers::backs(&cq.q, e));
+                        assert_eq!(
+                            lv.qty_bits[ui] >> k & 1 == 1,
+                            backed,
+                            "{claim}: unit {ui}, qty {k}"
+                        );
+                        if backed {
+                            want += cq.weight;
+                        }
+                    }
+                    assert_eq!(score[ui], want, "{claim}: unit {ui}");
+                }
+            }
+        }
+    }
 }
