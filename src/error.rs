@@ -52,9 +52,23 @@ pub enum ApiError {
     /// The proxy's upstream did not answer in time (DESIGN: 504).
     #[error("the upstream did not answer within {0:?}")]
     UpstreamTimeout(std::time::Duration),
+    /// A request head hyper could not parse, answered by hyper itself before
+    /// any handler ran (400, 414, 431 or 505); the server's stream wrapper
+    /// gives that answer this JSON body (see `server::framing`).
+    #[error("{}", malformed_http_message(*.0))]
+    MalformedHttp(StatusCode),
     /// A bug or an unexpected failure. The text is logged, never sent.
     #[error("{0}")]
     Internal(String),
+}
+
+fn malformed_http_message(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        414 => "the request target is too long",
+        431 => "the request head is too large or has too many header fields",
+        505 => "this HTTP version is not supported",
+        _ => "malformed HTTP request: the request line or a header field cannot be parsed",
+    }
 }
 
 #[derive(Serialize)]
@@ -86,6 +100,7 @@ impl ApiError {
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::MalformedHttp(status) => *status,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -106,14 +121,15 @@ impl ApiError {
             ApiError::Unavailable(_) => "unavailable",
             ApiError::UpstreamUnavailable(_) => "upstream_unavailable",
             ApiError::UpstreamTimeout(_) => "upstream_timeout",
+            ApiError::MalformedHttp(_) => "invalid_request",
             ApiError::Internal(_) => "internal",
         }
     }
 
-    /// The JSON error response. Internal errors are logged here, once.
-    pub fn into_response(self, request_id: &str) -> Response<RespBody> {
-        let status = self.status();
-        let message = match &self {
+    /// The JSON error body of DESIGN §3. Internal errors are logged here,
+    /// once.
+    pub fn body(&self, request_id: &str) -> Vec<u8> {
+        let message = match self {
             ApiError::Internal(cause) => {
                 tracing::error!(request_id, error = %cause, "internal error");
                 "internal error".to_string()
@@ -127,10 +143,40 @@ impl ApiError {
                 request_id,
             },
         };
-        let bytes = serde_json::to_vec(&body).unwrap_or_else(|_| {
+        serde_json::to_vec(&body).unwrap_or_else(|_| {
             // Serialising three strings cannot fail; keep a valid body anyway.
             br#"{"error":{"code":"internal","message":"internal error"}}"#.to_vec()
-        });
+        })
+    }
+
+    /// The whole HTTP/1.1 response, as bytes, for the places that answer
+    /// below hyper (a connection refused over the cap, a head hyper could
+    /// not parse). It closes the connection.
+    pub fn raw_http1(&self, request_id: &str) -> Vec<u8> {
+        let status = self.status();
+        let body = self.body(request_id);
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or(""),
+            body.len()
+        );
+        if !request_id.is_empty() {
+            out.push_str(&format!("x-request-id: {request_id}\r\n"));
+        }
+        if matches!(self, ApiError::Unavailable(_)) {
+            out.push_str("retry-after: 1\r\n");
+        }
+        out.push_str("\r\n");
+        let mut out = out.into_bytes();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// The JSON error response. Internal errors are logged here, once.
+    pub fn into_response(self, request_id: &str) -> Response<RespBody> {
+        let status = self.status();
+        let bytes = self.body(request_id);
         let mut resp = Response::new(full(Bytes::from(bytes)));
         *resp.status_mut() = status;
         let headers = resp.headers_mut();
@@ -222,6 +268,16 @@ mod tests {
                 504,
                 "upstream_timeout",
             ),
+            (
+                ApiError::MalformedHttp(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
+                431,
+                "invalid_request",
+            ),
+            (
+                ApiError::MalformedHttp(StatusCode::BAD_REQUEST),
+                400,
+                "invalid_request",
+            ),
             (ApiError::Internal("secret cause".into()), 500, "internal"),
         ];
         for (err, status, code) in cases {
@@ -249,5 +305,30 @@ mod tests {
     fn unauthorized_asks_for_bearer() {
         let resp = ApiError::Unauthorized.into_response("r");
         assert_eq!(resp.headers()[WWW_AUTHENTICATE], "Bearer");
+    }
+
+    #[test]
+    fn raw_http1_is_a_whole_response_with_the_json_body() {
+        let raw = ApiError::MalformedHttp(StatusCode::BAD_REQUEST).raw_http1("rid-1");
+        let text = String::from_utf8(raw).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{head}");
+        assert!(
+            head.contains("\r\ncontent-type: application/json"),
+            "{head}"
+        );
+        assert!(head.contains("\r\nconnection: close"), "{head}");
+        assert!(head.contains("\r\nx-request-id: rid-1"), "{head}");
+        assert!(
+            head.contains(&format!("\r\ncontent-length: {}", body.len())),
+            "{head}"
+        );
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["error"]["code"], "invalid_request");
+        assert_eq!(v["error"]["request_id"], "rid-1");
+        let busy = ApiError::Unavailable("too many connections".into()).raw_http1("r");
+        let busy = String::from_utf8(busy).unwrap();
+        assert!(busy.starts_with("HTTP/1.1 503 Service Unavailable\r\n"));
+        assert!(busy.contains("\r\nretry-after: 1\r\n"));
     }
 }

@@ -349,14 +349,10 @@ fn refuse_ambiguous(req: &Request<Incoming>, peer: SocketAddr) -> Response<RespB
 
 /// Answers a connection over the cap with a short 503 and closes it.
 async fn refuse_overloaded(mut stream: TcpStream) {
-    const BODY: &str =
-        r#"{"error":{"code":"unavailable","message":"too many connections","request_id":""}}"#;
-    let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{BODY}",
-        BODY.len()
-    );
+    let answer = ApiError::Unavailable("too many connections".into())
+        .raw_http1(&uuid::Uuid::new_v4().to_string());
     let write = async {
-        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(&answer).await?;
         stream.shutdown().await
     };
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), write).await;

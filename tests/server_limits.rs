@@ -1,5 +1,6 @@
-//! Listener behaviour: TLS with ALPN h2, h2c, the connection cap and the
-//! header read timeout (slowloris).
+//! Listener behaviour: TLS with ALPN h2, h2c, the connection cap, the
+//! header read timeout (slowloris), and JSON answers to heads hyper cannot
+//! parse.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
 mod support;
@@ -120,6 +121,63 @@ async fn connections_over_the_cap_get_503_and_the_rest_keep_working() {
     // Permits come back when connections close.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(s.get("/health", None).await.status, 200);
+    s.shutdown().await;
+}
+
+/// Sends `raw` on a new connection and reads the answer to the end.
+async fn raw_exchange(addr: std::net::SocketAddr, raw: &[u8]) -> String {
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(raw).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), sock.read_to_end(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test]
+async fn a_head_hyper_cannot_parse_gets_a_json_error() {
+    let s = support::TestServer::start().await;
+    let many_headers: String = (0..200).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let cases: [(Vec<u8>, u16); 4] = [
+        (b"GARBAGE\r\n\r\n".to_vec(), 400),
+        (
+            b"GET /health HTTP/1.1\r\nhost: x\r\nno colon here\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            b"POST /v2/verify HTTP/1.1\r\nhost: x\r\ncontent-length: abc\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            format!("GET /health HTTP/1.1\r\nhost: x\r\n{many_headers}\r\n").into_bytes(),
+            431,
+        ),
+    ];
+    for (raw, status) in cases {
+        let out = raw_exchange(s.addr, &raw).await;
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{out}");
+        assert!(head.contains("content-type: application/json"), "{out}");
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["error"]["code"], "invalid_request", "{out}");
+        let rid = v["error"]["request_id"].as_str().unwrap();
+        assert!(
+            !rid.is_empty() && head.contains(&format!("x-request-id: {rid}")),
+            "{out}"
+        );
+    }
+    // A well-formed request on a new connection is served as before, and a
+    // handler's own 4xx is left alone.
+    assert_eq!(s.get("/health", None).await.status, 200);
+    let out = raw_exchange(
+        s.addr,
+        b"GET /nope HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 404 "), "{out}");
+    assert!(out.contains("\"not_found\""), "{out}");
     s.shutdown().await;
 }
 

@@ -14,6 +14,14 @@
 //! connection's flag when a head carries both fields. On anything it does not
 //! understand (HTTP/2, a malformed head, an oversized line) it stops watching
 //! and never raises the flag: hyper's own parser decides those.
+//!
+//! On the way out, [`Watched`] gives hyper's own error answers a JSON body.
+//! When hyper cannot parse a request head it answers by itself, before any
+//! handler runs, with a bodiless `400` (or `414`, `431`, `505`) carrying only
+//! `connection`, `content-length: 0` and `date`. DESIGN §3 wants every error
+//! as JSON, so that exact response is swapped for the JSON one of
+//! [`ApiError::MalformedHttp`] (same status, a fresh request id). A handler's
+//! response always carries `x-request-id`, so it never matches.
 
 use std::io;
 use std::pin::Pin;
@@ -21,7 +29,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::error::ApiError;
 
 /// The longest request head or chunk line followed; longer ones stop the
 /// tracking (hyper refuses heads this large anyway).
@@ -33,6 +44,9 @@ pub struct Watched<S> {
     tracker: Tracker,
     /// Shared with the connection's service, which refuses requests once set.
     ambiguous: Arc<AtomicBool>,
+    /// The JSON answer being written in place of hyper's bodiless one, and
+    /// how much of it is written.
+    swap: Option<(Vec<u8>, usize)>,
 }
 
 impl<S> Watched<S> {
@@ -41,7 +55,67 @@ impl<S> Watched<S> {
             inner,
             tracker: Tracker::default(),
             ambiguous,
+            swap: None,
         }
+    }
+}
+
+/// The status of `buf` when it is exactly hyper's own answer to a head it
+/// could not parse: an error status line and the headers `connection:
+/// close`, `content-length: 0` and `date`, nothing else, no body.
+pub fn hyper_error_status(buf: &[u8]) -> Option<StatusCode> {
+    let head = buf.strip_suffix(b"\r\n\r\n")?;
+    let head = std::str::from_utf8(head).ok()?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next()?.strip_prefix("HTTP/1.1 ")?;
+    let status = StatusCode::from_bytes(status_line.get(..3)?.as_bytes()).ok()?;
+    if !(status.is_client_error() || status.is_server_error()) {
+        return None;
+    }
+    let (mut close, mut empty, mut date) = (false, false, false);
+    for line in lines {
+        let (name, value) = line.split_once(':')?;
+        match (name.to_ascii_lowercase().as_str(), value.trim()) {
+            ("connection", v) if v.eq_ignore_ascii_case("close") && !close => close = true,
+            ("content-length", "0") if !empty => empty = true,
+            ("date", _) if !date => date = true,
+            _ => return None,
+        }
+    }
+    (close && empty && date).then_some(status)
+}
+
+impl<S: AsyncWrite + Unpin> Watched<S> {
+    /// Writes `buf`, or the JSON answer in its place when it is hyper's
+    /// bodiless error answer; reports `buf` as written only once all of the
+    /// replacement is.
+    fn write_swapped(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if self.swap.is_none() {
+            match hyper_error_status(buf) {
+                Some(status) => {
+                    let request_id = uuid::Uuid::new_v4().to_string();
+                    tracing::debug!(
+                        status = status.as_u16(),
+                        request_id,
+                        "malformed request head answered"
+                    );
+                    self.swap = Some((ApiError::MalformedHttp(status).raw_http1(&request_id), 0));
+                }
+                None => return Pin::new(&mut self.inner).poll_write(cx, buf),
+            }
+        }
+        if let Some((bytes, done)) = &mut self.swap {
+            while let Some(rest) = bytes.get(*done..).filter(|r| !r.is_empty()) {
+                match Pin::new(&mut self.inner).poll_write(cx, rest) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Poll::Ready(Ok(n)) => *done += n,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        }
+        self.swap = None;
+        Poll::Ready(Ok(buf.len()))
     }
 }
 
@@ -71,7 +145,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        self.get_mut().write_swapped(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -87,7 +161,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let me = self.get_mut();
+        // hyper's error answer is one buffer; anything else goes as it is.
+        let mut nonempty = bufs.iter().filter(|b| !b.is_empty());
+        if let (Some(only), None) = (nonempty.next(), nonempty.next()) {
+            if me.swap.is_some() || hyper_error_status(only).is_some() {
+                return me.write_swapped(cx, only);
+            }
+        }
+        Pin::new(&mut me.inner).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -301,6 +383,44 @@ fn head_framing(head: &[u8]) -> Framing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recognises_only_hyper_s_own_bodiless_error_answer() {
+        let date = "date: Mon, 23 Nov 2026 11:57:26 GMT";
+        let hyper = |status: &str| {
+            format!("HTTP/1.1 {status}\r\nconnection: close\r\ncontent-length: 0\r\n{date}\r\n\r\n")
+        };
+        assert_eq!(
+            hyper_error_status(hyper("400 Bad Request").as_bytes()),
+            Some(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(
+            hyper_error_status(hyper("431 Request Header Fields Too Large").as_bytes()),
+            Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+        );
+        let not = [
+            // Not an error.
+            hyper("200 OK"),
+            hyper("101 Switching Protocols"),
+            // A handler's answer: it always names its request.
+            format!("HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\nx-request-id: r\r\n{date}\r\n\r\n"),
+            // A body, or a length that is not zero.
+            format!("{}{{}}", hyper("400 Bad Request")),
+            format!("HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 2\r\n{date}\r\n\r\n"),
+            // Keep-alive, or a header missing, or one twice.
+            format!("HTTP/1.1 400 Bad Request\r\nconnection: keep-alive\r\ncontent-length: 0\r\n{date}\r\n\r\n"),
+            format!("HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n{date}\r\n\r\n"),
+            format!("HTTP/1.1 400 Bad Request\r\nconnection: close\r\nconnection: close\r\ncontent-length: 0\r\n{date}\r\n\r\n"),
+            // Cut short, or HTTP/1.0, or not a status line.
+            hyper("400 Bad Request").trim_end().to_string(),
+            hyper("400 Bad Request").replace("HTTP/1.1", "HTTP/1.0"),
+            "\r\n\r\n".to_string(),
+            String::new(),
+        ];
+        for n in not {
+            assert_eq!(hyper_error_status(n.as_bytes()), None, "{n:?}");
+        }
+    }
 
     /// Feeds `stream` whole and one byte at a time; both must agree.
     fn ambiguous(stream: &str) -> bool {
