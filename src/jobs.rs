@@ -62,6 +62,9 @@ pub enum JobsError {
     /// The idempotency key was used before with a different request body.
     #[error("idempotency key already used with a different request")]
     Conflict,
+    /// A submit with the same idempotency key is still storing its items.
+    #[error("a submit with this idempotency key is still being stored")]
+    InProgress,
     #[error("job store: {0}")]
     Store(#[from] rusqlite::Error),
     #[error("stored job data is corrupt: {0}")]
@@ -282,8 +285,10 @@ impl Jobs {
     /// owner and key with the same `request_hash` answer
     /// [`Submitted::Existing`], and with a different hash
     /// [`JobsError::Conflict`]; keys of different owners never meet.
-    /// Otherwise the items are stored in one transaction and the job is
-    /// queued ([`Submitted::Created`]).
+    /// A replay while the first submit is still storing its items is
+    /// [`JobsError::InProgress`]. Otherwise the items are stored (in short
+    /// transactions, see `store::insert_job`) and the job is queued
+    /// ([`Submitted::Created`]).
     pub async fn submit(
         &self,
         owner: &str,

@@ -98,6 +98,9 @@ pub fn jobs_error(e: JobsError) -> ApiError {
         JobsError::Conflict => ApiError::IdempotencyConflict(
             "this Idempotency-Key was used with a different request body".into(),
         ),
+        JobsError::InProgress => ApiError::IdempotencyConflict(
+            "a request with this Idempotency-Key is still being stored; retry shortly".into(),
+        ),
         JobsError::ShuttingDown => ApiError::Unavailable("batch jobs are shutting down".into()),
         other => ApiError::Internal(other.to_string()),
     }

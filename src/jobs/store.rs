@@ -1,13 +1,18 @@
 //! SQLite persistence for batch jobs: the job rows, their items and results.
 //!
-//! Everything a job needs to survive a crash lives here. Items are written in
-//! the submit transaction, results as each small batch of items finishes, so
+//! Everything a job needs to survive a crash lives here. Items are written at
+//! submit, results as each small batch of items finishes, so
 //! a `kill -9` loses at most the results of one unflushed batch, and those
 //! items are simply run again: a result is keyed by `(job, index)` and
 //! inserted with `INSERT OR IGNORE`, so it can never appear twice.
 //!
 //! The database file is shared with other subsystems, so every table is
-//! prefixed `jobs_`. Jobs are addressed internally by `seq`, an
+//! prefixed `jobs_`, and no transaction here holds the write lock for long:
+//! the audit log commits every decision into the same file. A large job's
+//! items are therefore stored [`ITEM_CHUNK`] per transaction under a
+//! `staging` row that nothing reads, and the job turns `queued` in one last
+//! small transaction. A crash in between leaves a `staging` row, which
+//! [`Store::open`] deletes with its items (its submit was never answered). Jobs are addressed internally by `seq`, an
 //! `AUTOINCREMENT` integer that is never reused and orders jobs by creation
 //! (the FIFO order of the queue); the public id is a UUID.
 //!
@@ -23,9 +28,32 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBeha
 use super::{JobStatus, JobsError};
 
 /// How long a connection waits for another writer before giving up. Writers
-/// hold the lock for one small transaction, except a submit of a very large
-/// job, which is still well under this.
+/// hold the lock for one small transaction.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often a connection retries while another holds the write lock.
+const BUSY_POLL: Duration = Duration::from_millis(1);
+
+/// Retries every [`BUSY_POLL`] up to [`BUSY_TIMEOUT`]. SQLite's own handler
+/// backs off to 100 ms sleeps, and a large submit needs the lock once per
+/// [`ITEM_CHUNK`] items while the audit log's writer takes it for every
+/// group: backing off, a submit could wait most of a second per chunk.
+fn poll_busy(attempts: i32) -> bool {
+    let attempts = u32::try_from(attempts).unwrap_or(0);
+    if BUSY_POLL.saturating_mul(attempts) >= BUSY_TIMEOUT {
+        return false;
+    }
+    std::thread::sleep(BUSY_POLL);
+    true
+}
+
+/// Items stored per transaction at submit (about 0.3 MB of items at the
+/// largest allowed body, a millisecond or two of write lock).
+pub(crate) const ITEM_CHUNK: usize = 128;
+
+/// Pause between two item transactions of one submit, so that a waiting
+/// writer (the audit log polls every 200 us) gets the lock in between.
+const CHUNK_PAUSE: Duration = Duration::from_millis(1);
 
 /// Idle connections kept for the async API; more are opened on demand.
 const POOL_MAX_IDLE: usize = 4;
@@ -126,6 +154,13 @@ impl Store {
             tracing::warn!(mode, "job store could not switch to WAL");
         }
         conn.execute_batch(SCHEMA)?;
+        let dropped = discard_staging(&conn, None)?;
+        if dropped > 0 {
+            tracing::warn!(
+                jobs = dropped,
+                "dropped batch jobs whose submit was cut off before it was stored"
+            );
+        }
         store.give_back(conn);
         Ok(store)
     }
@@ -138,7 +173,7 @@ impl Store {
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
-        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.busy_handler(Some(poll_busy))?;
         let sync = match durability {
             Durability::Full => "FULL",
             Durability::Normal => "NORMAL",
@@ -205,8 +240,11 @@ fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
     })
 }
 
-/// Stores a new job and its items in one transaction, or finds the job an
-/// earlier submit with the same owner and idempotency key created.
+/// Stores a new job and its items, or finds the job an earlier submit with
+/// the same owner and idempotency key created. Up to [`ITEM_CHUNK`] items go
+/// in one transaction with the job row; more are stored in further
+/// transactions of [`ITEM_CHUNK`] under a `staging` row, and the job turns
+/// `queued` only once all of them are (see the module doc).
 pub(crate) fn insert_job(
     conn: &mut Connection,
     owner: &str,
@@ -215,10 +253,21 @@ pub(crate) fn insert_job(
     items: &[String],
     now_ms: i64,
 ) -> Result<Inserted, JobsError> {
+    let (first, rest) = items.split_at(items.len().min(ITEM_CHUNK));
     // IMMEDIATE: take the write lock before the idempotency lookup, so two
     // concurrent submits with one key cannot both miss and both insert.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     if let Some(key) = idempotency_key {
+        let status: Option<String> = tx
+            .query_row(
+                "SELECT status FROM jobs_jobs WHERE owner = ?1 AND idempotency_key = ?2",
+                params![owner, key],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if status.as_deref() == Some(STAGING) {
+            return Err(JobsError::InProgress);
+        }
         let existing = tx
             .query_row(
                 &format!(
@@ -237,12 +286,14 @@ pub(crate) fn insert_job(
         }
     }
     let job_id = uuid::Uuid::new_v4().to_string();
+    let status = if rest.is_empty() { "queued" } else { STAGING };
     tx.execute(
         "INSERT INTO jobs_jobs (job_id, owner, status, items_total, created_at_ms, \
-         idempotency_key, request_hash) VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6)",
+         idempotency_key, request_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![
             job_id,
             owner,
+            status,
             items.len() as i64,
             now_ms,
             idempotency_key,
@@ -250,14 +301,17 @@ pub(crate) fn insert_job(
         ],
     )?;
     let seq = tx.last_insert_rowid();
-    {
-        let mut stmt =
-            tx.prepare_cached("INSERT INTO jobs_items (job_seq, idx, item) VALUES (?1, ?2, ?3)")?;
-        for (idx, item) in items.iter().enumerate() {
-            stmt.execute(params![seq, idx as i64, item])?;
+    insert_items(&tx, seq, 0, first)?;
+    tx.commit()?;
+    if !rest.is_empty() {
+        if let Err(e) = store_staged(conn, seq, first.len(), rest) {
+            // Best effort; a row left behind is dropped at the next open.
+            if let Err(cleanup) = discard_staging(conn, Some(seq)) {
+                tracing::warn!(error = %cleanup, seq, "could not drop a half-stored batch job");
+            }
+            return Err(e);
         }
     }
-    tx.commit()?;
     Ok(Inserted::New(JobRow {
         seq,
         job_id,
@@ -273,10 +327,100 @@ pub(crate) fn insert_job(
     }))
 }
 
+/// The status of a job whose items are still being stored; never read as a
+/// [`JobStatus`].
+const STAGING: &str = "staging";
+
+/// Inserts `items` as indexes `start..` of job `seq`.
+fn insert_items(
+    conn: &Connection,
+    seq: i64,
+    start: usize,
+    items: &[String],
+) -> Result<(), JobsError> {
+    let mut stmt =
+        conn.prepare_cached("INSERT INTO jobs_items (job_seq, idx, item) VALUES (?1, ?2, ?3)")?;
+    for (k, item) in items.iter().enumerate() {
+        stmt.execute(params![seq, (start + k) as i64, item])?;
+    }
+    Ok(())
+}
+
+/// Stores the rest of a staged job's items, a chunk per transaction, then
+/// queues the job.
+fn store_staged(
+    conn: &mut Connection,
+    seq: i64,
+    start: usize,
+    rest: &[String],
+) -> Result<(), JobsError> {
+    // The chunks commit without an fsync of their own (`synchronous=NORMAL`
+    // writes the WAL but does not sync it), which keeps each one's hold on
+    // the write lock short. The last commit, which queues the job, is FULL:
+    // its fsync of the WAL makes every earlier frame durable with it, so a
+    // queued job always has all its items. A crash before it loses at most
+    // a staging job, dropped at the next open.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    let chunks = (|| -> Result<(), JobsError> {
+        let mut next = start;
+        for chunk in rest.chunks(ITEM_CHUNK) {
+            std::thread::sleep(CHUNK_PAUSE);
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            insert_items(&tx, seq, next, chunk)?;
+            tx.commit()?;
+            next += chunk.len();
+        }
+        Ok(())
+    })();
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    chunks?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let queued = tx.execute(
+        "UPDATE jobs_jobs SET status = 'queued' WHERE seq = ?1 AND status = ?2",
+        params![seq, STAGING],
+    )?;
+    if queued != 1 {
+        return Err(JobsError::Corrupt(format!(
+            "staged job {seq} vanished while its items were stored"
+        )));
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Deletes staging jobs and their items: job `seq`, or all of them. Returns
+/// how many jobs went.
+fn discard_staging(conn: &Connection, seq: Option<i64>) -> Result<usize, JobsError> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let out = (|| -> Result<usize, JobsError> {
+        conn.execute(
+            "DELETE FROM jobs_items WHERE job_seq IN (SELECT seq FROM jobs_jobs \
+             WHERE status = ?1 AND (?2 IS NULL OR seq = ?2))",
+            params![STAGING, seq],
+        )?;
+        Ok(conn.execute(
+            "DELETE FROM jobs_jobs WHERE status = ?1 AND (?2 IS NULL OR seq = ?2)",
+            params![STAGING, seq],
+        )?)
+    })();
+    match out {
+        Ok(n) => {
+            conn.execute_batch("COMMIT")?;
+            Ok(n)
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
 pub(crate) fn job_by_id(conn: &Connection, job_id: &str) -> Result<Option<JobRow>, JobsError> {
     Ok(conn
         .query_row(
-            &format!("SELECT {JOB_COLUMNS} FROM jobs_jobs WHERE job_id = ?1"),
+            &format!(
+                "SELECT {JOB_COLUMNS} FROM jobs_jobs WHERE job_id = ?1 AND status != '{STAGING}'"
+            ),
             params![job_id],
             job_row,
         )

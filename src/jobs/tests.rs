@@ -570,3 +570,144 @@ async fn metrics_are_registered() {
     assert_eq!(report.status, Status::Ok);
     jobs.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_large_job_is_stored_in_chunks_and_runs_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
+    let n = store::ITEM_CHUNK * 2 + 7;
+    let input = items(n);
+    let s = created(
+        jobs.submit("app", Some("k"), "sha256:big", input.clone())
+            .await
+            .unwrap(),
+    );
+    assert_eq!((s.status, s.items_total), (JobStatus::Queued, n as u64));
+    let v = wait_finished(&jobs, &s.job_id, "app").await;
+    assert_eq!(v.status, JobStatus::Succeeded, "{v:?}");
+    let results = v.results.unwrap();
+    assert_eq!(results.len(), n);
+    for (k, (i, r)) in results.iter().enumerate() {
+        assert_eq!((*i, r), (k, &json!({"i": k, "echo": input[k]})));
+    }
+    // A replay after it was stored is the same job.
+    let again = jobs
+        .submit("app", Some("k"), "sha256:big", input)
+        .await
+        .unwrap();
+    assert!(
+        matches!(again, Submitted::Existing(ref e) if e.job_id == s.job_id),
+        "{again:?}"
+    );
+    jobs.shutdown().await;
+}
+
+/// A job row left `staging` with some of its items, as a crash mid-submit
+/// leaves it.
+fn leave_staging(db: &Path, key: &str) {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.execute(
+        "INSERT INTO jobs_jobs (job_id, owner, status, items_total, created_at_ms, \
+         idempotency_key, request_hash) VALUES ('half', 'app', 'staging', 600, 0, ?1, 'sha256:h')",
+        [key],
+    )
+    .unwrap();
+    let seq = c.last_insert_rowid();
+    for i in 0..3 {
+        c.execute(
+            "INSERT INTO jobs_items (job_seq, idx, item) VALUES (?1, ?2, '{}')",
+            rusqlite::params![seq, i],
+        )
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_staging_job_is_invisible_blocks_its_key_and_is_dropped_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
+    leave_staging(&db, "k");
+    // Nobody sees it, and a replay of its key waits for it instead of
+    // creating a second job.
+    assert!(jobs
+        .get("half", "app", true, Page::ALL)
+        .await
+        .unwrap()
+        .is_none());
+    let replay = jobs.submit("app", Some("k"), "sha256:h", items(1)).await;
+    assert!(matches!(replay, Err(JobsError::InProgress)), "{replay:?}");
+    jobs.shutdown().await;
+    assert_eq!(count_rows(&db, "jobs_jobs"), 1);
+
+    // Reopening (a restart after the crash) drops the row and its items, and
+    // the key is free again.
+    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
+    assert_eq!(count_rows(&db, "jobs_jobs"), 0);
+    assert_eq!(count_rows(&db, "jobs_items"), 0);
+    let s = created(
+        jobs.submit("app", Some("k"), "sha256:h", items(1))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        wait_finished(&jobs, &s.job_id, "app").await.status,
+        JobStatus::Succeeded
+    );
+    jobs.shutdown().await;
+}
+
+#[test]
+fn another_writer_gets_the_lock_between_the_chunks_of_a_submit() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let store = store::Store::open(&db).unwrap();
+    let other = rusqlite::Connection::open(&db).unwrap();
+    other
+        .execute_batch("CREATE TABLE other_writes (saw_staging INTEGER NOT NULL)")
+        .unwrap();
+    // Polls for the lock as the audit log's writer does.
+    other
+        .busy_handler(Some(crate::audit::store::poll_busy))
+        .unwrap();
+    let items: Vec<String> = (0..store::ITEM_CHUNK * 12)
+        .map(|i| format!("{{\"claims\":[\"claim {i} {}\"]}}", "x".repeat(400)))
+        .collect();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !done.load(Ordering::Acquire) && n < 100_000 {
+                other
+                    .execute_batch(
+                        "BEGIN IMMEDIATE; INSERT INTO other_writes SELECT COUNT(*) FROM jobs_jobs \
+                         WHERE status = 'staging'; COMMIT;",
+                    )
+                    .unwrap();
+                n += 1;
+                // A group's worth of work between two commits.
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        })
+    };
+    let inserted = store
+        .with_conn(|c| store::insert_job(c, "app", None, "sha256:x", &items, 0))
+        .unwrap();
+    done.store(true, Ordering::Release);
+    writer.join().unwrap();
+    assert!(matches!(inserted, store::Inserted::New(ref j) if j.status == JobStatus::Queued));
+    // The other writer committed while the job was still staging, which one
+    // transaction for the whole submit would not allow.
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let during: i64 = c
+        .query_row(
+            "SELECT COUNT(*) FROM other_writes WHERE saw_staging > 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(during > 0, "no other write got in during the submit");
+    assert_eq!(count_rows(&db, "jobs_items"), items.len() as i64);
+}
