@@ -254,6 +254,9 @@ pub(crate) fn insert_job(
     now_ms: i64,
 ) -> Result<Inserted, JobsError> {
     let (first, rest) = items.split_at(items.len().min(ITEM_CHUNK));
+    // Pooled connections are FULL; set it again in case an earlier staged
+    // submit on this connection failed to restore it (see `store_staged`).
+    conn.pragma_update(None, "synchronous", "FULL")?;
     // IMMEDIATE: take the write lock before the idempotency lookup, so two
     // concurrent submits with one key cannot both miss and both insert.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
