@@ -25,6 +25,7 @@
 //!   resolutions, expiry, and the exactly-once forward claim.
 //! - [`audit`]: the tamper-evident audit log (Merkle tree, signed checkpoints, SQLite).
 //! - [`jobs`]: durable batch jobs: SQLite queue, worker threads, retention.
+//! - `sqlite`: how the connections to the shared database wait for its write lock.
 
 pub mod api;
 pub mod app;
@@ -43,4 +44,5 @@ pub mod policy;
 pub mod proxy;
 pub mod review;
 pub mod server;
+mod sqlite;
 pub mod telemetry;

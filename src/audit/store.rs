@@ -47,30 +47,11 @@ fn flags() -> OpenFlags {
         | OpenFlags::SQLITE_OPEN_URI
 }
 
-/// How often the writer retries while another connection (a batch submit,
-/// the review store) holds the database's write lock.
-const BUSY_POLL: std::time::Duration = std::time::Duration::from_micros(200);
-/// How long it retries before the group fails (and its decisions with it).
-const BUSY_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The writer's busy handler: retry every [`BUSY_POLL`] for up to
-/// [`BUSY_LIMIT`]. SQLite's own handler (`busy_timeout`) backs off to sleeps
-/// of up to 100 ms, so a writer that loses the lock once may sleep through
-/// every gap between the short transactions of a large batch submit; polling
-/// finds the first gap. Decisions wait on this, nothing else does.
-pub(crate) fn poll_busy(attempts: i32) -> bool {
-    let attempts = u32::try_from(attempts).unwrap_or(0);
-    if BUSY_POLL.saturating_mul(attempts) >= BUSY_LIMIT {
-        return false;
-    }
-    std::thread::sleep(BUSY_POLL);
-    true
-}
-
 /// The writer's connection: WAL, `synchronous=FULL`, tables created.
 pub fn open_writer(path: &Path) -> Result<Connection, AuditError> {
     let conn = Connection::open_with_flags(path, flags())?;
-    conn.busy_handler(Some(poll_busy))?;
+    // Decisions wait on this connection (see `crate::sqlite`).
+    conn.busy_handler(Some(crate::sqlite::busy_decision_path))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     // The random record_id index touches many pages per group; keep them

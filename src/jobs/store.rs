@@ -27,26 +27,6 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBeha
 
 use super::{JobStatus, JobsError};
 
-/// How long a connection waits for another writer before giving up. Writers
-/// hold the lock for one small transaction.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How often a connection retries while another holds the write lock.
-const BUSY_POLL: Duration = Duration::from_millis(1);
-
-/// Retries every [`BUSY_POLL`] up to [`BUSY_TIMEOUT`]. SQLite's own handler
-/// backs off to 100 ms sleeps, and a large submit needs the lock once per
-/// [`ITEM_CHUNK`] items while the audit log's writer takes it for every
-/// group: backing off, a submit could wait most of a second per chunk.
-fn poll_busy(attempts: i32) -> bool {
-    let attempts = u32::try_from(attempts).unwrap_or(0);
-    if BUSY_POLL.saturating_mul(attempts) >= BUSY_TIMEOUT {
-        return false;
-    }
-    std::thread::sleep(BUSY_POLL);
-    true
-}
-
 /// Items stored per transaction at submit (about 0.3 MB of items at the
 /// largest allowed body, a millisecond or two of write lock).
 pub(crate) const ITEM_CHUNK: usize = 128;
@@ -173,7 +153,9 @@ impl Store {
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
-        conn.busy_handler(Some(poll_busy))?;
+        // Polls for the lock: a large submit needs it once per chunk (see
+        // `crate::sqlite`).
+        conn.busy_handler(Some(crate::sqlite::busy_background))?;
         let sync = match durability {
             Durability::Full => "FULL",
             Durability::Normal => "NORMAL",

@@ -669,7 +669,7 @@ fn another_writer_gets_the_lock_between_the_chunks_of_a_submit() {
         .unwrap();
     // Polls for the lock as the audit log's writer does.
     other
-        .busy_handler(Some(crate::audit::store::poll_busy))
+        .busy_handler(Some(crate::sqlite::busy_decision_path))
         .unwrap();
     let items: Vec<String> = (0..store::ITEM_CHUNK * 12)
         .map(|i| format!("{{\"claims\":[\"claim {i} {}\"]}}", "x".repeat(400)))

@@ -115,7 +115,8 @@ impl Store {
     /// `outcome_unknown`. Returns the store and the ids it recovered.
     pub fn open(path: &Path) -> Result<(Store, Vec<String>), ReviewError> {
         let conn = Connection::open(path)?;
-        conn.busy_timeout(Duration::from_secs(5))?;
+        // A held call waits on this connection (see `crate::sqlite`).
+        conn.busy_handler(Some(crate::sqlite::busy_decision_path))?;
         // WAL is a property of the file; `synchronous` and `foreign_keys`
         // are per connection, and this connection only touches review tables.
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
