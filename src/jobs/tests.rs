@@ -671,7 +671,7 @@ fn another_writer_gets_the_lock_between_the_chunks_of_a_submit() {
     other
         .busy_handler(Some(crate::sqlite::busy_decision_path))
         .unwrap();
-    let items: Vec<String> = (0..store::ITEM_CHUNK * 12)
+    let items: Vec<String> = (0..store::ITEM_CHUNK * 24)
         .map(|i| format!("{{\"claims\":[\"claim {i} {}\"]}}", "x".repeat(400)))
         .collect();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
