@@ -12,9 +12,11 @@
 //! items are therefore stored [`ITEM_CHUNK`] per transaction under a
 //! `staging` row that nothing reads, and the job turns `queued` in one last
 //! small transaction. A crash in between leaves a `staging` row, which
-//! [`Store::open`] deletes with its items (its submit was never answered). Jobs are addressed internally by `seq`, an
-//! `AUTOINCREMENT` integer that is never reused and orders jobs by creation
-//! (the FIFO order of the queue); the public id is a UUID.
+//! [`Store::open`] deletes with its items (its submit was never answered).
+//!
+//! Jobs are addressed internally by `seq`, an `AUTOINCREMENT` integer that is
+//! never reused and orders jobs by creation (the FIFO order of the queue); the
+//! public id is a UUID.
 //!
 //! All functions here block. Callers run them on a worker thread or through
 //! `spawn_blocking`, never on the async runtime.
