@@ -252,24 +252,23 @@ pub(crate) fn insert_job(
                 |r| r.get(0),
             )
             .optional()?;
-        if status.as_deref() == Some(STAGING) {
-            return Err(JobsError::InProgress);
-        }
-        let existing = tx
-            .query_row(
-                &format!(
-                    "SELECT {JOB_COLUMNS} FROM jobs_jobs WHERE owner = ?1 AND idempotency_key = ?2"
-                ),
-                params![owner, key],
-                job_row,
-            )
-            .optional()?;
-        if let Some(job) = existing {
-            return if job.request_hash == request_hash {
-                Ok(Inserted::Existing(job))
-            } else {
-                Err(JobsError::Conflict)
-            };
+        match status.as_deref() {
+            None => {}
+            Some(STAGING) => return Err(JobsError::InProgress),
+            Some(_) => {
+                let job = tx.query_row(
+                    &format!(
+                        "SELECT {JOB_COLUMNS} FROM jobs_jobs WHERE owner = ?1 AND idempotency_key = ?2"
+                    ),
+                    params![owner, key],
+                    job_row,
+                )?;
+                return if job.request_hash == request_hash {
+                    Ok(Inserted::Existing(job))
+                } else {
+                    Err(JobsError::Conflict)
+                };
+            }
         }
     }
     let job_id = uuid::Uuid::new_v4().to_string();
@@ -378,28 +377,18 @@ fn store_staged(
 /// Deletes staging jobs and their items: job `seq`, or all of them. Returns
 /// how many jobs went.
 fn discard_staging(conn: &Connection, seq: Option<i64>) -> Result<usize, JobsError> {
-    conn.execute_batch("BEGIN IMMEDIATE")?;
-    let out = (|| -> Result<usize, JobsError> {
-        conn.execute(
-            "DELETE FROM jobs_items WHERE job_seq IN (SELECT seq FROM jobs_jobs \
-             WHERE status = ?1 AND (?2 IS NULL OR seq = ?2))",
-            params![STAGING, seq],
-        )?;
-        Ok(conn.execute(
-            "DELETE FROM jobs_jobs WHERE status = ?1 AND (?2 IS NULL OR seq = ?2)",
-            params![STAGING, seq],
-        )?)
-    })();
-    match out {
-        Ok(n) => {
-            conn.execute_batch("COMMIT")?;
-            Ok(n)
-        }
-        Err(e) => {
-            let _ = conn.execute_batch("ROLLBACK");
-            Err(e)
-        }
-    }
+    let tx = conn.unchecked_transaction()?;
+    tx.execute(
+        "DELETE FROM jobs_items WHERE job_seq IN (SELECT seq FROM jobs_jobs \
+         WHERE status = ?1 AND (?2 IS NULL OR seq = ?2))",
+        params![STAGING, seq],
+    )?;
+    let jobs = tx.execute(
+        "DELETE FROM jobs_jobs WHERE status = ?1 AND (?2 IS NULL OR seq = ?2)",
+        params![STAGING, seq],
+    )?;
+    tx.commit()?;
+    Ok(jobs)
 }
 
 pub(crate) fn job_by_id(conn: &Connection, job_id: &str) -> Result<Option<JobRow>, JobsError> {
