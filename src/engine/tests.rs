@@ -149,6 +149,34 @@ fn faithful_statements_are_supported() {
     }
 }
 
+/// An invoice states what was charged without naming "the customer"; a
+/// source that names another party keeps the claim's party word at full
+/// weight, and a party word never outweighs a wrong amount.
+#[test]
+fn a_party_the_evidence_leaves_implicit_weighs_less() {
+    let invoice = "Invoice INV-2291. Item: Vitamix E310 blender. \
+        Amount charged: $100.00 on Visa ending 4421. Delivered 2026-03-03.";
+    let claim = "The customer was charged $100.00 for the Vitamix E310 blender.";
+    let implicit = check(claim, invoice);
+    assert_eq!(implicit.status, ClaimStatus::Supported, "{implicit:?}");
+    assert!(implicit.coverage >= 0.9, "{implicit:?}");
+
+    let named = "Invoice INV-2291. Item: Vitamix E310 blender. \
+        The merchant was charged $100.00 on Visa ending 4421.";
+    let other_party = check(claim, named);
+    assert!(
+        other_party.coverage < implicit.coverage - 0.05,
+        "{other_party:?} against {implicit:?}"
+    );
+
+    let wrong = check(
+        "The customer was charged $120.00 for the Vitamix E310 blender.",
+        invoice,
+    );
+    assert_eq!(wrong.status, ClaimStatus::Unsupported, "{wrong:?}");
+    assert!(wrong.reasons.contains(&Reason::AmountMismatch), "{wrong:?}");
+}
+
 #[test]
 fn number_forms_are_equal() {
     let cases = [

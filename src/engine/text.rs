@@ -60,6 +60,8 @@ pub struct Lex {
     pub only: bool,
     /// `numbers::small_word(norm)` is some: a spelled-out number.
     pub number_word: bool,
+    /// `is_party(norm)`: a generic word for a party to a transaction.
+    pub party: bool,
 }
 
 impl Lex {
@@ -70,6 +72,7 @@ impl Lex {
             month: month_number(norm),
             only: norm == "only",
             number_word: super::numbers::small_word(norm).is_some(),
+            party: is_party(norm),
         }
     }
 }
@@ -614,6 +617,50 @@ pub const NEGATORS: &[&str] = &[
     "refused", "avoid", "avoids", "avoided", "avoiding",
 ];
 
+/// Generic words for a party to a transaction or a conversation. Records
+/// such as invoices, delivery notes and ticket logs state what happened to
+/// an account or an order without calling its owner "the customer", so a
+/// claim's "the customer was charged $100" names a party that such evidence
+/// leaves implicit. The verifier weighs such a word less when no source
+/// names any party at all (see `verify::analyse`); a source that names one
+/// ("the merchant") keeps the claim's word at full weight.
+pub const PARTIES: &[&str] = &[
+    "customer",
+    "customers",
+    "client",
+    "clients",
+    "user",
+    "users",
+    "buyer",
+    "buyers",
+    "purchaser",
+    "purchasers",
+    "shopper",
+    "shoppers",
+    "consumer",
+    "consumers",
+    "cardholder",
+    "cardholders",
+    "payer",
+    "payers",
+    "subscriber",
+    "subscribers",
+    "merchant",
+    "merchants",
+    "seller",
+    "sellers",
+    "vendor",
+    "vendors",
+    "supplier",
+    "suppliers",
+    "retailer",
+    "retailers",
+    "recipient",
+    "recipients",
+    "requester",
+    "caller",
+];
+
 /// A hash set over a word list, built once: the lists are scanned for every
 /// token, and a linear scan of ~130 words was a visible share of engine time.
 fn word_set(
@@ -626,6 +673,11 @@ fn word_set(
 pub fn is_stopword(norm: &str) -> bool {
     static SET: OnceLock<WordSet<&'static str>> = OnceLock::new();
     word_set(&SET, STOPWORDS).contains(norm)
+}
+
+pub fn is_party(norm: &str) -> bool {
+    static SET: OnceLock<WordSet<&'static str>> = OnceLock::new();
+    word_set(&SET, PARTIES).contains(norm)
 }
 
 pub fn is_negator(norm: &str) -> bool {

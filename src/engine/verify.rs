@@ -44,6 +44,9 @@ mod tune {
     pub const MAX_EXTRA: usize = 3;
     /// Coverage a complementary sentence must add to be taken.
     pub const MIN_GAIN: f64 = 0.05;
+    /// Weight of a generic party word ("customer") that no source contains,
+    /// when no source names any party (see `text::PARTIES`).
+    pub const UNNAMED_PARTY: f64 = 0.25;
     /// BM25 parameters.
     pub const K1: f64 = 1.2;
     pub const B: f64 = 0.75;
@@ -151,6 +154,8 @@ struct Index<'a> {
     /// `numbers::close`, so both give the same answer; the scan does not
     /// depend on how infinities sort).
     values_finite: bool,
+    /// Some source token is a party word (`text::PARTIES`).
+    names_party: bool,
     stemmer: text::Stems,
 }
 
@@ -176,6 +181,7 @@ impl<'a> Index<'a> {
             avg_len: 1.0,
             by_value: Vec::new(),
             values_finite: true,
+            names_party: false,
             stemmer,
         };
         // Reused for each unit's ids before they are sorted and deduplicated.
@@ -186,6 +192,7 @@ impl<'a> Index<'a> {
                 continue;
             };
             let tokens = text::tokenize(body, &idx.stemmer);
+            idx.names_party |= tokens.iter().any(|t| t.lex.party);
             let qty = numbers::extract(&tokens, &idx.stemmer.vocab());
             let si = idx.sources.len();
             let unit_start = idx.units.len();
@@ -484,6 +491,12 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         let mut weight = idx.idf(stem);
         if name {
             weight *= tune::NAME_WEIGHT;
+        } else if tok.lex.party && !idx.names_party {
+            // "The customer was charged $100" against an invoice that
+            // names nobody: the party is implicit in the record, not
+            // missing from it. A source that names a party keeps the word
+            // at full weight, so "customer" against "the merchant" counts.
+            weight *= tune::UNNAMED_PARTY;
         }
         terms.push(Term {
             surf,
