@@ -8,7 +8,11 @@
 //! with `audit.max_wait` 2 ms (the default) and 0. The no-op runs bracket the
 //! durable ones so drift in machine load shows.
 //!
-//! `cargo run --release --example audit_e2e_bench -- [secs] [clients]`
+//! `cargo run --release --example audit_e2e_bench -- [secs] [clients] [sweep]`
+//!
+//! `sweep`, a comma-separated list of `max_wait` values in microseconds
+//! (e.g. `0,250,500,1000,2000`), runs the durable log once per value
+//! between the two no-op runs instead of the default 2 ms / 0 pair.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -225,6 +229,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "run", "requests", "req/s", "mean ms", "p99 ms", "CPU us/r"
     );
     let ms2 = Duration::from_millis(2);
+    if let Some(list) = args.next() {
+        let waits: Vec<u64> = list
+            .split(',')
+            .map(|v| v.trim().parse::<u64>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("sweep {list:?}: microseconds, comma-separated: {e}"))?;
+        let a = run("no-op sink", true, ms2, secs, clients).await?;
+        let mut durable = Vec::new();
+        for us in waits {
+            let label = format!("durable, max_wait={us}us");
+            durable.push((
+                us,
+                run(&label, false, Duration::from_micros(us), secs, clients).await?,
+            ));
+        }
+        let b = run("no-op sink (again)", true, ms2, secs, clients).await?;
+        let base = (a.rps + b.rps) / 2.0;
+        for (us, d) in &durable {
+            println!("durable / no-op, max_wait={us}us: {:.2}x", d.rps / base);
+        }
+        return Ok(());
+    }
     let a = run("no-op sink", true, ms2, secs, clients).await?;
     let d2 = run("durable, max_wait=2ms", false, ms2, secs, clients).await?;
     let d0 = run("durable, max_wait=0", false, Duration::ZERO, secs, clients).await?;
