@@ -60,8 +60,6 @@ pub struct Lex {
     pub only: bool,
     /// `numbers::small_word(norm)` is some: a spelled-out number.
     pub number_word: bool,
-    /// `is_party(norm)`: a generic word for a party to a transaction.
-    pub party: bool,
 }
 
 impl Lex {
@@ -72,7 +70,6 @@ impl Lex {
             month: month_number(norm),
             only: norm == "only",
             number_word: super::numbers::small_word(norm).is_some(),
-            party: is_party(norm),
         }
     }
 }
@@ -678,6 +675,23 @@ pub fn is_stopword(norm: &str) -> bool {
 pub fn is_party(norm: &str) -> bool {
     static SET: OnceLock<WordSet<&'static str>> = OnceLock::new();
     word_set(&SET, PARTIES).contains(norm)
+}
+
+/// The Snowball stems of [`PARTIES`], deduplicated, computed once: the
+/// verifier asks whether any source holds one of them only for a claim
+/// that has a party word no source contains.
+pub fn party_stems() -> &'static [String] {
+    static STEMS: OnceLock<Vec<String>> = OnceLock::new();
+    STEMS.get_or_init(|| {
+        let stemmer = Stemmer::create(Algorithm::English);
+        let mut out: Vec<String> = PARTIES
+            .iter()
+            .map(|w| stemmer.stem(w).into_owned())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    })
 }
 
 pub fn is_negator(norm: &str) -> bool {

@@ -154,8 +154,9 @@ struct Index<'a> {
     /// `numbers::close`, so both give the same answer; the scan does not
     /// depend on how infinities sort).
     values_finite: bool,
-    /// Some source token is a party word (`text::PARTIES`).
-    names_party: bool,
+    /// Some source holds the stem of a party word (`text::PARTIES`);
+    /// computed on first use, by `names_party`.
+    names_party: std::cell::OnceCell<bool>,
     stemmer: text::Stems,
 }
 
@@ -181,7 +182,7 @@ impl<'a> Index<'a> {
             avg_len: 1.0,
             by_value: Vec::new(),
             values_finite: true,
-            names_party: false,
+            names_party: std::cell::OnceCell::new(),
             stemmer,
         };
         // Reused for each unit's ids before they are sorted and deduplicated.
@@ -192,7 +193,6 @@ impl<'a> Index<'a> {
                 continue;
             };
             let tokens = text::tokenize(body, &idx.stemmer);
-            idx.names_party |= tokens.iter().any(|t| t.lex.party);
             let qty = numbers::extract(&tokens, &idx.stemmer.vocab());
             let si = idx.sources.len();
             let unit_start = idx.units.len();
@@ -323,6 +323,17 @@ impl<'a> Index<'a> {
 
     fn df(&self, stem: Option<u32>) -> usize {
         stem.map_or(0, |s| self.posting(s).len())
+    }
+
+    /// Whether some source holds a party word (by stem, so "customs"
+    /// counts too: the rule only ever weighs less when this is false).
+    fn names_party(&self) -> bool {
+        *self.names_party.get_or_init(|| {
+            let vocab = self.stemmer.vocab();
+            text::party_stems()
+                .iter()
+                .any(|s| self.df(vocab.stem_id(s)) > 0)
+        })
     }
 
     fn idf(&self, stem: Option<u32>) -> f64 {
@@ -491,7 +502,8 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         let mut weight = idx.idf(stem);
         if name {
             weight *= tune::NAME_WEIGHT;
-        } else if tok.lex.party && !idx.names_party {
+        } else if idx.df(stem) == 0 && text::is_party(vocab.norm(tok.norm_id)) && !idx.names_party()
+        {
             // "The customer was charged $100" against an invoice that
             // names nobody: the party is implicit in the record, not
             // missing from it. A source that names a party keeps the word
