@@ -14,6 +14,7 @@
 //! - [`keys`]: Ed25519 keys on disk, key documents, rotation.
 //! - [`store`]: the `audit_*` SQLite tables.
 //! - `writer`: the single writer thread and the group commit.
+//! - `checkpointer`: background WAL checkpoints beside the writer.
 //! - [`verify`]: proof documents, offline proof check, whole-log check.
 //!
 //! # Use
@@ -31,6 +32,7 @@
 //! - CLI: [`verify_log`], [`verify_proof`], [`rotate_key`] (server stopped).
 
 pub mod canonical;
+mod checkpointer;
 pub mod keys;
 pub mod merkle;
 pub mod note;

@@ -55,11 +55,29 @@ pub fn open_writer(path: &Path) -> Result<Connection, AuditError> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     // The random record_id index touches many pages per group; keep them
-    // cached (64 MiB) and checkpoint the WAL less often than every 1000 pages.
+    // cached (64 MiB). The background checkpointer copies most WAL frames;
+    // this auto-checkpoint, less often than every 1000 pages, finishes the
+    // rest so the WAL can restart (see `checkpointer`).
     conn.pragma_update(None, "cache_size", -65536)?;
     conn.pragma_update(None, "wal_autocheckpoint", 8192)?;
     conn.execute_batch(SCHEMA_SQL)?;
     Ok(conn)
+}
+
+/// The background checkpointer's connection (see `checkpointer`): it runs
+/// only PASSIVE checkpoints, which never wait for the writer.
+pub fn open_checkpointer(path: &Path) -> Result<Connection, AuditError> {
+    let conn = Connection::open_with_flags(path, flags())?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    // It never commits, so it must never run an auto-checkpoint of its own.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    Ok(conn)
+}
+
+/// One PASSIVE checkpoint: copies what WAL frames it can without blocking.
+pub fn checkpoint_passive(conn: &Connection) -> Result<(), AuditError> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+    Ok(())
 }
 
 /// A reader's connection; it never writes.

@@ -941,6 +941,30 @@ async fn group_commit_with_many_concurrent_appends() {
 }
 
 #[tokio::test]
+async fn wal_frames_reach_the_database_file_beside_the_writer() {
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    let db_len = || std::fs::metadata(&e.db).map(|m| m.len()).unwrap_or(0);
+    let wal = e.db.with_file_name("verdict.db-wal");
+    let before = db_len();
+    // One record per commit: a few hundred WAL frames, far below the
+    // writer's auto-checkpoint threshold (8192), so only the background
+    // checkpointer can copy them into the database file.
+    for i in 0..60u64 {
+        log.append(decision(i)).await.unwrap();
+    }
+    let wal_frames = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0) / 4120;
+    assert!(wal_frames < 8192, "{wal_frames} frames");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while db_len() <= before && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(db_len() > before, "database file still {before} bytes");
+    log.shutdown().await;
+    assert_eq!(verify_log(&e.db, &e.keys, |_, _| {}).unwrap().records, 60);
+}
+
+#[tokio::test]
 async fn a_quiet_queue_closes_the_group_before_max_wait() {
     let e = env();
     // A 20 s max_wait: the group may linger at most 2 s for a next record,

@@ -19,6 +19,7 @@ use time::OffsetDateTime;
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use uuid::Uuid;
 
+use super::checkpointer::Checkpointer;
 use super::keys::{KeyDocument, KeyRing, SigningKey};
 use super::merkle::{
     consistency_proof, empty_root, inclusion_proof, leaf_hash, verify_consistency, BatchHashes,
@@ -121,6 +122,8 @@ pub(crate) struct Writer {
     /// commits it first (and fails while it cannot), and `open` finds one
     /// left by a crash because the newest checkpoint lacks the active key.
     pending_key_change: Option<SigningKey>,
+    /// Copies WAL frames into the database beside this thread.
+    checkpointer: Checkpointer,
 }
 
 /// How long a forming group waits for its next record before it closes
@@ -218,6 +221,7 @@ impl Writer {
             });
         }
         let ring = KeyRing::open(key_dir, &origin, now_at())?;
+        let checkpointer = Checkpointer::start(db_path)?;
         let mut writer = Writer {
             conn,
             frontier: Frontier::empty(),
@@ -227,6 +231,7 @@ impl Writer {
             max_wait: cfg.max_wait,
             max_batch: cfg.max_batch,
             pending_key_change: None,
+            checkpointer,
         };
         match parsed {
             None => {
@@ -624,6 +629,7 @@ impl Writer {
             return Err(AuditError::WriteFailed("injected write failure".into()));
         }
         tx.commit()?;
+        self.checkpointer.committed();
         let group = Arc::new(Group {
             old: std::mem::replace(&mut self.frontier, next),
             rows,

@@ -1,0 +1,86 @@
+//! Background WAL checkpoints for the audit database, so that copying the
+//! write-ahead log back into the database file mostly happens beside the
+//! writer thread instead of inside one of its group commits.
+//!
+//! SQLite's auto-checkpoint runs in whichever commit makes the WAL cross its
+//! threshold: that group, and every request waiting on it, pays for copying
+//! thousands of pages and an fsync of the database file. Here a second
+//! connection runs PASSIVE checkpoints a short while after the writer reports
+//! commits. A PASSIVE checkpoint never takes the write lock, so the writer
+//! keeps committing meanwhile. The writer keeps its own auto-checkpoint as
+//! the backstop: when it fires it finds only the frames written since this
+//! thread's last pass, and finishing those is what lets the next transaction
+//! restart the WAL from its start, so the file stops growing.
+//!
+//! Durability does not depend on this thread: every commit is already
+//! fsynced in the WAL, and a checkpoint cut short by a crash is redone by
+//! SQLite on the next open.
+
+use std::path::Path;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use super::{store, AuditError};
+
+/// How long after the first reported commit a pass starts: frames written in
+/// this window are copied together, and a page rewritten by many groups in a
+/// row is copied once.
+const DELAY: Duration = Duration::from_millis(20);
+
+/// The writer's side: report commits, and stop the thread at the end.
+pub(crate) struct Checkpointer {
+    nudge: Option<SyncSender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    /// Opens a second connection to `path` and starts the thread.
+    pub fn start(path: &Path) -> Result<Checkpointer, AuditError> {
+        let conn = store::open_checkpointer(path)?;
+        let (nudge, rx) = std::sync::mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("audit-checkpoint".into())
+            .spawn(move || run(&conn, &rx))
+            .map_err(|e| AuditError::Unavailable(format!("cannot start the checkpointer: {e}")))?;
+        Ok(Checkpointer {
+            nudge: Some(nudge),
+            thread: Some(thread),
+        })
+    }
+
+    /// Says a group was committed. Never blocks: if a pass is already due,
+    /// this one is folded into it.
+    pub fn committed(&self) {
+        if let Some(n) = &self.nudge {
+            match n.try_send(()) {
+                Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
+            }
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    /// Stops the thread and waits for a pass in progress (at most one
+    /// `DELAY` plus one checkpoint), so that no connection outlives the log.
+    fn drop(&mut self) {
+        self.nudge = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(conn: &Connection, rx: &Receiver<()>) {
+    while rx.recv().is_ok() {
+        std::thread::sleep(DELAY);
+        // Commits reported during the delay are covered by this pass.
+        while rx.try_recv().is_ok() {}
+        if let Err(e) = store::checkpoint_passive(conn) {
+            // Not fatal: the writer's own auto-checkpoint still runs.
+            tracing::warn!(error = %e, "background WAL checkpoint failed");
+        }
+    }
+}
