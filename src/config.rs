@@ -100,7 +100,9 @@ pub struct AuditConfig {
     pub origin: Option<String>,
     /// The longest a group commit collects records (`audit.max_wait`). A
     /// forming group also closes once no record has arrived for a tenth of
-    /// this, so a quiet queue does not wait the whole time.
+    /// this, and lingers only when its first record found the writer idle,
+    /// for at most as long as the previous commit took (see the writer's
+    /// `idle_gap`).
     pub max_wait: Duration,
     pub max_batch: usize,
 }
