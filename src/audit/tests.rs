@@ -1045,7 +1045,7 @@ async fn duplicate_record_id_fails_alone() {
     let rec = decision(1);
     log.append(rec.clone()).await.unwrap();
     assert!(matches!(
-        log.append(rec).await,
+        log.append(rec.clone()).await,
         Err(AuditError::InvalidRecord(_))
     ));
     let r = log.append(decision(2)).await.unwrap();
@@ -1056,8 +1056,32 @@ async fn duplicate_record_id_fails_alone() {
         log.append(bad).await,
         Err(AuditError::InvalidRecord(_))
     ));
+    // Duplicates among concurrent appends (one of a stored record, one pair
+    // within the burst): wherever they land in a group, only they fail.
+    let twin = decision(30);
+    let mut burst = vec![rec, twin.clone(), twin];
+    burst.extend((10..20).map(decision));
+    let tasks: Vec<_> = burst
+        .into_iter()
+        .map(|r| {
+            let log = log.clone();
+            tokio::spawn(async move { log.append(r).await })
+        })
+        .collect();
+    let mut leaves = Vec::new();
+    let mut refused = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(r) => leaves.push(r.leaf_index),
+            Err(AuditError::InvalidRecord(_)) => refused += 1,
+            Err(other) => panic!("{other}"),
+        }
+    }
+    leaves.sort_unstable();
+    assert_eq!(refused, 2);
+    assert_eq!(leaves, (2..13).collect::<Vec<_>>());
     log.shutdown().await;
-    verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+    assert_eq!(verify_log(&e.db, &e.keys, |_, _| {}).unwrap().records, 13);
 }
 
 #[tokio::test]
