@@ -74,13 +74,24 @@ impl Drop for Checkpointer {
 }
 
 fn run(conn: &Connection, rx: &Receiver<()>) {
+    // Warn once per run of failures, not once per pass.
+    let mut failing = false;
     while rx.recv().is_ok() {
         std::thread::sleep(DELAY);
         // Commits reported during the delay are covered by this pass.
         while rx.try_recv().is_ok() {}
-        if let Err(e) = store::checkpoint_passive(conn) {
-            // Not fatal: the writer's own auto-checkpoint still runs.
-            tracing::warn!(error = %e, "background WAL checkpoint failed");
+        match store::checkpoint_passive(conn) {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!("background WAL checkpoints work again");
+            }
+            Ok(()) => {}
+            Err(e) if !failing => {
+                failing = true;
+                // Not fatal: the writer's own auto-checkpoint still runs.
+                tracing::warn!(error = %e, "background WAL checkpoint failed");
+            }
+            Err(_) => {}
         }
     }
 }
