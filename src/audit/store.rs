@@ -1,18 +1,22 @@
 //! The SQLite tables of the audit log and the queries on them.
 //!
 //! The log shares the project's `verdict.db` with other subsystems, so every
-//! table is prefixed `audit_`. Three tables, all append-only:
+//! table is prefixed `audit_`. Two tables, both append-only:
 //!
-//! - `audit_records(leaf, record_id, canonical, principal)`: one row per leaf,
-//!   the canonical JSON exactly as hashed.
-//! - `audit_hashes(leaf, hashes)`: the Go `tlog` stored hashes. Row `leaf`
-//!   holds the `1 + trailing_ones(leaf)` hashes tlog appends when that leaf is
-//!   added (level 0 first), so concatenating the rows in order gives exactly
-//!   tlog's stored-hash sequence, and subtree `(level, n)` is row
-//!   `((n + 1) << level) - 1`, offset `level`. One row per leaf instead of one
-//!   per hash halves the rows the group commit writes.
+//! - `audit_records(leaf, record_id, canonical, principal, hashes)`: one row
+//!   per leaf. `canonical` is the JSON exactly as hashed. `hashes` holds the
+//!   Go `tlog` stored hashes of the leaf: the `1 + trailing_ones(leaf)` hashes
+//!   tlog appends when that leaf is added (level 0 first), so concatenating
+//!   the rows in order gives exactly tlog's stored-hash sequence, and subtree
+//!   `(level, n)` is row `((n + 1) << level) - 1`, offset `level`. Keeping
+//!   them in the record's row makes a group commit one insert per record.
 //! - `audit_checkpoints(tree_size, note, created_at)`: every signed note ever
 //!   issued; the root is inside the signed text.
+//!
+//! Logs written before 2026-11-24 kept the hashes in a table of their own,
+//! `audit_hashes(leaf, hashes)`. The writer merges it into `audit_records`
+//! when it opens such a log ([`open_writer`]); `verify_log` reads both
+//! layouts, so a log can be checked before the server first opens it.
 
 use std::path::Path;
 
@@ -27,11 +31,8 @@ CREATE TABLE IF NOT EXISTS audit_records (
     leaf      INTEGER PRIMARY KEY,
     record_id BLOB NOT NULL UNIQUE,
     canonical TEXT NOT NULL,
-    principal TEXT
-);
-CREATE TABLE IF NOT EXISTS audit_hashes (
-    leaf   INTEGER PRIMARY KEY,
-    hashes BLOB NOT NULL
+    principal TEXT,
+    hashes    BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS audit_checkpoints (
     tree_size  INTEGER PRIMARY KEY,
@@ -47,9 +48,10 @@ fn flags() -> OpenFlags {
         | OpenFlags::SQLITE_OPEN_URI
 }
 
-/// The writer's connection: WAL, `synchronous=FULL`, tables created.
+/// The writer's connection: WAL, `synchronous=FULL`, tables created, and a
+/// log in the earlier layout merged into the current one.
 pub fn open_writer(path: &Path) -> Result<Connection, AuditError> {
-    let conn = Connection::open_with_flags(path, flags())?;
+    let mut conn = Connection::open_with_flags(path, flags())?;
     // Decisions wait on this connection (see `crate::sqlite`).
     conn.busy_handler(Some(crate::sqlite::busy_decision_path))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -60,8 +62,94 @@ pub fn open_writer(path: &Path) -> Result<Connection, AuditError> {
     // rest so the WAL can restart (see `checkpointer`).
     conn.pragma_update(None, "cache_size", -65536)?;
     conn.pragma_update(None, "wal_autocheckpoint", 8192)?;
+    if layout(&conn)? == Layout::SplitHashes {
+        merge_hashes(&mut conn)?;
+    }
     conn.execute_batch(SCHEMA_SQL)?;
     Ok(conn)
+}
+
+/// Where a log keeps its stored hashes (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// In `audit_records.hashes`: logs written since 2026-11-24.
+    Merged,
+    /// In `audit_hashes`: logs written before, not yet opened by the writer.
+    SplitHashes,
+}
+
+pub fn layout(conn: &Connection) -> Result<Layout, AuditError> {
+    let split: bool = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master
+                            WHERE type = 'table' AND name = 'audit_hashes')",
+        )?
+        .query_row([], |r| r.get(0))?;
+    Ok(if split {
+        Layout::SplitHashes
+    } else {
+        Layout::Merged
+    })
+}
+
+/// Moves every row of `audit_hashes` into its record's row, in one
+/// transaction: a crash leaves the old layout whole, and the next open
+/// starts again. Refuses a log whose two tables do not pair up one to one,
+/// which only tampering or a lost row can cause: `verdict audit verify`
+/// names the leaf.
+fn merge_hashes(conn: &mut Connection) -> Result<(), AuditError> {
+    let started = std::time::Instant::now();
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let (records, hashes): (i64, i64) = tx.query_row(
+        "SELECT (SELECT COUNT(*) FROM audit_records), (SELECT COUNT(*) FROM audit_hashes)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let unpaired: Option<i64> = tx.query_row(
+        "SELECT MIN(r.leaf) FROM audit_records r
+         LEFT JOIN audit_hashes h ON h.leaf = r.leaf WHERE h.leaf IS NULL",
+        [],
+        |r| r.get(0),
+    )?;
+    if let Some(leaf) = unpaired {
+        return Err(AuditError::Corrupt(format!(
+            "cannot merge audit_hashes into audit_records: the stored hashes of \
+             leaf {leaf} are missing (run `verdict audit verify`)"
+        )));
+    }
+    if records != hashes {
+        return Err(AuditError::Corrupt(format!(
+            "cannot merge audit_hashes into audit_records: {hashes} hash rows for \
+             {records} records (run `verdict audit verify`)"
+        )));
+    }
+    tracing::info!(
+        records,
+        "merging the audit log's stored hashes into its records"
+    );
+    tx.execute_batch(
+        "CREATE TABLE audit_records_merged (
+             leaf      INTEGER PRIMARY KEY,
+             record_id BLOB NOT NULL UNIQUE,
+             canonical TEXT NOT NULL,
+             principal TEXT,
+             hashes    BLOB NOT NULL
+         );
+         INSERT INTO audit_records_merged (leaf, record_id, canonical, principal, hashes)
+             SELECT r.leaf, r.record_id, r.canonical, r.principal, h.hashes
+             FROM audit_records r JOIN audit_hashes h ON h.leaf = r.leaf
+             ORDER BY r.leaf;
+         DROP TABLE audit_records;
+         DROP TABLE audit_hashes;
+         ALTER TABLE audit_records_merged RENAME TO audit_records;",
+    )?;
+    tx.commit()?;
+    tracing::info!(
+        records,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "merged the audit log's stored hashes into its records"
+    );
+    Ok(())
 }
 
 /// The background checkpointer's connection (see `checkpointer`): it runs
@@ -183,10 +271,9 @@ pub fn record_by_leaf(conn: &Connection, leaf: u64) -> Result<Option<String>, Au
         .optional()?)
 }
 
-/// The two inserts of every appended leaf, prepared once per group commit.
+/// The insert of every appended leaf, prepared once per group commit.
 pub struct Appender<'c> {
     record: rusqlite::CachedStatement<'c>,
-    hashes: rusqlite::CachedStatement<'c>,
     blob: Vec<u8>,
 }
 
@@ -194,9 +281,8 @@ impl<'c> Appender<'c> {
     pub fn new(conn: &'c Connection) -> rusqlite::Result<Appender<'c>> {
         Ok(Appender {
             record: conn.prepare_cached(
-                "INSERT INTO audit_records (leaf, record_id, canonical, principal) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO audit_records (leaf, record_id, canonical, principal, hashes) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?,
-            hashes: conn.prepare_cached("INSERT INTO audit_hashes (leaf, hashes) VALUES (?1, ?2)")?,
             blob: Vec::with_capacity(32 * 8),
         })
     }
@@ -207,23 +293,19 @@ impl<'c> Appender<'c> {
         id: Uuid,
         canonical: &str,
         principal: Option<&str>,
+        hashes: &[Hash],
     ) -> rusqlite::Result<()> {
-        self.record.execute(params![
-            i64::try_from(leaf).unwrap_or(i64::MAX),
-            id.as_bytes().as_slice(),
-            canonical,
-            principal
-        ])?;
-        Ok(())
-    }
-
-    pub fn hashes(&mut self, leaf: u64, hashes: &[Hash]) -> rusqlite::Result<()> {
         self.blob.clear();
         for h in hashes {
             self.blob.extend_from_slice(h);
         }
-        self.hashes
-            .execute(params![i64::try_from(leaf).unwrap_or(i64::MAX), self.blob])?;
+        self.record.execute(params![
+            i64::try_from(leaf).unwrap_or(i64::MAX),
+            id.as_bytes().as_slice(),
+            canonical,
+            principal,
+            self.blob
+        ])?;
         Ok(())
     }
 }
@@ -249,9 +331,26 @@ fn to_i64(v: u64) -> Result<i64, AuditError> {
     i64::try_from(v).map_err(|_| AuditError::Corrupt(format!("index {v} out of range")))
 }
 
-/// Reads stored subtree hashes from `audit_hashes`.
+/// Reads stored subtree hashes.
 pub struct SqlHashes<'c> {
-    pub conn: &'c Connection,
+    conn: &'c Connection,
+    query: &'static str,
+}
+
+impl<'c> SqlHashes<'c> {
+    /// For a log in the current layout: the writer's after `open_writer`,
+    /// and the server's readers.
+    pub fn new(conn: &'c Connection) -> SqlHashes<'c> {
+        SqlHashes::with_layout(conn, Layout::Merged)
+    }
+
+    pub fn with_layout(conn: &'c Connection, layout: Layout) -> SqlHashes<'c> {
+        let query = match layout {
+            Layout::Merged => "SELECT hashes FROM audit_records WHERE leaf = ?1",
+            Layout::SplitHashes => "SELECT hashes FROM audit_hashes WHERE leaf = ?1",
+        };
+        SqlHashes { conn, query }
+    }
 }
 
 impl SubtreeHashes for SqlHashes<'_> {
@@ -260,7 +359,7 @@ impl SubtreeHashes for SqlHashes<'_> {
         let leaf = writer_leaf(level, n);
         let blob: Option<Vec<u8>> = self
             .conn
-            .prepare_cached("SELECT hashes FROM audit_hashes WHERE leaf = ?1")?
+            .prepare_cached(self.query)?
             .query_row([to_i64(leaf)?], |r| r.get(0))
             .optional()?;
         let blob = blob.ok_or_else(|| {

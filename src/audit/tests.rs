@@ -1268,13 +1268,13 @@ async fn tampered_stored_hash_is_named_by_verify_log() {
     // Leaf 4 is not on the frontier of 12 (= 8 + 4): only verify_log sees it.
     let conn = rusqlite::Connection::open(&e.db).unwrap();
     let mut blob: Vec<u8> = conn
-        .query_row("SELECT hashes FROM audit_hashes WHERE leaf = 5", [], |r| {
+        .query_row("SELECT hashes FROM audit_records WHERE leaf = 5", [], |r| {
             r.get(0)
         })
         .unwrap();
     blob[40] ^= 0x10; // level 1 of leaf 5
     conn.execute(
-        "UPDATE audit_hashes SET hashes = ?1 WHERE leaf = 5",
+        "UPDATE audit_records SET hashes = ?1 WHERE leaf = 5",
         [&blob],
     )
     .unwrap();
@@ -1286,13 +1286,13 @@ async fn tampered_stored_hash_is_named_by_verify_log() {
     build_log(&e, 12).await;
     let conn = rusqlite::Connection::open(&e.db).unwrap();
     let mut blob: Vec<u8> = conn
-        .query_row("SELECT hashes FROM audit_hashes WHERE leaf = 2", [], |r| {
+        .query_row("SELECT hashes FROM audit_records WHERE leaf = 2", [], |r| {
             r.get(0)
         })
         .unwrap();
     blob[0] ^= 1; // the leaf hash itself
     conn.execute(
-        "UPDATE audit_hashes SET hashes = ?1 WHERE leaf = 2",
+        "UPDATE audit_records SET hashes = ?1 WHERE leaf = 2",
         [&blob],
     )
     .unwrap();
@@ -1308,13 +1308,15 @@ async fn open_refuses_a_tree_that_does_not_match_the_newest_checkpoint() {
     build_log(&e, 12).await;
     let conn = rusqlite::Connection::open(&e.db).unwrap();
     let mut blob: Vec<u8> = conn
-        .query_row("SELECT hashes FROM audit_hashes WHERE leaf = 11", [], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT hashes FROM audit_records WHERE leaf = 11",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
     blob[64] ^= 1;
     conn.execute(
-        "UPDATE audit_hashes SET hashes = ?1 WHERE leaf = 11",
+        "UPDATE audit_records SET hashes = ?1 WHERE leaf = 11",
         [&blob],
     )
     .unwrap();
@@ -1358,10 +1360,11 @@ async fn open_refuses_a_tree_that_does_not_match_the_newest_checkpoint() {
     let extra = decision(99);
     sql(
         &e,
-        "INSERT INTO audit_records (leaf, record_id, canonical) VALUES (3, ?1, ?2)",
+        "INSERT INTO audit_records (leaf, record_id, canonical, hashes) VALUES (3, ?1, ?2, ?3)",
         rusqlite::params![
             extra.record_id.as_bytes().as_slice(),
-            extra.canonical().unwrap()
+            extra.canonical().unwrap(),
+            leaf_hash(&record_hash(&extra.canonical().unwrap())).as_slice()
         ],
     );
     assert!(AuditLog::open(&e.db, &e.keys, &cfg(0)).is_err());
@@ -1375,4 +1378,116 @@ async fn open_refuses_a_tree_that_does_not_match_the_newest_checkpoint() {
         Err(AuditError::Key { .. })
     ));
     assert!(!e.keys.exists(), "no replacement key may be generated");
+}
+
+/// Rewrites a log into the layout used before 2026-11-24, with the stored
+/// hashes in `audit_hashes` (the schema exactly as that version created it).
+fn split_hashes_layout(e: &Env) {
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    conn.execute_batch(
+        "BEGIN;
+         CREATE TABLE audit_hashes (
+             leaf   INTEGER PRIMARY KEY,
+             hashes BLOB NOT NULL
+         );
+         INSERT INTO audit_hashes (leaf, hashes) SELECT leaf, hashes FROM audit_records;
+         CREATE TABLE audit_records_old (
+             leaf      INTEGER PRIMARY KEY,
+             record_id BLOB NOT NULL UNIQUE,
+             canonical TEXT NOT NULL,
+             principal TEXT
+         );
+         INSERT INTO audit_records_old SELECT leaf, record_id, canonical, principal
+             FROM audit_records;
+         DROP TABLE audit_records;
+         ALTER TABLE audit_records_old RENAME TO audit_records;
+         COMMIT;",
+    )
+    .unwrap();
+}
+
+fn has_table(e: &Env, name: &str) -> bool {
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+        [name],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_log_with_split_hashes_is_verified_then_merged_when_opened() {
+    let e = env();
+    let before = build_log(&e, 12).await;
+    split_hashes_layout(&e);
+    assert!(has_table(&e, "audit_hashes"));
+    // `verify_log` reads the old layout as it is, before any server opens it.
+    let report = verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+    assert_eq!(report.records, 12);
+
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    assert!(!has_table(&e, "audit_hashes"), "merged at open");
+    // Proofs of the records written before still verify, and the log grows.
+    let key = key_json(&log, &before[0].key_id);
+    for r in [&before[0], &before[5], &before[11]] {
+        let doc = log.proof(r.record_id).await.unwrap().unwrap();
+        verify_proof(&doc.to_json(), &key).unwrap();
+    }
+    for i in 12..20 {
+        log.append(decision(i)).await.unwrap();
+    }
+    log.shutdown().await;
+    let report = verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+    assert_eq!(report.records, 20);
+}
+
+#[tokio::test]
+async fn verify_log_names_a_bad_hash_in_the_split_layout() {
+    let e = env();
+    build_log(&e, 12).await;
+    split_hashes_layout(&e);
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    let mut blob: Vec<u8> = conn
+        .query_row("SELECT hashes FROM audit_hashes WHERE leaf = 5", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    blob[40] ^= 0x10; // level 1 of leaf 5
+    conn.execute(
+        "UPDATE audit_hashes SET hashes = ?1 WHERE leaf = 5",
+        [&blob],
+    )
+    .unwrap();
+    drop(conn);
+    let err = verify_log(&e.db, &e.keys, |_, _| {}).unwrap_err();
+    assert_eq!(err, VerifyError::StoredHash { leaf: 5, level: 1 }, "{err}");
+}
+
+#[tokio::test]
+async fn a_split_log_with_a_lost_hash_row_is_refused_and_left_as_it_was() {
+    let e = env();
+    build_log(&e, 6).await;
+    split_hashes_layout(&e);
+    sql(&e, "DELETE FROM audit_hashes WHERE leaf = 3", []);
+    match AuditLog::open(&e.db, &e.keys, &cfg(0)) {
+        Err(AuditError::Corrupt(m)) => assert!(m.contains("leaf 3"), "{m}"),
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("a log with a lost hash row was opened"),
+    }
+    // Nothing was changed: the old tables are still there, whole.
+    assert!(has_table(&e, "audit_hashes"));
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    let (records, hashes): (i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT COUNT(*) FROM audit_records), (SELECT COUNT(*) FROM audit_hashes)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((records, hashes), (6, 5));
+    assert!(matches!(
+        verify_log(&e.db, &e.keys, |_, _| {}),
+        Err(VerifyError::StoredHash { .. })
+    ));
 }

@@ -144,7 +144,7 @@ pub(crate) fn build_proof(
     if c.size != cp.tree_size {
         return Err(corrupt("checkpoint row and note disagree".into()));
     }
-    let proof = super::merkle::inclusion_proof(&mut SqlHashes { conn }, row.leaf, c.size)?;
+    let proof = super::merkle::inclusion_proof(&mut SqlHashes::new(conn), row.leaf, c.size)?;
     // The first signature line by a published key names the key (the
     // active key at signing time comes first).
     let mut chosen = None;
@@ -267,9 +267,7 @@ pub fn verify_log(
     }
 
     let total = store::record_count(&conn).map_err(open_err)?;
-    let hash_rows: i64 = conn
-        .query_row("SELECT COUNT(*) FROM audit_hashes", [], |r| r.get(0))
-        .map_err(open_err)?;
+    let layout = store::layout(&conn).map_err(open_err)?;
     let record_rows: i64 = conn
         .query_row("SELECT COUNT(*) FROM audit_records", [], |r| r.get(0))
         .map_err(open_err)?;
@@ -280,20 +278,26 @@ pub fn verify_log(
             reason: format!("{record_rows} record rows for {total} leaves"),
         });
     }
-    if hash_rows != record_rows {
-        return Err(VerifyError::StoredHash {
-            leaf: total,
-            level: 0,
-        });
-    }
-
-    let mut stmt = conn
-        .prepare(
+    let rows_sql = match layout {
+        store::Layout::Merged => {
+            "SELECT leaf, record_id, canonical, hashes FROM audit_records ORDER BY leaf"
+        }
+        store::Layout::SplitHashes => {
+            let hash_rows: i64 = conn
+                .query_row("SELECT COUNT(*) FROM audit_hashes", [], |r| r.get(0))
+                .map_err(open_err)?;
+            if hash_rows != record_rows {
+                return Err(VerifyError::StoredHash {
+                    leaf: total,
+                    level: 0,
+                });
+            }
             "SELECT r.leaf, r.record_id, r.canonical, h.hashes
              FROM audit_records r LEFT JOIN audit_hashes h ON h.leaf = r.leaf
-             ORDER BY r.leaf",
-        )
-        .map_err(open_err)?;
+             ORDER BY r.leaf"
+        }
+    };
+    let mut stmt = conn.prepare(rows_sql).map_err(open_err)?;
     let mut it = stmt.query([]).map_err(open_err)?;
     let mut f = Frontier::empty();
     let mut next_cp = checkpoints.iter().skip_while(|c| c.size == 0).peekable();
@@ -383,7 +387,7 @@ pub fn verify_log(
         });
     }
 
-    let mut reader = SqlHashes { conn: &conn };
+    let mut reader = SqlHashes::with_layout(&conn, layout);
     for pair in checkpoints.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
         if a.size == 0 {

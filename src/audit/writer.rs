@@ -365,7 +365,7 @@ impl Writer {
                 c.size
             )));
         }
-        let mut reader = SqlHashes { conn: &self.conn };
+        let mut reader = SqlHashes::new(&self.conn);
         let frontier = Frontier::load(&mut reader, c.size)?;
         if frontier.root() != c.root {
             return Err(corrupt(format!(
@@ -587,8 +587,13 @@ impl Writer {
             let mut append = store::Appender::new(&tx)?;
             for it in items {
                 let leaf = next.size();
-                match append.record(leaf, it.id, it.canonical, it.principal) {
-                    Ok(()) => {}
+                // The stored hashes go into the record's row, so they are
+                // computed first, on a copy kept only if the insert succeeds
+                // (the UNIQUE index refuses a duplicate id).
+                let mut grown = next.clone();
+                let hashes = grown.append(leaf_hash(&it.record_hash));
+                match append.record(leaf, it.id, it.canonical, it.principal, &hashes) {
+                    Ok(()) => next = grown,
                     Err(rusqlite::Error::SqliteFailure(e, _))
                         if e.code == ErrorCode::ConstraintViolation =>
                     {
@@ -600,8 +605,6 @@ impl Writer {
                     }
                     Err(e) => return Err(e.into()),
                 }
-                let hashes = next.append(leaf_hash(&it.record_hash));
-                append.hashes(leaf, &hashes)?;
                 rows.push(hashes);
                 placed.push(Ok(leaf));
             }
