@@ -1223,6 +1223,25 @@ fn sql(e: &Env, stmt: &str, params: impl rusqlite::Params) {
     conn.execute(stmt, params).unwrap();
 }
 
+/// Flips bits of byte `at` in the stored hashes of `leaf`, in `table`
+/// (`audit_records`, or `audit_hashes` in the earlier layout).
+fn flip_stored_hash(e: &Env, table: &str, leaf: u64, at: usize, mask: u8) {
+    let conn = rusqlite::Connection::open(&e.db).unwrap();
+    let mut blob: Vec<u8> = conn
+        .query_row(
+            &format!("SELECT hashes FROM {table} WHERE leaf = ?1"),
+            [leaf as i64],
+            |r| r.get(0),
+        )
+        .unwrap();
+    blob[at] ^= mask;
+    conn.execute(
+        &format!("UPDATE {table} SET hashes = ?1 WHERE leaf = ?2"),
+        rusqlite::params![blob, leaf as i64],
+    )
+    .unwrap();
+}
+
 #[tokio::test]
 async fn tampered_record_is_named_by_verify_log() {
     let e = env();
@@ -1263,40 +1282,29 @@ async fn tampered_record_is_named_by_verify_log() {
 
 #[tokio::test]
 async fn tampered_stored_hash_is_named_by_verify_log() {
-    let e = env();
-    build_log(&e, 12).await;
-    // Leaf 4 is not on the frontier of 12 (= 8 + 4): only verify_log sees it.
-    let conn = rusqlite::Connection::open(&e.db).unwrap();
-    let mut blob: Vec<u8> = conn
-        .query_row("SELECT hashes FROM audit_records WHERE leaf = 5", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    blob[40] ^= 0x10; // level 1 of leaf 5
-    conn.execute(
-        "UPDATE audit_records SET hashes = ?1 WHERE leaf = 5",
-        [&blob],
-    )
-    .unwrap();
-    drop(conn);
-    let err = verify_log(&e.db, &e.keys, |_, _| {}).unwrap_err();
-    assert_eq!(err, VerifyError::StoredHash { leaf: 5, level: 1 }, "{err}");
+    // Leaf 5 is not on the frontier of 12 (= 8 + 4): only verify_log sees
+    // it. In both layouts: verify_log reads a log not yet merged as it is.
+    for split in [false, true] {
+        let e = env();
+        build_log(&e, 12).await;
+        let table = if split {
+            split_hashes_layout(&e);
+            "audit_hashes"
+        } else {
+            "audit_records"
+        };
+        flip_stored_hash(&e, table, 5, 40, 0x10); // level 1 of leaf 5
+        let err = verify_log(&e.db, &e.keys, |_, _| {}).unwrap_err();
+        assert_eq!(
+            err,
+            VerifyError::StoredHash { leaf: 5, level: 1 },
+            "{table}: {err}"
+        );
+    }
 
     let e = env();
     build_log(&e, 12).await;
-    let conn = rusqlite::Connection::open(&e.db).unwrap();
-    let mut blob: Vec<u8> = conn
-        .query_row("SELECT hashes FROM audit_records WHERE leaf = 2", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    blob[0] ^= 1; // the leaf hash itself
-    conn.execute(
-        "UPDATE audit_records SET hashes = ?1 WHERE leaf = 2",
-        [&blob],
-    )
-    .unwrap();
-    drop(conn);
+    flip_stored_hash(&e, "audit_records", 2, 0, 1);
     let err = verify_log(&e.db, &e.keys, |_, _| {}).unwrap_err();
     assert_eq!(err, VerifyError::StoredHash { leaf: 2, level: 0 }, "{err}");
 }
@@ -1306,21 +1314,7 @@ async fn open_refuses_a_tree_that_does_not_match_the_newest_checkpoint() {
     // A frontier hash of size 12 (subtree [8, 12) = leaf 11, level 2).
     let e = env();
     build_log(&e, 12).await;
-    let conn = rusqlite::Connection::open(&e.db).unwrap();
-    let mut blob: Vec<u8> = conn
-        .query_row(
-            "SELECT hashes FROM audit_records WHERE leaf = 11",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    blob[64] ^= 1;
-    conn.execute(
-        "UPDATE audit_records SET hashes = ?1 WHERE leaf = 11",
-        [&blob],
-    )
-    .unwrap();
-    drop(conn);
+    flip_stored_hash(&e, "audit_records", 11, 64, 1);
     assert!(matches!(
         AuditLog::open(&e.db, &e.keys, &cfg(0)),
         Err(AuditError::Corrupt(_))
@@ -1440,28 +1434,6 @@ async fn a_log_with_split_hashes_is_verified_then_merged_when_opened() {
     log.shutdown().await;
     let report = verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
     assert_eq!(report.records, 20);
-}
-
-#[tokio::test]
-async fn verify_log_names_a_bad_hash_in_the_split_layout() {
-    let e = env();
-    build_log(&e, 12).await;
-    split_hashes_layout(&e);
-    let conn = rusqlite::Connection::open(&e.db).unwrap();
-    let mut blob: Vec<u8> = conn
-        .query_row("SELECT hashes FROM audit_hashes WHERE leaf = 5", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    blob[40] ^= 0x10; // level 1 of leaf 5
-    conn.execute(
-        "UPDATE audit_hashes SET hashes = ?1 WHERE leaf = 5",
-        [&blob],
-    )
-    .unwrap();
-    drop(conn);
-    let err = verify_log(&e.db, &e.keys, |_, _| {}).unwrap_err();
-    assert_eq!(err, VerifyError::StoredHash { leaf: 5, level: 1 }, "{err}");
 }
 
 #[tokio::test]
