@@ -127,21 +127,17 @@ fn merge_hashes(conn: &mut Connection) -> Result<(), AuditError> {
         records,
         "merging the audit log's stored hashes into its records"
     );
+    // The old table steps aside, and SCHEMA_SQL creates the current one,
+    // so the merged table is defined in one place.
+    tx.execute_batch("ALTER TABLE audit_records RENAME TO audit_records_split;")?;
+    tx.execute_batch(SCHEMA_SQL)?;
     tx.execute_batch(
-        "CREATE TABLE audit_records_merged (
-             leaf      INTEGER PRIMARY KEY,
-             record_id BLOB NOT NULL UNIQUE,
-             canonical TEXT NOT NULL,
-             principal TEXT,
-             hashes    BLOB NOT NULL
-         );
-         INSERT INTO audit_records_merged (leaf, record_id, canonical, principal, hashes)
+        "INSERT INTO audit_records (leaf, record_id, canonical, principal, hashes)
              SELECT r.leaf, r.record_id, r.canonical, r.principal, h.hashes
-             FROM audit_records r JOIN audit_hashes h ON h.leaf = r.leaf
+             FROM audit_records_split r JOIN audit_hashes h ON h.leaf = r.leaf
              ORDER BY r.leaf;
-         DROP TABLE audit_records;
-         DROP TABLE audit_hashes;
-         ALTER TABLE audit_records_merged RENAME TO audit_records;",
+         DROP TABLE audit_records_split;
+         DROP TABLE audit_hashes;",
     )?;
     tx.commit()?;
     tracing::info!(

@@ -1422,6 +1422,21 @@ async fn a_log_with_split_hashes_is_verified_then_merged_when_opened() {
 
     let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
     assert!(!has_table(&e, "audit_hashes"), "merged at open");
+    // The merged log has exactly the tables and indexes of a new one.
+    let schema = |db: &Path| -> Vec<(String, String)> {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        let mut stmt = conn
+            .prepare(
+                "SELECT name, COALESCE(sql, '') FROM sqlite_master
+                 WHERE name LIKE '%audit%' ORDER BY name",
+            )
+            .unwrap();
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
+        rows.unwrap().map(Result::unwrap).collect()
+    };
+    let fresh = env();
+    build_log(&fresh, 1).await;
+    assert_eq!(schema(&e.db), schema(&fresh.db));
     // Proofs of the records written before still verify, and the log grows.
     let key = key_json(&log, &before[0].key_id);
     for r in [&before[0], &before[5], &before[11]] {
