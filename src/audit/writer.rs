@@ -147,20 +147,36 @@ pub(crate) struct Writer {
 /// records have waited one commit already, and under load the commit time
 /// itself sets the group size (a slower disk, bigger groups).
 ///
-/// And a group lingers no longer than the previous commit took. Records
-/// arriving after that would have formed the next group while this one
-/// committed, so waiting longer only delays the ones already in. On a disk
-/// whose fsync takes milliseconds the full `max_wait` still applies.
+/// And a group lingers no longer than half the previous commit took (see
+/// [`linger_cap`]). Where a commit takes twice `max_wait` or more (a disk
+/// whose fsync takes milliseconds), the full `max_wait` still applies.
 ///
-/// Both rules come from measurement (docs/benchmarks.md, 2026-11-24): with 64
+/// The rules come from measurement (docs/benchmarks.md, 2026-11-24): with 64
 /// clients on 2 cores, the plain 2 ms linger held end-to-end throughput at
 /// 0.61-0.64 of the no-op log, against 0.78-0.87 with no linger, because
 /// while every client waited on a lingering group the cores sat idle. With
-/// these rules 2 ms measures 0.77-0.83 and 0 measures 0.78-0.84. Where each
+/// these rules 2 ms measures 0.77-0.84 and 0 measures 0.78-0.84. Where each
 /// request costs more CPU, the cores are busy during a linger anyway, and
-/// the smaller groups cost 2-5 % more CPU per request.
+/// the smaller groups cost 1-5 % more CPU per request.
 fn idle_gap(max_wait: Duration) -> Duration {
     max_wait / 10
+}
+
+/// The longest a group may linger, counted from its first record's arrival:
+/// half the previous commit's duration, within `max_wait`.
+///
+/// Records arriving after a full commit's duration would have formed the
+/// next group while this one committed, so a longer wait only delays the
+/// ones already in. Half rather than all of it keeps a commit running: the
+/// records that come during the second half of that time queue behind this
+/// group and commit next, so the writer finds work as its commit ends. A cap
+/// of one whole commit gathered a closed loop's stragglers into one group,
+/// after which the queue was empty and the writer sat idle a quarter of the
+/// time while every client turned around (docs/benchmarks.md, 2026-11-24
+/// (fourth): `audit_bench` at 2 ms rose from 81-89 k to 90-109 k records/s,
+/// level with `max_wait` 0).
+fn linger_cap(max_wait: Duration, last_commit: Duration) -> Duration {
+    max_wait.min(last_commit / 2)
 }
 
 fn now_at() -> String {
@@ -467,7 +483,7 @@ impl Writer {
                     let _ = reply.send(self.rotate());
                 }
                 Msg::Append(first) => {
-                    let deadline = first.enqueued + self.max_wait.min(last_commit);
+                    let deadline = first.enqueued + linger_cap(self.max_wait, last_commit);
                     let gap = idle_gap(self.max_wait);
                     let mut batch = vec![first];
                     while batch.len() < self.max_batch {
@@ -735,5 +751,25 @@ impl Writer {
                 Err(e)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_linger_is_capped_at_half_the_last_commit_within_max_wait() {
+        let ms = Duration::from_millis;
+        // A fast disk: half the 0.3 ms commit, far under the 2 ms default.
+        assert_eq!(
+            linger_cap(ms(2), Duration::from_micros(300)),
+            Duration::from_micros(150)
+        );
+        // A slow disk: max_wait bounds it.
+        assert_eq!(linger_cap(ms(2), ms(10)), ms(2));
+        assert_eq!(linger_cap(ms(2), ms(4)), ms(2));
+        // max_wait 0 never lingers.
+        assert_eq!(linger_cap(Duration::ZERO, ms(10)), Duration::ZERO);
     }
 }
