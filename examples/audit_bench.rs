@@ -18,6 +18,11 @@ use std::time::{Duration, Instant};
 use verdict::audit::{verify_log, AuditLog, AuditRecord, RecordKind};
 use verdict::config::AuditConfig;
 
+/// The allocator the `verdict` binary ships with (see `src/main.rs`), so the
+/// bench measures the same code paths the sidecar runs.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// CPU seconds (user + system) of this process and of the writer thread, from
 /// /proc (clock ticks of 10 ms): the machine is shared, so wall-clock rates
 /// alone understate what the code can do.

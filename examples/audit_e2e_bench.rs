@@ -27,6 +27,11 @@ use sha2::{Digest, Sha256};
 use verdict::audit::AuditLog;
 use verdict::config::{Config, Overrides};
 
+/// The allocator the `verdict` binary ships with (see `src/main.rs`), so the
+/// bench measures the same code paths the sidecar runs.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const KEY: &str = "bench-app-key-0123456789";
 
 fn body(i: u64) -> String {
