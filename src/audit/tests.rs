@@ -968,7 +968,7 @@ async fn wal_frames_reach_the_database_file_beside_the_writer() {
 async fn a_quiet_queue_closes_the_group_before_max_wait() {
     let e = env();
     // A 20 s max_wait: a group would linger up to 2 s for a next record,
-    // but never longer than the previous commit took, and a lone record
+    // but never longer than half the previous commit took, and a lone record
     // with no company does not linger at all.
     let log = AuditLog::open(&e.db, &e.keys, &cfg(20_000)).unwrap();
     let started = std::time::Instant::now();
@@ -994,7 +994,7 @@ async fn a_quiet_queue_closes_the_group_before_max_wait() {
     }
     assert!(sizes.iter().filter(|s| **s == 21).count() >= 2, "{sizes:?}");
     // After a group of several, a record reaching the idle writer alone
-    // lingers for company, but no longer than the previous commit took,
+    // lingers for company, but no longer than half the previous commit took,
     // not the 2 s quiet gap.
     let started = std::time::Instant::now();
     log.append(decision(21)).await.unwrap();
