@@ -101,8 +101,8 @@ pub struct AuditConfig {
     /// The longest a group commit collects records (`audit.max_wait`). A
     /// forming group also closes once no record has arrived for a tenth of
     /// this, and lingers only when its first record found the writer idle,
-    /// for at most as long as the previous commit took (see the writer's
-    /// `idle_gap`).
+    /// for at most half as long as the previous commit took (see the
+    /// writer's `idle_gap` and `linger_cap`).
     pub max_wait: Duration,
     pub max_batch: usize,
 }

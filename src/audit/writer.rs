@@ -440,7 +440,7 @@ impl Writer {
         let mut carry: Option<Msg> = None;
         // Records in the previous group (see `idle_gap`).
         let mut last_group = 0usize;
-        // How long the previous group commit took (see `idle_gap`).
+        // How long the previous group commit took (see `linger_cap`).
         let mut last_commit = self.max_wait;
         loop {
             // `idle`: nothing was queued, so this thread waited for the
