@@ -280,6 +280,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     if counts.len() > 1 {
+        if args.next().is_some() {
+            return Err("a max_wait sweep takes one client count, not a list".into());
+        }
         println!(
             "POST /v2/authorize (verbose), {counts:?} clients, {secs}s per run, loadavg {}",
             load.split_whitespace()
