@@ -223,29 +223,57 @@ async fn send(
     Ok(())
 }
 
-/// The default four runs at each client count, then each variant's peak
-/// rate over the counts and the ratio of the peaks.
-async fn peaks(secs: u64, counts: &[u64]) -> Result<(), Box<dyn std::error::Error>> {
+/// The first three fields of /proc/loadavg, to show how busy the machine was.
+fn loadavg() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    load.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn print_columns() {
+    println!(
+        "{:<26} {:>8} {:>10} {:>9} {:>9} {:>8}",
+        "run", "requests", "req/s", "mean ms", "p99 ms", "CPU us/r"
+    );
+}
+
+/// The default runs at one client count: no-op, durable at 2 ms and at 0,
+/// no-op again. Returns the no-op mean and the two durable rates (req/s).
+async fn four_runs(secs: u64, clients: u64) -> Result<[f64; 3], Box<dyn std::error::Error>> {
     let ms2 = Duration::from_millis(2);
+    let a = run("no-op sink", true, ms2, secs, clients).await?;
+    let d2 = run("durable, max_wait=2ms", false, ms2, secs, clients).await?;
+    let d0 = run("durable, max_wait=0", false, Duration::ZERO, secs, clients).await?;
+    let b = run("no-op sink (again)", true, ms2, secs, clients).await?;
+    Ok([(a.rps + b.rps) / 2.0, d2.rps, d0.rps])
+}
+
+fn goal(ratio: f64) -> &'static str {
+    if ratio >= 0.8 {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
+/// [`four_runs`] at each client count, then each variant's peak rate over
+/// the counts and the ratio of the peaks.
+async fn peaks(secs: u64, counts: &[u64]) -> Result<(), Box<dyn std::error::Error>> {
     // Per variant: (peak rate, the count it came at).
     let mut best = [(0.0f64, 0u64); 3];
     for &clients in counts {
         println!("-- {clients} clients");
-        println!(
-            "{:<26} {:>8} {:>10} {:>9} {:>9} {:>8}",
-            "run", "requests", "req/s", "mean ms", "p99 ms", "CPU us/r"
-        );
-        let a = run("no-op sink", true, ms2, secs, clients).await?;
-        let d2 = run("durable, max_wait=2ms", false, ms2, secs, clients).await?;
-        let d0 = run("durable, max_wait=0", false, Duration::ZERO, secs, clients).await?;
-        let b = run("no-op sink (again)", true, ms2, secs, clients).await?;
-        let base = (a.rps + b.rps) / 2.0;
+        print_columns();
+        let rates = four_runs(secs, clients).await?;
+        let [base, d2, d0] = rates;
         println!(
             "durable / no-op at {clients} clients: {:.2}x (2 ms), {:.2}x (0)",
-            d2.rps / base,
-            d0.rps / base
+            d2 / base,
+            d0 / base
         );
-        for (slot, rps) in best.iter_mut().zip([base, d2.rps, d0.rps]) {
+        for (slot, rps) in best.iter_mut().zip(rates) {
             if rps > slot.0 {
                 *slot = (rps, clients);
             }
@@ -257,7 +285,7 @@ async fn peaks(secs: u64, counts: &[u64]) -> Result<(), Box<dyn std::error::Erro
         let ratio = peak / noop;
         println!(
             "peak durable / peak no-op, {label}: {ratio:.2}x (goal >= 0.80x: {})",
-            if ratio >= 0.8 { "met" } else { "NOT met" }
+            goal(ratio)
         );
     }
     Ok(())
@@ -275,42 +303,33 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect::<Result<_, _>>()
             .map_err(|e| format!("clients {list:?}: a count or a comma-separated list: {e}"))?,
     };
-    if counts.is_empty() || counts.contains(&0) {
-        return Err("clients: every count must be at least 1".into());
-    }
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    if counts.len() > 1 {
-        if args.next().is_some() {
-            return Err("a max_wait sweep takes one client count, not a list".into());
+    let clients = match counts.as_slice() {
+        [] => return Err("clients: give at least one count".into()),
+        _ if counts.contains(&0) => return Err("clients: every count must be at least 1".into()),
+        [one] => *one,
+        _ => {
+            if args.next().is_some() {
+                return Err("a max_wait sweep takes one client count, not a list".into());
+            }
+            println!(
+                "POST /v2/authorize (verbose), {counts:?} clients, {secs}s per run, loadavg {}",
+                loadavg()
+            );
+            return peaks(secs, &counts).await;
         }
-        println!(
-            "POST /v2/authorize (verbose), {counts:?} clients, {secs}s per run, loadavg {}",
-            load.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-        return peaks(secs, &counts).await;
-    }
-    let clients = counts[0];
+    };
     println!(
         "POST /v2/authorize (verbose), {clients} clients, {secs}s per run, loadavg {}",
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        loadavg()
     );
-    println!(
-        "{:<26} {:>8} {:>10} {:>9} {:>9} {:>8}",
-        "run", "requests", "req/s", "mean ms", "p99 ms", "CPU us/r"
-    );
-    let ms2 = Duration::from_millis(2);
+    print_columns();
     if let Some(list) = args.next() {
         let waits: Vec<u64> = list
             .split(',')
             .map(|v| v.trim().parse::<u64>())
             .collect::<Result<_, _>>()
             .map_err(|e| format!("sweep {list:?}: microseconds, comma-separated: {e}"))?;
+        let ms2 = Duration::from_millis(2);
         let a = run("no-op sink", true, ms2, secs, clients).await?;
         let mut durable = Vec::new();
         for us in waits {
@@ -327,25 +346,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         return Ok(());
     }
-    let a = run("no-op sink", true, ms2, secs, clients).await?;
-    let d2 = run("durable, max_wait=2ms", false, ms2, secs, clients).await?;
-    let d0 = run("durable, max_wait=0", false, Duration::ZERO, secs, clients).await?;
-    let b = run("no-op sink (again)", true, ms2, secs, clients).await?;
-    let base = (a.rps + b.rps) / 2.0;
-    for (label, d) in [("max_wait=2ms", &d2), ("max_wait=0", &d0)] {
-        let ratio = d.rps / base;
+    let [base, d2, d0] = four_runs(secs, clients).await?;
+    for (label, d) in [("max_wait=2ms", d2), ("max_wait=0", d0)] {
+        let ratio = d / base;
         println!(
             "durable / no-op, {label}: {ratio:.2}x (goal >= 0.80x: {})",
-            if ratio >= 0.8 { "met" } else { "NOT met" }
+            goal(ratio)
         );
     }
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!(
-        "loadavg after: {}",
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    println!("loadavg after: {}", loadavg());
     Ok(())
 }
