@@ -56,8 +56,11 @@ pub fn open_writer(path: &Path) -> Result<Connection, AuditError> {
     conn.busy_handler(Some(crate::sqlite::busy_decision_path))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
-    // The random record_id index touches many pages per group; keep them
-    // cached (64 MiB). The background checkpointer copies most WAL frames;
+    // 64 MiB of cache was sized for random (v4) record ids, whose index
+    // inserts touch many pages per group. Ids are time-ordered (v7) now and
+    // insert at the index's right edge; a 2 MB cache measured the same
+    // (docs/benchmarks.md, 2026-11-24 (fifth)), so nothing was gained by
+    // changing it. The background checkpointer copies most WAL frames;
     // this auto-checkpoint, less often than every 1000 pages, finishes the
     // rest so the WAL can restart (see `checkpointer`).
     conn.pragma_update(None, "cache_size", -65536)?;
