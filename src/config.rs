@@ -102,7 +102,9 @@ pub struct AuditConfig {
     /// forming group also closes once no record has arrived for a tenth of
     /// this, and lingers only when its first record found the writer idle,
     /// for at most half as long as the previous commit took (see the
-    /// writer's `idle_gap` and `linger_cap`).
+    /// writer's `idle_gap` and `linger_cap`). The default is 0: a group
+    /// forms by itself while the previous flush runs; 2 ms suits disks that
+    /// charge per flush.
     pub max_wait: Duration,
     pub max_batch: usize,
 }
@@ -382,7 +384,7 @@ impl Config {
             },
             audit: AuditConfig {
                 origin: f.audit.origin,
-                max_wait: duration("audit.max_wait", f.audit.max_wait, "2ms")?,
+                max_wait: duration("audit.max_wait", f.audit.max_wait, "0ms")?,
                 max_batch,
             },
             review_ttl: duration("review.ttl", f.review.ttl, "24h")?,
@@ -475,7 +477,7 @@ mod tests {
         assert_eq!(c.limits.max_body_bytes, 1_048_576);
         assert_eq!(c.limits.max_batch_body_bytes, 33_554_432);
         assert_eq!(c.limits.max_batch_items, 10_000);
-        assert_eq!(c.audit.max_wait, Duration::from_millis(2));
+        assert_eq!(c.audit.max_wait, Duration::ZERO);
         assert_eq!(c.audit.max_batch, 512);
         assert_eq!(c.review_ttl, Duration::from_secs(86_400));
         assert_eq!(c.jobs.workers, 1);

@@ -127,7 +127,7 @@ pub(crate) struct Writer {
 }
 
 /// How long a forming group waits for its next record before it closes
-/// early: a tenth of `max_wait` (200 us at the default 2 ms).
+/// early: a tenth of `max_wait` (200 us at 2 ms; the default is 0).
 ///
 /// `max_wait` is an upper bound ("collected for at most"), and waiting it out
 /// in full only pays while records keep arriving. A lone request at low load
