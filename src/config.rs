@@ -53,6 +53,50 @@ pub struct Config {
     pub limits: Limits,
     pub server: ServerConfig,
     pub log_format: LogFormat,
+    /// Floors for an action type that no policy names (`[defaults]`).
+    pub defaults: DefaultFloors,
+    pub authorize: AuthorizeConfig,
+}
+
+/// `[defaults]`: the floors an action type with no policy gets, as if a
+/// policy said them. Unset keys set no floor.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DefaultFloors {
+    pub decision_mode: Option<crate::policy::DecisionMode>,
+    pub min_coverage: Option<f64>,
+    pub citations: Option<crate::policy::Citations>,
+    pub deny_if_any_unsupported: Option<bool>,
+}
+
+/// `[authorize]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuthorizeConfig {
+    /// What an action type with no policy gets.
+    pub unknown_action: UnknownAction,
+}
+
+/// `[authorize] unknown_action`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownAction {
+    /// Refused in every mode (reason `unknown_action`): the default whenever
+    /// a keys file is configured.
+    Deny,
+    /// Sent to review in every mode.
+    Review,
+    /// Decided under the `[defaults]` floors: the default without keys.
+    Allow,
+}
+
+/// `[proxy] method_override`: what to do with `X-HTTP-Method-Override`,
+/// `X-HTTP-Method`, `X-Method-Override` and `_method`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MethodOverride {
+    /// 400 (the default).
+    Refuse,
+    /// Route and gate the request as the method it asks for.
+    Route,
 }
 
 #[derive(Debug, Clone)]
@@ -77,6 +121,10 @@ pub struct ProxyConfig {
     pub response_timeout: Duration,
     /// PEM roots for an https upstream; the system roots when `None`.
     pub ca_file: Option<PathBuf>,
+    pub method_override: MethodOverride,
+    /// Path prefixes whose paths may hold `\\`, `;`, encoded `/` and the
+    /// like (they are still refused when they could reach a gated route).
+    pub raw_path_prefixes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -182,6 +230,25 @@ struct FileConfig {
     server: FileServer,
     #[serde(default)]
     log: FileLog,
+    #[serde(default)]
+    defaults: FileDefaults,
+    #[serde(default)]
+    authorize: FileAuthorize,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDefaults {
+    decision_mode: Option<String>,
+    min_coverage: Option<f64>,
+    citations: Option<String>,
+    deny_if_any_unsupported: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAuthorize {
+    unknown_action: Option<UnknownAction>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -203,6 +270,8 @@ struct FileProxy {
     connect_timeout: Option<String>,
     response_timeout: Option<String>,
     ca_file: Option<PathBuf>,
+    method_override: Option<MethodOverride>,
+    raw_path_prefixes: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -341,6 +410,19 @@ impl Config {
                 "jobs.workers: must be greater than 0".into(),
             ));
         }
+        let defaults = default_floors(&f.defaults)?;
+        let keys_file = o.keys.clone().or(f.auth.keys_file);
+        let unknown_action = f.authorize.unknown_action.unwrap_or(if keys_file.is_some() {
+            UnknownAction::Deny
+        } else {
+            UnknownAction::Allow
+        });
+        let raw_path_prefixes = f.proxy.raw_path_prefixes.unwrap_or_default();
+        if let Some(p) = raw_path_prefixes.iter().find(|p| !p.starts_with('/')) {
+            return Err(ConfigError::Invalid(format!(
+                "proxy.raw_path_prefixes: {p:?} must start with \"/\""
+            )));
+        }
         let max_connections = f.server.max_connections.unwrap_or(4096);
         if max_connections == 0 {
             return Err(ConfigError::Invalid(
@@ -364,8 +446,10 @@ impl Config {
                     "30s",
                 )?,
                 ca_file: f.proxy.ca_file,
+                method_override: f.proxy.method_override.unwrap_or(MethodOverride::Refuse),
+                raw_path_prefixes,
             },
-            keys_file: o.keys.clone().or(f.auth.keys_file),
+            keys_file,
             policies_dir: o
                 .policies
                 .clone()
@@ -403,8 +487,48 @@ impl Config {
                 shutdown_grace: duration("server.shutdown_grace", f.server.shutdown_grace, "10s")?,
             },
             log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Json),
+            defaults,
+            authorize: AuthorizeConfig { unknown_action },
         })
     }
+}
+
+fn default_floors(f: &FileDefaults) -> Result<DefaultFloors, ConfigError> {
+    use crate::policy::{Citations, DecisionMode};
+    let decision_mode = match f.decision_mode.as_deref() {
+        None => None,
+        Some("strict") => Some(DecisionMode::Strict),
+        Some("balanced") => Some(DecisionMode::Balanced),
+        Some("audit") => Some(DecisionMode::Audit),
+        Some(other) => {
+            return Err(ConfigError::Invalid(format!(
+                "defaults.decision_mode: unknown mode {other:?} (strict, balanced, audit)"
+            )))
+        }
+    };
+    let citations = match f.citations.as_deref() {
+        None => None,
+        Some("required") => Some(Citations::Required),
+        Some("optional") => Some(Citations::Optional),
+        Some(other) => {
+            return Err(ConfigError::Invalid(format!(
+                "defaults.citations: unknown value {other:?} (required, optional)"
+            )))
+        }
+    };
+    if let Some(c) = f.min_coverage {
+        if !(0.0..=1.0).contains(&c) {
+            return Err(ConfigError::Invalid(format!(
+                "defaults.min_coverage: must be between 0 and 1, got {c}"
+            )));
+        }
+    }
+    Ok(DefaultFloors {
+        decision_mode,
+        min_coverage: f.min_coverage,
+        citations,
+        deny_if_any_unsupported: f.deny_if_any_unsupported,
+    })
 }
 
 fn parse_file(name: &str, text: &str) -> Result<FileConfig, ConfigError> {

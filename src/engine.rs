@@ -16,6 +16,7 @@
 //! - [`extract`]: output mode, an LLM answer split into claims.
 //! - [`decide`]: effective requirements and the DESIGN §5 decision table.
 
+pub mod bind;
 pub mod decide;
 pub mod extract;
 pub mod numbers;

@@ -13,10 +13,15 @@ use crate::api::wire::{self, Claims, OptionsIn, RequirementsIn, ResponseIn, Sour
 use crate::app::App;
 use crate::audit::{AuditRecord, Receipt, RecordKind};
 use crate::auth::Principal;
-use crate::engine::decide::{self, Decision, Effective, Requested};
+use crate::config::{DefaultFloors, UnknownAction};
+use crate::engine::bind::BindValue;
+use crate::engine::decide::{self, Decision, DecisionReason, Effective, Outcome, Requested};
 use crate::engine::{self, Check};
 use crate::error::ApiError;
-use crate::policy::{Citations, DecisionMode, ParamLookup, PolicySet, RuleHit};
+use crate::policy::{
+    ActionPolicy, Citations, DecisionMode, Options, ParamLookup, ParamMismatch, ParamValue,
+    PolicySet, Requirements, RuleHit,
+};
 
 /// `action: {type, params?}`.
 #[derive(Debug, Clone, Deserialize)]
@@ -94,6 +99,13 @@ pub struct GateOutcome {
     pub checks: Vec<Check>,
     pub coverage_score: f64,
     pub rule_hits: Vec<RuleHit>,
+    /// Params whose value is not of the type the policy reads.
+    pub mismatches: Vec<ParamMismatch>,
+    /// `bind` params that no counted supported claim states.
+    pub unbound: Vec<String>,
+    /// Supported claims that count: a claim sent without a citation where
+    /// citations are required is not one, whatever its coverage.
+    pub claims_supported: usize,
     pub sources_total: usize,
     /// `(source_id, why)` for every source that could not be used.
     pub unavailable: Vec<(String, String)>,
@@ -181,10 +193,21 @@ pub async fn authorize(
     if let Some(p) = policy {
         crate::audit::redact(&mut audited_params, &p.redact);
     }
-    let effective = decide::effective(policy, &requested);
-    let rule_hits = policy
-        .map(|p| p.evaluate_rules(&ParamLookup::from(&req.action.params)))
-        .unwrap_or_default();
+    // An action type no policy names gets the `[defaults]` floors, and what
+    // `[authorize] unknown_action` says.
+    let defaults = policy
+        .is_none()
+        .then(|| defaults_policy(&app.config.defaults, &action_type));
+    let effective = decide::effective(policy.or(defaults.as_ref()), &requested);
+    let unknown_action = match (policy, app.config.authorize.unknown_action) {
+        (Some(_), _) | (None, UnknownAction::Allow) => None,
+        (None, UnknownAction::Deny) => Some(Outcome::Deny),
+        (None, UnknownAction::Review) => Some(Outcome::NeedsReview),
+    };
+    let lookup = ParamLookup::from(&req.action.params);
+    let evaluation = policy.map(|p| p.evaluate(&lookup)).unwrap_or_default();
+    let rule_hits = evaluation.hits;
+    let mismatches = evaluation.mismatches;
 
     let source_refs = wire::source_refs("sources", req.sources)?;
     let resolved = app.resolver.resolve(&source_refs).await;
@@ -234,19 +257,51 @@ pub async fn authorize(
             }
             (None, None) => Vec::new(),
         };
-        let uncited = claims.iter().filter(|c| c.citations.is_empty()).count();
+        let uncited: Vec<String> = claims
+            .iter()
+            .filter(|c| c.citations.is_empty())
+            .map(|c| c.id.clone())
+            .collect();
         let checks = engine::verify(&claims, &sources, &params);
         let (_, score) = engine::summarize(&checks, !sources.is_empty());
         (checks, score, uncited)
     })
     .await?;
 
+    // A claim that needed a citation and had none supports nothing, whatever
+    // its coverage: it is neither counted nor used to bind params.
+    let counts = |c: &&Check| {
+        c.status == engine::ClaimStatus::Supported
+            && !(effective.citations == Citations::Required && uncited.contains(&c.claim_id))
+    };
+    let claims_supported = checks.iter().filter(counts).count();
+    let unbound: Vec<String> = policy
+        .map(|p| {
+            p.bind
+                .iter()
+                .filter(|name| {
+                    let Some(value) = lookup.get(name).and_then(bind_value) else {
+                        return true;
+                    };
+                    !checks
+                        .iter()
+                        .filter(counts)
+                        .any(|c| engine::bind::states(&c.claim_text, &value))
+                })
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+
     let decision = decide::decide(&decide::Facts {
         requirements: &effective,
         rule_hits: &rule_hits,
         checks: &checks,
-        claims_without_citations: uncited,
+        claims_without_citations: uncited.len(),
         unavailable_sources: unavailable.len(),
+        param_mismatches: mismatches.len(),
+        unbound_params: unbound.len(),
+        unknown_action,
     });
     let evaluated_at = now_rfc3339();
     let mut record = AuditRecord::new(RecordKind::Decision);
@@ -260,12 +315,7 @@ pub async fn authorize(
     record.would_decide = decision.would_decide.map(|d| d.as_str().to_string());
     record.coverage_score = Some(coverage_score);
     record.claims_total = Some(checks.len() as u64);
-    record.claims_supported = Some(
-        checks
-            .iter()
-            .filter(|c| c.status == engine::ClaimStatus::Supported)
-            .count() as u64,
-    );
+    record.claims_supported = Some(claims_supported as u64);
     record.policy_revision = Some(set.revision.clone());
     record.route = ctx.route.map(str::to_string);
     // A decision is never returned before its record is durable.
@@ -290,6 +340,9 @@ pub async fn authorize(
         checks,
         coverage_score,
         rule_hits,
+        mismatches,
+        unbound,
+        claims_supported,
         sources_total,
         unavailable,
         policy_revision: set.revision.clone(),
@@ -297,4 +350,85 @@ pub async fn authorize(
         mode,
         receipt,
     })
+}
+
+/// The floors of `[defaults]` as the policy of an action type no policy
+/// names.
+fn defaults_policy(d: &DefaultFloors, type_: &str) -> ActionPolicy {
+    ActionPolicy {
+        type_: type_.to_string(),
+        requirements: Requirements {
+            decision_mode: d.decision_mode,
+            min_coverage: d.min_coverage,
+            citations: d.citations,
+        },
+        options: Options {
+            deny_if_any_unsupported: d.deny_if_any_unsupported,
+            evidence_limit: None,
+            min_coverage: None,
+        },
+        require_claims: true,
+        redact: vec![],
+        rules: vec![],
+        param_types: Default::default(),
+        bind: vec![],
+    }
+}
+
+/// How binding reads a param: numbers and strings bind; anything else
+/// (an array, an object, a boolean) cannot be stated by a claim.
+fn bind_value(v: &ParamValue) -> Option<BindValue> {
+    match v {
+        ParamValue::Number(n) => Some(BindValue::number(*n)),
+        ParamValue::String(s) => Some(BindValue::text(s)),
+        _ => None,
+    }
+}
+
+/// A request the gate refuses before the engine runs (the proxy's
+/// ambiguous paths, bodies and media types): recorded like every other
+/// decision, durably, before the refusal is returned.
+pub struct Refusal<'a> {
+    pub action_type: &'a str,
+    /// The action params extracted so far (may be empty); redacted by the
+    /// action policy before they are stored.
+    pub params: serde_json::Map<String, serde_json::Value>,
+    pub reason: DecisionReason,
+}
+
+/// Records a refusal as a `deny` decision and returns its receipt.
+pub async fn refuse(
+    app: &App,
+    set: &PolicySet,
+    refusal: Refusal<'_>,
+    ctx: &GateCtx<'_>,
+) -> Result<Receipt, ApiError> {
+    let mut params = serde_json::Value::Object(refusal.params);
+    if let Some(p) = set.action(refusal.action_type) {
+        crate::audit::redact(&mut params, &p.redact);
+    }
+    let mut record = AuditRecord::new(RecordKind::Decision);
+    record.request_id = Some(ctx.request_id.to_string());
+    record.request_hash = Some(ctx.request_hash.to_string());
+    record.principal = Some(ctx.principal.name.clone());
+    record.action = Some(serde_json::json!({"type": refusal.action_type, "params": params}));
+    record.decision = Some(Outcome::Deny.as_str().to_string());
+    record.reason = Some(refusal.reason.as_str().to_string());
+    record.enforced = Some(true);
+    record.policy_revision = Some(set.revision.clone());
+    record.route = ctx.route.map(str::to_string);
+    let receipt = app.audit.append(record).await?;
+    app.decision_metrics.observe(
+        if ctx.route.is_some() { "proxy" } else { "api" },
+        Outcome::Deny.as_str(),
+        refusal.reason.as_str(),
+    );
+    tracing::info!(
+        request_id = ctx.request_id,
+        action = %refusal.action_type,
+        record_id = %receipt.record_id,
+        reason = refusal.reason.as_str(),
+        "gate refused the request"
+    );
+    Ok(receipt)
 }

@@ -31,13 +31,13 @@ pub mod store;
 pub mod watch;
 
 pub use extract::{Extracted, Extractor, RequestParts};
-pub use route::{FailureMode, OnReview, PathParams, Route};
+pub use route::{FailureMode, OnReview, PathParams, Route, RouteMatch};
 pub use rules::{
-    ActionPolicy, Citations, DecisionMode, Effect, Op, Options, ParamLookup, ParamValue,
-    Requirements, Rule, RuleHit, Scalar,
+    parse_decimal, ActionPolicy, Citations, DecisionMode, Effect, Evaluation, Op, Options,
+    ParamLookup, ParamMismatch, ParamType, ParamValue, Requirements, Rule, RuleHit, Scalar,
 };
 pub use store::{PolicyStore, ReloadOutcome, ReloadStatus};
-pub use validate::DEFAULT_HOLD_TIMEOUT;
+pub use validate::{DEFAULT_CONTENT_TYPE, DEFAULT_HOLD_TIMEOUT};
 pub use watch::{spawn_watcher, watch_path, WatchError, WatchHandle, DEFAULT_DEBOUNCE};
 
 /// Something wrong with the policy directory or a file in it.
@@ -70,6 +70,11 @@ pub struct PolicySet {
     /// In file order, then order within the file.
     pub routes: Vec<Route>,
     table: route::RouteTable,
+    /// `[set] allow_empty = true`: this set may gate nothing.
+    pub allow_empty: bool,
+    /// `[set] removed_routes`: route names whose removal this set
+    /// acknowledges.
+    pub removed_routes: Vec<String>,
 }
 
 // === impl PolicyError ===
@@ -113,6 +118,8 @@ impl PolicySet {
             actions: BTreeMap::new(),
             routes: Vec::new(),
             table: route::RouteTable::default(),
+            allow_empty: false,
+            removed_routes: Vec::new(),
         })
     }
 
@@ -123,8 +130,38 @@ impl PolicySet {
 
     /// The most specific route for a request. `path` is the request target;
     /// a query string is ignored. Captured path params are percent-decoded.
+    /// Only the strict reading counts here; see [`PolicySet::classify`].
     pub fn match_route(&self, method: &str, path: &str) -> Option<(&Route, PathParams)> {
+        match self.table.find(&self.routes, method, path) {
+            RouteMatch::Matched(r, p) => Some((r, p)),
+            _ => None,
+        }
+    }
+
+    /// The route a request reaches, read strictly, or the route only a
+    /// lenient reading reaches (the proxy refuses those).
+    pub fn classify(&self, method: &str, path: &str) -> RouteMatch<'_> {
         self.table.find(&self.routes, method, path)
+    }
+
+    /// A route that some method's reading (strict or lenient) of `path`
+    /// reaches, if any: what a request could hit once a method override or
+    /// a forgiving upstream router has had its say.
+    pub fn reach_any_method(&self, path: &str) -> Option<&Route> {
+        let mut methods: Vec<&str> = self.routes.iter().map(|r| r.method.as_str()).collect();
+        methods.sort_unstable();
+        methods.dedup();
+        methods
+            .into_iter()
+            .find_map(|m| match self.classify(m, path) {
+                RouteMatch::Matched(r, _) | RouteMatch::Ambiguous(r) => Some(r),
+                RouteMatch::Unmatched => None,
+            })
+    }
+
+    /// Whether the set gates anything at all: an action policy or a route.
+    pub fn gates_anything(&self) -> bool {
+        !self.actions.is_empty() || !self.routes.is_empty()
     }
 }
 

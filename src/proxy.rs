@@ -1,13 +1,19 @@
 //! The reverse proxy: intercept the routes named in policy files, decide,
 //! then forward, block or hold; pass every other route through untouched.
 //!
-//! A request runs through named phases in a fixed order on one policy
-//! snapshot: `classify` (route match), `buffer` (bounded body), `decide` (the
-//! same [`crate::gate`] the API uses, which writes the audit record before it
-//! answers), then `forward`, `block` or `hold`. Unmatched requests stream
-//! through without buffering. Anything that keeps the engine or the audit log
-//! from doing its job fails closed (503) unless the route says
-//! `failure_mode = "open"`.
+//! A request runs through a fixed order on one policy snapshot: [`guard`]
+//! (refuse paths and method overrides some upstream could read differently),
+//! route match (strict, and lenient to catch what a forgiving upstream would
+//! still route to a gated handler), a bounded body checked for its media type
+//! and for keys two parsers could read differently, the decision (the same
+//! [`crate::gate`] the API uses, which writes the audit record before it
+//! answers), then forward, block or hold. A refusal of a request that could
+//! reach a gated route is recorded like any other decision. Unmatched
+//! requests stream through without buffering. Anything that keeps the engine
+//! or the audit log from doing its job fails closed (503) unless the route
+//! says `failure_mode = "open"`.
+
+mod guard;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,13 +38,15 @@ use tracing::Instrument;
 
 use crate::app::App;
 use crate::auth::Principal;
-use crate::config::{ProxyConfig, Unmatched};
-use crate::engine::decide::Outcome;
+use crate::config::{MethodOverride, ProxyConfig, Unmatched};
+use crate::engine::decide::{DecisionReason, Outcome};
 use crate::error::ApiError;
-use crate::gate::{AuthorizeRequest, GateCtx};
+use crate::gate::{AuthorizeRequest, GateCtx, Refusal};
 use crate::health::{self, Component};
 use crate::http_util::{self, full, BoxError, RespBody, REQUEST_ID};
-use crate::policy::{FailureMode, OnReview, PathParams, RequestParts, Route};
+use crate::policy::{
+    Extractor, FailureMode, OnReview, PathParams, PolicySet, RequestParts, Route, RouteMatch,
+};
 use crate::review::{ForwardOutcome, HeldRequest, NewReview, Resolution};
 use crate::server::{ConnInfo, Handler};
 
@@ -295,11 +303,83 @@ impl Proxy {
         request_id: &str,
     ) -> Response<RespBody> {
         let set = self.app.policies.load_full();
-        let matched = set
-            .match_route(req.method().as_str(), req.uri().path())
-            .map(|(route, params)| (route.clone(), params));
-        let Some((route, path_params)) = matched else {
-            return self.unmatched(req, conn, request_id).await;
+        let raw_path = req.uri().path();
+        let opted_out = self
+            .cfg
+            .raw_path_prefixes
+            .iter()
+            .any(|p| raw_path.starts_with(p.as_str()));
+        if !opted_out {
+            if let Some(why) = guard::path_problem(raw_path) {
+                let route = set.reach_any_method(raw_path);
+                let refusal = RefuseWith {
+                    route,
+                    reason: DecisionReason::AmbiguousPath,
+                    status: StatusCode::BAD_REQUEST,
+                    message: format!("the request path holds {why}"),
+                };
+                return self.refuse(&set, &req, refusal, request_id).await;
+            }
+        }
+        let mut method = req.method().as_str().to_string();
+        match guard::override_method(req.headers(), req.uri().query()) {
+            Ok(None) => {}
+            Ok(Some(m))
+                if self.cfg.method_override == MethodOverride::Route
+                    && http::Method::from_bytes(m.as_bytes()).is_ok() =>
+            {
+                method = m;
+            }
+            asked => {
+                let message = match asked {
+                    Err(e) => e,
+                    Ok(m) => format!(
+                        "the request asks to be treated as {} (method override), which this proxy refuses",
+                        m.unwrap_or_default()
+                    ),
+                };
+                let route = set.reach_any_method(raw_path);
+                let refusal = RefuseWith {
+                    route,
+                    reason: DecisionReason::MethodOverride,
+                    status: StatusCode::BAD_REQUEST,
+                    message,
+                };
+                return self.refuse(&set, &req, refusal, request_id).await;
+            }
+        }
+        let (route, path_params) = match set.classify(&method, raw_path) {
+            RouteMatch::Matched(route, params) => (route.clone(), params),
+            RouteMatch::Ambiguous(route) => {
+                let refusal = RefuseWith {
+                    route: Some(route),
+                    reason: DecisionReason::AmbiguousPath,
+                    status: StatusCode::BAD_REQUEST,
+                    message: format!(
+                        "the path is not the route's path {:?} as written, but some servers would route it there",
+                        route.path
+                    ),
+                };
+                return self.refuse(&set, &req, refusal, request_id).await;
+            }
+            RouteMatch::Unmatched => {
+                // A form body can carry `_method`, which a framework may honour
+                // to reach a route gated under another method.
+                let form = matches!(guard::media_type(req.headers()), Ok(Some(m)) if guard::is_form(&m));
+                if let (true, Some(route)) = (form, set.reach_any_method(raw_path)) {
+                    let refusal = RefuseWith {
+                        route: Some(route),
+                        reason: DecisionReason::MethodOverride,
+                        status: StatusCode::BAD_REQUEST,
+                        message: format!(
+                            "a form body to a path gated under {} could ask for that method with _method",
+                            route.method
+                        ),
+                    };
+                    return self.refuse(&set, &req, refusal, request_id).await;
+                }
+                return self.unmatched(req, conn, request_id).await;
+            }
         };
         match self
             .gated(req, conn, request_id, &set, &route, &path_params)
@@ -310,6 +390,86 @@ impl Proxy {
                 self.stats.count(&route.name, "error");
                 e.into_response(request_id)
             }
+        }
+    }
+
+    /// Refuses a request before it is decided. When it could reach a gated
+    /// route, the refusal is a recorded `deny` decision of that route (and
+    /// fails closed with 503 if the record cannot be written).
+    async fn refuse<B>(
+        &self,
+        set: &PolicySet,
+        req: &Request<B>,
+        refusal: RefuseWith<'_>,
+        request_id: &str,
+    ) -> Response<RespBody> {
+        let reason = refusal.reason.as_str();
+        let Some(route) = refusal.route else {
+            self.stats.count("unmatched", reason);
+            let mut resp = blocked(request_id, "deny", reason, None, &refusal.message);
+            *resp.status_mut() = refusal.status;
+            return resp;
+        };
+        self.stats.count(&route.name, "deny");
+        let target = json!({
+            "refused": {
+                "method": req.method().as_str(),
+                "target": req.uri().path_and_query().map(|pq| pq.as_str()).unwrap_or("/"),
+            }
+        });
+        let request_hash = match http_util::canonical_hash(&target) {
+            Ok(h) => h,
+            Err(e) => return e.into_response(request_id),
+        };
+        let principal = Principal {
+            name: PROXY_PRINCIPAL.to_string(),
+            scopes: vec![],
+        };
+        let ctx = GateCtx {
+            principal: &principal,
+            request_id,
+            request_hash: &request_hash,
+            route: Some(&route.name),
+        };
+        // Params that need no body: path params are unknown (the path is the
+        // problem), query and headers are as sent.
+        let no_path = PathParams::default();
+        let params = route
+            .extract(&RequestParts {
+                path_params: &no_path,
+                query: req.uri().query(),
+                headers: req.headers(),
+                body: None,
+            })
+            .params;
+        let outcome = crate::gate::refuse(
+            &self.app,
+            set,
+            Refusal {
+                action_type: &route.action,
+                params,
+                reason: refusal.reason,
+            },
+            &ctx,
+        )
+        .await;
+        match outcome {
+            Ok(receipt) => {
+                let record_id = receipt.record_id.to_string();
+                let mut resp = blocked(
+                    request_id,
+                    "deny",
+                    reason,
+                    Some(&record_id),
+                    &refusal.message,
+                );
+                *resp.status_mut() = refusal.status;
+                resp
+            }
+            Err(e) => ApiError::Unavailable(format!(
+                "the refusal cannot be recorded, failing closed: {e}"
+            ))
+            .into_response(request_id),
         }
     }
 
@@ -357,24 +517,57 @@ impl Proxy {
         let (parts, body) = req.into_parts();
         let limit = self.app.config.limits.max_body_bytes;
         let bytes = http_util::read_body(&parts.headers, body, limit).await?;
+        let refuse = |reason, status, message: String| RefuseWith {
+            route: Some(route),
+            reason,
+            status,
+            message,
+        };
+        let probe = Request::from_parts(parts.clone(), ());
 
-        // Extract the authorize request from the call.
+        // The body must be of the media type the route gates, and readable
+        // one way only.
+        if route.reads_body() || !bytes.is_empty() {
+            let problem = match guard::media_type(&parts.headers) {
+                Ok(Some(m)) if m == route.content_type => None,
+                Ok(Some(m)) => Some(format!(
+                    "this route gates {} bodies, not {m}",
+                    route.content_type
+                )),
+                Ok(None) => Some(format!(
+                    "this route gates {} bodies and the request has no Content-Type",
+                    route.content_type
+                )),
+                Err(e) => Some(e),
+            };
+            if let Some(message) = problem {
+                let r = refuse(
+                    DecisionReason::UnsupportedContentType,
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    message,
+                );
+                return Ok(self.refuse(set, &probe, r, request_id).await);
+            }
+        }
         let json_body = if route.reads_body() {
-            match serde_json::from_slice::<Value>(&bytes) {
+            let pointers = body_pointers(route);
+            match guard::parse_json(&bytes, &pointers) {
                 Ok(v) => Some(v),
-                Err(e) => {
-                    self.stats.count(&route.name, "deny");
-                    let mut resp = blocked(
-                        request_id,
-                        "deny",
-                        "policy_violation",
-                        None,
-                        &format!(
-                            "this route reads a JSON body and the body is not valid JSON: {e}"
-                        ),
+                Err(guard::BodyError::Invalid(e)) => {
+                    let r = refuse(
+                        DecisionReason::PolicyViolation,
+                        StatusCode::BAD_REQUEST,
+                        format!("this route reads a JSON body and the body is not valid JSON: {e}"),
                     );
-                    *resp.status_mut() = StatusCode::BAD_REQUEST;
-                    return Ok(resp);
+                    return Ok(self.refuse(set, &probe, r, request_id).await);
+                }
+                Err(guard::BodyError::Ambiguous(e)) => {
+                    let r = refuse(
+                        DecisionReason::AmbiguousBody,
+                        StatusCode::BAD_REQUEST,
+                        format!("the body is ambiguous: {e}"),
+                    );
+                    return Ok(self.refuse(set, &probe, r, request_id).await);
                 }
             }
         } else {
@@ -399,9 +592,17 @@ impl Proxy {
             authz["answer"] = a;
         }
         let request_hash = http_util::canonical_hash(&authz)?;
-        let typed: AuthorizeRequest = http_util::typed(&authz).map_err(|e| {
-            ApiError::BadRequest(format!("the request's justification is malformed: {e}"))
-        })?;
+        let typed: AuthorizeRequest = match http_util::typed(&authz) {
+            Ok(t) => t,
+            Err(e) => {
+                let r = refuse(
+                    DecisionReason::PolicyViolation,
+                    StatusCode::BAD_REQUEST,
+                    format!("the request's justification is malformed: {e}"),
+                );
+                return Ok(self.refuse(set, &probe, r, request_id).await);
+            }
+        };
 
         // Decide (and audit) through the same gate as /v2/authorize.
         let principal = Principal {
@@ -831,6 +1032,31 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
     for name in listed {
         h.remove(name);
     }
+}
+
+/// A refusal before any decision: which route it concerns (when it could
+/// reach one), and what the caller is told.
+struct RefuseWith<'a> {
+    route: Option<&'a Route>,
+    reason: DecisionReason,
+    status: StatusCode,
+    message: String,
+}
+
+/// The JSON pointers of a route's `body:` extractors.
+fn body_pointers(route: &Route) -> Vec<&str> {
+    route
+        .params
+        .iter()
+        .map(|(_, e)| e)
+        .chain(route.claims.iter())
+        .chain(route.sources.iter())
+        .chain(route.answer.iter())
+        .filter_map(|e| match e {
+            Extractor::Body(p) => Some(p.as_str()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// `403` with the DESIGN §8 deny body.

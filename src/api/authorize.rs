@@ -29,6 +29,12 @@ pub struct Verbose {
     pub diagnostics: Vec<CheckOut>,
     pub requirements: RequirementsOut,
     pub rules: Vec<RuleHitOut>,
+    /// Params whose value is not of the type the policy reads.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub param_mismatches: Vec<MismatchOut>,
+    /// `bind` params that no supported claim states.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unbound_params: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unavailable_sources: Vec<UnavailableOut>,
     pub policy_revision: String,
@@ -61,6 +67,12 @@ pub struct FloorOut {
 pub struct RuleHitOut {
     pub param: String,
     pub effect: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MismatchOut {
+    pub param: String,
     pub message: String,
 }
 
@@ -117,6 +129,15 @@ pub fn response(
                     message: h.message.clone(),
                 })
                 .collect(),
+            param_mismatches: o
+                .mismatches
+                .iter()
+                .map(|m| MismatchOut {
+                    param: m.param.clone(),
+                    message: m.message.clone(),
+                })
+                .collect(),
+            unbound_params: o.unbound.clone(),
             unavailable_sources: o
                 .unavailable
                 .iter()
@@ -132,13 +153,15 @@ pub fn response(
             would_decide: o.decision.would_decide.map(|d| d.as_str()),
         }
     });
+    let mut metrics = MetricsOut::new(started, &o.checks, o.sources_total);
+    metrics.claims_supported = o.claims_supported;
     AuthorizeResponse {
         decision: o.decision.outcome.as_str(),
         coverage_score: o.coverage_score,
         evaluated_at: o.evaluated_at.clone(),
         request_id: request_id.to_string(),
         request_hash: request_hash.to_string(),
-        metrics: MetricsOut::new(started, &o.checks, o.sources_total),
+        metrics,
         verbose,
     }
 }

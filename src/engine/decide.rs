@@ -163,7 +163,7 @@ impl Outcome {
 }
 
 /// Stable reason codes (spec §7 plus `ambiguous_claims`, `review_required`
-/// and `no_claims` from DESIGN §5).
+/// and `no_claims` from DESIGN §5, and the gate's own refusals).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecisionReason {
     CoverageSufficient,
@@ -174,6 +174,22 @@ pub enum DecisionReason {
     PolicyViolation,
     ReviewRequired,
     NoClaims,
+    /// A param's value is not of the type its declaration or a rule reads.
+    ParamTypeMismatch,
+    /// A `bind` param is not stated by any supported claim.
+    UnboundParam,
+    /// The action type has no policy and `[authorize] unknown_action` says so.
+    UnknownAction,
+    /// Proxy: the body is not of the media type the route gates.
+    UnsupportedContentType,
+    /// Proxy: the body has duplicate keys (exact, or differing in case) on the
+    /// path of an extracted field.
+    AmbiguousBody,
+    /// Proxy: only a lenient reading of the path reaches the route.
+    AmbiguousPath,
+    /// Proxy: the request asks for another method (`X-HTTP-Method-Override`,
+    /// `_method`).
+    MethodOverride,
 }
 
 impl DecisionReason {
@@ -187,6 +203,13 @@ impl DecisionReason {
             DecisionReason::PolicyViolation => "policy_violation",
             DecisionReason::ReviewRequired => "review_required",
             DecisionReason::NoClaims => "no_claims",
+            DecisionReason::ParamTypeMismatch => "param_type_mismatch",
+            DecisionReason::UnboundParam => "unbound_param",
+            DecisionReason::UnknownAction => "unknown_action",
+            DecisionReason::UnsupportedContentType => "unsupported_content_type",
+            DecisionReason::AmbiguousBody => "ambiguous_body",
+            DecisionReason::AmbiguousPath => "ambiguous_path",
+            DecisionReason::MethodOverride => "method_override",
         }
     }
 }
@@ -201,6 +224,13 @@ pub struct Facts<'a> {
     pub claims_without_citations: usize,
     /// Sources that could not be read or failed their checksum.
     pub unavailable_sources: usize,
+    /// Params whose value is not of the type the policy reads.
+    pub param_mismatches: usize,
+    /// `bind` params that no supported claim states.
+    pub unbound_params: usize,
+    /// For an action type with no policy: what `[authorize] unknown_action`
+    /// says, when it is not `allow`. Enforced in every mode.
+    pub unknown_action: Option<Outcome>,
 }
 
 /// One decision, and what it would have been when audit mode does not
@@ -223,8 +253,20 @@ pub fn decide(f: &Facts<'_>) -> Decision {
     let mode = f.requirements.decision_mode;
     let any = |s: ClaimStatus| f.checks.iter().any(|c| c.status == s);
     let rule = |e: Effect| f.rule_hits.iter().any(|h| h.effect == e);
+    if let Some(outcome @ (Deny | NeedsReview)) = f.unknown_action {
+        // No policy to apply, and the operator said what that means; a
+        // caller's `decision_mode = "audit"` cannot turn it into an allow.
+        return Decision {
+            outcome,
+            reason: R::UnknownAction,
+            enforced: true,
+            would_decide: None,
+        };
+    }
     // (strict, balanced, reason) for each row; audit always allows.
-    let row = if rule(Effect::Deny) {
+    let row = if f.param_mismatches > 0 {
+        (Deny, Deny, R::ParamTypeMismatch)
+    } else if rule(Effect::Deny) {
         (Deny, Deny, R::PolicyViolation)
     } else if f.unavailable_sources > 0 {
         (Deny, NeedsReview, R::FetchFailed)
@@ -242,6 +284,8 @@ pub fn decide(f: &Facts<'_>) -> Decision {
             R::AmbiguousClaims
         };
         (Deny, NeedsReview, strict_reason)
+    } else if f.unbound_params > 0 {
+        (Deny, NeedsReview, R::UnboundParam)
     } else if rule(Effect::Review) {
         (NeedsReview, NeedsReview, R::ReviewRequired)
     } else if f.checks.is_empty() && f.requirements.require_claims {
@@ -333,6 +377,8 @@ mod tests {
             checks: Vec<Check>,
             uncited: usize,
             unavailable: usize,
+            mismatches: usize,
+            unbound: usize,
             citations: Citations,
             deny_any: bool,
             require_claims: bool,
@@ -346,6 +392,8 @@ mod tests {
             checks: vec![check(Supported, 1.0)],
             uncited: 0,
             unavailable: 0,
+            mismatches: 0,
+            unbound: 0,
             citations: Citations::Required,
             deny_any: false,
             require_claims: true,
@@ -354,6 +402,16 @@ mod tests {
             audit_would: Allow,
         };
         let rows = vec![
+            Row {
+                name: "0 param type mismatch",
+                hits: vec![hit(Effect::Deny)],
+                mismatches: 1,
+                unbound: 1,
+                strict: (Deny, R::ParamTypeMismatch),
+                balanced: (Deny, R::ParamTypeMismatch),
+                audit_would: Deny,
+                ..base()
+            },
             Row {
                 name: "1 deny rule",
                 hits: vec![hit(Effect::Review), hit(Effect::Deny)],
@@ -414,6 +472,15 @@ mod tests {
                 ..base()
             },
             Row {
+                name: "6b unbound param",
+                unbound: 1,
+                hits: vec![hit(Effect::Review)],
+                strict: (Deny, R::UnboundParam),
+                balanced: (NeedsReview, R::UnboundParam),
+                audit_would: Deny,
+                ..base()
+            },
+            Row {
                 name: "7 review rule",
                 hits: vec![hit(Effect::Review)],
                 strict: (NeedsReview, R::ReviewRequired),
@@ -450,6 +517,9 @@ mod tests {
                     checks: &row.checks,
                     claims_without_citations: row.uncited,
                     unavailable_sources: row.unavailable,
+                    param_mismatches: row.mismatches,
+                    unbound_params: row.unbound,
+                    unknown_action: None,
                 });
                 match mode {
                     Strict => {
@@ -485,6 +555,8 @@ mod tests {
             require_claims: true,
             redact: vec![],
             rules: vec![],
+            param_types: Default::default(),
+            bind: vec![],
         }
     }
 
@@ -605,8 +677,45 @@ mod tests {
                 checks: &checks,
                 claims_without_citations: uncited,
                 unavailable_sources: 0,
+                param_mismatches: 0,
+                unbound_params: 0,
+                unknown_action: None,
             });
             assert_eq!((d.outcome, d.reason), want, "{requested:?}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_action_is_refused_in_every_mode() {
+        let checks = [check(ClaimStatus::Supported, 1.0)];
+        for mode in [Strict, Balanced, Audit] {
+            for outcome in [Deny, NeedsReview] {
+                let r = reqs(mode, Citations::Optional, false);
+                let d = decide(&Facts {
+                    requirements: &r,
+                    rule_hits: &[],
+                    checks: &checks,
+                    claims_without_citations: 0,
+                    unavailable_sources: 0,
+                    param_mismatches: 0,
+                    unbound_params: 0,
+                    unknown_action: Some(outcome),
+                });
+                assert_eq!((d.outcome, d.reason), (outcome, R::UnknownAction));
+                assert!(d.enforced && d.would_decide.is_none(), "{mode:?}");
+            }
+            let r = reqs(mode, Citations::Optional, false);
+            let d = decide(&Facts {
+                requirements: &r,
+                rule_hits: &[],
+                checks: &checks,
+                claims_without_citations: 0,
+                unavailable_sources: 0,
+                param_mismatches: 0,
+                unbound_params: 0,
+                unknown_action: Some(Allow),
+            });
+            assert_eq!(d.reason, R::CoverageSufficient, "{mode:?}");
         }
     }
 }

@@ -17,9 +17,24 @@ use toml::Spanned;
 #[serde(deny_unknown_fields)]
 pub(super) struct FileDoc {
     #[serde(default)]
+    pub set: Option<FileSetOptions>,
+    #[serde(default)]
     pub action: Vec<FileAction>,
     #[serde(default)]
     pub route: Vec<FileRoute>,
+}
+
+/// `[set]`: statements about the whole policy set, such as "this set may
+/// gate nothing".
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileSetOptions {
+    /// A reload may leave no action or route that gates traffic.
+    #[serde(default)]
+    pub allow_empty: bool,
+    /// Route names whose removal this reload acknowledges.
+    #[serde(default)]
+    pub removed_routes: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -36,6 +51,13 @@ pub(super) struct FileAction {
     pub redact: Vec<Spanned<String>>,
     #[serde(default)]
     pub rule: Vec<FileRule>,
+    /// Param name → declared type (`number`, `integer`, `string`,
+    /// `decimal_string`).
+    #[serde(default)]
+    pub param_types: BTreeMap<String, Spanned<String>>,
+    /// Params the supported claims must state.
+    #[serde(default)]
+    pub bind: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -117,6 +139,15 @@ pub(super) struct FileRoute {
     pub on_review: Option<FileOnReview>,
     pub hold_timeout: Option<Spanned<String>>,
     pub failure_mode: Option<FileFailureMode>,
+    /// The media type the route gates (default `application/json`).
+    pub content_type: Option<Spanned<String>>,
+    /// Extensions an upstream ignores, such as `.json`: the route matches
+    /// `/a/b.json` as `/a/b`.
+    #[serde(default)]
+    pub suffixes: Vec<Spanned<String>>,
+    /// A reload that would remove this route is refused.
+    #[serde(default)]
+    pub pinned: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

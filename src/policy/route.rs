@@ -9,19 +9,23 @@
 //! being decided by file order.
 //!
 //! A gate must not be bypassed by spelling a path the way an upstream server
-//! would still accept it, so request paths are normalised before matching,
-//! always in the direction of intercepting more:
-//! - segments are percent-decoded, so `/api/orders/1/%72efunds` is
-//!   `/api/orders/1/refunds`;
-//! - empty segments (`//`, a trailing `/`) and `.` are dropped and `..` removes
-//!   the segment before it, as nginx and most frameworks do;
-//! - literal segments compare ASCII case-insensitively, as Express does by
-//!   default;
-//! - if nothing matches and the path has an encoded slash (`%2F`), the decoded
-//!   path is split again and tried, for upstreams that decode before routing.
+//! would still route to the gated handler, so a request path is read twice:
+//! - **strictly**, to pick the route whose decision applies: segments are
+//!   percent-decoded (`/api/orders/1/%72efunds` is `/api/orders/1/refunds`),
+//!   empty segments (`//`, a trailing `/`) and `.` are dropped and `..`
+//!   removes the segment before it (RFC 3986 §5.2.4), and literal segments
+//!   compare ASCII case-insensitively, as Express does by default; a route's
+//!   `suffixes` (`.json`) are ignored on the last segment;
+//! - **leniently**, the way the most forgiving upstream would: `\` and
+//!   encoded `/` or `\` split segments, `;` path parameters are cut off, a
+//!   trailing `.` or whitespace is trimmed, escapes are decoded until none is
+//!   left, and any extension on the last segment is dropped.
 //!
-//! A captured `{param}` keeps its decoded text, including any `/` that was
-//! sent as `%2F`.
+//! When the lenient reading reaches a route that the strict one does not,
+//! the request is [`RouteMatch::Ambiguous`]: the proxy refuses it with a
+//! recorded decision instead of guessing which handler the upstream runs.
+//!
+//! A captured `{param}` keeps its decoded text.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -68,7 +72,26 @@ pub struct Route {
     pub failure_mode: FailureMode,
     /// The file that defined the route, for diagnostics.
     pub file: String,
+    /// The media type of the bodies this route gates, lowercase, e.g.
+    /// `application/json`; a body of any other type is refused.
+    pub content_type: String,
+    /// Extensions (`.json`, lowercase) the last path segment may carry.
+    pub suffixes: Vec<String>,
+    /// A reload that would remove this route is refused.
+    pub pinned: bool,
     pub(super) pattern: Pattern,
+}
+
+/// How a request path relates to the routes of its method.
+#[derive(Debug, Clone)]
+pub enum RouteMatch<'a> {
+    /// The strict reading matches this route.
+    Matched(&'a Route, PathParams),
+    /// Only a lenient reading of the path reaches this route: some upstream
+    /// would run its handler for a path the gate cannot read the same way.
+    Ambiguous(&'a Route),
+    /// No reading reaches a route.
+    Unmatched,
 }
 
 /// Path parameters captured by a match, percent-decoded, in pattern order.
@@ -242,36 +265,97 @@ impl RouteTable {
     }
 
     /// The most specific route for `method` and `path` (a request target; any
-    /// query string or fragment is ignored).
-    pub(super) fn find<'a>(
-        &self,
-        routes: &'a [Route],
-        method: &str,
-        path: &str,
-    ) -> Option<(&'a Route, PathParams)> {
-        let candidates = self.by_method.get(method).or_else(|| {
+    /// query string or fragment is ignored), read strictly, and whether a
+    /// lenient reading reaches another route (see the module doc).
+    pub(super) fn find<'a>(&self, routes: &'a [Route], method: &str, path: &str) -> RouteMatch<'a> {
+        let Some(candidates) = self.by_method.get(method).or_else(|| {
             // Methods are case-sensitive tokens, but policies store uppercase
             // and clients are expected to send uppercase; tolerate lowercase.
             self.by_method.get(&method.to_ascii_uppercase())
-        })?;
+        }) else {
+            return RouteMatch::Unmatched;
+        };
         let path = path.split(['?', '#']).next().unwrap_or("");
-        let rest = path.strip_prefix('/')?;
-        let find = |segments: &[String]| {
+        let Some(rest) = path.strip_prefix('/') else {
+            return RouteMatch::Unmatched;
+        };
+        let find = |segments: &[String], suffix: Option<&str>| {
             candidates.iter().find_map(|&i| {
                 let route = routes.get(i)?;
+                if suffix.is_some_and(|s| !route.suffixes.iter().any(|r| r == s)) {
+                    return None;
+                }
                 route.pattern.capture(segments).map(|p| (route, p))
             })
         };
-        let split_then_decode = normalize(rest.split('/').map(|s| percent_decode(s, false)));
-        find(&split_then_decode).or_else(|| {
-            let lower = rest.to_ascii_lowercase();
-            if !lower.contains("%2f") {
-                return None;
-            }
-            let decoded = percent_decode(rest, false);
-            find(&normalize(decoded.split('/').map(str::to_string)))
-        })
+        let strict = normalize(rest.split('/').map(|s| percent_decode(s, false)));
+        let found = find(&strict, None).or_else(|| {
+            let (stem, ext) = split_extension(strict.last()?)?;
+            let mut segs = strict.clone();
+            let last = segs.len() - 1;
+            segs[last] = stem.to_string();
+            find(&segs, Some(&ext))
+        });
+        let lenient = lenient_segments(rest);
+        let reach = find(&lenient, None).or_else(|| {
+            let (stem, _) = split_extension(lenient.last()?)?;
+            let mut segs = lenient.clone();
+            let last = segs.len() - 1;
+            segs[last] = stem.to_string();
+            find(&segs, None)
+        });
+        match (found, reach) {
+            (Some((r, p)), None) => RouteMatch::Matched(r, p),
+            (Some((r, p)), Some((l, _))) if std::ptr::eq(r, l) => RouteMatch::Matched(r, p),
+            (_, Some((l, _))) => RouteMatch::Ambiguous(l),
+            (None, None) => RouteMatch::Unmatched,
+        }
     }
+}
+
+/// `name.ext` → (`name`, `.ext` lowercase) when `ext` is letters or digits
+/// and `name` is not empty.
+fn split_extension(seg: &str) -> Option<(&str, String)> {
+    let dot = seg.rfind('.')?;
+    let (stem, ext) = (&seg[..dot], &seg[dot + 1..]);
+    if stem.is_empty() || ext.is_empty() || !ext.chars().all(|c| c.is_alphanumeric()) {
+        return None;
+    }
+    Some((stem, format!(".{}", ext.to_lowercase())))
+}
+
+/// The path as the most forgiving upstream would route it (module doc).
+fn lenient_segments(rest: &str) -> Vec<String> {
+    let mut decoded = rest.to_string();
+    // Decode until nothing changes (bounded: each round removes escapes).
+    for _ in 0..4 {
+        let next = percent_decode(&decoded, false);
+        if next == decoded {
+            break;
+        }
+        decoded = next;
+    }
+    let segments = decoded.split(['/', '\\']).map(|seg| {
+        let seg = seg.split(';').next().unwrap_or("");
+        let seg: String = seg.chars().filter(|c| !c.is_control()).collect();
+        seg.trim_matches(|c: char| c.is_whitespace())
+            .trim_end_matches(|c: char| c == '.' || c.is_whitespace())
+            .to_string()
+    });
+    // A segment of dots only was a dot segment before trimming.
+    let mut out = Vec::new();
+    for (raw, seg) in decoded.split(['/', '\\']).zip(segments) {
+        let raw = raw.split(';').next().unwrap_or("").trim();
+        match raw {
+            "." => {}
+            ".." => {
+                out.pop();
+            }
+            _ if seg.is_empty() => {}
+            _ => out.push(seg),
+        }
+    }
+    out
 }
 
 /// Drops empty and `.` segments and resolves `..` (RFC 3986 §5.2.4 on

@@ -3,9 +3,12 @@
 //! A rule is checked against the action's params before any evidence is
 //! fetched, so it must be cheap, total and impossible to crash: every
 //! comparison is defined for every input, and a value of the wrong shape
-//! simply does not match. The params arrive as a small typed tree
-//! ([`ParamValue`]) rather than `serde_json::Value`, so the engine never has to
-//! know about JSON.
+//! never matches by accident: a value whose type the comparison cannot read
+//! (a string `"6_000"` for `amount gt 500`, an array, full-width digits) is a
+//! [`ParamMismatch`], which denies, instead of a rule that silently does not
+//! match while the upstream's parser reads 6 000. The params arrive as a small
+//! typed tree ([`ParamValue`]) rather than `serde_json::Value`, so the engine
+//! never has to know about JSON.
 
 use std::collections::BTreeMap;
 
@@ -66,6 +69,40 @@ pub struct ActionPolicy {
     pub redact: Vec<String>,
     /// In file order; [`RuleHit::rule`] indexes this list.
     pub rules: Vec<Rule>,
+    /// Declared param types; a present value of another type is a mismatch.
+    pub param_types: BTreeMap<String, ParamType>,
+    /// Params that a supported claim must state (`bind = [...]`).
+    pub bind: Vec<String>,
+}
+
+/// A declared param type (`param_types = { amount = "number" }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamType {
+    /// A JSON number.
+    Number,
+    /// A JSON number with no fractional part.
+    Integer,
+    /// A JSON string.
+    String,
+    /// A JSON number, or a string in plain decimal notation (`-12.50`, no
+    /// signs other than a leading `-`, no exponent, separators or spaces),
+    /// for params that arrive as text (path, query, header).
+    DecimalString,
+}
+
+/// A param whose value the policy cannot read the way it is declared or
+/// compared: the request is denied (`param_type_mismatch`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamMismatch {
+    pub param: String,
+    pub message: String,
+}
+
+/// The rule hits and type mismatches of one request's params.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Evaluation {
+    pub hits: Vec<RuleHit>,
+    pub mismatches: Vec<ParamMismatch>,
 }
 
 /// One `[[action.rule]]`.
@@ -135,45 +172,181 @@ pub struct ParamLookup {
 // === impl ActionPolicy ===
 
 impl ActionPolicy {
-    /// Every rule that matches `params`, in rule order. Pure and total.
-    pub fn evaluate_rules(&self, params: &ParamLookup) -> Vec<RuleHit> {
-        self.rules
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.matches(params.get(&r.param)))
-            .map(|(i, r)| RuleHit {
-                effect: r.effect,
-                rule: i,
-                param: r.param.clone(),
-                message: r.message.clone(),
-            })
-            .collect()
+    /// Every rule that matches `params`, in rule order, and every param whose
+    /// type a declaration or a rule cannot read. Pure and total.
+    pub fn evaluate(&self, params: &ParamLookup) -> Evaluation {
+        let mut out = Evaluation::default();
+        let mut mismatch = |param: &str, message: String| {
+            if !out.mismatches.iter().any(|m| m.param == param) {
+                out.mismatches.push(ParamMismatch {
+                    param: param.to_string(),
+                    message,
+                });
+            }
+        };
+        for (name, ty) in &self.param_types {
+            if let Some(v) = params.get(name) {
+                if let Err(m) = view(v, Some(*ty)) {
+                    mismatch(name, format!("{name}: {m}"));
+                }
+            }
+        }
+        let mut hits = Vec::new();
+        for (i, r) in self.rules.iter().enumerate() {
+            let declared = self.param_types.get(&r.param).copied();
+            match r.evaluate(params.get(&r.param), declared) {
+                Ok(true) => hits.push(RuleHit {
+                    effect: r.effect,
+                    rule: i,
+                    param: r.param.clone(),
+                    message: r.message.clone(),
+                }),
+                Ok(false) => {}
+                Err(m) => mismatch(&r.param, format!("{}: {m}", r.param)),
+            }
+        }
+        out.hits = hits;
+        out
     }
+
+    /// The rules that match `params`, in rule order (type mismatches left
+    /// out; see [`ActionPolicy::evaluate`]).
+    pub fn evaluate_rules(&self, params: &ParamLookup) -> Vec<RuleHit> {
+        self.evaluate(params).hits
+    }
+}
+
+/// A present value as a comparison reads it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum View<'a> {
+    Num(f64),
+    Str(&'a str),
+    Bool(bool),
+    /// An array or object: no comparison reads it.
+    Composite,
+}
+
+/// How a declared type reads a value, or why it cannot.
+fn view(v: &ParamValue, declared: Option<ParamType>) -> Result<View<'_>, String> {
+    let got = || format!("got {}", v.describe());
+    match (declared, v) {
+        (None, ParamValue::Number(n)) => Ok(View::Num(*n)),
+        (None, ParamValue::String(s)) => Ok(View::Str(s)),
+        (None, ParamValue::Bool(b)) => Ok(View::Bool(*b)),
+        (None, _) => Ok(View::Composite),
+        (Some(ParamType::Number | ParamType::DecimalString), ParamValue::Number(n)) => {
+            Ok(View::Num(*n))
+        }
+        (Some(ParamType::Number), _) => Err(format!("declared number, {}", got())),
+        (Some(ParamType::Integer), ParamValue::Number(n)) if n.fract() == 0.0 => Ok(View::Num(*n)),
+        (Some(ParamType::Integer), _) => Err(format!("declared integer, {}", got())),
+        (Some(ParamType::String), ParamValue::String(s)) => Ok(View::Str(s)),
+        (Some(ParamType::String), _) => Err(format!("declared string, {}", got())),
+        (Some(ParamType::DecimalString), ParamValue::String(s)) => parse_decimal(s)
+            .map(View::Num)
+            .ok_or_else(|| format!("declared decimal_string, {}", got())),
+        (Some(ParamType::DecimalString), _) => Err(format!("declared decimal_string, {}", got())),
+    }
+}
+
+/// Plain decimal notation: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`, finite. Nothing
+/// that one parser reads as a number and another as something else.
+pub fn parse_decimal(s: &str) -> Option<f64> {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    let (int, frac) = match digits.split_once('.') {
+        Some((i, f)) => (i, Some(f)),
+        None => (digits, None),
+    };
+    let int_ok = int == "0"
+        || (!int.is_empty() && !int.starts_with('0') && int.bytes().all(|b| b.is_ascii_digit()));
+    let frac_ok = frac.map_or(true, |f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()));
+    if !(int_ok && frac_ok) {
+        return None;
+    }
+    s.parse::<f64>().ok().filter(|n| n.is_finite())
 }
 
 // === impl Rule ===
 
 impl Rule {
     /// Whether the rule matches a param value (`None` when the param is
-    /// absent). An absent or null param is only ever matched by `absent`.
-    pub fn matches(&self, value: Option<&ParamValue>) -> bool {
+    /// absent), read as `declared`, or why the value cannot be compared. An
+    /// absent or null param is only ever matched by `absent` and is never a
+    /// mismatch.
+    pub fn evaluate(
+        &self,
+        value: Option<&ParamValue>,
+        declared: Option<ParamType>,
+    ) -> Result<bool, String> {
         let value = match value {
-            Some(ParamValue::Null) | None => return matches!(self.op, Op::Absent),
+            Some(ParamValue::Null) | None => return Ok(matches!(self.op, Op::Absent)),
             Some(v) => v,
         };
+        let raw = value;
+        let value = view(value, declared)?;
+        let number = || match value {
+            View::Num(n) => Ok(n),
+            _ => Err(format!(
+                "{} compares numbers, got {}",
+                self.op.name(),
+                raw.describe()
+            )),
+        };
+        let equals = |s: &Scalar| -> Result<bool, String> {
+            match (value, s) {
+                (View::Num(a), Scalar::Number(b)) => Ok(a == *b),
+                (View::Str(a), Scalar::String(b)) => Ok(a == b),
+                (View::Bool(a), Scalar::Bool(b)) => Ok(a == *b),
+                _ => Err(format!(
+                    "{} compares with {s}, got {}",
+                    self.op.name(),
+                    raw.describe()
+                )),
+            }
+        };
+        let any_equal = |list: &[Scalar]| -> Result<bool, String> {
+            let mut readable = false;
+            for s in list {
+                if let Ok(eq) = equals(s) {
+                    readable = true;
+                    if eq {
+                        return Ok(true);
+                    }
+                }
+            }
+            if readable || list.is_empty() {
+                Ok(false)
+            } else {
+                Err(format!(
+                    "{} compares with {}, got {}",
+                    self.op.name(),
+                    self.op.describe(),
+                    raw.describe()
+                ))
+            }
+        };
         match &self.op {
-            Op::Present => true,
-            Op::Absent => false,
-            Op::Eq(s) => value.equals(s),
-            Op::Ne(s) => !value.equals(s),
-            Op::Gt(n) => value.as_number().is_some_and(|v| v > *n),
-            Op::Ge(n) => value.as_number().is_some_and(|v| v >= *n),
-            Op::Lt(n) => value.as_number().is_some_and(|v| v < *n),
-            Op::Le(n) => value.as_number().is_some_and(|v| v <= *n),
-            Op::In(list) => list.iter().any(|s| value.equals(s)),
-            Op::NotIn(list) => !list.iter().any(|s| value.equals(s)),
-            Op::Matches(re) => value.as_text().is_some_and(|t| re.is_match(&t)),
+            Op::Present => Ok(true),
+            Op::Absent => Ok(false),
+            Op::Eq(s) => equals(s),
+            Op::Ne(s) => equals(s).map(|eq| !eq),
+            Op::Gt(n) => Ok(number()? > *n),
+            Op::Ge(n) => Ok(number()? >= *n),
+            Op::Lt(n) => Ok(number()? < *n),
+            Op::Le(n) => Ok(number()? <= *n),
+            Op::In(list) => any_equal(list),
+            Op::NotIn(list) => any_equal(list).map(|eq| !eq),
+            Op::Matches(re) => match raw {
+                ParamValue::String(t) => Ok(re.is_match(t)),
+                _ => Err(format!("matches reads strings, got {}", raw.describe())),
+            },
         }
+    }
+
+    /// Whether the rule matches an undeclared param value; a value it cannot
+    /// compare does not match (see [`Rule::evaluate`] for the mismatch).
+    pub fn matches(&self, value: Option<&ParamValue>) -> bool {
+        self.evaluate(value, None).unwrap_or(false)
     }
 }
 
@@ -226,36 +399,20 @@ impl std::fmt::Display for Scalar {
 // === impl ParamValue ===
 
 impl ParamValue {
-    /// The value as a number. Numeric strings count, because path, query and
-    /// header params always arrive as strings.
-    pub fn as_number(&self) -> Option<f64> {
+    /// A short description for messages: the type and, for scalars, the
+    /// value (strings cut at 40 characters).
+    pub fn describe(&self) -> String {
         match self {
-            ParamValue::Number(n) => Some(*n),
-            ParamValue::String(s) => s.trim().parse::<f64>().ok().filter(|n| n.is_finite()),
-            _ => None,
-        }
-    }
-
-    /// The value as text for `matches`: strings, numbers and booleans.
-    fn as_text(&self) -> Option<std::borrow::Cow<'_, str>> {
-        match self {
-            ParamValue::String(s) => Some(s.as_str().into()),
-            ParamValue::Number(n) => Some(n.to_string().into()),
-            ParamValue::Bool(b) => Some(b.to_string().into()),
-            _ => None,
-        }
-    }
-
-    /// Equality with a rule operand. A number operand compares numerically
-    /// (numeric strings count); a boolean operand also accepts the strings
-    /// `true` and `false`; a string operand needs a string.
-    fn equals(&self, s: &Scalar) -> bool {
-        match (self, s) {
-            (_, Scalar::Number(n)) => self.as_number() == Some(*n),
-            (ParamValue::Bool(a), Scalar::Bool(b)) => a == b,
-            (ParamValue::String(a), Scalar::Bool(b)) => a.parse::<bool>().ok() == Some(*b),
-            (ParamValue::String(a), Scalar::String(b)) => a == b,
-            _ => false,
+            ParamValue::Null => "null".into(),
+            ParamValue::Bool(b) => format!("boolean {b}"),
+            ParamValue::Number(n) => format!("number {n}"),
+            ParamValue::String(s) => {
+                let cut: String = s.chars().take(40).collect();
+                let more = if cut.len() < s.len() { "..." } else { "" };
+                format!("string {cut:?}{more}")
+            }
+            ParamValue::Array(_) => "an array".into(),
+            ParamValue::Object(_) => "an object".into(),
         }
     }
 }
@@ -347,6 +504,19 @@ mod tests {
         Scalar::String(v.into())
     }
 
+    fn policy(rules: Vec<Rule>) -> ActionPolicy {
+        ActionPolicy {
+            type_: "refund.create".into(),
+            requirements: Requirements::default(),
+            options: Options::default(),
+            require_claims: true,
+            redact: vec![],
+            rules,
+            param_types: BTreeMap::new(),
+            bind: vec![],
+        }
+    }
+
     fn params() -> ParamLookup {
         ParamLookup::from(
             json!({
@@ -364,76 +534,187 @@ mod tests {
         )
     }
 
+    /// What a rule says about one value.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Want {
+        Match,
+        NoMatch,
+        /// The value cannot be compared the way the rule compares.
+        Mismatch,
+    }
+
     #[test]
     fn every_op_on_present_absent_and_wrong_types() {
+        use Want::{Match, Mismatch, NoMatch};
         let re = |p: &str| Op::Matches(Regex::new(p).unwrap());
         // (param, op, expected)
-        let cases: Vec<(&str, Op, bool)> = vec![
-            ("amount", Op::Eq(Scalar::Number(600.0)), true),
-            ("amount_str", Op::Eq(Scalar::Number(600.0)), true),
-            ("amount", Op::Eq(s("600")), false),
-            ("currency", Op::Eq(s("EUR")), true),
-            ("currency", Op::Eq(s("eur")), false),
-            ("flag", Op::Eq(Scalar::Bool(true)), true),
-            ("flag_str", Op::Eq(Scalar::Bool(true)), true),
-            ("missing", Op::Eq(s("x")), false),
-            ("currency", Op::Ne(s("USD")), true),
-            ("currency", Op::Ne(s("EUR")), false),
-            ("missing", Op::Ne(s("USD")), false),
-            ("nothing", Op::Ne(s("USD")), false),
-            ("amount", Op::Gt(500.0), true),
-            ("amount", Op::Gt(600.0), false),
-            ("amount_str", Op::Gt(500.0), true),
-            ("currency", Op::Gt(500.0), false),
-            ("missing", Op::Gt(-1.0), false),
-            ("amount", Op::Ge(600.0), true),
-            ("amount", Op::Ge(600.5), false),
-            ("amount", Op::Lt(600.5), true),
-            ("amount", Op::Lt(600.0), false),
-            ("amount", Op::Le(600.0), true),
-            ("amount", Op::Le(599.0), false),
-            ("missing", Op::Le(1e9), false),
-            ("currency", Op::In(vec![s("USD"), s("EUR")]), true),
-            ("currency", Op::In(vec![s("USD")]), false),
-            ("amount", Op::In(vec![Scalar::Number(600.0)]), true),
-            ("missing", Op::In(vec![s("USD")]), false),
-            ("currency", Op::NotIn(vec![s("USD")]), true),
-            ("currency", Op::NotIn(vec![s("EUR")]), false),
-            ("missing", Op::NotIn(vec![s("EUR")]), false),
-            ("currency", Op::Present, true),
-            ("missing", Op::Present, false),
-            ("nothing", Op::Present, false),
-            ("currency", Op::Absent, false),
-            ("missing", Op::Absent, true),
-            ("nothing", Op::Absent, true),
-            ("currency", re("^[A-Z]{3}$"), true),
-            ("currency", re("^usd$"), false),
-            ("amount", re("^6\\d\\d$"), true),
-            ("customer", re(".*"), false),
-            ("missing", re(".*"), false),
-            ("customer.tier", Op::Eq(s("gold")), true),
-            ("customer.tags.1", Op::Eq(s("b")), true),
-            ("customer.tags.9", Op::Present, false),
-            ("customer.tier.x", Op::Absent, true),
-            ("dotted.key", Op::Eq(s("exact")), true),
+        let cases: Vec<(&str, Op, Want)> = vec![
+            ("amount", Op::Eq(Scalar::Number(600.0)), Match),
+            // A numeric string is not a number: pydantic and Number() read
+            // "6_000" or "0x1770" as 6000, Rust does not, so neither may we.
+            ("amount_str", Op::Eq(Scalar::Number(600.0)), Mismatch),
+            ("amount", Op::Eq(s("600")), Mismatch),
+            ("currency", Op::Eq(s("EUR")), Match),
+            ("currency", Op::Eq(s("eur")), NoMatch),
+            ("flag", Op::Eq(Scalar::Bool(true)), Match),
+            ("flag_str", Op::Eq(Scalar::Bool(true)), Mismatch),
+            ("missing", Op::Eq(s("x")), NoMatch),
+            ("currency", Op::Ne(s("USD")), Match),
+            ("currency", Op::Ne(s("EUR")), NoMatch),
+            ("missing", Op::Ne(s("USD")), NoMatch),
+            ("nothing", Op::Ne(s("USD")), NoMatch),
+            ("amount", Op::Gt(500.0), Match),
+            ("amount", Op::Gt(600.0), NoMatch),
+            ("amount_str", Op::Gt(500.0), Mismatch),
+            ("currency", Op::Gt(500.0), Mismatch),
+            ("customer", Op::Gt(500.0), Mismatch),
+            ("customer.tags", Op::Gt(500.0), Mismatch),
+            ("missing", Op::Gt(-1.0), NoMatch),
+            ("amount", Op::Ge(600.0), Match),
+            ("amount", Op::Ge(600.5), NoMatch),
+            ("amount", Op::Lt(600.5), Match),
+            ("amount", Op::Lt(600.0), NoMatch),
+            ("amount", Op::Le(600.0), Match),
+            ("amount", Op::Le(599.0), NoMatch),
+            ("missing", Op::Le(1e9), NoMatch),
+            ("currency", Op::In(vec![s("USD"), s("EUR")]), Match),
+            ("currency", Op::In(vec![s("USD")]), NoMatch),
+            ("amount", Op::In(vec![Scalar::Number(600.0)]), Match),
+            ("amount", Op::In(vec![s("600")]), Mismatch),
+            ("amount", Op::In(vec![s("x"), Scalar::Number(1.0)]), NoMatch),
+            ("missing", Op::In(vec![s("USD")]), NoMatch),
+            ("currency", Op::NotIn(vec![s("USD")]), Match),
+            ("currency", Op::NotIn(vec![s("EUR")]), NoMatch),
+            ("flag", Op::NotIn(vec![s("EUR")]), Mismatch),
+            ("missing", Op::NotIn(vec![s("EUR")]), NoMatch),
+            ("currency", Op::Present, Match),
+            ("missing", Op::Present, NoMatch),
+            ("nothing", Op::Present, NoMatch),
+            ("currency", Op::Absent, NoMatch),
+            ("missing", Op::Absent, Match),
+            ("nothing", Op::Absent, Match),
+            ("currency", re("^[A-Z]{3}$"), Match),
+            ("currency", re("^usd$"), NoMatch),
+            ("amount", re("^6\\d\\d$"), Mismatch),
+            ("customer", re(".*"), Mismatch),
+            ("missing", re(".*"), NoMatch),
+            ("customer.tier", Op::Eq(s("gold")), Match),
+            ("customer.tags.1", Op::Eq(s("b")), Match),
+            ("customer.tags.9", Op::Present, NoMatch),
+            ("customer.tier.x", Op::Absent, Match),
+            ("dotted.key", Op::Eq(s("exact")), Match),
         ];
         let p = params();
         for (i, (param, op, want)) in cases.into_iter().enumerate() {
             let desc = op.describe();
             let r = rule(param, op);
-            assert_eq!(r.matches(p.get(param)), want, "case {i}: {param} {desc}");
+            let got = match r.evaluate(p.get(param), None) {
+                Ok(true) => Match,
+                Ok(false) => NoMatch,
+                Err(_) => Mismatch,
+            };
+            assert_eq!(got, want, "case {i}: {param} {desc}");
+            assert_eq!(r.matches(p.get(param)), want == Match, "case {i}");
         }
     }
 
     #[test]
-    fn evaluate_rules_reports_hits_in_order() {
+    fn declared_types_read_and_refuse_spellings() {
+        use Want::{Match, Mismatch, NoMatch};
+        // The spellings an outside tester fed `amount gt 500`: each is read
+        // as 6000 by some upstream parser, so each must deny, never pass.
+        let spellings = [
+            json!("6_000"),
+            json!("0x1770"),
+            json!([6000]),
+            json!("\u{ff16}\u{ff10}\u{ff10}\u{ff10}"),
+            json!("$6000"),
+            json!("Infinity"),
+            json!("6e3"),
+            json!(" 6000"),
+            json!("6,000"),
+            json!("+6000"),
+            json!("06000"),
+            json!(true),
+            json!({"value": 6000}),
+        ];
+        for declared in [
+            None,
+            Some(ParamType::Number),
+            Some(ParamType::Integer),
+            Some(ParamType::DecimalString),
+        ] {
+            for v in &spellings {
+                let value = ParamValue::from(v);
+                let got = rule("amount", Op::Gt(500.0)).evaluate(Some(&value), declared);
+                assert!(got.is_err(), "{declared:?} {v}: {got:?}");
+            }
+        }
+        let cases: Vec<(serde_json::Value, Option<ParamType>, Want)> = vec![
+            (json!(6000), None, Match),
+            (json!(6000), Some(ParamType::Number), Match),
+            (json!(6000.5), Some(ParamType::Integer), Mismatch),
+            (json!(6000.0), Some(ParamType::Integer), Match),
+            (json!("6000"), Some(ParamType::DecimalString), Match),
+            (json!("-1.50"), Some(ParamType::DecimalString), NoMatch),
+            (json!(6000), Some(ParamType::DecimalString), Match),
+            (json!("6000"), Some(ParamType::String), Mismatch),
+            (json!("6000"), Some(ParamType::Number), Mismatch),
+        ];
+        for (v, declared, want) in cases {
+            let value = ParamValue::from(&v);
+            let got = match rule("amount", Op::Gt(500.0)).evaluate(Some(&value), declared) {
+                Ok(true) => Match,
+                Ok(false) => NoMatch,
+                Err(_) => Mismatch,
+            };
+            assert_eq!(got, want, "{declared:?} {v}");
+        }
+        for (text, want) in [
+            ("0", Some(0.0)),
+            ("12", Some(12.0)),
+            ("-12.50", Some(-12.5)),
+            ("012", None),
+            ("1.", None),
+            (".5", None),
+            ("1e3", None),
+            ("-", None),
+            ("", None),
+            ("1_0", None),
+            ("\u{0661}", None),
+        ] {
+            assert_eq!(parse_decimal(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn evaluate_reports_declared_and_rule_mismatches_once() {
         let policy = ActionPolicy {
-            type_: "refund.create".into(),
-            requirements: Requirements::default(),
-            options: Options::default(),
-            require_claims: true,
-            redact: vec![],
+            param_types: [("order_id".to_string(), ParamType::String)]
+                .into_iter()
+                .collect(),
             rules: vec![
+                rule("amount", Op::Gt(500.0)),
+                rule("amount", Op::Lt(0.0)),
+                rule("currency", Op::In(vec![s("USD")])),
+            ],
+            ..policy(vec![])
+        };
+        let p = ParamLookup::from(
+            json!({"amount": "6000", "order_id": 7, "currency": "USD"})
+                .as_object()
+                .unwrap(),
+        );
+        let e = policy.evaluate(&p);
+        assert_eq!(e.hits.len(), 1, "{e:?}");
+        let params: Vec<&str> = e.mismatches.iter().map(|m| m.param.as_str()).collect();
+        assert_eq!(params, ["order_id", "amount"], "{e:?}");
+        assert!(e.mismatches[1].message.contains("string \"6000\""), "{e:?}");
+    }
+
+    #[test]
+    fn evaluate_rules_reports_hits_in_order() {
+        let policy = policy(vec![
                 Rule {
                     effect: Effect::Review,
                     ..rule("amount", Op::Gt(500.0))
@@ -450,8 +731,7 @@ mod tests {
                     effect: Effect::Deny,
                     ..rule("reason", Op::Absent)
                 },
-            ],
-        };
+        ]);
         let hits = policy.evaluate_rules(&params());
         assert_eq!(
             hits,

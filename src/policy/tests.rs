@@ -101,7 +101,7 @@ fn defaults_and_minimal_files() {
             "[[route]]\nname = \"r\"\nmethod = \"get\"\npath = \"/x\"\naction = \"x\"\n\
              failure_mode = \"open\"\non_review = \"deny\"\nanswer = \"query:text\"\n",
         ),
-        ("empty.toml", ""),
+        ("empty.toml", "# nothing here yet\n"),
     ])
     .unwrap();
     let a = set.action("x").unwrap();
@@ -201,12 +201,12 @@ fn validation_errors_have_exact_positions() {
         ("[[action]\n".into(), "f.toml:1:9: invalid table header: expected `.`, `]]`"),
         ("[[action]]\ntype = 5\n".into(), "f.toml:2:8: invalid type: integer `5`, expected a string"),
         ("[[action]]\ntype = \"x\"\ntypo = 1\n".into(),
-         "f.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`"),
+         "f.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`"),
         ("[[action]]\ntype = \"x\"\nrequirements = { decision_mode = \"lenient\" }\n".into(),
          "f.toml:3:34: unknown variant `lenient`, expected one of `strict`, `balanced`, `audit`"),
         ("[[action]]\ntype = \"x\"\nrequirements = { min_cov = 1 }\n".into(),
          "f.toml:3:18: unknown field `min_cov`, expected one of `decision_mode`, `min_coverage`, `citations`"),
-        ("[[policy]]\n".into(), "f.toml:1:3: unknown field `policy`, expected `action` or `route`"),
+        ("[[policy]]\n".into(), "f.toml:1:3: unknown field `policy`, expected one of `set`, `action`, `route`"),
         ("[[route]]\nname = \"r\"\n".into(), "f.toml:1:1: missing field `method`"),
         // Semantic errors.
         ("[[action]]\ntype = \"x\"\nrequirements = { min_coverage = 1.5 }\n".into(),
@@ -239,7 +239,7 @@ fn validation_errors_have_exact_positions() {
          "f.toml:8:13: unknown variant `wait`, expected `hold` or `deny`"),
         (route("failure_mode = \"ajar\"\n"),
          "f.toml:8:16: unknown variant `ajar`, expected `closed` or `open`"),
-        (route("bogus = 1\n"), "f.toml:8:1: unknown field `bogus`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`"),
+        (route("bogus = 1\n"), "f.toml:8:1: unknown field `bogus`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`"),
         ("[[action]]\ntype = \"x\"\n[[route]]\nname = \"r\"\nmethod = \"PO ST\"\npath = \"o\"\naction = \"y\"\n".into(),
          "f.toml:5:10: invalid method \"PO ST\"\nf.toml:6:8: path \"o\" must start with \"/\"\nf.toml:7:10: route \"r\" references unknown action \"y\""),
         ("[[action]]\ntype = \"x\"\n[[route]]\nname = \"r\"\nmethod = \"GET\"\npath = \"/a/{b}x\"\naction = \"x\"\n".into(),
@@ -374,11 +374,9 @@ fn most_specific_route_wins() {
         ("GET", "//users///me", Some(("lit-lit", &[]))),
         ("GET", "/users/x/../me", Some(("lit-lit", &[]))),
         ("GET", "/users/%2e%2e/./users/me", Some(("lit-lit", &[]))),
-        (
-            "GET",
-            "/users%2F42%2Forders",
-            Some(("longer", &[("id", "42")])),
-        ),
+        // An encoded slash is read strictly as part of a segment; only the
+        // lenient reading splits it (see `lenient_readings_are_ambiguous`).
+        ("GET", "/users%2F42%2Forders", None),
         ("GET", "/users/a%2fb", Some(("lit-param", &[("id", "a/b")]))),
         ("GET", "/../..", Some(("root", &[]))),
         ("GET", "users/42", None),
@@ -446,13 +444,27 @@ fn route_extracts_from_a_request() {
                 path_params: &pp,
                 query: None,
                 headers: &headers,
-                body: Some(&json!({"amount": "600"})),
+                body: Some(&json!({"amount": 600})),
             })
             .params,
     );
     let hits = set.action("refund.create").unwrap().evaluate_rules(&lookup);
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].effect, Effect::Review);
+    // A numeric string is not a number: a mismatch, never a silent miss.
+    let lookup = ParamLookup::from(
+        &route
+            .extract(&RequestParts {
+                path_params: &pp,
+                query: None,
+                headers: &headers,
+                body: Some(&json!({"amount": "600"})),
+            })
+            .params,
+    );
+    let eval = set.action("refund.create").unwrap().evaluate(&lookup);
+    assert!(eval.hits.is_empty());
+    assert_eq!(eval.mismatches.len(), 1, "{eval:?}");
 }
 
 #[test]
@@ -558,7 +570,7 @@ fn check_dir_output() {
     let d = dir.path().display();
     assert_eq!(
         out,
-        format!("{d}/b.toml:3:1: unknown field `x`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`\n")
+        format!("{d}/b.toml:3:1: unknown field `x`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`\n")
     );
 
     let (code, out) = check_dir(&dir.path().join("nope"));
@@ -632,10 +644,10 @@ action = "b"
     assert_eq!(
         errors_of(&[("m.toml", text)]),
         vec![
-            "m.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`",
+            "m.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`",
             "m.toml:9:11: op \"gt\" needs a number value",
             "m.toml:13:8: unknown variant `between`, expected one of `eq`, `ne`, `gt`, `ge`, `lt`, `le`, `in`, `not_in`, `present`, `absent`, `matches`",
-            "m.toml:20:1: unknown field `color`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`",
+            "m.toml:20:1: unknown field `color`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`",
             "m.toml:26:16: params.p: invalid extractor \"cookie:x\": expected path:NAME, query:NAME, header:NAME, body:/POINTER or literal:VALUE",
             "m.toml:27:1: missing field `method`",
         ]
@@ -643,8 +655,119 @@ action = "b"
     assert_eq!(
         errors_of(&[("t.toml", "foo = 1\n[[action]]\ntype = 5\n")]),
         vec![
-            "t.toml:1:1: unknown field `foo`, expected `action` or `route`",
+            "t.toml:1:1: unknown field `foo`, expected one of `set`, `action`, `route`",
             "t.toml:3:8: invalid type: integer `5`, expected a string",
         ]
     );
+}
+
+#[test]
+fn lenient_readings_are_ambiguous() {
+    let with_suffix = DESIGN_EXAMPLE.replace(
+        "hold_timeout = \"30s\"",
+        "hold_timeout = \"30s\"\nsuffixes = [\".json\"]",
+    );
+    let plain = PolicySet::from_sources(&[("refunds.toml", DESIGN_EXAMPLE)]).unwrap();
+    let suffixed = PolicySet::from_sources(&[("refunds.toml", &with_suffix)]).unwrap();
+    let kind = |set: &PolicySet, path: &str| match set.classify("POST", path) {
+        RouteMatch::Matched(r, p) => format!("matched {} {:?}", r.name, p.get("order_id")),
+        RouteMatch::Ambiguous(r) => format!("ambiguous {}", r.name),
+        RouteMatch::Unmatched => "unmatched".to_string(),
+    };
+    for (path, want) in [
+        ("/api/orders/1/refunds", "matched create-refund Some(\"1\")"),
+        ("/API/Orders/1/REFUNDS/", "matched create-refund Some(\"1\")"),
+        ("/api/orders/1/%72efunds", "matched create-refund Some(\"1\")"),
+        ("/api\\orders\\1\\refunds", "ambiguous create-refund"),
+        ("/api/orders/1/refunds;jsessionid=abc", "ambiguous create-refund"),
+        ("/api;x=1/orders/1/refunds", "ambiguous create-refund"),
+        ("/api/x/..;/orders/1/refunds", "ambiguous create-refund"),
+        ("/api%5Corders%5C1%5Crefunds", "ambiguous create-refund"),
+        ("/api/orders/1/refunds.", "ambiguous create-refund"),
+        ("/api/orders/1/refunds%20", "ambiguous create-refund"),
+        ("/api/orders/1/refunds.json", "ambiguous create-refund"),
+        ("/api/orders%2F1%2Frefunds", "ambiguous create-refund"),
+        ("/api/orders/1/%2572efunds", "ambiguous create-refund"),
+        ("/api/orders/1/refunds%00", "ambiguous create-refund"),
+        ("/api/orders/1/returns", "unmatched"),
+        ("/api/orders/1/refundsx", "unmatched"),
+    ] {
+        assert_eq!(kind(&plain, path), want, "{path}");
+    }
+    // A declared suffix is part of the route; others are still ambiguous.
+    assert_eq!(
+        kind(&suffixed, "/api/orders/1/refunds.JSON"),
+        "matched create-refund Some(\"1\")"
+    );
+    assert_eq!(
+        kind(&suffixed, "/api/orders/1/refunds.xml"),
+        "ambiguous create-refund"
+    );
+    // Any method's reading counts for a method override.
+    assert!(plain.reach_any_method("/api/orders/1/refunds;x").is_some());
+    assert!(plain.reach_any_method("/api/orders/1").is_none());
+}
+
+#[test]
+fn route_content_type_suffixes_and_pins_are_validated() {
+    let route = |extra: &str| {
+        format!(
+            "[[action]]\ntype = \"a\"\n[[route]]\nname = \"r\"\nmethod = \"POST\"\npath = \"/a\"\naction = \"a\"\nparams = {{ n = \"body:/n\" }}\n{extra}\n"
+        )
+    };
+    let set = PolicySet::from_sources(&[("a.toml", &route("pinned = true"))]).unwrap();
+    assert_eq!(set.routes[0].content_type, "application/json");
+    assert!(set.routes[0].pinned);
+    let set = PolicySet::from_sources(&[(
+        "a.toml",
+        &route("content_type = \"Application/Vnd.Api+JSON\"\nsuffixes = [\".json\"]"),
+    )])
+    .unwrap();
+    assert_eq!(set.routes[0].content_type, "application/vnd.api+json");
+    assert_eq!(set.routes[0].suffixes, [".json"]);
+    for (extra, want) in [
+        (
+            "content_type = \"text/plain\"",
+            "a.toml:9:16: route \"r\" reads the body with body: extractors, so it must gate a JSON media type, not \"text/plain\"",
+        ),
+        (
+            "content_type = \"application/json; charset=utf-8\"",
+            "a.toml:9:16: content_type \"application/json; charset=utf-8\" is not a media type like \"application/json\" (no parameters)",
+        ),
+        (
+            "suffixes = [\"json\"]",
+            "a.toml:9:13: suffix \"json\" must be a dot and letters or digits, like \".json\"",
+        ),
+    ] {
+        assert_eq!(errors_of(&[("a.toml", &route(extra))]), [want], "{extra}");
+    }
+}
+
+#[test]
+fn empty_files_and_types_are_errors() {
+    assert_eq!(
+        errors_of(&[("a.toml", ""), ("b.toml", " \n\t\n")]),
+        [
+            "a.toml:1:1: file is empty (a truncated write?); a policy file that means to hold nothing says so with a comment",
+            "b.toml:1:1: file is empty (a truncated write?); a policy file that means to hold nothing says so with a comment",
+        ]
+    );
+    assert_eq!(
+        errors_of(&[(
+            "a.toml",
+            "[[action]]\ntype = \"a\"\nparam_types = { amount = \"money\" }\nbind = [\"\"]\n"
+        )]),
+        [
+            "a.toml:3:26: param_types.amount: unknown type \"money\" (number, integer, string, decimal_string)",
+            "a.toml:4:9: invalid bind param \"\"",
+        ]
+    );
+    let set = PolicySet::from_sources(&[(
+        "a.toml",
+        "[set]\nallow_empty = true\nremoved_routes = [\"old\"]\n# nothing gated\n",
+    )])
+    .unwrap();
+    assert!(set.allow_empty);
+    assert_eq!(set.removed_routes, ["old"]);
+    assert!(!set.gates_anything());
 }

@@ -16,13 +16,17 @@ use super::extract::Extractor;
 use super::file::{self, FileAction, FileOp, FileRoute, FileRule};
 use super::route::{FailureMode, OnReview, Pattern, Route, RouteTable};
 use super::rules::{
-    ActionPolicy, Citations, DecisionMode, Effect, Op, Options, Requirements, Rule, Scalar,
+    ActionPolicy, Citations, DecisionMode, Effect, Op, Options, ParamType, Requirements, Rule,
+    Scalar,
 };
 use super::{PolicyError, PolicySet};
 use crate::config::{line_col, parse_duration};
 
 /// The default `hold_timeout` of a route.
 pub const DEFAULT_HOLD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The media type a route gates when it does not say.
+pub const DEFAULT_CONTENT_TYPE: &str = "application/json";
 
 /// One policy file's contents.
 pub(super) struct Source {
@@ -70,6 +74,19 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
     let mut incomplete = false;
     for src in &sources {
         let display = src.display.as_str();
+        // An editor that truncates a file and then writes it leaves a moment
+        // where the file is empty; applying that as "no policy" would open
+        // the gate. A file that means to be empty says so with a comment.
+        if src.bytes.iter().all(u8::is_ascii_whitespace) {
+            errors.push(PolicyError::Invalid {
+                file: display.to_string(),
+                line: 1,
+                col: 1,
+                message: "file is empty (a truncated write?); a policy file that means to hold nothing says so with a comment".into(),
+            });
+            incomplete = true;
+            continue;
+        }
         let Ok(text) = std::str::from_utf8(&src.bytes) else {
             errors.push(PolicyError::Invalid {
                 file: display.to_string(),
@@ -97,6 +114,16 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
         }
         if let Some(doc) = doc {
             parsed.push((src, text, doc));
+        }
+    }
+
+    // `[set]`, in any file.
+    let mut allow_empty = false;
+    let mut removed_routes = Vec::new();
+    for (_, _, doc) in &parsed {
+        if let Some(set) = &doc.set {
+            allow_empty |= set.allow_empty;
+            removed_routes.extend(set.removed_routes.iter().map(|r| r.get_ref().clone()));
         }
     }
 
@@ -194,6 +221,8 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
         actions,
         routes,
         table,
+        allow_empty,
+        removed_routes,
     })
 }
 
@@ -240,6 +269,31 @@ fn action(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<ActionPolicy> {
         }
     }
     let rules: Vec<Rule> = fa.rule.iter().filter_map(|fr| rule(cx, fr)).collect();
+    let mut param_types = BTreeMap::new();
+    for (name, ty) in &fa.param_types {
+        let parsed = match ty.get_ref().as_str() {
+            "number" => ParamType::Number,
+            "integer" => ParamType::Integer,
+            "string" => ParamType::String,
+            "decimal_string" => ParamType::DecimalString,
+            other => {
+                cx.err(
+                    ty.span().start,
+                    format!(
+                        "param_types.{name}: unknown type {other:?} (number, integer, string, decimal_string)"
+                    ),
+                );
+                continue;
+            }
+        };
+        param_types.insert(name.clone(), parsed);
+    }
+    for b in &fa.bind {
+        let name = b.get_ref();
+        if name.trim().is_empty() || name.split('.').any(str::is_empty) {
+            cx.err(b.span().start, format!("invalid bind param {name:?}"));
+        }
+    }
     if cx.errors.len() != before {
         return None;
     }
@@ -266,6 +320,8 @@ fn action(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<ActionPolicy> {
         require_claims: fa.require_claims.unwrap_or(true),
         redact: fa.redact.iter().map(|r| r.get_ref().clone()).collect(),
         rules,
+        param_types,
+        bind: fa.bind.iter().map(|b| b.get_ref().clone()).collect(),
     })
 }
 
@@ -463,6 +519,52 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
             }
         },
     };
+    let content_type = match &fr.content_type {
+        None => DEFAULT_CONTENT_TYPE.to_string(),
+        Some(ct) => {
+            let t = ct.get_ref().trim().to_ascii_lowercase();
+            if !is_media_type(&t) {
+                cx.err(
+                    ct.span().start,
+                    format!(
+                        "content_type {:?} is not a media type like \"application/json\" (no parameters)",
+                        ct.get_ref()
+                    ),
+                );
+            }
+            t
+        }
+    };
+    let reads_body = [&fr.claims, &fr.sources, &fr.answer]
+        .into_iter()
+        .flatten()
+        .chain(fr.params.values())
+        .any(|v| matches!(v.get_ref(), toml::Value::String(s) if s.starts_with("body:")));
+    let json = content_type == "application/json" || content_type.ends_with("+json");
+    if reads_body && !json && is_media_type(&content_type) {
+        let at = fr.content_type.as_ref().map_or(fr.name.span().start, |c| c.span().start);
+        cx.err(
+            at,
+            format!(
+                "route {name:?} reads the body with body: extractors, so it must gate a JSON media type, not {content_type:?}"
+            ),
+        );
+    }
+    let mut suffixes = Vec::new();
+    for sfx in &fr.suffixes {
+        let v = sfx.get_ref();
+        let ok = v.len() > 1
+            && v.starts_with('.')
+            && v[1..].bytes().all(|b| b.is_ascii_alphanumeric());
+        if ok {
+            suffixes.push(v.to_ascii_lowercase());
+        } else {
+            cx.err(
+                sfx.span().start,
+                format!("suffix {v:?} must be a dot and letters or digits, like \".json\""),
+            );
+        }
+    }
     if cx.errors.len() != before {
         return None;
     }
@@ -485,6 +587,20 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
             Some(file::FileFailureMode::Open) => FailureMode::Open,
         },
         file: file_name.to_string(),
+        content_type,
+        suffixes,
+        pinned: fr.pinned,
         pattern: pattern?,
     })
+}
+
+/// `type/subtype` made of RFC 9110 token characters, lowercase, with no
+/// parameters.
+fn is_media_type(t: &str) -> bool {
+    let token = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+    };
+    matches!(t.split_once('/'), Some((a, b)) if token(a) && token(b))
 }

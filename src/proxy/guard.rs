@@ -1,0 +1,479 @@
+//! Request hygiene: refuse, before routing, whatever the gate could read
+//! differently from the upstream.
+//!
+//! A gate is only as good as its agreement with the service behind it about
+//! what a request *is*. Frameworks disagree at the edges: Tomcat and Spring
+//! cut `;jsessionid=...` path parameters, ASP.NET and some Python servers
+//! treat `\` as `/`, Express honours `X-HTTP-Method-Override`, Go's
+//! `encoding/json` binds `AMOUNT` to `amount`, and a form parser reads
+//! `&amount=6000&` inside a body the gate parsed as JSON. Rather than model
+//! every upstream, the proxy is stricter than all of them: it refuses any
+//! request whose path, method or body some upstream could read in a way the
+//! gate did not check. Each check here is a pure function of the request
+//! parts; the proxy decides whether a refusal is audited (it is when the
+//! request could reach a gated route).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+
+use http::header::CONTENT_TYPE;
+use http::HeaderMap;
+use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// Headers that ask a framework to treat a request as another method.
+pub const OVERRIDE_HEADERS: [&str; 3] =
+    ["x-http-method-override", "x-http-method", "x-method-override"];
+
+/// Why a path is refused, for the 400 message. `None` means the path is
+/// unambiguous.
+pub fn path_problem(raw_path: &str) -> Option<&'static str> {
+    let lower = raw_path.to_ascii_lowercase();
+    if raw_path.contains('\\') || lower.contains("%5c") {
+        return Some("a backslash, which some servers read as \"/\"");
+    }
+    if raw_path.contains(';') || lower.contains("%3b") {
+        return Some("a \";\" path parameter, which some servers cut off before routing");
+    }
+    if lower.contains("%2f") {
+        return Some("an encoded \"/\", which some servers decode before routing");
+    }
+    for seg in raw_path.split('/') {
+        let bytes = percent_decode_bytes(seg);
+        let Ok(text) = String::from_utf8(bytes) else {
+            return Some("an escape that does not decode to UTF-8");
+        };
+        if text.chars().any(char::is_control) {
+            return Some("a control character (such as NUL or a tab)");
+        }
+        if has_escape(&text) {
+            return Some("a double-encoded escape, which some servers decode twice");
+        }
+        let is_dot_segment = text == "." || text == "..";
+        if !is_dot_segment && (text.ends_with('.') || text.ends_with(char::is_whitespace)) {
+            return Some("a segment ending in \".\" or whitespace, which some servers trim");
+        }
+        if text.starts_with(char::is_whitespace) {
+            return Some("a segment starting with whitespace, which some servers trim");
+        }
+    }
+    None
+}
+
+/// Whether `s` still holds a `%XX` escape.
+fn has_escape(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.windows(3)
+        .any(|w| w[0] == b'%' && w[1].is_ascii_hexdigit() && w[2].is_ascii_hexdigit())
+}
+
+/// `%XX` escapes decoded to bytes; malformed escapes kept as written.
+fn percent_decode_bytes(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+/// The method a request asks for besides its own, from the override headers
+/// or a `_method` query parameter. `Err` when it asks for several.
+pub fn override_method(headers: &HeaderMap, query: Option<&str>) -> Result<Option<String>, String> {
+    let mut found: Vec<String> = Vec::new();
+    for name in OVERRIDE_HEADERS {
+        for v in headers.get_all(name) {
+            found.push(String::from_utf8_lossy(v.as_bytes()).trim().to_ascii_uppercase());
+        }
+    }
+    if let Some(q) = query {
+        for pair in q.split('&') {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let k = String::from_utf8_lossy(&percent_decode_bytes(&k.replace('+', " "))).into_owned();
+            if k.trim().eq_ignore_ascii_case("_method") {
+                let v = String::from_utf8_lossy(&percent_decode_bytes(&v.replace('+', " ")))
+                    .into_owned();
+                found.push(v.trim().to_ascii_uppercase());
+            }
+        }
+    }
+    found.dedup();
+    match found.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one.clone())),
+        _ => Err(format!("the request asks for several methods: {}", found.join(", "))),
+    }
+}
+
+/// The media type of the request body (`type/subtype`, lowercase, no
+/// parameters); `Err` when the header is repeated or unreadable.
+pub fn media_type(headers: &HeaderMap) -> Result<Option<String>, String> {
+    let mut values = headers.get_all(CONTENT_TYPE).iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err("the request has more than one Content-Type header".into());
+    }
+    let text = first
+        .to_str()
+        .map_err(|_| "the Content-Type header is not ASCII".to_string())?;
+    let essence = text.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if essence.is_empty() || essence.contains(',') {
+        return Err(format!("the Content-Type {text:?} is not one media type"));
+    }
+    Ok(Some(essence))
+}
+
+/// Whether a media type is one a form parser reads (where `_method` and
+/// `&amount=` live).
+pub fn is_form(media: &str) -> bool {
+    media == "application/x-www-form-urlencoded" || media.starts_with("multipart/")
+}
+
+/// Why a JSON body is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// Not JSON at all.
+    Invalid(String),
+    /// JSON that two parsers could read differently.
+    Ambiguous(String),
+}
+
+/// One object key that collides with another, exactly or by case.
+#[derive(Debug, Clone)]
+struct Collision {
+    /// JSON pointer of the object holding the keys.
+    object: String,
+    /// The folded key.
+    folded: String,
+    exact: bool,
+}
+
+/// Parses a JSON body and refuses it when some parser could read a field the
+/// gate extracts differently: a key repeated exactly anywhere in the body
+/// (parsers disagree on which copy wins), or keys differing only in case on
+/// the path to, or inside, an extracted field (case-insensitive binders take
+/// either), or an extracted key that is missing while a case variant of it
+/// is present.
+pub fn parse_json(bytes: &[u8], pointers: &[&str]) -> Result<Value, BodyError> {
+    let collisions = RefCell::new(Vec::new());
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = ValueSeed {
+        pointer: String::new(),
+        collisions: &collisions,
+    }
+    .deserialize(&mut de)
+    .and_then(|v| de.end().map(|()| v))
+    .map_err(|e| BodyError::Invalid(e.to_string()))?;
+    for c in collisions.borrow().iter() {
+        if c.exact {
+            return Err(BodyError::Ambiguous(format!(
+                "key {:?} appears twice in the object at {:?}",
+                c.folded,
+                display_pointer(&c.object)
+            )));
+        }
+        for p in pointers {
+            if on_path(p, &c.object, &c.folded) {
+                return Err(BodyError::Ambiguous(format!(
+                    "keys that differ only in case ({:?}) in the object at {:?}, which the field {:?} reads",
+                    c.folded,
+                    display_pointer(&c.object),
+                    display_pointer(p)
+                )));
+            }
+        }
+    }
+    for p in pointers {
+        if let Some(variant) = case_variant_of_missing(&value, p) {
+            return Err(BodyError::Ambiguous(format!(
+                "the field {:?} is missing but {variant:?} is present",
+                display_pointer(p)
+            )));
+        }
+    }
+    Ok(value)
+}
+
+fn display_pointer(p: &str) -> &str {
+    if p.is_empty() {
+        "/"
+    } else {
+        p
+    }
+}
+
+/// Whether a collision of `folded` keys in the object at `object` touches
+/// the field at `pointer`: on its path, or inside it.
+fn on_path(pointer: &str, object: &str, folded: &str) -> bool {
+    if object == pointer || object.starts_with(&format!("{pointer}/")) || pointer.is_empty() {
+        return true;
+    }
+    let mut prefix = String::new();
+    for token in pointer.split('/').skip(1) {
+        if prefix == object {
+            return fold(&unescape(token)) == folded;
+        }
+        prefix.push('/');
+        prefix.push_str(token);
+    }
+    false
+}
+
+/// Walks `pointer`; where a key is missing, a key of the same object that
+/// folds to the same text is returned.
+fn case_variant_of_missing(root: &Value, pointer: &str) -> Option<String> {
+    let mut cur = root;
+    for token in pointer.split('/').skip(1) {
+        let key = unescape(token);
+        cur = match cur {
+            Value::Object(m) => match m.get(&key) {
+                Some(v) => v,
+                None => {
+                    let f = fold(&key);
+                    return m.keys().find(|k| fold(k) == f).cloned();
+                }
+            },
+            Value::Array(a) => a.get(key.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    None
+}
+
+fn unescape(token: &str) -> String {
+    token.replace("~1", "/").replace("~0", "~")
+}
+
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// Case folding as the most forgiving binder does it: Unicode lowercase,
+/// plus the long s that Go's `EqualFold` treats as `s`.
+fn fold(key: &str) -> String {
+    key.chars()
+        .flat_map(char::to_lowercase)
+        .map(|c| if c == '\u{17F}' { 's' } else { c })
+        .collect()
+}
+
+/// Deserializes a `Value` while noting every key collision.
+struct ValueSeed<'a> {
+    pointer: String,
+    collisions: &'a RefCell<Vec<Collision>>,
+}
+
+impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ValueSeed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("number out of range"))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        loop {
+            let seed = ValueSeed {
+                pointer: format!("{}/{}", self.pointer, out.len()),
+                collisions: self.collisions,
+            };
+            match seq.next_element_seed(seed)? {
+                Some(v) => out.push(v),
+                None => break,
+            }
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        let mut seen: HashMap<String, String> = HashMap::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let folded = fold(&key);
+            if let Some(first) = seen.get(&folded) {
+                self.collisions.borrow_mut().push(Collision {
+                    object: self.pointer.clone(),
+                    folded: folded.clone(),
+                    exact: *first == key,
+                });
+            } else {
+                seen.insert(folded, key.clone());
+            }
+            let seed = ValueSeed {
+                pointer: format!("{}/{}", self.pointer, escape(&key)),
+                collisions: self.collisions,
+            };
+            let value = map.next_value_seed(seed)?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn paths_an_upstream_reads_differently_are_refused() {
+        for bad in [
+            "/api\\orders\\1\\refunds",
+            "/api/orders/1/refunds;jsessionid=abc",
+            "/api;x=1/orders/1/refunds",
+            "/api/x/..;/orders/1/refunds",
+            "/api%5Corders%5C1%5Crefunds",
+            "/api/orders/1/refunds%3bx",
+            "/api/orders/1/refunds.",
+            "/api/orders/1/refunds%20",
+            "/api/orders/1/refunds%09",
+            "/api/orders/1%00/refunds",
+            "/api/orders%2F1/refunds",
+            "/api/orders/1/%2572efunds",
+            "/api/orders/1/%FF",
+            "/api/%20orders/1/refunds",
+        ] {
+            assert!(path_problem(bad).is_some(), "{bad}");
+        }
+        for good in [
+            "/",
+            "/api/orders/1/refunds",
+            "/api/orders/1/%72efunds",
+            "/api/orders/1/refunds.json",
+            "/api//orders/./1/../1/refunds/",
+            "/api/orders/caf%C3%A9",
+            "/a%20b/c",
+            "/100%25",
+        ] {
+            assert_eq!(path_problem(good), None, "{good}");
+        }
+    }
+
+    #[test]
+    fn method_overrides_are_found() {
+        let mut h = HeaderMap::new();
+        assert_eq!(override_method(&h, Some("a=1")), Ok(None));
+        assert_eq!(
+            override_method(&h, Some("a=1&_method=delete")),
+            Ok(Some("DELETE".into()))
+        );
+        assert_eq!(
+            override_method(&h, Some("%5Fmethod=PUT")),
+            Ok(Some("PUT".into()))
+        );
+        assert_eq!(
+            override_method(&h, Some("_METHOD=PUT")),
+            Ok(Some("PUT".into()))
+        );
+        h.insert("x-http-method-override", "DELETE".parse().unwrap());
+        assert_eq!(override_method(&h, None), Ok(Some("DELETE".into())));
+        h.insert("x-method-override", "PATCH".parse().unwrap());
+        assert!(override_method(&h, None).is_err());
+    }
+
+    #[test]
+    fn media_types() {
+        let mut h = HeaderMap::new();
+        assert_eq!(media_type(&h), Ok(None));
+        h.insert(CONTENT_TYPE, "Application/JSON; charset=utf-8".parse().unwrap());
+        assert_eq!(media_type(&h), Ok(Some("application/json".into())));
+        h.append(CONTENT_TYPE, "text/plain".parse().unwrap());
+        assert!(media_type(&h).is_err());
+        assert!(is_form("application/x-www-form-urlencoded"));
+        assert!(is_form("multipart/form-data"));
+        assert!(!is_form("application/json"));
+    }
+
+    #[test]
+    fn duplicate_and_case_variant_keys() {
+        let ptrs = ["/amount", "/justification/claims"];
+        let ok = |b: &str| parse_json(b.as_bytes(), &ptrs);
+        assert_eq!(
+            ok(r#"{"amount":100,"justification":{"claims":[]}}"#),
+            Ok(json!({"amount":100,"justification":{"claims":[]}}))
+        );
+        // Exact duplicates anywhere.
+        for body in [
+            r#"{"amount":100,"amount":6000}"#,
+            r#"{"amount":100,"note":{"a":1,"a":2}}"#,
+            r#"[{"x":1,"x":1}]"#,
+        ] {
+            assert!(matches!(ok(body), Err(BodyError::Ambiguous(_))), "{body}");
+        }
+        // Case variants on the path of, or inside, an extracted field.
+        for body in [
+            r#"{"amount":100,"AMOUNT":6000}"#,
+            r#"{"amount":100,"Amount":6000}"#,
+            r#"{"amount":100,"justification":{"claims":[],"CLAIMS":[1]}}"#,
+            r#"{"amount":100,"justification":{"claims":[{"text":"a","TEXT":"b"}]}}"#,
+            r#"{"amount":100,"Justification":{},"justification":{"claims":[]}}"#,
+            r#"{"Amount":6000}"#,
+            r#"{"amount":1,"justification":{"Claims":[]}}"#,
+        ] {
+            assert!(matches!(ok(body), Err(BodyError::Ambiguous(_))), "{body}");
+        }
+        // Case variants elsewhere are fine.
+        assert!(ok(r#"{"amount":1,"meta":{"k":1,"K":2}}"#).is_ok());
+        assert!(matches!(ok("{"), Err(BodyError::Invalid(_))));
+        assert!(matches!(ok("{} x"), Err(BodyError::Invalid(_))));
+        // The long s folds to s, as in Go's EqualFold.
+        assert!(matches!(
+            parse_json(r#"{"cost":1,"co\u017ft":2}"#.as_bytes(), &["/cost"]),
+            Err(BodyError::Ambiguous(_))
+        ));
+        // Deep nesting is an error, not a stack overflow.
+        let deep = "[".repeat(100_000);
+        assert!(matches!(ok(&deep), Err(BodyError::Invalid(_))));
+    }
+}
