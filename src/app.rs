@@ -150,6 +150,9 @@ impl Component for PoliciesComponent {
             .fact("routes", set.routes.len())
             .fact("reloads_ok", st.reloads_ok)
             .fact("reloads_failed", st.reloads_failed);
+        if !st.unacknowledged_removals.is_empty() {
+            r = r.fact("removed_routes", st.unacknowledged_removals.clone());
+        }
         if let Some(at) = st.last_reload_at {
             r = r.fact("last_reload", crate::gate::rfc3339(at));
         }
@@ -252,15 +255,20 @@ fn reload_record(outcome: &ReloadOutcome) -> Option<AuditRecord> {
             files,
             actions,
             routes,
+            removed_routes,
         } => {
             record.policy_revision = Some(revision.clone());
-            record.detail = Some(serde_json::json!({
+            let mut detail = serde_json::json!({
                 "applied": true,
                 "previous_revision": previous_revision,
                 "files": files,
                 "actions": actions,
                 "routes": routes,
-            }));
+            });
+            if !removed_routes.is_empty() {
+                detail["removed_routes"] = serde_json::json!(removed_routes);
+            }
+            record.detail = Some(detail);
         }
         ReloadOutcome::Rejected {
             kept_revision,

@@ -412,11 +412,14 @@ impl Config {
         }
         let defaults = default_floors(&f.defaults)?;
         let keys_file = o.keys.clone().or(f.auth.keys_file);
-        let unknown_action = f.authorize.unknown_action.unwrap_or(if keys_file.is_some() {
-            UnknownAction::Deny
-        } else {
-            UnknownAction::Allow
-        });
+        let unknown_action = f
+            .authorize
+            .unknown_action
+            .unwrap_or(if keys_file.is_some() {
+                UnknownAction::Deny
+            } else {
+                UnknownAction::Allow
+            });
         let raw_path_prefixes = f.proxy.raw_path_prefixes.unwrap_or_default();
         if let Some(p) = raw_path_prefixes.iter().find(|p| !p.starts_with('/')) {
             return Err(ConfigError::Invalid(format!(

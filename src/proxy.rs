@@ -365,7 +365,8 @@ impl Proxy {
             RouteMatch::Unmatched => {
                 // A form body can carry `_method`, which a framework may honour
                 // to reach a route gated under another method.
-                let form = matches!(guard::media_type(req.headers()), Ok(Some(m)) if guard::is_form(&m));
+                let form =
+                    matches!(guard::media_type(req.headers()), Ok(Some(m)) if guard::is_form(&m));
                 if let (true, Some(route)) = (form, set.reach_any_method(raw_path)) {
                     let refusal = RefuseWith {
                         route: Some(route),
@@ -638,6 +639,12 @@ impl Proxy {
                 return Err(ApiError::Unavailable(format!(
                     "the gate cannot decide, failing closed: {e}"
                 )));
+            }
+            Err(e @ (ApiError::BadRequest(_) | ApiError::Unprocessable(_))) => {
+                // A justification the gate cannot use is a refusal like any
+                // other, and on record.
+                let r = refuse(DecisionReason::PolicyViolation, e.status(), e.to_string());
+                return Ok(self.refuse(set, &probe, r, request_id).await);
             }
             Err(e) => return Err(e),
         };

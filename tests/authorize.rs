@@ -6,6 +6,7 @@ mod support;
 
 use serde_json::{json, Value};
 use support::{TestServer, APP_KEY};
+use verdict::config::UnknownAction;
 
 const EV: &str = "Invoice INV-2291. Item: Vitamix E310 blender. Amount charged: $100.00 on Visa ending 4421. Delivered 2026-03-03, box crushed, carafe cracked.";
 
@@ -25,6 +26,17 @@ requirements = { decision_mode = "strict", min_coverage = 0.9, citations = "opti
   op = "gt"
   value = 5000
   effect = "deny"
+
+# Declared with no floors: they get the defaults. Under a keys file an
+# action type no policy names is refused (`unknown_action`).
+[[action]]
+type = "issue_refund"
+
+[[action]]
+type = "reply"
+
+[[action]]
+type = "x"
 "#;
 
 async fn server() -> TestServer {
@@ -353,4 +365,124 @@ async fn same_input_gives_the_same_bytes() {
     let b = strip(authorize(&s, body).await);
     assert_eq!(a, b);
     s.shutdown().await;
+}
+
+/// Under a keys file, an action type that no policy names is refused in
+/// every mode, so a typo (`refund.crate`) cannot escape the refund floors by
+/// asking for audit mode; `[authorize] unknown_action` and `[defaults]`
+/// change that.
+#[tokio::test]
+async fn unknown_action_types_are_refused_under_keys() {
+    let body = json!({"action": {"type": "refund.crate", "params": {"amount": 6000}},
+        "claims": [{"text": "The customer was charged $100.00 for the Vitamix E310 blender.", "citations": [{"source_id": "inv"}]}],
+        "sources": [{"source_id": "inv", "text": EV}],
+        "requirements": {"decision_mode": "audit"}, "response": {"mode": "verbose"}});
+    let s = server().await;
+    let j = authorize(&s, body.clone()).await;
+    assert_eq!(
+        (&j["decision"], &j["reason"], j.get("enforced")),
+        (&json!("deny"), &json!("unknown_action"), None),
+        "{j}"
+    );
+    let rec = s
+        .get(
+            &format!("/v2/audit/{}", j["audit"]["record_id"].as_str().unwrap()),
+            Some(APP_KEY),
+        )
+        .await;
+    assert_eq!(rec.json()["reason"], "unknown_action", "{}", rec.text());
+
+    for (setting, want) in [
+        (UnknownAction::Review, "needs_review"),
+        (UnknownAction::Allow, "allow"),
+    ] {
+        let s = TestServer::start_with(|c| c.authorize.unknown_action = setting).await;
+        let j = authorize(&s, body.clone()).await;
+        assert_eq!(j["decision"], want, "{setting:?}: {j}");
+    }
+
+    // `[defaults]` floors apply to undeclared types: audit mode is lifted to
+    // strict, and an uncited claim is then refused.
+    let s = TestServer::start_with(|c| {
+        c.authorize.unknown_action = UnknownAction::Allow;
+        c.defaults.decision_mode = Some(verdict::policy::DecisionMode::Strict);
+    })
+    .await;
+    let mut uncited = body.clone();
+    uncited["claims"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("citations");
+    let j = authorize(&s, uncited).await;
+    assert_eq!(
+        (&j["decision"], &j["reason"]),
+        (&json!("deny"), &json!("missing_citations")),
+        "{j}"
+    );
+    assert_eq!(
+        j["requirements"]["floors_applied"][0]["field"],
+        "decision_mode"
+    );
+    // The uncited claim is not counted as supported, whatever its coverage.
+    assert_eq!(j["metrics"]["claims_supported"], 0, "{j}");
+    assert_eq!(j["diagnostics"][0]["status"], "supported", "{j}");
+}
+
+/// Params are typed and bound to the claims the evidence supports.
+#[tokio::test]
+async fn params_are_typed_and_bound_to_supported_claims() {
+    const BOUND: &str = r#"
+[[action]]
+type = "refund.create"
+requirements = { decision_mode = "strict", citations = "optional" }
+param_types = { amount = "number", order_id = "string" }
+bind = ["amount", "order_id"]
+
+  [[action.rule]]
+  param = "amount"
+  op = "gt"
+  value = 500
+  effect = "review"
+"#;
+    let s = TestServer::start_with(|c| {
+        std::fs::write(c.policies_dir.join("refunds.toml"), BOUND).unwrap();
+    })
+    .await;
+    let ev = "Invoice INV-1001 for order 1001: amount charged $100.00.";
+    let ask = |amount: Value, order: Value| {
+        json!({"action": {"type": "refund.create", "params": {"amount": amount, "order_id": order}},
+            "claims": [{"text": "Order 1001 was charged $100.00."}],
+            "sources": [{"source_id": "inv", "text": ev}],
+            "response": {"mode": "verbose"}})
+    };
+    let j = authorize(&s, ask(json!(100), json!("1001"))).await;
+    assert_eq!(j["decision"], "allow", "{j}");
+    // $100 of evidence does not justify 450, nor another order.
+    for (amount, order) in [(json!(450), json!("1001")), (json!(100), json!("1002"))] {
+        let j = authorize(&s, ask(amount.clone(), order.clone())).await;
+        assert_eq!(
+            (&j["decision"], &j["reason"]),
+            (&json!("deny"), &json!("unbound_param")),
+            "{amount} {order}: {j}"
+        );
+        assert_eq!(j["unbound_params"].as_array().unwrap().len(), 1, "{j}");
+    }
+    // Spellings another parser reads as 6000 are a mismatch, never a miss
+    // of the `amount gt 500` rule.
+    for amount in [
+        json!("6000"),
+        json!("6_000"),
+        json!([6000]),
+        json!("\u{ff16}\u{ff10}\u{ff10}\u{ff10}"),
+    ] {
+        let j = authorize(&s, ask(amount.clone(), json!("1001"))).await;
+        assert_eq!(
+            (&j["decision"], &j["reason"]),
+            (&json!("deny"), &json!("param_type_mismatch")),
+            "{amount}: {j}"
+        );
+        assert_eq!(j["param_mismatches"][0]["param"], "amount", "{j}");
+    }
+    let j = authorize(&s, ask(json!(100), json!(1001))).await;
+    assert_eq!(j["reason"], "param_type_mismatch", "{j}");
 }

@@ -1083,8 +1083,9 @@ async fn gated_proxy_route_survives_the_corpus() {
     let mut t = Tally::default();
     let route = "/api/orders/77/refunds";
 
-    // Bodies the gate cannot read: 400 (`denied`, policy_violation) for
-    // non-JSON, 400 `invalid_request` for a malformed justification.
+    // Bodies the gate cannot read are recorded refusals (`denied`,
+    // policy_violation): 400 for non-JSON or a malformed justification, 422
+    // for invalid values.
     let mut refused: Vec<Case> = malformed(limit)
         .into_iter()
         .filter(|c| c.content_type == Some("application/json"))
@@ -1097,32 +1098,27 @@ async fn gated_proxy_route_survives_the_corpus() {
         .collect();
     let ok_claims = r#""claims":["The package was damaged in transit."]"#;
     refused.extend([
-        case("claims string", r#"{"claims":"x"}"#, 400, "invalid_request"),
-        case(
-            "claims object",
-            r#"{"claims":{"a":1}}"#,
-            400,
-            "invalid_request",
-        ),
-        case("claim null", r#"{"claims":[null]}"#, 400, "invalid_request"),
-        case("claim number", r#"{"claims":[5]}"#, 400, "invalid_request"),
+        case("claims string", r#"{"claims":"x"}"#, 400, "denied"),
+        case("claims object", r#"{"claims":{"a":1}}"#, 400, "denied"),
+        case("claim null", r#"{"claims":[null]}"#, 400, "denied"),
+        case("claim number", r#"{"claims":[5]}"#, 400, "denied"),
         case(
             "evidence string",
             format!(r#"{{{ok_claims},"evidence":"x"}}"#),
             400,
-            "invalid_request",
+            "denied",
         ),
         case(
             "evidence number item",
             format!(r#"{{{ok_claims},"evidence":[1]}}"#),
             400,
-            "invalid_request",
+            "denied",
         ),
         case(
             "evidence text number",
             format!(r#"{{{ok_claims},"evidence":[{{"id":"i","text":1}}]}}"#),
             400,
-            "invalid_request",
+            "denied",
         ),
         case(
             "duplicate evidence ids",
@@ -1130,20 +1126,15 @@ async fn gated_proxy_route_survives_the_corpus() {
                 r#"{{{ok_claims},"evidence":[{{"id":"i","text":"a"}},{{"id":"i","text":"b"}}]}}"#
             ),
             422,
-            "invalid_request",
+            "denied",
         ),
         case(
             "evidence without content",
             format!(r#"{{{ok_claims},"evidence":[{{"id":"i"}}]}}"#),
             422,
-            "invalid_request",
+            "denied",
         ),
-        case(
-            "blank claim",
-            r#"{"claims":["  "]}"#,
-            422,
-            "invalid_request",
-        ),
+        case("blank claim", r#"{"claims":["  "]}"#, 422, "denied"),
     ]);
     for c in refused {
         let before = up.count();

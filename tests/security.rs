@@ -121,6 +121,15 @@ async fn extracted_crlf_never_becomes_a_header() {
             refund(5, note),
         )
         .await;
+        if path.contains("%0d%0aX-Injected:%20path") {
+            // A control character in the path is refused before routing, on
+            // record, and never forwarded.
+            assert_eq!(r.status, 400, "{path}: {}", r.text());
+            assert_eq!(r.json()["reason"], "ambiguous_path", "{path}");
+            assert!(r.header("x-verdict-record-id").is_some(), "{path}");
+            assert_eq!(e.up.count(), before, "{path}: refused, not forwarded");
+            continue;
+        }
         assert_eq!(r.status, 200, "{path}: {}", r.text());
         assert_eq!(
             e.up.count(),

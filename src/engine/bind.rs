@@ -47,13 +47,11 @@ pub fn states(claim: &str, value: &BindValue) -> bool {
     if let Some(n) = value.number {
         let st = stemmer();
         let tokens = tokenize(claim, &st);
-        let found = numbers::extract(&tokens, &st.vocab())
-            .iter()
-            .any(|q| {
-                matches!(q.kind, QtyKind::Count | QtyKind::Money)
-                    && q.value.is_finite()
-                    && (q.value - n).abs() <= 1e-9 * q.value.abs().max(n.abs()).max(1.0)
-            });
+        let found = numbers::extract(&tokens, &st.vocab()).iter().any(|q| {
+            matches!(q.kind, QtyKind::Count | QtyKind::Money)
+                && q.value.is_finite()
+                && (q.value - n).abs() <= 1e-9 * q.value.abs().max(n.abs()).max(1.0)
+        });
         if found {
             return true;
         }

@@ -259,7 +259,9 @@ pub fn parse_decimal(s: &str) -> Option<f64> {
     };
     let int_ok = int == "0"
         || (!int.is_empty() && !int.starts_with('0') && int.bytes().all(|b| b.is_ascii_digit()));
-    let frac_ok = frac.map_or(true, |f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()));
+    let frac_ok = frac.map_or(true, |f| {
+        !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit())
+    });
     if !(int_ok && frac_ok) {
         return None;
     }
@@ -715,22 +717,22 @@ mod tests {
     #[test]
     fn evaluate_rules_reports_hits_in_order() {
         let policy = policy(vec![
-                Rule {
-                    effect: Effect::Review,
-                    ..rule("amount", Op::Gt(500.0))
-                },
-                Rule {
-                    effect: Effect::Deny,
-                    ..rule("amount", Op::Gt(5000.0))
-                },
-                Rule {
-                    effect: Effect::Deny,
-                    ..rule("currency", Op::NotIn(vec![s("EUR")]))
-                },
-                Rule {
-                    effect: Effect::Deny,
-                    ..rule("reason", Op::Absent)
-                },
+            Rule {
+                effect: Effect::Review,
+                ..rule("amount", Op::Gt(500.0))
+            },
+            Rule {
+                effect: Effect::Deny,
+                ..rule("amount", Op::Gt(5000.0))
+            },
+            Rule {
+                effect: Effect::Deny,
+                ..rule("currency", Op::NotIn(vec![s("EUR")]))
+            },
+            Rule {
+                effect: Effect::Deny,
+                ..rule("reason", Op::Absent)
+            },
         ]);
         let hits = policy.evaluate_rules(&params());
         assert_eq!(

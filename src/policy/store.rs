@@ -6,10 +6,18 @@
 //! mix two revisions. A broken edit keeps the previous set, marks the store
 //! `degraded` and records the error for `/health/detailed`; the next good
 //! reload clears it.
+//!
+//! A valid set can still open the gate, so a reload is also refused when it
+//! would leave nothing gated where the live set gated something (unless the
+//! files say `[set] allow_empty = true`), or when it would drop a route
+//! marked `pinned`. Dropping any other route applies, but keeps the store
+//! `degraded` until a reload acknowledges it (`[set] removed_routes`). Before
+//! reading, a reload waits for the files to stop changing, so a
+//! truncate-then-write edit is read once it is whole.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 
@@ -40,6 +48,10 @@ pub struct ReloadStatus {
     pub degraded: bool,
     pub reloads_ok: u64,
     pub reloads_failed: u64,
+    /// Routes that a reload removed and no later reload acknowledged with
+    /// `[set] removed_routes`; the store reports `degraded` while any is
+    /// left.
+    pub unacknowledged_removals: Vec<String>,
 }
 
 /// The result of one reload, for the caller's audit record and metrics.
@@ -52,6 +64,8 @@ pub enum ReloadOutcome {
         files: Vec<String>,
         actions: usize,
         routes: usize,
+        /// Routes (by name) the live set had and the new one does not.
+        removed_routes: Vec<String>,
     },
     /// The directory is valid and identical to the live set; nothing swapped.
     Unchanged { revision: String },
@@ -100,20 +114,39 @@ impl PolicyStore {
     /// thread (the watcher does) or through `spawn_blocking`.
     pub fn reload(&self) -> ReloadOutcome {
         let _serial = lock(&self.reloading);
+        wait_settled(&self.dir);
         let result = load_dir(&self.dir);
         let old = self.current.load_full();
-        let outcome = match result {
+        let outcome = match result.and_then(|set| keeps_the_gate(&old, set)) {
             Ok(set) if set.revision == old.revision => ReloadOutcome::Unchanged {
                 revision: set.revision,
             },
             Ok(set) => {
+                let removed_routes: Vec<String> = old
+                    .routes
+                    .iter()
+                    .filter(|r| !set.routes.iter().any(|n| n.name == r.name))
+                    .map(|r| r.name.clone())
+                    .collect();
                 let outcome = ReloadOutcome::Applied {
                     previous_revision: old.revision.clone(),
                     revision: set.revision.clone(),
                     files: set.files.clone(),
                     actions: set.actions.len(),
                     routes: set.routes.len(),
+                    removed_routes: removed_routes.clone(),
                 };
+                let mut st = lock(&self.status);
+                let mut pending = std::mem::take(&mut st.unacknowledged_removals);
+                pending.extend(removed_routes);
+                pending.sort();
+                pending.dedup();
+                pending.retain(|name| {
+                    !set.removed_routes.contains(name)
+                        && !set.routes.iter().any(|r| &r.name == name)
+                });
+                st.unacknowledged_removals = pending;
+                drop(st);
                 self.current.store(Arc::new(set));
                 outcome
             }
@@ -127,8 +160,13 @@ impl PolicyStore {
         match &outcome {
             ReloadOutcome::Applied { .. } | ReloadOutcome::Unchanged { .. } => {
                 st.reloads_ok += 1;
-                st.degraded = false;
-                st.last_error = None;
+                st.degraded = !st.unacknowledged_removals.is_empty();
+                st.last_error = (!st.unacknowledged_removals.is_empty()).then(|| {
+                    format!(
+                        "gated routes removed without acknowledgement: {}; list them in [set] removed_routes to acknowledge",
+                        st.unacknowledged_removals.join(", ")
+                    )
+                });
             }
             ReloadOutcome::Rejected { errors, .. } => {
                 st.reloads_failed += 1;
@@ -138,6 +176,80 @@ impl PolicyStore {
             }
         }
         outcome
+    }
+}
+
+/// Refuses a valid set that would open the gate: one that gates nothing
+/// where the live set gated something (without `[set] allow_empty`), or one
+/// that drops a pinned route or changes its method or path.
+fn keeps_the_gate(old: &PolicySet, new: PolicySet) -> Result<PolicySet, Vec<PolicyError>> {
+    let mut errors = Vec::new();
+    let dir_error = |message: String| PolicyError::Io {
+        path: "policies".into(),
+        message,
+    };
+    if old.gates_anything() && !new.gates_anything() && !new.allow_empty {
+        errors.push(dir_error(format!(
+            "this reload would remove every action and route (the live set has {} and {}); a set that means to gate nothing says [set] allow_empty = true",
+            plural(old.actions.len(), "action"),
+            plural(old.routes.len(), "route"),
+        )));
+    }
+    for pinned in old.routes.iter().filter(|r| r.pinned) {
+        let kept = new
+            .routes
+            .iter()
+            .any(|r| r.name == pinned.name && r.method == pinned.method && r.path == pinned.path);
+        if !kept {
+            errors.push(dir_error(format!(
+                "route {:?} ({} {}, from {}) is pinned; this reload would remove it or change its method or path. Unpin it (pinned = false) in one reload, then change it",
+                pinned.name, pinned.method, pinned.path, pinned.file
+            )));
+        }
+    }
+    if errors.is_empty() {
+        Ok(new)
+    } else {
+        Err(errors)
+    }
+}
+
+fn plural(n: usize, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
+/// How long a reload waits at most for the files to stop changing.
+const SETTLE_LIMIT: Duration = Duration::from_secs(2);
+/// The quiet time that counts as settled.
+const SETTLE_QUIET: Duration = Duration::from_millis(50);
+
+/// Waits until the policy files' names, sizes and modification times are
+/// the same twice, `SETTLE_QUIET` apart (at most `SETTLE_LIMIT`).
+fn wait_settled(dir: &Path) {
+    let snapshot = || -> Vec<(std::ffi::OsString, u64, Option<SystemTime>)> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut out: Vec<_> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_str().is_some_and(super::is_policy_file))
+            .filter_map(|e| {
+                let m = std::fs::metadata(e.path()).ok()?;
+                Some((e.file_name(), m.len(), m.modified().ok()))
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let started = std::time::Instant::now();
+    let mut last = snapshot();
+    while started.elapsed() < SETTLE_LIMIT {
+        std::thread::sleep(SETTLE_QUIET);
+        let now = snapshot();
+        if now == last {
+            return;
+        }
+        last = now;
     }
 }
 
@@ -220,5 +332,80 @@ mod tests {
         let store = PolicyStore::new(&gone, PolicySet::empty());
         assert!(matches!(store.reload(), ReloadOutcome::Rejected { .. }));
         assert!(store.status().degraded);
+    }
+
+    const ROUTED: &str = "[[action]]\ntype = \"a\"\n[[route]]\nname = \"r\"\nmethod = \"POST\"\npath = \"/a\"\naction = \"a\"\n";
+
+    #[test]
+    fn a_reload_that_gates_nothing_needs_allow_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("p.toml");
+        std::fs::write(&file, ROUTED).unwrap();
+        let store = PolicyStore::open(dir.path()).unwrap();
+        let first = store.load_full();
+        // Truncated to nothing: an error, the gate stays.
+        std::fs::write(&file, "").unwrap();
+        assert!(matches!(store.reload(), ReloadOutcome::Rejected { .. }));
+        // Deleted: a valid empty directory, refused all the same.
+        std::fs::remove_file(&file).unwrap();
+        let ReloadOutcome::Rejected { errors, .. } = store.reload() else {
+            panic!("an empty set must not replace a gating one");
+        };
+        assert!(errors[0].to_string().contains("allow_empty"), "{errors:?}");
+        assert!(Arc::ptr_eq(&store.load_full(), &first));
+        assert!(store.status().degraded);
+        // Said explicitly, it applies.
+        std::fs::write(
+            &file,
+            "[set]\nallow_empty = true\nremoved_routes = [\"r\"]\n",
+        )
+        .unwrap();
+        assert!(matches!(store.reload(), ReloadOutcome::Applied { .. }));
+        assert!(!store.load_full().gates_anything());
+        assert!(!store.status().degraded, "{:?}", store.status());
+    }
+
+    #[test]
+    fn pinned_routes_stay_and_removals_wait_for_acknowledgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("p.toml");
+        let extra = "[[route]]\nname = \"s\"\nmethod = \"POST\"\npath = \"/s\"\naction = \"a\"\n";
+        std::fs::write(&file, format!("{ROUTED}pinned = true\n{extra}")).unwrap();
+        let store = PolicyStore::open(dir.path()).unwrap();
+        // Removing the pinned route, or moving it, is refused.
+        std::fs::write(&file, format!("[[action]]\ntype = \"a\"\n{extra}")).unwrap();
+        let ReloadOutcome::Rejected { errors, .. } = store.reload() else {
+            panic!("a pinned route must not be removed");
+        };
+        assert!(errors[0].to_string().contains("\"r\""), "{errors:?}");
+        std::fs::write(
+            &file,
+            format!("{}pinned = true\n{extra}", ROUTED.replace("/a\"", "/b\"")),
+        )
+        .unwrap();
+        assert!(matches!(store.reload(), ReloadOutcome::Rejected { .. }));
+        assert!(store.load_full().routes.iter().any(|r| r.path == "/a"));
+        // An unpinned route goes, and health stays degraded until a reload
+        // acknowledges it.
+        std::fs::write(&file, format!("{ROUTED}pinned = true\n")).unwrap();
+        let ReloadOutcome::Applied { removed_routes, .. } = store.reload() else {
+            panic!("an unpinned route may be removed");
+        };
+        assert_eq!(removed_routes, ["s"]);
+        let st = store.status();
+        assert!(st.degraded);
+        assert_eq!(st.unacknowledged_removals, ["s"]);
+        assert!(st.last_error.unwrap().contains("removed_routes"));
+        std::fs::write(
+            &file,
+            format!("[set]\nremoved_routes = [\"s\"]\n{ROUTED}pinned = true\n"),
+        )
+        .unwrap();
+        assert!(matches!(store.reload(), ReloadOutcome::Applied { .. }));
+        let st = store.status();
+        assert!(
+            !st.degraded && st.unacknowledged_removals.is_empty(),
+            "{st:?}"
+        );
     }
 }

@@ -676,10 +676,19 @@ fn lenient_readings_are_ambiguous() {
     };
     for (path, want) in [
         ("/api/orders/1/refunds", "matched create-refund Some(\"1\")"),
-        ("/API/Orders/1/REFUNDS/", "matched create-refund Some(\"1\")"),
-        ("/api/orders/1/%72efunds", "matched create-refund Some(\"1\")"),
+        (
+            "/API/Orders/1/REFUNDS/",
+            "matched create-refund Some(\"1\")",
+        ),
+        (
+            "/api/orders/1/%72efunds",
+            "matched create-refund Some(\"1\")",
+        ),
         ("/api\\orders\\1\\refunds", "ambiguous create-refund"),
-        ("/api/orders/1/refunds;jsessionid=abc", "ambiguous create-refund"),
+        (
+            "/api/orders/1/refunds;jsessionid=abc",
+            "ambiguous create-refund",
+        ),
         ("/api;x=1/orders/1/refunds", "ambiguous create-refund"),
         ("/api/x/..;/orders/1/refunds", "ambiguous create-refund"),
         ("/api%5Corders%5C1%5Crefunds", "ambiguous create-refund"),

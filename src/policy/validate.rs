@@ -542,7 +542,10 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
         .any(|v| matches!(v.get_ref(), toml::Value::String(s) if s.starts_with("body:")));
     let json = content_type == "application/json" || content_type.ends_with("+json");
     if reads_body && !json && is_media_type(&content_type) {
-        let at = fr.content_type.as_ref().map_or(fr.name.span().start, |c| c.span().start);
+        let at = fr
+            .content_type
+            .as_ref()
+            .map_or(fr.name.span().start, |c| c.span().start);
         cx.err(
             at,
             format!(
@@ -553,9 +556,8 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
     let mut suffixes = Vec::new();
     for sfx in &fr.suffixes {
         let v = sfx.get_ref();
-        let ok = v.len() > 1
-            && v.starts_with('.')
-            && v[1..].bytes().all(|b| b.is_ascii_alphanumeric());
+        let ok =
+            v.len() > 1 && v.starts_with('.') && v[1..].bytes().all(|b| b.is_ascii_alphanumeric());
         if ok {
             suffixes.push(v.to_ascii_lowercase());
         } else {

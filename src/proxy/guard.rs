@@ -23,8 +23,11 @@ use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// Headers that ask a framework to treat a request as another method.
-pub const OVERRIDE_HEADERS: [&str; 3] =
-    ["x-http-method-override", "x-http-method", "x-method-override"];
+pub const OVERRIDE_HEADERS: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
 
 /// Why a path is refused, for the 400 message. `None` means the path is
 /// unambiguous.
@@ -94,13 +97,18 @@ pub fn override_method(headers: &HeaderMap, query: Option<&str>) -> Result<Optio
     let mut found: Vec<String> = Vec::new();
     for name in OVERRIDE_HEADERS {
         for v in headers.get_all(name) {
-            found.push(String::from_utf8_lossy(v.as_bytes()).trim().to_ascii_uppercase());
+            found.push(
+                String::from_utf8_lossy(v.as_bytes())
+                    .trim()
+                    .to_ascii_uppercase(),
+            );
         }
     }
     if let Some(q) = query {
         for pair in q.split('&') {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let k = String::from_utf8_lossy(&percent_decode_bytes(&k.replace('+', " "))).into_owned();
+            let k =
+                String::from_utf8_lossy(&percent_decode_bytes(&k.replace('+', " "))).into_owned();
             if k.trim().eq_ignore_ascii_case("_method") {
                 let v = String::from_utf8_lossy(&percent_decode_bytes(&v.replace('+', " ")))
                     .into_owned();
@@ -112,7 +120,10 @@ pub fn override_method(headers: &HeaderMap, query: Option<&str>) -> Result<Optio
     match found.as_slice() {
         [] => Ok(None),
         [one] => Ok(Some(one.clone())),
-        _ => Err(format!("the request asks for several methods: {}", found.join(", "))),
+        _ => Err(format!(
+            "the request asks for several methods: {}",
+            found.join(", ")
+        )),
     }
 }
 
@@ -129,7 +140,12 @@ pub fn media_type(headers: &HeaderMap) -> Result<Option<String>, String> {
     let text = first
         .to_str()
         .map_err(|_| "the Content-Type header is not ASCII".to_string())?;
-    let essence = text.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let essence = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     if essence.is_empty() || essence.contains(',') {
         return Err(format!("the Content-Type {text:?} is not one media type"));
     }
@@ -426,7 +442,10 @@ mod tests {
     fn media_types() {
         let mut h = HeaderMap::new();
         assert_eq!(media_type(&h), Ok(None));
-        h.insert(CONTENT_TYPE, "Application/JSON; charset=utf-8".parse().unwrap());
+        h.insert(
+            CONTENT_TYPE,
+            "Application/JSON; charset=utf-8".parse().unwrap(),
+        );
         assert_eq!(media_type(&h), Ok(Some("application/json".into())));
         h.append(CONTENT_TYPE, "text/plain".parse().unwrap());
         assert!(media_type(&h).is_err());
