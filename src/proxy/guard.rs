@@ -32,6 +32,16 @@ pub const OVERRIDE_HEADERS: [&str; 3] = [
 /// Why a path is refused, for the 400 message. `None` means the path is
 /// unambiguous.
 pub fn path_problem(raw_path: &str) -> Option<&'static str> {
+    const TRAILING_DOT: &str = "a segment ending in \".\" or whitespace, which some servers trim";
+    // The common case, on every pass-through request: no escape, no `\`,
+    // no `;` (and hyper has refused raw spaces and control bytes), so only a
+    // trailing dot can be wrong. No allocation.
+    if !raw_path.bytes().any(|b| matches!(b, b'%' | b'\\' | b';')) {
+        let dotted = raw_path
+            .split('/')
+            .any(|seg| seg.ends_with('.') && seg != "." && seg != "..");
+        return dotted.then_some(TRAILING_DOT);
+    }
     let lower = raw_path.to_ascii_lowercase();
     if raw_path.contains('\\') || lower.contains("%5c") {
         return Some("a backslash, which some servers read as \"/\"");
@@ -55,7 +65,7 @@ pub fn path_problem(raw_path: &str) -> Option<&'static str> {
         }
         let is_dot_segment = text == "." || text == "..";
         if !is_dot_segment && (text.ends_with('.') || text.ends_with(char::is_whitespace)) {
-            return Some("a segment ending in \".\" or whitespace, which some servers trim");
+            return Some(TRAILING_DOT);
         }
         if text.starts_with(char::is_whitespace) {
             return Some("a segment starting with whitespace, which some servers trim");
