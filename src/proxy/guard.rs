@@ -117,6 +117,10 @@ pub fn override_method(headers: &HeaderMap, query: Option<&str>) -> Result<Optio
     if let Some(q) = query {
         for pair in q.split('&') {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            // `_method` has 7 characters, however it is spelled.
+            if k.len() < 7 {
+                continue;
+            }
             let k =
                 String::from_utf8_lossy(&percent_decode_bytes(&k.replace('+', " "))).into_owned();
             if k.trim().eq_ignore_ascii_case("_method") {
