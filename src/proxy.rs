@@ -321,6 +321,19 @@ impl Proxy {
                 return self.refuse(&set, &req, refusal, request_id).await;
             }
         }
+        if let Some(other) = guard::path_override(req.headers()) {
+            let other_path = other.split(['?', '#']).next().unwrap_or("").to_string();
+            let route = set
+                .reach_any_method(raw_path)
+                .or_else(|| set.reach_any_method(&other_path));
+            let refusal = RefuseWith {
+                route,
+                reason: DecisionReason::AmbiguousPath,
+                status: StatusCode::BAD_REQUEST,
+                message: "the request names another path in X-Original-URL or X-Rewrite-URL, which some servers route by".into(),
+            };
+            return self.refuse(&set, &req, refusal, request_id).await;
+        }
         let mut method = req.method().as_str().to_string();
         match guard::override_method(req.headers(), req.uri().query()) {
             Ok(None) => {}

@@ -99,6 +99,17 @@ fn body_json(answer: &str) -> Value {
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
+/// (row of the table, method, target, headers, body, status, reason)
+type Row = (
+    &'static str,
+    &'static str,
+    String,
+    Vec<(&'static str, &'static str)>,
+    String,
+    u16,
+    &'static str,
+);
+
 /// Every row of the tester's table, replayed as written: refused or decided,
 /// never forwarded undecided, and a refusal of a request that could reach
 /// the gated route is on record.
@@ -107,7 +118,7 @@ async fn every_attack_row_is_refused_or_decided() {
     let e = env().await;
     // (row, method, target, headers, body, status, reason)
     let six_k = refund(json!(6000));
-    let mut rows: Vec<(&str, &str, String, Vec<(&str, &str)>, String, u16, &str)> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     for path in [
         "/api\\orders\\1\\refunds",
         "/api/orders/1/refunds;jsessionid=abc",
@@ -214,6 +225,15 @@ async fn every_attack_row_is_refused_or_decided() {
             "method_override",
         ));
     }
+    rows.push((
+        "path header",
+        "POST",
+        "/api/orders/1/notes".into(),
+        vec![JSON, ("x-original-url", "/api/orders/1/refunds")],
+        six_k.clone(),
+        400,
+        "ambiguous_path",
+    ));
     rows.push((
         "json",
         "POST",

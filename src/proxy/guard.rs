@@ -29,6 +29,19 @@ pub const OVERRIDE_HEADERS: [&str; 3] = [
     "x-method-override",
 ];
 
+/// Headers that ask a framework (Symfony, IIS URL Rewrite) to route the
+/// request to another path than its request line names.
+pub const PATH_OVERRIDE_HEADERS: [&str; 2] = ["x-original-url", "x-rewrite-url"];
+
+/// The path another header asks the upstream to route to, if any.
+pub fn path_override(headers: &HeaderMap) -> Option<String> {
+    PATH_OVERRIDE_HEADERS.iter().find_map(|name| {
+        headers
+            .get(*name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    })
+}
+
 /// Why a path is refused, for the 400 message. `None` means the path is
 /// unambiguous.
 pub fn path_problem(raw_path: &str) -> Option<&'static str> {
