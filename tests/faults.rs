@@ -413,14 +413,20 @@ async fn deleted_policy_files_stop_gating_and_a_deleted_dir_keeps_the_last_good_
     assert_eq!(r.status, 403, "{}", r.text());
 
     // One file deleted: a valid, smaller set. Its route is no longer
-    // intercepted (unmatched = forward), the other file's still is.
+    // intercepted (unmatched = forward), the other file's still is, and
+    // health stays degraded until a reload acknowledges the removal.
     std::fs::remove_file(s.path("policies/accounts.toml")).unwrap();
     wait_until("the set without accounts.toml", || async {
         detailed(&s).await["components"]["policies"]["files"] == json!(["refunds.toml"])
     })
     .await;
     let h = detailed(&s).await;
-    assert_eq!(h["components"]["policies"]["status"], "ok", "{h}");
+    assert_eq!(h["components"]["policies"]["status"], "degraded", "{h}");
+    assert_eq!(
+        h["components"]["policies"]["removed_routes"],
+        json!(["close-account"]),
+        "{h}"
+    );
     let before = up.count();
     let r = close().await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -445,9 +451,15 @@ async fn deleted_policy_files_stop_gating_and_a_deleted_dir_keeps_the_last_good_
     assert!(gated(&r), "the last good set stopped gating");
     assert_eq!(s.get("/health", None).await.status, 200);
 
-    // The directory comes back: the watcher sees it and recovers.
+    // The directory comes back: the watcher sees it and recovers. The
+    // refund route it no longer holds is acknowledged as removed, and the
+    // close-account route is back, so nothing removed is left unacknowledged.
     std::fs::create_dir(s.path("policies")).unwrap();
-    std::fs::write(s.path("policies/accounts.toml"), ACCOUNTS).unwrap();
+    std::fs::write(
+        s.path("policies/accounts.toml"),
+        format!("[set]\nremoved_routes = [\"create-refund\"]\n{ACCOUNTS}"),
+    )
+    .unwrap();
     wait_until("recovery after the directory returns", || async {
         detailed(&s).await["components"]["policies"]["files"] == json!(["accounts.toml"])
     })
