@@ -41,6 +41,34 @@ pub struct Quantity {
     /// First token (inclusive) and last token (exclusive).
     pub tok_start: usize,
     pub tok_end: usize,
+    /// The ISO 4217 code of an amount whose currency was stated by a
+    /// symbol, a code or a word ("$", "USD", "dollars" are all `USD`).
+    pub currency: Option<&'static str>,
+}
+
+/// The ISO 4217 code a currency symbol, code or word names. `$` is read as
+/// US dollars, the reading a reader of an English invoice takes.
+fn currency_of(norm: &str) -> Option<&'static str> {
+    Some(match norm {
+        "$" | "usd" | "dollar" | "dollars" | "bucks" | "us$" => "USD",
+        "€" | "eur" | "euro" | "euros" => "EUR",
+        "£" | "gbp" | "pound" | "pounds" | "sterling" => "GBP",
+        "¥" | "jpy" | "yen" => "JPY",
+        "₹" | "inr" | "rupee" | "rupees" => "INR",
+        "chf" | "franc" | "francs" => "CHF",
+        "cad" => "CAD",
+        "aud" => "AUD",
+        "cny" | "rmb" | "yuan" => "CNY",
+        "sek" | "nok" | "dkk" | "krona" | "kronor" | "krone" | "kroner" => "SEK",
+        _ => return None,
+    })
+}
+
+/// The currency of a number token's own symbol ("$100", "€80.00").
+fn symbol_currency(s: &str) -> Option<&'static str> {
+    let c = s.chars().next()?;
+    let mut buf = [0u8; 4];
+    currency_of(c.encode_utf8(&mut buf))
 }
 
 /// Words that make the following quantity approximate.
@@ -77,9 +105,8 @@ fn magnitude(norm: &str) -> Option<f64> {
 fn unit_word(norm: &str) -> Option<QtyKind> {
     match norm {
         "percent" | "pct" | "percentage" => Some(QtyKind::Percent),
-        "dollar" | "dollars" | "usd" | "euro" | "euros" | "eur" | "pound" | "pounds" | "gbp"
-        | "yen" | "cents" | "cent" | "bucks" => Some(QtyKind::Money),
-        _ => None,
+        "cents" | "cent" => Some(QtyKind::Money),
+        _ => currency_of(norm).map(|_| QtyKind::Money),
     }
 }
 
@@ -343,6 +370,7 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                             soft: false,
                             tok_start: i,
                             tok_end: i + 1,
+                            currency: symbol_currency(s),
                         });
                     }
                 }
@@ -367,6 +395,16 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
             }
             if let Some((mut v, mut kind)) = parse_number_token(s) {
                 let mut end = i + 1;
+                let mut start = i;
+                let mut currency = symbol_currency(s);
+                // A code before the number: "USD 19.99", "EUR 80".
+                if currency.is_none() && i > 0 {
+                    if let Some(c) = currency_of(norm(i - 1)).filter(|_| norm(i - 1).len() == 3) {
+                        currency = Some(c);
+                        kind = QtyKind::Money;
+                        start = i - 1;
+                    }
+                }
                 while let Some(m) = magnitude(norm(end)) {
                     v *= m;
                     end += 1;
@@ -374,6 +412,9 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                 if let Some(k) = unit_word(norm(end)) {
                     if kind == QtyKind::Count {
                         kind = k;
+                    }
+                    if currency.is_none() {
+                        currency = currency_of(norm(end));
                     }
                     if norm(end) == "cents" || norm(end) == "cent" {
                         v /= 100.0;
@@ -390,10 +431,11 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                     kind,
                     value: v,
                     date: DateParts::default(),
-                    approx: approx_at(i),
+                    approx: approx_at(start),
                     soft: false,
-                    tok_start: i,
+                    tok_start: start,
                     tok_end: end,
+                    currency,
                 });
                 i = end;
                 continue;
@@ -432,8 +474,10 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
             // "one" alone is too common ("one of the ...") to be a specific.
             if !(end == i + 1 && first <= 1.0) {
                 let mut kind = QtyKind::Count;
+                let mut currency = None;
                 if let Some(k) = unit_word(norm(end)) {
                     kind = k;
+                    currency = currency_of(norm(end));
                     end += 1;
                 }
                 let soft = end - i == 1 || (end - i == 2 && kind != QtyKind::Count);
@@ -445,6 +489,7 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                     soft,
                     tok_start: i,
                     tok_end: end,
+                    currency,
                 });
             }
             i = end;
@@ -464,7 +509,14 @@ fn date_qty(date: DateParts, tok_start: usize, tok_end: usize) -> Quantity {
         soft: false,
         tok_start,
         tok_end,
+        currency: None,
     }
+}
+
+/// Two amounts in different stated currencies: never the same amount,
+/// whatever the numbers.
+fn other_currency(c: &Quantity, e: &Quantity) -> bool {
+    matches!((c.currency, e.currency), (Some(a), Some(b)) if a != b)
 }
 
 /// Equal within a relative tolerance. A non-finite value (an amount whose
@@ -490,6 +542,9 @@ fn year_only(q: &Quantity) -> Option<i32> {
 /// "March 3, 2024") but never more.
 #[inline]
 pub fn backs(c: &Quantity, e: &Quantity) -> bool {
+    if other_currency(c, e) {
+        return false;
+    }
     match (c.kind, e.kind) {
         (QtyKind::Date, QtyKind::Date) => {
             // An evidence date without a year ("April 9") backs a claim that
@@ -525,6 +580,9 @@ pub fn backs(c: &Quantity, e: &Quantity) -> bool {
 pub fn conflicts(c: &Quantity, e: &Quantity) -> bool {
     if c.kind != e.kind {
         return false;
+    }
+    if c.kind == QtyKind::Money && other_currency(c, e) {
+        return true;
     }
     if c.kind == QtyKind::Date {
         let differ = |a: Option<u8>, b: Option<u8>| a.is_some() && b.is_some() && a != b;
@@ -587,6 +645,11 @@ mod tests {
             ("3.5", "3,5"),
             ("03/03/2024", "2024-03-03"),
             ("50 cents", "$0.50"),
+            ("USD 19.99", "$19.99"),
+            ("€80.00", "EUR 80"),
+            ("80 euros", "€80"),
+            ("£5", "5 pounds"),
+            ("120", "120 EUR"),
         ];
         for (a, b) in cases {
             assert!(
@@ -608,6 +671,10 @@ mod tests {
             ("1,000", "100"),
             ("2019", "2018"),
             ("3 million", "2,970,000"),
+            ("120 EUR", "120 USD"),
+            ("$120", "€120"),
+            ("£80", "80 dollars"),
+            ("USD 19.99", "EUR 19.99"),
         ];
         for (a, b) in cases {
             assert!(!same(a, b), "{a:?} should differ from {b:?}");

@@ -527,3 +527,33 @@ proptest! {
         let _ = verify(&claims, &sources, &Params::default());
     }
 }
+
+#[test]
+fn currencies_are_canonical_and_never_interchangeable() {
+    let ev = "Invoice INV-7: the customer paid USD 19.99 for shipping and EUR 80 for the blender.";
+    for (text, supported) in [
+        ("The customer paid $19.99 for shipping.", true),
+        ("The customer paid 19.99 dollars for shipping.", true),
+        ("The customer paid €80.00 for the blender.", true),
+        ("The customer paid 80 euros for the blender.", true),
+        ("The customer paid €19.99 for shipping.", false),
+        ("The customer paid £80 for the blender.", false),
+        ("The customer paid $80 for the blender.", false),
+    ] {
+        let c = check(text, ev);
+        assert_eq!(
+            c.status == ClaimStatus::Supported,
+            supported,
+            "{text}: {:?} {:?}",
+            c.status,
+            c.reasons
+        );
+        if !supported {
+            assert!(
+                c.reasons.contains(&Reason::AmountMismatch),
+                "{text}: {:?}",
+                c.reasons
+            );
+        }
+    }
+}
