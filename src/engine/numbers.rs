@@ -24,6 +24,22 @@ pub struct DateParts {
     pub year: Option<i32>,
     pub month: Option<u8>,
     pub day: Option<u8>,
+    /// A numeric date such as "03/05/2024" that reads as a valid date both
+    /// month-first and day-first: `month`/`day` hold the month-first reading,
+    /// and it backs only the same literal, never a date in words.
+    pub ambiguous: bool,
+}
+
+impl DateParts {
+    /// The other reading of an ambiguous date.
+    fn swapped(self) -> DateParts {
+        DateParts {
+            month: self.day,
+            day: self.month,
+            ambiguous: false,
+            ..self
+        }
+    }
 }
 
 /// One quantity and the token range it came from.
@@ -233,14 +249,25 @@ fn parse_numeric_date(s: &str) -> Option<DateParts> {
                 year: parse_year(y),
                 month: u8::try_from(m).ok(),
                 day: u8::try_from(d).ok(),
+                ambiguous: false,
             })
         }
-        [m, d, y] if y.len() == 4 && s.contains('/') => {
-            let (m, d) = (num(m)?, num(d)?);
-            ((1..=12).contains(&m) && (1..=31).contains(&d)).then(|| DateParts {
+        [a, b, y] if y.len() == 4 && (s.contains('/') || s.contains('.') || s.contains('-')) => {
+            let (a, b) = (num(a)?, num(b)?);
+            let valid = |m: u32, d: u32| (1..=12).contains(&m) && (1..=31).contains(&d);
+            // Month-first when only that reads as a date, day-first when only
+            // that does; both: ambiguous unless they are the same date.
+            let (m, d, ambiguous) = match (valid(a, b), valid(b, a)) {
+                (true, true) => (a, b, a != b),
+                (true, false) => (a, b, false),
+                (false, true) => (b, a, false),
+                (false, false) => return None,
+            };
+            Some(DateParts {
                 year: parse_year(y),
                 month: u8::try_from(m).ok(),
                 day: u8::try_from(d).ok(),
+                ambiguous,
             })
         }
         [y, m] if y.len() == 4 && m.len() == 2 && s.contains('-') => {
@@ -249,6 +276,7 @@ fn parse_numeric_date(s: &str) -> Option<DateParts> {
                 year: parse_year(y),
                 month: u8::try_from(m).ok(),
                 day: None,
+                ambiguous: false,
             })
         }
         _ => None,
@@ -311,6 +339,7 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                         year,
                         month: Some(m),
                         day,
+                        ambiguous: false,
                     },
                     i,
                     end,
@@ -336,6 +365,7 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                             year,
                             month: Some(m),
                             day: Some(d),
+                            ambiguous: false,
                         },
                         i,
                         end,
@@ -546,6 +576,8 @@ pub fn backs(c: &Quantity, e: &Quantity) -> bool {
         return false;
     }
     match (c.kind, e.kind) {
+        // "03/05/2024" states the same date as itself and nothing else.
+        (QtyKind::Date, QtyKind::Date) if c.date.ambiguous || e.date.ambiguous => c.date == e.date,
         (QtyKind::Date, QtyKind::Date) => {
             // An evidence date without a year ("April 9") backs a claim that
             // adds one, as long as month and day are stated and agree.
@@ -583,6 +615,30 @@ pub fn conflicts(c: &Quantity, e: &Quantity) -> bool {
     }
     if c.kind == QtyKind::Money && other_currency(c, e) {
         return true;
+    }
+    if c.kind == QtyKind::Date && (c.date.ambiguous || e.date.ambiguous) {
+        // Only a date that neither reading can be conflicts.
+        let readings = |q: &Quantity| {
+            if q.date.ambiguous {
+                [q.date, q.date.swapped()]
+            } else {
+                [q.date, q.date]
+            }
+        };
+        return readings(c).iter().all(|cd| {
+            readings(e).iter().all(|ed| {
+                let (mut c2, mut e2) = (*c, *e);
+                c2.date = DateParts {
+                    ambiguous: false,
+                    ..*cd
+                };
+                e2.date = DateParts {
+                    ambiguous: false,
+                    ..*ed
+                };
+                conflicts(&c2, &e2)
+            })
+        });
     }
     if c.kind == QtyKind::Date {
         let differ = |a: Option<u8>, b: Option<u8>| a.is_some() && b.is_some() && a != b;
@@ -650,6 +706,17 @@ mod tests {
             ("80 euros", "€80"),
             ("£5", "5 pounds"),
             ("120", "120 EUR"),
+            ("05 May 2024", "May 5, 2024"),
+            ("4 June 2024", "2024-06-04"),
+            ("Apr 3", "April 3"),
+            ("3rd of April 2024", "2024-04-03"),
+            ("April 3rd, 2024", "2024-04-03"),
+            ("Wednesday, April 3, 2024", "2024-04-03"),
+            ("Sept. 9, 2024", "2024-09-09"),
+            ("25/12/2024", "December 25, 2024"),
+            ("12/25/2024", "2024-12-25"),
+            ("03/05/2024", "03/05/2024"),
+            ("04.04.2024", "April 4, 2024"),
         ];
         for (a, b) in cases {
             assert!(
@@ -659,6 +726,18 @@ mod tests {
                 q(b)
             );
         }
+    }
+
+    #[test]
+    fn an_ambiguous_date_conflicts_only_with_dates_neither_reading_is() {
+        let one = |s: &str| q(s)[0];
+        let amb = one("03/05/2024");
+        assert!(amb.date.ambiguous);
+        assert!(!conflicts(&amb, &one("March 5, 2024")));
+        assert!(!conflicts(&amb, &one("May 3, 2024")));
+        assert!(conflicts(&amb, &one("June 7, 2024")));
+        assert!(conflicts(&one("June 7, 2024"), &amb));
+        assert!(!one("05/05/2024").date.ambiguous);
     }
 
     #[test]
@@ -675,6 +754,10 @@ mod tests {
             ("$120", "€120"),
             ("£80", "80 dollars"),
             ("USD 19.99", "EUR 19.99"),
+            // Ambiguous between March 5 and May 3: it supports neither.
+            ("03/05/2024", "March 5, 2024"),
+            ("03/05/2024", "May 3, 2024"),
+            ("March 5, 2024", "03/05/2024"),
         ];
         for (a, b) in cases {
             assert!(!same(a, b), "{a:?} should differ from {b:?}");
