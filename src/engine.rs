@@ -20,6 +20,7 @@ pub mod bind;
 pub mod decide;
 pub mod extract;
 pub mod numbers;
+pub mod spelling;
 pub mod text;
 pub mod verify;
 

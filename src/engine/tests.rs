@@ -557,3 +557,26 @@ fn currencies_are_canonical_and_never_interchangeable() {
         }
     }
 }
+
+#[test]
+fn british_and_american_spellings_match() {
+    for (claim_text, evidence) in [
+        (
+            "The refund was authorized by the store manager.",
+            "The refund was authorised by the store manager.",
+        ),
+        (
+            "The order was cancelled by the customer.",
+            "The order was canceled by the customer.",
+        ),
+        (
+            "The customer asked for a different color.",
+            "The customer asked for a different colour.",
+        ),
+    ] {
+        let c = check(claim_text, evidence);
+        assert_eq!(c.status, ClaimStatus::Supported, "{claim_text}: {c:?}");
+        // A stem match weighs a little less than the same surface form.
+        assert!(c.coverage >= 0.95, "{claim_text}: {}", c.coverage);
+    }
+}

@@ -254,7 +254,10 @@ impl Stems {
         if let Some(w) = vocab.cached(word, hash) {
             return w;
         }
-        let stem = self.stemmer.stem(word);
+        // British and American spellings share a stem; the form stays as
+        // written.
+        let american = super::spelling::american(word);
+        let stem = self.stemmer.stem(&american);
         vocab.add(word, hash, &stem)
     }
 
