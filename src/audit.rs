@@ -24,8 +24,8 @@
 //!   [`AuditLog::append`]; only answer the caller after it returns `Ok`. Its
 //!   [`Receipt`] is the verbose response's `audit` object. `WriteFailed`,
 //!   `Unavailable`, `Storage` and `Corrupt` mean 503 / fail closed.
-//! - `GET /v2/audit/{id}`: [`AuditLog::record`] (serve `canonical` as is,
-//!   check `principal` for tenancy); `GET /v2/audit/{id}/proof`:
+//! - `GET /v2/audit/{id}` (scope `audit`, which sees every record):
+//!   [`AuditLog::record`], serve `canonical` as is; `GET /v2/audit/{id}/proof`:
 //!   [`AuditLog::proof`] then [`ProofDocument::to_json`];
 //!   `GET /v2/audit/keys/{kid}`: [`AuditLog::key`].
 //! - Shutdown: [`AuditLog::shutdown`] after the listeners have drained.

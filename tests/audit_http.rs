@@ -148,19 +148,13 @@ async fn receipts_records_proofs_and_keys_agree() {
     assert_eq!(run(&tampered), Some(1));
     assert_eq!(run(&s.path("missing.json")), Some(2));
 
-    // Tenancy: another app key cannot see the record; an audit-scope key can.
-    assert_eq!(
-        s.get(&format!("/v2/audit/{id}"), Some(OTHER_KEY))
+    // Records and proofs need the audit scope (DESIGN §2): a key without it
+    // gets 403; any audit-scope key sees every record.
+    for path in [format!("/v2/audit/{id}"), format!("/v2/audit/{id}/proof")] {
+        s.get(&path, Some(OTHER_KEY))
             .await
-            .status,
-        404
-    );
-    assert_eq!(
-        s.get(&format!("/v2/audit/{id}/proof"), Some(OTHER_KEY))
-            .await
-            .status,
-        404
-    );
+            .assert_error(403, "forbidden");
+    }
     assert_eq!(
         s.get(&format!("/v2/audit/{id}"), Some(REVIEW_KEY))
             .await
