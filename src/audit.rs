@@ -137,7 +137,8 @@ pub struct Receipt {
 pub struct StoredRecord {
     /// The canonical JSON, exactly the hashed bytes: serve it as is.
     pub canonical: String,
-    /// For tenant checks.
+    /// The `principal` inside `canonical` (so covered by the record hash),
+    /// never the unhashed side column; `None` when the record has none.
     pub principal: Option<String>,
 }
 
@@ -356,8 +357,8 @@ impl AuditLog {
     pub async fn record(&self, id: Uuid) -> Result<Option<StoredRecord>, AuditError> {
         self.read(move |conn, _| {
             Ok(store::record_by_id(conn, id)?.map(|r| StoredRecord {
+                principal: record::principal_of(&r.canonical),
                 canonical: r.canonical,
-                principal: r.principal,
             }))
         })
         .await

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use support::{TestServer, APP_KEY, OTHER_KEY, REVIEW_KEY};
+use support::{TestServer, APP_KEY, OTHER_KEY, REVIEW_KEY, VERIFY_ONLY_KEY};
 
 fn body() -> String {
     json!({"action": {"type": "refund", "params": {"amount": 10, "card_number": "4111111111111111"}},
@@ -254,6 +254,87 @@ async fn policy_reloads_are_audited() {
     while app.audit.health().size == before {
         assert!(std::time::Instant::now() < deadline, "no reload record");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    s.shutdown().await;
+}
+
+/// The `principal` column beside each record is not covered by the record
+/// hash, so it must open nothing: rewrite it in SQLite to name another key,
+/// on records with a principal and on one without (a policy reload), and
+/// that key still gets 403 while `audit` keys read the untouched bytes.
+#[tokio::test]
+async fn a_tampered_principal_column_opens_nothing() {
+    let s = TestServer::start().await;
+    let app = s.running.as_ref().unwrap().app.clone();
+    let authz = |key| {
+        let s = &s;
+        async move {
+            let r = s.post_json("/v2/authorize", &body(), Some(key)).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.json()["audit"]["record_id"].as_str().unwrap().to_string()
+        }
+    };
+    let mine = authz(APP_KEY).await;
+    let theirs = authz(OTHER_KEY).await;
+    // A record without a principal: a policy reload.
+    let before = app.audit.health().size;
+    std::fs::write(s.path("policies/a.toml"), "[[action]]\ntype = \"x\"\n").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while app.audit.health().size == before {
+        assert!(std::time::Instant::now() < deadline, "no reload record");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let db = rusqlite::Connection::open(s.path("data/verdict.db")).unwrap();
+    db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+    let reload: String = db
+        .query_row(
+            "SELECT record_id FROM audit_records WHERE canonical LIKE '%\"kind\":\"policy_reload\"%'",
+            [],
+            |r| r.get::<_, Vec<u8>>(0),
+        )
+        .map(|b| uuid::Uuid::from_slice(&b).unwrap().to_string())
+        .unwrap();
+    let originals: Vec<_> = {
+        let mut out = vec![];
+        for id in [&mine, &theirs, &reload] {
+            out.push(s.get(&format!("/v2/audit/{id}"), Some(APP_KEY)).await.body);
+        }
+        out
+    };
+    assert!(!String::from_utf8_lossy(&originals[2]).contains("principal"));
+    // Every row now claims to belong to `other` (OTHER_KEY) or `limited`
+    // (VERIFY_ONLY_KEY).
+    for (name, key) in [("other", OTHER_KEY), ("limited", VERIFY_ONLY_KEY)] {
+        let n = db
+            .execute("UPDATE audit_records SET principal = ?1", [name])
+            .unwrap();
+        assert!(n >= 3, "{n}");
+        for id in [&mine, &theirs, &reload] {
+            for path in [format!("/v2/audit/{id}"), format!("/v2/audit/{id}/proof")] {
+                s.get(&path, Some(key)).await.assert_error(403, "forbidden");
+            }
+        }
+    }
+    // The library's own view of a record names the principal in the hashed
+    // bytes, whatever the column says.
+    for (id, want) in [
+        (&mine, Some("app")),
+        (&theirs, Some("other")),
+        (&reload, None),
+    ] {
+        let stored = app
+            .audit
+            .record(uuid::Uuid::parse_str(id).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.principal.as_deref(), want, "{id}");
+    }
+    // Audit keys read the records, byte for byte as before.
+    for (id, original) in [&mine, &theirs, &reload].into_iter().zip(&originals) {
+        let r = s.get(&format!("/v2/audit/{id}"), Some(REVIEW_KEY)).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(&r.body, original);
     }
     s.shutdown().await;
 }

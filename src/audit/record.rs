@@ -46,7 +46,8 @@ pub struct AuditRecord {
     pub request_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_hash: Option<String>,
-    /// The API key name; also used for tenant checks on reads.
+    /// The API key name (`proxy` for proxied decisions). Covered by the
+    /// record hash; reads take it from the canonical bytes ([`principal_of`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
     /// `{type, params}` with redacted params (see [`redact`]).
@@ -230,6 +231,20 @@ pub fn redact(params: &mut serde_json::Value, paths: &[String]) {
         let canonical = serde_json_canonicalizer::to_vec(&*cur).unwrap_or_default();
         *cur = serde_json::Value::String(hash_string(&sha256(&canonical)));
     }
+}
+
+/// The `principal` field of stored canonical record bytes: the hashed
+/// record is the only place a record's principal is read from. `None` when
+/// the record has none (policy reloads, key changes) or the bytes are not a
+/// record, so a damaged row never names an owner.
+pub fn principal_of(canonical: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Principal {
+        principal: Option<String>,
+    }
+    serde_json::from_str::<Principal>(canonical)
+        .ok()
+        .and_then(|p| p.principal)
 }
 
 /// Serde for `Uuid` as its hyphenated text, without the `uuid/serde` feature.

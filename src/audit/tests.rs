@@ -630,6 +630,25 @@ fn check_receipt(r: &Receipt) {
     verify_inclusion(r.leaf_index, r.tree_size, &leaf, &steps, &root).unwrap();
 }
 
+#[test]
+fn principal_of_reads_the_hashed_bytes_only() {
+    let with = decision(1).canonical().unwrap();
+    assert_eq!(record::principal_of(&with).as_deref(), Some("tenant-1"));
+    let without = AuditRecord::new(RecordKind::PolicyReload)
+        .canonical()
+        .unwrap();
+    assert_eq!(record::principal_of(&without), None);
+    for damaged in [
+        "",
+        "{",
+        "[]",
+        r#"{"principal":7}"#,
+        r#"{"principal":"a","principal":"b"}"#,
+    ] {
+        assert_eq!(record::principal_of(damaged), None, "{damaged}");
+    }
+}
+
 #[tokio::test]
 async fn append_proof_record_and_restart() {
     let e = env();
