@@ -9,6 +9,7 @@
 //!
 //! # Layout
 //! - [`record`]: the record and its RFC 8785 canonical bytes, redaction.
+//! - [`redaction`]: the data dir's HMAC key that redacted params are tagged with.
 //! - [`merkle`]: RFC 6962 hashes, proofs, Go `tlog` stored-hash layout.
 //! - [`note`]: C2SP signed notes and checkpoints.
 //! - [`keys`]: Ed25519 keys on disk, key documents, rotation.
@@ -37,6 +38,7 @@ pub mod keys;
 pub mod merkle;
 pub mod note;
 pub mod record;
+pub mod redaction;
 pub mod store;
 pub mod verify;
 mod writer;
@@ -64,6 +66,7 @@ use crate::config::AuditConfig;
 pub use keys::{KeyDocument, KeyStatus};
 pub use merkle::Position;
 pub use record::{redact, AuditRecord, RecordKind, SCHEMA};
+pub use redaction::{RedactionKey, RedactionKeyError};
 pub use verify::{verify_log, verify_proof, ProofDocument, VerifyError, VerifyReport};
 
 use writer::{Msg, Pending, Writer};

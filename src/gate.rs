@@ -179,7 +179,7 @@ pub async fn authorize(
     let action_type = req.action.kind.clone();
     let mut audited_params = serde_json::Value::Object(req.action.params.clone());
     if let Some(p) = policy {
-        crate::audit::redact(&mut audited_params, &p.redact);
+        crate::audit::redact(&mut audited_params, &p.redact, &app.redaction);
     }
     let effective = decide::effective(policy, &requested);
     let rule_hits = policy

@@ -74,10 +74,34 @@ async fn receipts_records_proofs_and_keys_agree() {
     assert_eq!(rv["request_id"], last["request_id"], "{rv}");
     assert_eq!(rv["principal"], "app");
     assert!(!rec.text().contains("4111111111111111"), "{}", rec.text());
-    assert!(rv["action"]["params"]["card_number"]
-        .as_str()
-        .unwrap()
-        .starts_with("sha256:"));
+    // Redacted as the HMAC-SHA256 of the value's canonical JSON under the
+    // data dir's 32-byte, owner-only redaction key.
+    let key_path = s.path("data/redaction.key");
+    let key_bytes = std::fs::read(&key_path).unwrap();
+    assert_eq!(key_bytes.len(), 32);
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&key_path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    }
+    let hmac = ring::hmac::sign(
+        &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key_bytes),
+        b"\"4111111111111111\"",
+    );
+    let redacted = format!("hmac-sha256:{}", hex::encode(hmac.as_ref()));
+    assert_eq!(rv["action"]["params"]["card_number"], redacted, "{rv}");
+    // Nothing in the data dir (database, WAL, keys) holds the raw value.
+    for entry in std::fs::read_dir(s.path("data")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            let bytes = std::fs::read(&path).unwrap();
+            assert!(
+                !bytes.windows(16).any(|w| w == b"4111111111111111"),
+                "{}",
+                path.display()
+            );
+        }
+    }
 
     // The inline proof reaches merkle_root.
     let mut h = sha(&[&[0u8], &unhex(a["record_hash"].as_str().unwrap())]);
@@ -201,6 +225,15 @@ async fn receipts_records_proofs_and_keys_agree() {
         .json();
     let new_kid = r["audit"]["key_id"].as_str().unwrap();
     assert_ne!(new_kid, old_kid);
+    // The redaction key survives the restart: the same value, the same text.
+    let again = s
+        .get(
+            &format!("/v2/audit/{}", r["audit"]["record_id"].as_str().unwrap()),
+            Some(APP_KEY),
+        )
+        .await
+        .json();
+    assert_eq!(again["action"]["params"]["card_number"], redacted);
     assert_eq!(
         s.get(&format!("/v2/audit/keys/{new_kid}"), None)
             .await
@@ -336,5 +369,34 @@ async fn a_tampered_principal_column_opens_nothing() {
         assert_eq!(r.status, 200);
         assert_eq!(&r.body, original);
     }
+    s.shutdown().await;
+}
+
+/// A redaction key file that is there but damaged stops the start-up
+/// (exit 64 from `main`) instead of redacting under a new key; an absent
+/// one is created.
+#[tokio::test]
+async fn a_damaged_redaction_key_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("redaction.key"), [1u8; 16]).unwrap();
+    let mut config = support::test_config(&dir);
+    config.data_dir = data.clone();
+    let err = match verdict::app::start(config.clone()).await {
+        Ok(_) => panic!("started with a 16-byte redaction key"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("redaction.key") && err.contains("expected 32"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(data.join("redaction.key")).unwrap(),
+        [1u8; 16]
+    );
+    std::fs::remove_file(data.join("redaction.key")).unwrap();
+    let s = TestServer::attach(verdict::app::start(config).await.unwrap(), dir);
+    assert_eq!(std::fs::read(data.join("redaction.key")).unwrap().len(), 32);
     s.shutdown().await;
 }

@@ -13,6 +13,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::merkle::{sha256, Hash};
+use super::redaction::RedactionKey;
 
 /// The `schema` value of every record this version writes.
 pub const SCHEMA: &str = "verdict.audit.v1";
@@ -212,10 +213,11 @@ pub fn parse_hash_string(s: &str) -> Option<Hash> {
     bytes.try_into().ok()
 }
 
-/// Replaces the values at `paths` inside `params` by `sha256:<hex>` of their
-/// canonical JSON. Paths are dotted, relative to the action: `params.card_number`
-/// (a leading `params.` is optional). Missing paths are left alone.
-pub fn redact(params: &mut serde_json::Value, paths: &[String]) {
+/// Replaces the values at `paths` inside `params` by `hmac-sha256:<hex>` of
+/// their canonical JSON under `key` (see [`super::redaction`]). Paths are
+/// dotted, relative to the action: `params.card_number` (a leading `params.`
+/// is optional). Missing paths are left alone.
+pub fn redact(params: &mut serde_json::Value, paths: &[String], key: &RedactionKey) {
     for path in paths {
         let rel = path.strip_prefix("params.").unwrap_or(path);
         if rel.is_empty() {
@@ -229,7 +231,7 @@ pub fn redact(params: &mut serde_json::Value, paths: &[String]) {
             continue;
         };
         let canonical = serde_json_canonicalizer::to_vec(&*cur).unwrap_or_default();
-        *cur = serde_json::Value::String(hash_string(&sha256(&canonical)));
+        *cur = serde_json::Value::String(key.tag(&canonical));
     }
 }
 
