@@ -15,7 +15,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::Api;
-use crate::audit::{AuditLog, AuditRecord, RecordKind};
+use crate::audit::redaction::Opened;
+use crate::audit::{AuditLog, AuditRecord, RecordKind, RedactionKey, RedactionKeyError};
 use crate::auth::{AuthMode, KeyStore, KeysError};
 use crate::config::Config;
 use crate::evidence::Resolver;
@@ -39,6 +40,9 @@ pub struct App {
     pub policies: Arc<PolicyStore>,
     /// The tamper-evident log every decision is written to before it returns.
     pub audit: AuditLog,
+    /// Keys the HMAC that replaces `redact`ed params in audit records; read
+    /// from the data dir at start-up, so the gate does no IO for it.
+    pub redaction: RedactionKey,
     /// Durable batch verification jobs.
     pub jobs: crate::jobs::Jobs,
     /// Held proxy requests and their review.
@@ -63,6 +67,8 @@ pub enum StartError {
     DataDir { path: String, error: String },
     #[error("audit log: {0}")]
     Audit(#[from] crate::audit::AuditError),
+    #[error(transparent)]
+    RedactionKey(#[from] RedactionKeyError),
     #[error("reviews: {0}")]
     Reviews(#[from] crate::review::ReviewError),
     #[error("proxy.upstream: {0}")]
@@ -202,26 +208,57 @@ fn audit_in_background(audit: &AuditLog, rt: &tokio::runtime::Handle, record: Au
     });
 }
 
-/// Creates the data dir (mode 0700) and opens the audit log off the runtime.
-async fn open_audit(config: &Config) -> Result<AuditLog, StartError> {
-    let dir = config.data_dir.clone();
-    let data_err = |error: String| StartError::DataDir {
-        path: dir.display().to_string(),
+fn data_err(config: &Config, error: String) -> StartError {
+    StartError::DataDir {
+        path: config.data_dir.display().to_string(),
         error,
-    };
-    std::fs::create_dir_all(&dir).map_err(|e| data_err(e.to_string()))?;
+    }
+}
+
+/// Creates the data dir (mode 0700).
+fn prepare_data_dir(config: &Config) -> Result<(), StartError> {
+    let dir = &config.data_dir;
+    std::fs::create_dir_all(dir).map_err(|e| data_err(config, e.to_string()))?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
     }
+    Ok(())
+}
+
+/// Opens the audit log off the runtime.
+async fn open_audit(config: &Config) -> Result<AuditLog, StartError> {
     let db = db_path(config);
     let cfg = config.audit.clone();
-    let key_dir = dir.clone();
+    let key_dir = config.data_dir.clone();
     tokio::task::spawn_blocking(move || AuditLog::open(&db, &key_dir, &cfg))
         .await
-        .map_err(|e| data_err(format!("audit open task failed: {e}")))?
+        .map_err(|e| data_err(config, format!("audit open task failed: {e}")))?
         .map_err(StartError::Audit)
+}
+
+/// Loads (or, when absent, creates) the redaction key, off the runtime.
+/// Runs before the audit log opens, so a bad key file stops start-up with
+/// nothing else started. A new key beside an existing database is logged:
+/// values redacted from now on will not match the ones before.
+async fn open_redaction_key(config: &Config) -> Result<RedactionKey, StartError> {
+    let dir = config.data_dir.clone();
+    let db = db_path(config);
+    let (key, opened, had_db) = tokio::task::spawn_blocking(move || {
+        let had_db = db.exists();
+        RedactionKey::open(&dir).map(|(k, o)| (k, o, had_db))
+    })
+    .await
+    .map_err(|e| data_err(config, format!("redaction key task failed: {e}")))??;
+    match (opened, had_db) {
+        (Opened::Created, true) => tracing::warn!(
+            "created a new redaction key beside an existing database: values redacted in new audit records will not match those in earlier ones"
+        ),
+        (Opened::Created, false) => tracing::info!("created the redaction key"),
+        (Opened::Loaded, _) => {}
+    }
+    Ok(key)
 }
 
 /// Opens the policy store. A missing directory is an empty set only when it
@@ -320,6 +357,8 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         tracing::info!(revision = %set.revision, actions = set.actions.len(), routes = set.routes.len(), "policies loaded");
     }
 
+    prepare_data_dir(&config)?;
+    let redaction = open_redaction_key(&config).await?;
     let audit = match audit {
         Some(a) => a,
         None => open_audit(&config).await?,
@@ -376,6 +415,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         resolver,
         policies: policies.clone(),
         audit: audit.clone(),
+        redaction,
         jobs,
         reviews,
     });

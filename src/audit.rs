@@ -9,6 +9,7 @@
 //!
 //! # Layout
 //! - [`record`]: the record and its RFC 8785 canonical bytes, redaction.
+//! - [`redaction`]: the data dir's HMAC key that redacted params are tagged with.
 //! - [`merkle`]: RFC 6962 hashes, proofs, Go `tlog` stored-hash layout.
 //! - [`note`]: C2SP signed notes and checkpoints.
 //! - [`keys`]: Ed25519 keys on disk, key documents, rotation.
@@ -24,8 +25,8 @@
 //!   [`AuditLog::append`]; only answer the caller after it returns `Ok`. Its
 //!   [`Receipt`] is the verbose response's `audit` object. `WriteFailed`,
 //!   `Unavailable`, `Storage` and `Corrupt` mean 503 / fail closed.
-//! - `GET /v2/audit/{id}`: [`AuditLog::record`] (serve `canonical` as is,
-//!   check `principal` for tenancy); `GET /v2/audit/{id}/proof`:
+//! - `GET /v2/audit/{id}` (scope `audit`, which sees every record):
+//!   [`AuditLog::record`], serve `canonical` as is; `GET /v2/audit/{id}/proof`:
 //!   [`AuditLog::proof`] then [`ProofDocument::to_json`];
 //!   `GET /v2/audit/keys/{kid}`: [`AuditLog::key`].
 //! - Shutdown: [`AuditLog::shutdown`] after the listeners have drained.
@@ -37,6 +38,7 @@ pub mod keys;
 pub mod merkle;
 pub mod note;
 pub mod record;
+pub mod redaction;
 pub mod store;
 pub mod verify;
 mod writer;
@@ -64,6 +66,7 @@ use crate::config::AuditConfig;
 pub use keys::{KeyDocument, KeyStatus};
 pub use merkle::Position;
 pub use record::{redact, AuditRecord, RecordKind, SCHEMA};
+pub use redaction::{RedactionKey, RedactionKeyError};
 pub use verify::{verify_log, verify_proof, ProofDocument, VerifyError, VerifyReport};
 
 use writer::{Msg, Pending, Writer};
@@ -137,7 +140,8 @@ pub struct Receipt {
 pub struct StoredRecord {
     /// The canonical JSON, exactly the hashed bytes: serve it as is.
     pub canonical: String,
-    /// For tenant checks.
+    /// The `principal` inside `canonical` (so covered by the record hash),
+    /// never the unhashed side column; `None` when the record has none.
     pub principal: Option<String>,
 }
 
@@ -356,8 +360,8 @@ impl AuditLog {
     pub async fn record(&self, id: Uuid) -> Result<Option<StoredRecord>, AuditError> {
         self.read(move |conn, _| {
             Ok(store::record_by_id(conn, id)?.map(|r| StoredRecord {
+                principal: record::principal_of(&r.canonical),
                 canonical: r.canonical,
-                principal: r.principal,
             }))
         })
         .await

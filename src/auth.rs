@@ -5,6 +5,12 @@
 //! hashed and compared with every stored hash in constant time, so the time a
 //! lookup takes says nothing about how close a guess was. The key set lives
 //! behind an `ArcSwap` so that the file can be reloaded while requests run.
+//!
+//! Some principal names belong to verdict itself: `proxy` (proxied decisions
+//! are recorded under it), `anonymous` (every caller when auth is off) and
+//! anything starting with `verdict:`. A key with such a name would inherit
+//! whatever those principals own, so the keys file and `verdict keys new`
+//! refuse them.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -16,6 +22,36 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::line_col;
+
+/// The principal proxied decisions are recorded under: end users of the
+/// service carry no verdict key.
+pub const PROXY_PRINCIPAL: &str = "proxy";
+
+/// The principal of every caller when protected mode turns auth off.
+pub const ANONYMOUS_PRINCIPAL: &str = "anonymous";
+
+/// Names starting with this are kept for verdict's own principals.
+pub const RESERVED_PREFIX: &str = "verdict:";
+
+/// Checks that `name` may name an API key: not empty and not one of the
+/// principals verdict uses itself. Reserved names are matched ignoring ASCII
+/// case and surrounding space, so `Proxy ` cannot pass for `proxy` in a log.
+pub fn check_key_name(name: &str) -> Result<(), String> {
+    let folded = name.trim().to_ascii_lowercase();
+    if folded.is_empty() {
+        return Err("name must not be empty".into());
+    }
+    let why = if folded == PROXY_PRINCIPAL {
+        "proxied decisions are recorded under it"
+    } else if folded == ANONYMOUS_PRINCIPAL {
+        "it is the principal of every caller when auth is off"
+    } else if folded.starts_with(RESERVED_PREFIX) {
+        "names starting with \"verdict:\" are kept for verdict's own principals"
+    } else {
+        return Ok(());
+    };
+    Err(format!("the name {name:?} is reserved: {why}"))
+}
 
 /// What a key may do. DESIGN §2 maps each endpoint to one scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -65,7 +101,7 @@ impl Principal {
     /// on loopback): every scope.
     pub fn anonymous() -> Principal {
         Principal {
-            name: "anonymous".to_string(),
+            name: ANONYMOUS_PRINCIPAL.to_string(),
             scopes: Scope::ALL.to_vec(),
         }
     }
@@ -104,7 +140,8 @@ struct KeysFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct KeyEntry {
-    name: String,
+    /// Spanned so that a refused name can point at its line.
+    name: toml::Spanned<String>,
     hash: String,
     scopes: Vec<Scope>,
 }
@@ -147,12 +184,19 @@ impl KeySet {
         })?;
         let mut keys = Vec::with_capacity(file.key.len());
         for (i, entry) in file.key.into_iter().enumerate() {
+            let (line, col) = line_col(text, entry.name.span().start);
+            let entry_name = entry.name.into_inner();
             let invalid = |message: String| KeysError::Invalid {
                 path: name.to_string(),
-                message: format!("key[{i}] ({:?}): {message}", entry.name),
+                message: format!("key[{i}] ({entry_name:?}): {message}"),
             };
-            if entry.name.trim().is_empty() {
-                return Err(invalid("name must not be empty".into()));
+            if let Err(message) = check_key_name(&entry_name) {
+                return Err(KeysError::Parse {
+                    path: name.to_string(),
+                    line,
+                    col,
+                    message: format!("key[{i}]: {message}"),
+                });
             }
             let hex_part = entry
                 .hash
@@ -162,11 +206,11 @@ impl KeySet {
                 .ok()
                 .and_then(|b| <[u8; 32]>::try_from(b).ok())
                 .ok_or_else(|| invalid("hash must look like sha256:<64 hex digits>".into()))?;
-            if keys.iter().any(|k: &StoredKey| k.name == entry.name) {
+            if keys.iter().any(|k: &StoredKey| k.name == entry_name) {
                 return Err(invalid("duplicate key name".into()));
             }
             keys.push(StoredKey {
-                name: entry.name,
+                name: entry_name,
                 hash: bytes,
                 scopes: entry.scopes,
             });
@@ -335,10 +379,12 @@ pub struct NewKey {
 }
 
 /// Makes a new key for `verdict keys new`. The token is 32 random bytes,
-/// base64url, prefixed `vk_` so that secret scanners can spot it.
+/// base64url, prefixed `vk_` so that secret scanners can spot it. A name the
+/// keys file would refuse ([`check_key_name`]) is refused here too.
 pub fn new_key(name: &str, scopes: &[Scope]) -> Result<NewKey, String> {
     use base64::Engine as _;
     use ring::rand::SecureRandom;
+    check_key_name(name)?;
     let mut raw = [0u8; 32];
     ring::rand::SystemRandom::new()
         .fill(&mut raw)
@@ -425,6 +471,63 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("sha256:<64 hex digits>"), "{err}");
+    }
+
+    #[test]
+    fn reserved_names_are_refused_with_their_line() {
+        for name in [
+            "proxy",
+            "anonymous",
+            "verdict:admin",
+            "verdict:",
+            "Proxy",
+            " anonymous ",
+        ] {
+            let text = format!(
+                "[[key]]\nname = \"ok\"\nhash = \"{}\"\nscopes = []\n\n[[key]]\nname = {:?}\nhash = \"{}\"\nscopes = [\"audit\"]\n",
+                sha("a"),
+                name,
+                sha("b")
+            );
+            let err = KeySet::parse("k.toml", &text).unwrap_err().to_string();
+            assert!(err.starts_with("k.toml:7:8: key[1]: "), "{name}: {err}");
+            assert!(err.contains(&format!("{name:?} is reserved")), "{err}");
+            assert!(new_key(name, &[Scope::Audit]).is_err(), "{name}");
+        }
+        for name in ["proxy-app", "anonymous2", "my-verdict:x", "verdict"] {
+            assert_eq!(check_key_name(name), Ok(()), "{name}");
+        }
+        assert!(KeySet::parse("k.toml", &new_key("proxy-app", &[]).unwrap().entry).is_ok());
+    }
+
+    #[test]
+    fn a_reload_with_a_reserved_name_keeps_the_previous_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.toml");
+        let entry = |name: &str, token: &str| {
+            format!(
+                "[[key]]\nname = \"{name}\"\nhash = \"{}\"\nscopes = [\"audit\"]\n",
+                sha(token)
+            )
+        };
+        std::fs::write(&path, entry("app", "app-key")).unwrap();
+        let store = KeyStore::open(Some(&path), true).unwrap();
+        std::fs::write(&path, entry("proxy", "proxy-key")).unwrap();
+        let err = store.reload().unwrap_err().to_string();
+        assert!(err.contains("\"proxy\" is reserved"), "{err}");
+        assert_eq!(
+            store
+                .authenticate(Some("Bearer app-key"), None)
+                .unwrap()
+                .name,
+            "app"
+        );
+        assert_eq!(
+            store.authenticate(Some("Bearer proxy-key"), None),
+            Err(AuthFailure::Unauthenticated)
+        );
+        // On first load the same file is refused outright.
+        assert!(KeyStore::open(Some(&path), true).is_err());
     }
 
     #[test]

@@ -191,7 +191,7 @@ pub async fn authorize(
     let action_type = req.action.kind.clone();
     let mut audited_params = serde_json::Value::Object(req.action.params.clone());
     if let Some(p) = policy {
-        crate::audit::redact(&mut audited_params, &p.redact);
+        crate::audit::redact(&mut audited_params, &p.redact, &app.redaction);
     }
     // An action type no policy names gets the `[defaults]` floors, and what
     // `[authorize] unknown_action` says.
@@ -405,7 +405,7 @@ pub async fn refuse(
 ) -> Result<Receipt, ApiError> {
     let mut params = serde_json::Value::Object(refusal.params);
     if let Some(p) = set.action(refusal.action_type) {
-        crate::audit::redact(&mut params, &p.redact);
+        crate::audit::redact(&mut params, &p.redact, &app.redaction);
     }
     let mut record = AuditRecord::new(RecordKind::Decision);
     record.request_id = Some(ctx.request_id.to_string());

@@ -105,7 +105,8 @@ struct ServeArgs {
 enum KeysCommand {
     /// Print a fresh API key once, plus the entry for the keys file.
     New {
-        #[arg(long)]
+        /// The key's name; `proxy`, `anonymous` and `verdict:*` are reserved.
+        #[arg(long, value_parser = parse_key_name)]
         name: String,
         /// Comma-separated: verify, authorize, batch, audit, review.
         #[arg(long, value_delimiter = ',', value_parser = parse_scope)]
@@ -116,6 +117,11 @@ enum KeysCommand {
 fn parse_scope(s: &str) -> Result<Scope, String> {
     Scope::parse(s.trim())
         .ok_or_else(|| format!("unknown scope {s:?} (verify, authorize, batch, audit, review)"))
+}
+
+/// A reserved or empty name is a usage error (exit 2), like a bad scope.
+fn parse_key_name(s: &str) -> Result<String, String> {
+    verdict::auth::check_key_name(s).map(|()| s.to_string())
 }
 
 fn main() -> ExitCode {

@@ -65,9 +65,9 @@ const HOP_BY_HOP: [&str; 8] = [
 /// The largest upstream answer buffered for a held request's reply.
 const MAX_HELD_RESPONSE: usize = 16 << 20;
 
-/// The principal a proxied decision is recorded under: end users of the
-/// service carry no verdict key.
-pub const PROXY_PRINCIPAL: &str = "proxy";
+/// The principal a proxied decision is recorded under; reserved, so no API
+/// key can be named after it (see `crate::auth`).
+pub use crate::auth::PROXY_PRINCIPAL;
 
 type UpstreamClient = Client<HttpsConnector<HttpConnector>, RespBody>;
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use verdict::audit::{
     redact, rotate_key, verify_log, verify_proof, AuditError, AuditLog, AuditRecord, RecordKind,
+    RedactionKey,
 };
 use verdict::config::AuditConfig;
 
@@ -28,7 +29,8 @@ async fn server_and_cli_flow() {
     rec.decision = Some("deny".into());
     rec.reason = Some("unsupported_claims".into());
     let mut params = serde_json::json!({"amount": 120, "card_number": "4111"});
-    redact(&mut params, &["params.card_number".to_string()]);
+    let (key, _) = RedactionKey::open(dir.path()).unwrap();
+    redact(&mut params, &["params.card_number".to_string()], &key);
     rec.action = Some(serde_json::json!({"type": "refund.create", "params": params}));
     let receipt = log.append(rec.clone()).await.unwrap();
     let audit_object = serde_json::to_value(&receipt).unwrap();

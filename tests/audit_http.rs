@@ -9,7 +9,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use support::{TestServer, APP_KEY, OTHER_KEY, REVIEW_KEY};
+use support::{TestServer, APP_KEY, OTHER_KEY, REVIEW_KEY, VERIFY_ONLY_KEY};
 
 fn body() -> String {
     json!({"action": {"type": "refund", "params": {"amount": 10, "card_number": "4111111111111111"}},
@@ -74,10 +74,34 @@ async fn receipts_records_proofs_and_keys_agree() {
     assert_eq!(rv["request_id"], last["request_id"], "{rv}");
     assert_eq!(rv["principal"], "app");
     assert!(!rec.text().contains("4111111111111111"), "{}", rec.text());
-    assert!(rv["action"]["params"]["card_number"]
-        .as_str()
-        .unwrap()
-        .starts_with("sha256:"));
+    // Redacted as the HMAC-SHA256 of the value's canonical JSON under the
+    // data dir's 32-byte, owner-only redaction key.
+    let key_path = s.path("data/redaction.key");
+    let key_bytes = std::fs::read(&key_path).unwrap();
+    assert_eq!(key_bytes.len(), 32);
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&key_path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    }
+    let hmac = ring::hmac::sign(
+        &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key_bytes),
+        b"\"4111111111111111\"",
+    );
+    let redacted = format!("hmac-sha256:{}", hex::encode(hmac.as_ref()));
+    assert_eq!(rv["action"]["params"]["card_number"], redacted, "{rv}");
+    // Nothing in the data dir (database, WAL, keys) holds the raw value.
+    for entry in std::fs::read_dir(s.path("data")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            let bytes = std::fs::read(&path).unwrap();
+            assert!(
+                !bytes.windows(16).any(|w| w == b"4111111111111111"),
+                "{}",
+                path.display()
+            );
+        }
+    }
 
     // The inline proof reaches merkle_root.
     let mut h = sha(&[&[0u8], &unhex(a["record_hash"].as_str().unwrap())]);
@@ -148,19 +172,13 @@ async fn receipts_records_proofs_and_keys_agree() {
     assert_eq!(run(&tampered), Some(1));
     assert_eq!(run(&s.path("missing.json")), Some(2));
 
-    // Tenancy: another app key cannot see the record; an audit-scope key can.
-    assert_eq!(
-        s.get(&format!("/v2/audit/{id}"), Some(OTHER_KEY))
+    // Records and proofs need the audit scope (DESIGN §2): a key without it
+    // gets 403; any audit-scope key sees every record.
+    for path in [format!("/v2/audit/{id}"), format!("/v2/audit/{id}/proof")] {
+        s.get(&path, Some(OTHER_KEY))
             .await
-            .status,
-        404
-    );
-    assert_eq!(
-        s.get(&format!("/v2/audit/{id}/proof"), Some(OTHER_KEY))
-            .await
-            .status,
-        404
-    );
+            .assert_error(403, "forbidden");
+    }
     assert_eq!(
         s.get(&format!("/v2/audit/{id}"), Some(REVIEW_KEY))
             .await
@@ -207,6 +225,15 @@ async fn receipts_records_proofs_and_keys_agree() {
         .json();
     let new_kid = r["audit"]["key_id"].as_str().unwrap();
     assert_ne!(new_kid, old_kid);
+    // The redaction key survives the restart: the same value, the same text.
+    let again = s
+        .get(
+            &format!("/v2/audit/{}", r["audit"]["record_id"].as_str().unwrap()),
+            Some(APP_KEY),
+        )
+        .await
+        .json();
+    assert_eq!(again["action"]["params"]["card_number"], redacted);
     assert_eq!(
         s.get(&format!("/v2/audit/keys/{new_kid}"), None)
             .await
@@ -261,5 +288,115 @@ async fn policy_reloads_are_audited() {
         assert!(std::time::Instant::now() < deadline, "no reload record");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    s.shutdown().await;
+}
+
+/// The `principal` column beside each record is not covered by the record
+/// hash, so it must open nothing: rewrite it in SQLite to name another key,
+/// on records with a principal and on one without (a policy reload), and
+/// that key still gets 403 while `audit` keys read the untouched bytes.
+#[tokio::test]
+async fn a_tampered_principal_column_opens_nothing() {
+    let s = TestServer::start().await;
+    let app = s.running.as_ref().unwrap().app.clone();
+    let authz = |key| {
+        let s = &s;
+        async move {
+            let r = s.post_json("/v2/authorize", &body(), Some(key)).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.json()["audit"]["record_id"].as_str().unwrap().to_string()
+        }
+    };
+    let mine = authz(APP_KEY).await;
+    let theirs = authz(OTHER_KEY).await;
+    // A record without a principal: a policy reload.
+    let before = app.audit.health().size;
+    std::fs::write(s.path("policies/a.toml"), "[[action]]\ntype = \"x\"\n").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while app.audit.health().size == before {
+        assert!(std::time::Instant::now() < deadline, "no reload record");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let db = rusqlite::Connection::open(s.path("data/verdict.db")).unwrap();
+    db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+    let reload: String = db
+        .query_row(
+            "SELECT record_id FROM audit_records WHERE canonical LIKE '%\"kind\":\"policy_reload\"%'",
+            [],
+            |r| r.get::<_, Vec<u8>>(0),
+        )
+        .map(|b| uuid::Uuid::from_slice(&b).unwrap().to_string())
+        .unwrap();
+    let originals: Vec<_> = {
+        let mut out = vec![];
+        for id in [&mine, &theirs, &reload] {
+            out.push(s.get(&format!("/v2/audit/{id}"), Some(APP_KEY)).await.body);
+        }
+        out
+    };
+    assert!(!String::from_utf8_lossy(&originals[2]).contains("principal"));
+    // Every row now claims to belong to `other` (OTHER_KEY) or `limited`
+    // (VERIFY_ONLY_KEY).
+    for (name, key) in [("other", OTHER_KEY), ("limited", VERIFY_ONLY_KEY)] {
+        let n = db
+            .execute("UPDATE audit_records SET principal = ?1", [name])
+            .unwrap();
+        assert!(n >= 3, "{n}");
+        for id in [&mine, &theirs, &reload] {
+            for path in [format!("/v2/audit/{id}"), format!("/v2/audit/{id}/proof")] {
+                s.get(&path, Some(key)).await.assert_error(403, "forbidden");
+            }
+        }
+    }
+    // The library's own view of a record names the principal in the hashed
+    // bytes, whatever the column says.
+    for (id, want) in [
+        (&mine, Some("app")),
+        (&theirs, Some("other")),
+        (&reload, None),
+    ] {
+        let stored = app
+            .audit
+            .record(uuid::Uuid::parse_str(id).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.principal.as_deref(), want, "{id}");
+    }
+    // Audit keys read the records, byte for byte as before.
+    for (id, original) in [&mine, &theirs, &reload].into_iter().zip(&originals) {
+        let r = s.get(&format!("/v2/audit/{id}"), Some(REVIEW_KEY)).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(&r.body, original);
+    }
+    s.shutdown().await;
+}
+
+/// A redaction key file that is there but damaged stops the start-up
+/// (exit 64 from `main`) instead of redacting under a new key; an absent
+/// one is created.
+#[tokio::test]
+async fn a_damaged_redaction_key_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("redaction.key"), [1u8; 16]).unwrap();
+    let mut config = support::test_config(&dir);
+    config.data_dir = data.clone();
+    let err = match verdict::app::start(config.clone()).await {
+        Ok(_) => panic!("started with a 16-byte redaction key"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("redaction.key") && err.contains("expected 32"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(data.join("redaction.key")).unwrap(),
+        [1u8; 16]
+    );
+    std::fs::remove_file(data.join("redaction.key")).unwrap();
+    let s = TestServer::attach(verdict::app::start(config).await.unwrap(), dir);
+    assert_eq!(std::fs::read(data.join("redaction.key")).unwrap().len(), 32);
     s.shutdown().await;
 }

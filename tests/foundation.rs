@@ -145,4 +145,15 @@ fn keys_new_prints_a_working_entry() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
+    // Reserved principal names are a usage error too, and print no key.
+    for name in ["proxy", "anonymous", "verdict:x"] {
+        let out = Command::new(bin)
+            .args(["keys", "new", "--name", name, "--scopes", "audit"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("vk_"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is reserved"), "{err}");
+    }
 }

@@ -163,6 +163,19 @@ async fn keys_file_reloads_without_restart_and_keeps_the_last_good_set() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(s.get("/v2/jobs/x", Some(new_key)).await.status, 404);
     assert_eq!(s.get("/v2/jobs/x", Some(APP_KEY)).await.status, 404);
+    // So does one that names a key after a reserved principal: the `proxy`
+    // key never works and the previous keys stay.
+    let proxy_key = "a-key-posing-as-the-proxy-0123";
+    replace(
+        &file,
+        &format!(
+            "[[key]]\nname = \"proxy\"\nhash = \"{}\"\nscopes = [\"audit\"]\n",
+            support::sha(proxy_key)
+        ),
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(s.get("/v2/jobs/x", Some(proxy_key)).await.status, 401);
+    assert_eq!(s.get("/v2/jobs/x", Some(new_key)).await.status, 404);
     s.shutdown().await;
 }
 

@@ -205,9 +205,10 @@ async fn extracted_crlf_never_becomes_a_header() {
     e.s.shutdown().await;
 }
 
-/// OTHER_KEY is a second tenant: it sees none of APP_KEY's jobs, audit
-/// records or proofs (404, as for an unknown id) and shares no idempotency
-/// keys with it; `audit` keys see everything.
+/// OTHER_KEY is a second tenant: it sees none of APP_KEY's jobs (404, as
+/// for an unknown id) and shares no idempotency keys with it. Audit records
+/// and proofs need the `audit` scope (DESIGN §2): a key without it gets 403
+/// for every id, its own records included, and `audit` keys see everything.
 #[tokio::test]
 async fn tenants_cannot_read_each_other() {
     let s = TestServer::start().await;
@@ -262,49 +263,36 @@ async fn tenants_cannot_read_each_other() {
         c.text()
     );
 
+    // Without the audit scope every id is the same 403: another tenant's
+    // record, the key's own record, and an id that does not exist.
+    let unknown = uuid::Uuid::new_v4().to_string();
     for key in [OTHER_KEY, VERIFY_ONLY_KEY] {
-        for path in [
-            format!("/v2/audit/{my_record}"),
-            format!("/v2/audit/{my_record}/proof"),
-        ] {
-            s.get(&path, Some(key)).await.assert_error(404, "not_found");
+        for id in [&my_record, &their_record, &unknown] {
+            for path in [format!("/v2/audit/{id}"), format!("/v2/audit/{id}/proof")] {
+                s.get(&path, Some(key)).await.assert_error(403, "forbidden");
+            }
         }
     }
     s.get(&format!("/v2/jobs/{my_job}"), Some(OTHER_KEY))
         .await
         .assert_error(404, "not_found");
-    // The 404 says nothing a guess would not: same body shape as a random id.
-    let unknown = s
-        .get(
-            &format!("/v2/audit/{}", uuid::Uuid::new_v4()),
-            Some(OTHER_KEY),
-        )
-        .await;
-    unknown.assert_error(404, "not_found");
-    // Owners see their own; an audit key sees everyone's.
-    assert_eq!(
-        s.get(&format!("/v2/audit/{their_record}"), Some(OTHER_KEY))
-            .await
-            .status,
-        200
-    );
-    assert_eq!(
-        s.get(&format!("/v2/audit/{their_record}/proof"), Some(OTHER_KEY))
-            .await
-            .status,
-        200
-    );
+    // With it, an unknown id is a 404.
+    s.get(&format!("/v2/audit/{unknown}"), Some(REVIEW_KEY))
+        .await
+        .assert_error(404, "not_found");
+    // Owners see their own jobs; an audit key sees everyone's records.
     assert_eq!(
         s.get(&format!("/v2/jobs/{my_job}"), Some(APP_KEY))
             .await
             .status,
         200
     );
-    for path in [
-        format!("/v2/audit/{my_record}"),
-        format!("/v2/audit/{their_record}/proof"),
-    ] {
-        assert_eq!(s.get(&path, Some(REVIEW_KEY)).await.status, 200, "{path}");
+    for key in [APP_KEY, REVIEW_KEY] {
+        for id in [&my_record, &their_record] {
+            for path in [format!("/v2/audit/{id}"), format!("/v2/audit/{id}/proof")] {
+                assert_eq!(s.get(&path, Some(key)).await.status, 200, "{path}");
+            }
+        }
     }
     // Reviews need the review scope: an app key cannot even list them.
     for key in [APP_KEY, OTHER_KEY] {

@@ -13,6 +13,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::merkle::{sha256, Hash};
+use super::redaction::RedactionKey;
 
 /// The `schema` value of every record this version writes.
 pub const SCHEMA: &str = "verdict.audit.v1";
@@ -46,7 +47,8 @@ pub struct AuditRecord {
     pub request_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_hash: Option<String>,
-    /// The API key name; also used for tenant checks on reads.
+    /// The API key name (`proxy` for proxied decisions). Covered by the
+    /// record hash; reads take it from the canonical bytes ([`principal_of`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
     /// `{type, params}` with redacted params (see [`redact`]).
@@ -211,10 +213,11 @@ pub fn parse_hash_string(s: &str) -> Option<Hash> {
     bytes.try_into().ok()
 }
 
-/// Replaces the values at `paths` inside `params` by `sha256:<hex>` of their
-/// canonical JSON. Paths are dotted, relative to the action: `params.card_number`
-/// (a leading `params.` is optional). Missing paths are left alone.
-pub fn redact(params: &mut serde_json::Value, paths: &[String]) {
+/// Replaces the values at `paths` inside `params` by `hmac-sha256:<hex>` of
+/// their canonical JSON under `key` (see [`super::redaction`]). Paths are
+/// dotted, relative to the action: `params.card_number` (a leading `params.`
+/// is optional). Missing paths are left alone.
+pub fn redact(params: &mut serde_json::Value, paths: &[String], key: &RedactionKey) {
     for path in paths {
         let rel = path.strip_prefix("params.").unwrap_or(path);
         if rel.is_empty() {
@@ -228,8 +231,22 @@ pub fn redact(params: &mut serde_json::Value, paths: &[String]) {
             continue;
         };
         let canonical = serde_json_canonicalizer::to_vec(&*cur).unwrap_or_default();
-        *cur = serde_json::Value::String(hash_string(&sha256(&canonical)));
+        *cur = serde_json::Value::String(key.tag(&canonical));
     }
+}
+
+/// The `principal` field of stored canonical record bytes: the hashed
+/// record is the only place a record's principal is read from. `None` when
+/// the record has none (policy reloads, key changes) or the bytes are not a
+/// record, so a damaged row never names an owner.
+pub fn principal_of(canonical: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Principal {
+        principal: Option<String>,
+    }
+    serde_json::from_str::<Principal>(canonical)
+        .ok()
+        .and_then(|p| p.principal)
 }
 
 /// Serde for `Uuid` as its hyphenated text, without the `uuid/serde` feature.

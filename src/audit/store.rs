@@ -4,7 +4,10 @@
 //! table is prefixed `audit_`. Two tables, both append-only:
 //!
 //! - `audit_records(leaf, record_id, canonical, principal, hashes)`: one row
-//!   per leaf. `canonical` is the JSON exactly as hashed. `hashes` holds the
+//!   per leaf. `canonical` is the JSON exactly as hashed. `principal` is a
+//!   copy of the record's `principal` for operators' queries only: it is not
+//!   covered by any hash, so nothing in verdict reads it back (reads take the
+//!   principal from `canonical`, see [`super::record::principal_of`]). `hashes` holds the
 //!   Go `tlog` stored hashes of the leaf: the `1 + trailing_ones(leaf)` hashes
 //!   tlog appends when that leaf is added (level 0 first), so concatenating
 //!   the rows in order gives exactly tlog's stored-hash sequence, and subtree
@@ -239,25 +242,22 @@ pub fn all_checkpoints(conn: &Connection) -> Result<Vec<CheckpointRow>, AuditErr
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-/// A stored record found by id.
+/// A stored record found by id. No `principal`: the side column is not
+/// hashed, so whoever needs the principal takes it from `canonical`.
 #[derive(Debug, Clone)]
 pub struct RecordRow {
     pub leaf: u64,
     pub canonical: String,
-    pub principal: Option<String>,
 }
 
 pub fn record_by_id(conn: &Connection, id: Uuid) -> Result<Option<RecordRow>, AuditError> {
     Ok(conn
-        .prepare_cached(
-            "SELECT leaf, canonical, principal FROM audit_records WHERE record_id = ?1",
-        )?
+        .prepare_cached("SELECT leaf, canonical FROM audit_records WHERE record_id = ?1")?
         .query_row([id.as_bytes().as_slice()], |r| {
             let leaf: i64 = r.get(0)?;
             Ok(RecordRow {
                 leaf: u64::try_from(leaf).unwrap_or(u64::MAX),
                 canonical: r.get(1)?,
-                principal: r.get(2)?,
             })
         })
         .optional()?)

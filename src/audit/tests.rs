@@ -540,6 +540,9 @@ fn records_omit_absent_fields_and_redact() {
     r.enforced = Some(true);
     r.coverage_score = Some(0.5);
     let mut params = serde_json::json!({"card_number": "4111111111111111", "amount": 120, "nested": {"ssn": "x"}});
+    // The key bytes 0, 1, ..., 31; expected values from Python's
+    // `hmac.new(bytes(range(32)), b'"4111111111111111"', hashlib.sha256)`.
+    let key = RedactionKey::from_bytes(&std::array::from_fn(|i| i as u8));
     redact(
         &mut params,
         &[
@@ -547,17 +550,22 @@ fn records_omit_absent_fields_and_redact() {
             "params.nested.ssn".into(),
             "params.missing".into(),
         ],
+        &key,
     );
     assert_eq!(
         params["card_number"],
-        hash_string(&sha256(b"\"4111111111111111\""))
+        "hmac-sha256:5b90d95161237ce2385af94f39d0f420ad1569ee25feb7ed5f87c18cd39ff079"
     );
-    assert_eq!(params["nested"]["ssn"], hash_string(&sha256(b"\"x\"")));
+    assert_eq!(
+        params["nested"]["ssn"],
+        "hmac-sha256:e1a4395ebb8c89a5e1068ac3dee16bd6ed67f7f2b852a86b28fe4ebe95ba6015"
+    );
     assert_eq!(params["amount"], 120);
     r.action = Some(serde_json::json!({"type": "refund.create", "params": params}));
     let c = r.canonical().unwrap();
+    assert!(!c.contains("4111111111111111"), "{c}");
     assert!(
-        c.starts_with(r#"{"action":{"params":{"amount":120,"card_number":"sha256:"#),
+        c.starts_with(r#"{"action":{"params":{"amount":120,"card_number":"hmac-sha256:5b90d951"#),
         "{c}"
     );
     assert!(c.contains(r#""at":"2026-11-22T10:44:11.000123Z""#), "{c}");
@@ -628,6 +636,25 @@ fn check_receipt(r: &Receipt) {
         .collect();
     let root = record::parse_hash_string(&r.merkle_root).unwrap();
     verify_inclusion(r.leaf_index, r.tree_size, &leaf, &steps, &root).unwrap();
+}
+
+#[test]
+fn principal_of_reads_the_hashed_bytes_only() {
+    let with = decision(1).canonical().unwrap();
+    assert_eq!(record::principal_of(&with).as_deref(), Some("tenant-1"));
+    let without = AuditRecord::new(RecordKind::PolicyReload)
+        .canonical()
+        .unwrap();
+    assert_eq!(record::principal_of(&without), None);
+    for damaged in [
+        "",
+        "{",
+        "[]",
+        r#"{"principal":7}"#,
+        r#"{"principal":"a","principal":"b"}"#,
+    ] {
+        assert_eq!(record::principal_of(damaged), None, "{damaged}");
+    }
 }
 
 #[tokio::test]
