@@ -142,8 +142,20 @@ pub enum Reason {
     AmountMismatch,
     /// A number, amount or date appears in no searched source.
     NumberNotFound,
-    /// The claim and its evidence disagree on negation, or use antonyms.
+    /// The claim and its evidence disagree on negation.
     NegationConflict,
+    /// The evidence states an exclusive state of the one the claim states
+    /// ("approved" for "denied", "succeeded" for "failed").
+    StatusConflict,
+    /// The evidence states the claim's event as possible, planned or
+    /// pending ("will be issued"), not as done.
+    HedgedEvidence,
+    /// The claim says "all" where the evidence makes an exception, or the
+    /// evidence lists the claim's item as an exception.
+    ScopeConflict,
+    /// The clause that states the claim's predicate names another party
+    /// than the claim does.
+    PartyConflict,
     /// A name in the claim appears in no searched source.
     NameMissing,
     /// No available source shares any content with the claim.
@@ -166,6 +178,10 @@ impl Reason {
             Reason::AmountMismatch => "amount_mismatch",
             Reason::NumberNotFound => "number_not_found",
             Reason::NegationConflict => "negation_conflict",
+            Reason::StatusConflict => "status_conflict",
+            Reason::HedgedEvidence => "hedged_evidence",
+            Reason::ScopeConflict => "scope_conflict",
+            Reason::PartyConflict => "party_conflict",
             Reason::NameMissing => "name_missing",
             Reason::NoEvidence => "no_evidence",
             Reason::CitationNotFound => "citation_not_found",
@@ -184,6 +200,10 @@ impl Reason {
                 | Reason::AmountMismatch
                 | Reason::NumberNotFound
                 | Reason::NegationConflict
+                | Reason::StatusConflict
+                | Reason::HedgedEvidence
+                | Reason::ScopeConflict
+                | Reason::PartyConflict
                 | Reason::NameMissing
                 | Reason::CitationNotFound
         )

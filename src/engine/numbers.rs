@@ -427,6 +427,23 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                 let mut end = i + 1;
                 let mut start = i;
                 let mut currency = symbol_currency(s);
+                // A dollar sign with a country prefix: "C$1,500", "A$20".
+                let joined = i > 0 && tokens[i - 1].end == tokens[i].start;
+                if currency == Some("USD") && joined {
+                    let prefixed = match norm(i - 1) {
+                        "c" | "ca" | "can" => Some("CAD"),
+                        "a" | "au" => Some("AUD"),
+                        "nz" => Some("NZD"),
+                        "hk" => Some("HKD"),
+                        "s" | "sg" => Some("SGD"),
+                        "us" => Some("USD"),
+                        _ => None,
+                    };
+                    if prefixed.is_some() {
+                        currency = prefixed;
+                        start = i - 1;
+                    }
+                }
                 // A code before the number: "USD 19.99", "EUR 80".
                 if currency.is_none() && i > 0 {
                     if let Some(c) = currency_of(norm(i - 1)).filter(|_| norm(i - 1).len() == 3) {
@@ -754,6 +771,8 @@ mod tests {
             ("$120", "€120"),
             ("£80", "80 dollars"),
             ("USD 19.99", "EUR 19.99"),
+            ("US$1,500", "C$1,500"),
+            ("A$20", "$20"),
             // Ambiguous between March 5 and May 3: it supports neither.
             ("03/05/2024", "March 5, 2024"),
             ("03/05/2024", "May 3, 2024"),

@@ -84,7 +84,7 @@ fn contradictions_are_never_supported() {
         ),
         (
             "Accounts are unlocked after 5 failed login attempts.",
-            Reason::NegationConflict,
+            Reason::StatusConflict,
         ),
         (
             "Orders ship from our Berlin warehouse within 2 business days for $5.",

@@ -58,6 +58,14 @@ pub struct Lex {
     pub month: Option<u8>,
     /// The form is "only" ("not only" is not a negation).
     pub only: bool,
+    /// A verb of refusal or failure ("failed", "denied", "refused"): a
+    /// negator only in front of "to" ("failed to pay" denies "pay"); on its
+    /// own it is what the sentence asserts ("the login failed") and is
+    /// matched like any content word.
+    pub content_negator: bool,
+    /// A modal, future or pending marker ("may", "will", "expected",
+    /// "scheduled"): the event it governs has not happened.
+    pub hedge: bool,
     /// `numbers::small_word(norm)` is some: a spelled-out number.
     pub number_word: bool,
 }
@@ -69,6 +77,8 @@ impl Lex {
             negator: is_negator(norm),
             month: month_number(norm),
             only: norm == "only",
+            content_negator: matches!(norm, "fail" | "fails" | "failed" | "denied" | "refused"),
+            hedge: is_hedge(norm),
             number_word: super::numbers::small_word(norm).is_some(),
         }
     }
@@ -700,6 +710,43 @@ pub fn party_stems() -> &'static [String] {
 pub fn is_negator(norm: &str) -> bool {
     static SET: OnceLock<WordSet<&'static str>> = OnceLock::new();
     word_set(&SET, NEGATORS).contains(norm)
+}
+
+/// Words that put the event they govern in the future, in doubt or on
+/// hold: evidence that a refund "will be issued" does not support a claim
+/// that it was issued.
+pub fn is_hedge(norm: &str) -> bool {
+    matches!(
+        norm,
+        "may"
+            | "might"
+            | "could"
+            | "will"
+            | "would"
+            | "should"
+            | "shall"
+            | "can"
+            | "expected"
+            | "expect"
+            | "expects"
+            | "scheduled"
+            | "pending"
+            | "planned"
+            | "plans"
+            | "requested"
+            | "requests"
+            | "once"
+            | "if"
+            | "unless"
+            | "until"
+            | "awaiting"
+            | "likely"
+            | "possibly"
+            | "probably"
+            | "intends"
+            | "intended"
+            | "going"
+    )
 }
 
 /// 1-based month number for a full or abbreviated month name. A `match`
