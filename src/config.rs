@@ -180,6 +180,10 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// How long in-flight requests may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
+    /// A connection (HTTP/1 keep-alive or HTTP/2) with no request in flight
+    /// for this long is closed, so idle connections cannot hold every
+    /// `max_connections` slot.
+    pub idle_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -336,6 +340,7 @@ struct FileServer {
     header_read_timeout: Option<String>,
     max_connections: Option<usize>,
     shutdown_grace: Option<String>,
+    idle_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -488,6 +493,7 @@ impl Config {
                 )?,
                 max_connections,
                 shutdown_grace: duration("server.shutdown_grace", f.server.shutdown_grace, "10s")?,
+                idle_timeout: duration("server.idle_timeout", f.server.idle_timeout, "60s")?,
             },
             log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Json),
             defaults,

@@ -40,6 +40,7 @@ use crate::error::ApiError;
 use crate::http_util::RespBody;
 
 mod framing;
+mod idle;
 
 /// Pending connections per listener (tokio's default for `TcpListener::bind`).
 const LISTEN_BACKLOG: u32 = 1024;
@@ -214,10 +215,14 @@ async fn serve_shared<H: Handler>(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .keep_alive(true);
+    // Pings find a peer that vanished; the idle watchdog below closes one
+    // that stays connected and asks for nothing.
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_concurrent_streams(256);
+        .max_concurrent_streams(256)
+        .keep_alive_interval(Some(std::time::Duration::from_secs(20)))
+        .keep_alive_timeout(std::time::Duration::from_secs(20));
     let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
 
@@ -254,6 +259,9 @@ async fn serve_shared<H: Handler>(
         let acceptor = acceptor.clone();
         let watcher = graceful.watcher();
         let header_timeout = limits.header_read_timeout;
+        let idle_timeout = limits.idle_timeout;
+        let activity = idle::Activity::new();
+        let busy = activity.clone();
         // Raised by the stream wrapper when a request head is ambiguous.
         let ambiguous = Arc::new(AtomicBool::new(false));
         let flag = ambiguous.clone();
@@ -262,13 +270,22 @@ async fn serve_shared<H: Handler>(
             let service = service_fn(move |req: Request<Incoming>| {
                 let handler = handler.clone();
                 let flag = flag.clone();
+                let in_flight = busy.begin();
                 async move {
                     if flag.load(Ordering::Acquire) {
                         return Ok(refuse_ambiguous(&req, peer));
                     }
-                    Ok::<_, std::convert::Infallible>(handler.handle(req, conn).await)
+                    let resp = handler.handle(req, conn).await;
+                    let (parts, body) = resp.into_parts();
+                    let body = idle::guard_body(body, in_flight);
+                    Ok::<_, std::convert::Infallible>(Response::from_parts(parts, body))
                 }
             });
+            let idle = async {
+                activity.idle(idle_timeout).await;
+                tracing::debug!(%peer, timeout = ?idle_timeout, "idle connection closed");
+                Ok(())
+            };
             let result = match acceptor {
                 Some(acceptor) => {
                     let tls =
@@ -283,12 +300,14 @@ async fn serve_shared<H: Handler>(
                                 return;
                             }
                         };
-                    watcher
-                        .watch(builder.serve_connection(
-                            TokioIo::new(framing::Watched::new(tls, ambiguous)),
-                            service,
-                        ))
-                        .await
+                    let conn = watcher.watch(builder.serve_connection(
+                        TokioIo::new(framing::Watched::new(tls, ambiguous)),
+                        service,
+                    ));
+                    tokio::select! {
+                        r = conn => r,
+                        r = idle => r,
+                    }
                 }
                 None => {
                     // The auto builder waits for the first bytes to pick
@@ -299,12 +318,14 @@ async fn serve_shared<H: Handler>(
                         Ok(Ok(n)) if n > 0 => {}
                         _ => return,
                     }
-                    watcher
-                        .watch(builder.serve_connection(
-                            TokioIo::new(framing::Watched::new(stream, ambiguous)),
-                            service,
-                        ))
-                        .await
+                    let conn = watcher.watch(builder.serve_connection(
+                        TokioIo::new(framing::Watched::new(stream, ambiguous)),
+                        service,
+                    ));
+                    tokio::select! {
+                        r = conn => r,
+                        r = idle => r,
+                    }
                 }
             };
             if let Err(e) = result {

@@ -124,6 +124,76 @@ async fn connections_over_the_cap_get_503_and_the_rest_keep_working() {
     s.shutdown().await;
 }
 
+/// Idle HTTP/2 connections (the client preface and an empty SETTINGS frame,
+/// then nothing) hold permits only until `server.idle_timeout`: then they
+/// are closed and `/health` answers again.
+#[tokio::test]
+async fn idle_http2_connections_are_closed_and_health_recovers() {
+    let s = support::TestServer::start_with(|c| {
+        c.server.max_connections = 8;
+        c.server.idle_timeout = Duration::from_millis(700);
+    })
+    .await;
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+    let mut idle = Vec::new();
+    for _ in 0..8 {
+        let mut sock = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        sock.write_all(preface).await.unwrap();
+        idle.push(sock);
+    }
+    // Every permit is held: a new connection is refused.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut extra = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(5), extra.read_to_string(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+    // After the idle timeout the server closes them (each read ends), and
+    // health answers. Bounded: 5 s for all eight.
+    for sock in &mut idle {
+        let mut buf = vec![0u8; 4096];
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match sock.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {} // SETTINGS, SETTINGS ack, PING
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "an idle HTTP/2 connection stayed open");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(s.get("/health", None).await.status, 200);
+    s.shutdown().await;
+}
+
+/// A request in flight keeps its connection open past the idle timeout.
+#[tokio::test]
+async fn a_busy_connection_outlives_the_idle_timeout() {
+    let s = support::TestServer::start_with(|c| {
+        c.server.idle_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let mut sock = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    for _ in 0..4 {
+        sock.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = sock.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    // Idle now: closed within the timeout (and a little).
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(3), sock.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "an idle keep-alive connection stayed open");
+    s.shutdown().await;
+}
+
 /// Sends `raw` on a new connection and reads the answer to the end.
 async fn raw_exchange(addr: std::net::SocketAddr, raw: &[u8]) -> String {
     let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
