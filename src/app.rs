@@ -374,7 +374,11 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         crate::api::batch_item_fn(resolver.clone(), tokio::runtime::Handle::current()),
     )?;
     jobs.register_metrics(&mut registry);
-    let reviews = crate::review::Reviews::open(&db_path(&config), config.review_ttl)?;
+    let reviews = crate::review::Reviews::open(
+        &db_path(&config),
+        config.review_ttl,
+        redaction.derive(crate::review::SEAL_KEY_LABEL),
+    )?;
     reviews.register_metrics(&mut registry);
     let proxy_stats = crate::proxy::ProxyStats::register(&mut registry);
     let upstream = config

@@ -17,8 +17,11 @@
 //! a per-review `watch` channel (never by polling the database), and a
 //! sweeper task expires reviews at their deadline.
 
+mod seal;
 mod state;
 mod store;
+
+pub use seal::KEY_LABEL as SEAL_KEY_LABEL;
 #[cfg(test)]
 mod tests;
 
@@ -74,6 +77,27 @@ pub struct HeldRequest {
 // === impl HeldRequest ===
 
 impl HeldRequest {
+    /// `sha256:<hex>` over the values of the request's credential headers
+    /// (`Authorization`, `Cookie`, `Proxy-Authorization`), in order, each
+    /// length-prefixed with its name. A retried call joins a pending review
+    /// only when this matches too, so one client never receives the answer
+    /// to another client's request. A request with none has a hash too (of
+    /// nothing), which rows stored before this column never match.
+    pub fn credentials(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for (name, value) in &self.headers {
+            let name = name.to_ascii_lowercase();
+            if seal::Sealer::applies(&name) {
+                for part in [name.as_bytes(), value.as_ref()] {
+                    h.update(u64::try_from(part.len()).unwrap_or(u64::MAX).to_be_bytes());
+                    h.update(part);
+                }
+            }
+        }
+        format!("sha256:{}", hex::encode(h.finalize()))
+    }
+
     /// `sha256:<hex>` over the method, path, every header in order and the
     /// body, each length-prefixed so no two requests encode alike. Stored at
     /// hold time, shown to reviewers (an approval is bound to these exact
@@ -300,9 +324,15 @@ impl Reviews {
     /// other subsystems), turns any forward left `started` into
     /// `outcome_unknown`, and starts the expiry sweeper, which stops when the
     /// last clone is dropped. Blocking file IO: call it at start-up.
-    pub fn open(db_path: &Path, ttl: Duration) -> Result<Reviews, ReviewError> {
+    ///
+    /// `seal_key` seals the held requests' credentials at rest (see
+    /// `seal`); it must be the same on every start, or pending reviews
+    /// cannot be forwarded.
+    pub fn open(db_path: &Path, ttl: Duration, seal_key: [u8; 32]) -> Result<Reviews, ReviewError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ReviewError::NoRuntime)?;
-        let (store, recovered) = Store::open(db_path)?;
+        let sealer = seal::Sealer::new(&seal_key)
+            .map_err(|_| ReviewError::Storage("the review seal key is not usable".into()))?;
+        let (store, recovered) = Store::open(db_path, sealer)?;
         for review_id in &recovered {
             tracing::warn!(
                 review_id,

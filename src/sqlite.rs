@@ -47,3 +47,42 @@ mod tests {
         assert!(poll(-1, every, Duration::from_micros(3)));
     }
 }
+
+/// Creates the database file at `path` readable by its owner only (0600)
+/// when it does not exist yet, and narrows an existing one to 0600. SQLite
+/// gives the `-wal` and `-shm` files it creates the main file's mode, so
+/// they are private too. The database holds decisions, held requests and
+/// job inputs: no other local user has a reason to read it.
+pub(crate) fn create_private(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            for p in [
+                path.to_path_buf(),
+                wal_sibling(path, "-wal"),
+                wal_sibling(path, "-shm"),
+            ] {
+                match std::fs::metadata(&p) {
+                    Ok(m) if m.permissions().mode() & 0o077 != 0 => {
+                        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn wal_sibling(path: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(suffix);
+    std::path::PathBuf::from(s)
+}

@@ -415,3 +415,49 @@ async fn truncate_then_write_never_opens_the_gate() {
     assert!(sent.load(Ordering::Relaxed) > 20, "the load ran");
     assert_eq!(e.up.count(), 0, "{:?}", e.up.calls());
 }
+
+/// D6: a second client sending the same held request with other credentials
+/// gets its own review, never the first client's; the same client retrying
+/// joins its own.
+#[tokio::test]
+async fn held_calls_stay_per_client() {
+    let up = MockUpstream::start().await;
+    let url = up.url();
+    let shipped = std::fs::read_to_string("policies/refunds.toml")
+        .unwrap()
+        .replace("hold_timeout = \"30s\"", "hold_timeout = \"100ms\"");
+    let s = TestServer::start_with(|c| {
+        std::fs::write(c.policies_dir.join("refunds.toml"), &shipped).unwrap();
+        c.proxy.upstream = Some(url);
+    })
+    .await;
+    let proxy = s.running.as_ref().unwrap().proxy_addr.unwrap();
+    let body = json!({"amount": 750, "currency": "USD",
+        "justification": {
+            "claims": [{"text": "Order 2 was charged $750.00.", "citations": [{"source_id": "inv"}]}],
+            "evidence": [{"source_id": "inv", "text": "Invoice INV-2 for order 2: amount charged $750.00."}]}})
+    .to_string();
+    let hold = |auth: &'static str| {
+        let body = body.clone();
+        async move {
+            let (status, answer) = raw(
+                proxy,
+                "POST",
+                "/api/orders/2/refunds",
+                &[JSON, ("authorization", auth)],
+                &body,
+            )
+            .await;
+            assert_eq!(status, 202, "{answer}");
+            body_json(&answer)["review_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let alice = hold("Bearer alice-token").await;
+    let mallory = hold("Bearer mallory-token").await;
+    assert_ne!(alice, mallory, "another client joined alice's review");
+    assert_eq!(hold("Bearer alice-token").await, alice, "a retry joins");
+    assert_eq!(up.count(), 0);
+}

@@ -99,6 +99,16 @@ impl RedactionKey {
         }
     }
 
+    /// A 32-byte key for another purpose, derived from this secret:
+    /// HMAC-SHA256(secret, `label`), the one-block HKDF-Expand. The data
+    /// dir keeps one secret file; each use gets its own key.
+    pub fn derive(&self, label: &[u8]) -> [u8; KEY_LEN] {
+        let tag = hmac::sign(&self.key, label);
+        let mut out = [0u8; KEY_LEN];
+        out.copy_from_slice(&tag.as_ref()[..KEY_LEN]);
+        out
+    }
+
     /// `hmac-sha256:<lowercase hex>` of `data` under this key.
     pub fn tag(&self, data: &[u8]) -> String {
         let tag = hmac::sign(&self.key, data);

@@ -54,6 +54,8 @@ fn flags() -> OpenFlags {
 /// The writer's connection: WAL, `synchronous=FULL`, tables created, and a
 /// log in the earlier layout merged into the current one.
 pub fn open_writer(path: &Path) -> Result<Connection, AuditError> {
+    crate::sqlite::create_private(path)
+        .map_err(|e| AuditError::Storage(format!("{}: {e}", path.display())))?;
     let mut conn = Connection::open_with_flags(path, flags())?;
     // Decisions wait on this connection (see `crate::sqlite`).
     conn.busy_handler(Some(crate::sqlite::busy_decision_path))?;

@@ -125,6 +125,7 @@ impl Store {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(JobsError::Io)?;
         }
+        crate::sqlite::create_private(path).map_err(JobsError::Io)?;
         let store = Store {
             path: path.to_path_buf(),
             pool: Mutex::new(Vec::new()),

@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS review_reviews (
     req_path              TEXT NOT NULL,     -- path and query
     req_body              BLOB NOT NULL,
     req_hash              TEXT NOT NULL,     -- HeldRequest::hash, checked on claim
+    req_creds             TEXT NOT NULL DEFAULT '', -- HeldRequest::credentials
     status                TEXT NOT NULL
         CHECK (status IN ('pending', 'approved', 'rejected', 'expired')),
     reviewer              TEXT,
@@ -105,6 +106,8 @@ pub(super) enum Resolved {
 #[derive(Debug)]
 pub(super) struct Store {
     conn: Connection,
+    /// Seals the credential headers of held requests at rest.
+    sealer: super::seal::Sealer,
 }
 
 // === impl Store ===
@@ -113,7 +116,12 @@ impl Store {
     /// Opens (or creates) the review tables in the file at `path`, and turns
     /// every forward left `started` by a previous process into
     /// `outcome_unknown`. Returns the store and the ids it recovered.
-    pub fn open(path: &Path) -> Result<(Store, Vec<String>), ReviewError> {
+    pub fn open(
+        path: &Path,
+        sealer: super::seal::Sealer,
+    ) -> Result<(Store, Vec<String>), ReviewError> {
+        crate::sqlite::create_private(path)
+            .map_err(|e| ReviewError::Storage(format!("{}: {e}", path.display())))?;
         let conn = Connection::open(path)?;
         // A held call waits on this connection (see `crate::sqlite`).
         conn.busy_handler(Some(crate::sqlite::busy_decision_path))?;
@@ -128,7 +136,17 @@ impl Store {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
-        let mut store = Store { conn };
+        // Databases from before credential binding: add the column. Their
+        // rows keep '' and so never match a retried call's credentials.
+        let has_creds: bool = conn
+            .prepare("SELECT 1 FROM pragma_table_info('review_reviews') WHERE name = 'req_creds'")?
+            .exists([])?;
+        if !has_creds {
+            conn.execute_batch(
+                "ALTER TABLE review_reviews ADD COLUMN req_creds TEXT NOT NULL DEFAULT ''",
+            )?;
+        }
+        let mut store = Store { conn, sealer };
         let recovered = store.recover()?;
         Ok((store, recovered))
     }
@@ -172,8 +190,9 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute(
             "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, action, \
-             reason, record_id, req_method, req_path, req_body, req_hash, status, forward_state) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+             reason, record_id, req_method, req_path, req_body, req_hash, status, forward_state, \
+             req_creds) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             params![
                 review_id,
                 micros(created_at),
@@ -189,6 +208,7 @@ impl Store {
                 new.request.hash(),
                 ReviewStatus::Pending,
                 ForwardState::NotStarted,
+                new.request.credentials(),
             ],
         )?;
         {
@@ -198,7 +218,15 @@ impl Store {
             )?;
             for (position, (name, value)) in new.request.headers.iter().enumerate() {
                 let position = i64::try_from(position).unwrap_or(i64::MAX);
-                stmt.execute(params![review_id, position, name, value.as_ref()])?;
+                let lower = name.to_ascii_lowercase();
+                if super::seal::Sealer::applies(&lower) {
+                    let sealed = self.sealer.seal(review_id, &lower, value).ok_or_else(|| {
+                        ReviewError::Storage("cannot seal a held credential".into())
+                    })?;
+                    stmt.execute(params![review_id, position, name, sealed])?;
+                } else {
+                    stmt.execute(params![review_id, position, name, value.as_ref()])?;
+                }
             }
         }
         let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
@@ -217,7 +245,7 @@ impl Store {
         let sql = format!(
             "SELECT {COLUMNS} FROM review_reviews WHERE status = 'pending' AND expires_at > ?1 \
              AND owner = ?2 AND route = ?3 AND req_method = ?4 AND req_path = ?5 AND req_body = ?6 \
-             ORDER BY created_at LIMIT 1"
+             AND req_creds = ?7 ORDER BY created_at LIMIT 1"
         );
         Ok(self
             .conn
@@ -229,7 +257,8 @@ impl Store {
                     new.route,
                     new.request.method,
                     new.request.path,
-                    new.request.body.as_ref()
+                    new.request.body.as_ref(),
+                    new.request.credentials()
                 ],
                 Row::read,
             )
@@ -350,9 +379,28 @@ impl Store {
                 "SELECT name, value FROM review_request_headers WHERE review_id = ?1 ORDER BY position",
             )?;
             let rows = stmt.query_map([review_id], |r| {
-                Ok((r.get::<_, String>(0)?, Bytes::from(r.get::<_, Vec<u8>>(1)?)))
+                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
             })?;
-            rows.collect::<Result<Vec<_>, _>>()?
+            let mut headers = Vec::new();
+            for row in rows {
+                let (name, stored) = row?;
+                let lower = name.to_ascii_lowercase();
+                let value = if super::seal::Sealer::applies(&lower) {
+                    match self.sealer.open(review_id, &lower, &stored) {
+                        Ok(v) => v,
+                        Err(_) => {
+                            // Rolled back with `tx`: a credential that does
+                            // not open is never forwarded.
+                            tracing::error!(review_id, header = %lower, "a held credential does not open; not forwarded");
+                            return Err(ReviewError::Corrupt(review_id.to_string()));
+                        }
+                    }
+                } else {
+                    stored
+                };
+                headers.push((name, Bytes::from(value)));
+            }
+            headers
         };
         let request = HeldRequest {
             method,

@@ -10,6 +10,9 @@ use super::*;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// The key held credentials are sealed with in these tests.
+const TEST_SEAL: [u8; 32] = [42; 32];
+
 fn db(dir: &TempDir) -> std::path::PathBuf {
     dir.path().join("verdict.db")
 }
@@ -71,7 +74,7 @@ async fn approve(r: &Reviews, id: &str) -> Result<ReviewView, ReviewError> {
 #[tokio::test]
 async fn hold_wait_approve_then_claim_exactly_once() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let v = r.create(new_review("refund-app")).await.unwrap();
     assert_eq!(v.status, ReviewStatus::Pending);
     assert_eq!(v.forward.state, "not_started");
@@ -162,7 +165,7 @@ async fn hold_wait_approve_then_claim_exactly_once() {
 #[tokio::test]
 async fn second_resolution_is_a_conflict() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     approve(&r, &id).await.unwrap();
     let again = approve(&r, &id).await.unwrap_err();
@@ -201,7 +204,7 @@ async fn second_resolution_is_a_conflict() {
 #[tokio::test]
 async fn rejected_review_is_never_forwarded() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     let v = r
         .resolve(&id, false, "bob", None, SystemTime::now())
@@ -225,7 +228,7 @@ async fn rejected_review_is_never_forwarded() {
 #[tokio::test]
 async fn wait_returns_as_soon_as_another_task_resolves() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     let waiters: Vec<_> = (0..3)
         .map(|_| {
@@ -262,7 +265,7 @@ async fn wait_returns_as_soon_as_another_task_resolves() {
 async fn sweeper_expires_and_wakes_waiters() {
     let dir = TempDir::new().unwrap();
     let mut registry = prometheus_client::registry::Registry::default();
-    let r = Reviews::open(&db(&dir), Duration::from_millis(300)).unwrap();
+    let r = Reviews::open(&db(&dir), Duration::from_millis(300), TEST_SEAL).unwrap();
     r.register_metrics(&mut registry);
     let v = r.create(new_review("refund-app")).await.unwrap();
     let id = v.review_id.clone();
@@ -298,7 +301,7 @@ async fn sweeper_expires_and_wakes_waiters() {
 #[tokio::test]
 async fn the_sweeper_waits_for_a_resolution_in_progress() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), Duration::from_millis(200)).unwrap();
+    let r = Reviews::open(&db(&dir), Duration::from_millis(200), TEST_SEAL).unwrap();
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     // The Review API's order: turn, check as of `now`, audit, resolve.
     let turn = r.resolution_turn().await;
@@ -319,7 +322,7 @@ async fn the_sweeper_waits_for_a_resolution_in_progress() {
 #[tokio::test]
 async fn resolving_past_the_deadline_stores_the_expiry() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     let waiter = {
         let (r, id) = (r.clone(), id.clone());
@@ -342,13 +345,13 @@ async fn resolving_past_the_deadline_stores_the_expiry() {
 async fn restart_turns_an_in_flight_forward_into_outcome_unknown() {
     let dir = TempDir::new().unwrap();
     let id = {
-        let r = Reviews::open(&db(&dir), HOUR).unwrap();
+        let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
         let id = r.create(new_review("refund-app")).await.unwrap().review_id;
         approve(&r, &id).await.unwrap();
         assert!(r.claim_forward(&id).await.unwrap().is_some());
         id
     };
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let v = r.get(&id, &admin()).await.unwrap().unwrap();
     assert_eq!(v.status, ReviewStatus::Approved);
     assert_eq!(
@@ -381,7 +384,7 @@ async fn restart_turns_an_in_flight_forward_into_outcome_unknown() {
 #[tokio::test]
 async fn a_failed_forward_is_outcome_unknown() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     approve(&r, &id).await.unwrap();
     assert!(r.claim_forward(&id).await.unwrap().is_some());
@@ -402,13 +405,13 @@ async fn a_failed_forward_is_outcome_unknown() {
 async fn pending_and_approved_reviews_survive_a_restart() {
     let dir = TempDir::new().unwrap();
     let (pending_id, approved_id) = {
-        let r = Reviews::open(&db(&dir), HOUR).unwrap();
+        let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
         let p = r.create(new_review("refund-app")).await.unwrap().review_id;
         let a = r.create(new_review("refund-app")).await.unwrap().review_id;
         approve(&r, &a).await.unwrap();
         (p, a)
     };
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     assert_eq!(r.health().pending, 1);
     assert!(r.health().oldest_pending_age.is_some());
     assert_eq!(
@@ -428,7 +431,7 @@ async fn pending_and_approved_reviews_survive_a_restart() {
 #[tokio::test]
 async fn tenants_see_only_their_own_reviews() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let a1 = r.create(new_review("app-a")).await.unwrap().review_id;
     let a2 = r.create(new_review("app-a")).await.unwrap().review_id;
     let b1 = r.create(new_review("app-b")).await.unwrap().review_id;
@@ -502,7 +505,7 @@ async fn list_shows_overdue_pending_reviews_as_expired() {
     let dir = TempDir::new().unwrap();
     // A zero ttl: every review is overdue at once, whether or not the
     // sweeper has written it down yet.
-    let r = Reviews::open(&db(&dir), Duration::ZERO).unwrap();
+    let r = Reviews::open(&db(&dir), Duration::ZERO, TEST_SEAL).unwrap();
     let id = r.create(new_review("app-a")).await.unwrap().review_id;
     let expired = r
         .list(Some(ReviewStatus::Expired), &admin(), 10)
@@ -521,7 +524,7 @@ async fn list_shows_overdue_pending_reviews_as_expired() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_claims_forward_exactly_once() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     approve(&r, &id).await.unwrap();
     let barrier = Arc::new(tokio::sync::Barrier::new(20));
@@ -548,8 +551,8 @@ async fn racing_claims_through_two_handles_forward_exactly_once() {
     // Two opens of the same file (two connections, like two processes)
     // still hand the request out once.
     let dir = TempDir::new().unwrap();
-    let r1 = Reviews::open(&db(&dir), HOUR).unwrap();
-    let r2 = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r1 = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let r2 = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let id = r1.create(new_review("refund-app")).await.unwrap().review_id;
     approve(&r2, &id).await.unwrap();
     let tasks: Vec<_> = (0..20)
@@ -570,7 +573,7 @@ async fn racing_claims_through_two_handles_forward_exactly_once() {
 #[tokio::test]
 async fn view_json_never_shows_the_held_request() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let mut new = new_review("refund-app");
     new.record_id = None;
     new.review_id = Some(uuid::Uuid::from_u128(0x1234));
@@ -633,7 +636,7 @@ async fn view_json_never_shows_the_held_request() {
 #[tokio::test]
 async fn health_counts_pending_reviews() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     assert_eq!(
         r.health(),
         ReviewsHealth {
@@ -656,7 +659,7 @@ async fn health_counts_pending_reviews() {
 fn open_needs_a_runtime() {
     let dir = TempDir::new().unwrap();
     assert_eq!(
-        Reviews::open(&db(&dir), HOUR).unwrap_err(),
+        Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap_err(),
         ReviewError::NoRuntime
     );
 }
@@ -666,7 +669,7 @@ async fn a_dropped_resolve_call_still_wakes_the_held_request() {
     // hyper drops a handler future when the reviewer hangs up; once the
     // resolution is on its way to disk, the held request must still hear it.
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     let waiter = {
         let (r, id) = (r.clone(), id.clone());
@@ -688,7 +691,7 @@ async fn a_dropped_resolve_call_still_wakes_the_held_request() {
 #[tokio::test]
 async fn an_absurd_ttl_is_capped_and_still_printable() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), Duration::MAX).unwrap();
+    let r = Reviews::open(&db(&dir), Duration::MAX, TEST_SEAL).unwrap();
     let v = r.create(new_review("refund-app")).await.unwrap();
     assert_eq!(v.expires_at.duration_since(v.created_at).unwrap(), MAX_TTL);
     let json = serde_json::to_value(&v).unwrap();
@@ -713,7 +716,7 @@ fn times_format_as_rfc3339_utc() {
 #[tokio::test]
 async fn approvals_go_to_the_live_hold_or_else_to_the_background_queue() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let mut queue = r.take_unattended_approvals().unwrap();
     assert!(r.take_unattended_approvals().is_none(), "taken once");
 
@@ -767,10 +770,10 @@ async fn approvals_go_to_the_live_hold_or_else_to_the_background_queue() {
 async fn approvals_of_reviews_pending_across_a_restart_are_queued() {
     let dir = TempDir::new().unwrap();
     let id = {
-        let r = Reviews::open(&db(&dir), HOUR).unwrap();
+        let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
         r.create(new_review("refund-app")).await.unwrap().review_id
     };
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let mut queue = r.take_unattended_approvals().unwrap();
     approve(&r, &id).await.unwrap();
     assert_eq!(queue.recv().await, Some(id.clone()));
@@ -814,7 +817,7 @@ fn held_request_hash_covers_every_byte_and_the_boundaries() {
 #[tokio::test]
 async fn a_corrupted_held_request_is_never_handed_out() {
     let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR).unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     approve(&r, &id).await.unwrap();
     store::tests_support::corrupt_body(&lock(&r.inner.store), &id);
@@ -824,4 +827,91 @@ async fn a_corrupted_held_request_is_never_handed_out() {
     );
     let v = r.get(&id, &admin()).await.unwrap().unwrap();
     assert_eq!(v.forward.state, "not_started", "the claim was rolled back");
+}
+
+fn with_creds(auth: Option<&str>, cookie: Option<&str>) -> NewReview {
+    let mut n = new_review("proxy");
+    if let Some(a) = auth {
+        n.request
+            .headers
+            .push(("authorization".into(), Bytes::from(a.to_string())));
+    }
+    if let Some(c) = cookie {
+        n.request
+            .headers
+            .push(("cookie".into(), Bytes::from(c.to_string())));
+    }
+    n
+}
+
+/// A retried call joins its pending review only with the same credentials:
+/// another client sending the same request gets its own review, and so never
+/// the answer to the first client's call.
+#[tokio::test]
+async fn retries_join_only_with_the_same_credentials() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let (a, joined) = r
+        .create_or_join(with_creds(Some("Bearer alice"), None))
+        .await
+        .unwrap();
+    assert!(!joined);
+    let (again, joined) = r
+        .create_or_join(with_creds(Some("Bearer alice"), None))
+        .await
+        .unwrap();
+    assert!(joined);
+    assert_eq!(again.review_id, a.review_id);
+    for other in [
+        with_creds(Some("Bearer mallory"), None),
+        with_creds(None, None),
+        with_creds(Some("Bearer alice"), Some("session=x")),
+    ] {
+        let (v, joined) = r.create_or_join(other).await.unwrap();
+        assert!(!joined, "other credentials joined a pending review");
+        assert_ne!(v.review_id, a.review_id);
+    }
+}
+
+/// Credentials are sealed in the database: the token's bytes are nowhere in
+/// the file, the forward gets them back, and a tampered or foreign-key
+/// value is never forwarded.
+#[tokio::test]
+async fn held_credentials_are_sealed_at_rest() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let token = "Bearer tok-5f2c9a-very-secret";
+    let new = with_creds(Some(token), Some("sid=cookie-secret-77"));
+    let want = new.request.clone();
+    let v = r.create(new).await.unwrap();
+    let id = v.review_id.clone();
+    approve(&r, &id).await.unwrap();
+    // Nothing on disk holds the plain values (the WAL included).
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        for secret in [&b"tok-5f2c9a-very-secret"[..], b"cookie-secret-77"] {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret),
+                "{} holds a plain credential",
+                path.display()
+            );
+        }
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", path.display());
+    }
+    assert_eq!(r.claim_forward(&id).await.unwrap(), Some(want));
+    drop(r);
+
+    // Another key cannot open them: the claim fails, nothing is forwarded.
+    let v2 = {
+        let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+        let v = r.create(with_creds(Some(token), None)).await.unwrap();
+        approve(&r, &v.review_id).await.unwrap();
+        v.review_id
+    };
+    let r = Reviews::open(&db(&dir), HOUR, [9; 32]).unwrap();
+    assert!(r.claim_forward(&v2).await.is_err());
+    assert!(r.claim_forward(&v2).await.is_err(), "still not forwardable");
 }
