@@ -32,22 +32,6 @@ pub(crate) fn busy_background(attempts: i32) -> bool {
     poll(attempts, Duration::from_millis(1), Duration::from_secs(10))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn polls_until_the_limit() {
-        let every = Duration::from_micros(1);
-        assert!(poll(0, every, Duration::from_micros(3)));
-        assert!(poll(2, every, Duration::from_micros(3)));
-        assert!(!poll(3, every, Duration::from_micros(3)));
-        assert!(!poll(i32::MAX, every, Duration::from_secs(1)));
-        // A negative count (SQLite never passes one) counts as zero.
-        assert!(poll(-1, every, Duration::from_micros(3)));
-    }
-}
-
 /// Creates the database file at `path` readable by its owner only (0600)
 /// when it does not exist yet, and narrows an existing one to 0600. SQLite
 /// gives the `-wal` and `-shm` files it creates the main file's mode, so
@@ -85,4 +69,20 @@ fn wal_sibling(path: &std::path::Path, suffix: &str) -> std::path::PathBuf {
     let mut s = path.as_os_str().to_os_string();
     s.push(suffix);
     std::path::PathBuf::from(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polls_until_the_limit() {
+        let every = Duration::from_micros(1);
+        assert!(poll(0, every, Duration::from_micros(3)));
+        assert!(poll(2, every, Duration::from_micros(3)));
+        assert!(!poll(3, every, Duration::from_micros(3)));
+        assert!(!poll(i32::MAX, every, Duration::from_secs(1)));
+        // A negative count (SQLite never passes one) counts as zero.
+        assert!(poll(-1, every, Duration::from_micros(3)));
+    }
 }
