@@ -538,7 +538,7 @@ impl Handler for Api {
                 .observe(endpoint, method.as_str(), status, elapsed);
             tracing::info!(
                 status,
-                latency_ms = elapsed.as_secs_f64() * 1000.0,
+                latency_ms = (elapsed.as_secs_f64() * 1_000_000.0).round() / 1000.0,
                 "request done"
             );
             resp

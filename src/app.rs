@@ -536,7 +536,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
             )
             .map_err(bind_error)?,
         );
-        tracing::info!(addr = %addr, upstream = ?config.proxy.upstream, "proxy listening");
+        tracing::info!(addr = %addr, upstream = config.proxy.upstream.as_deref().unwrap_or(""), "proxy listening");
         proxy_addr = Some(addr);
     }
     tracing::info!(addr = %api_addr, tls = config.api.tls.is_some(), "api listening");

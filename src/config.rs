@@ -415,6 +415,11 @@ impl Config {
                 "jobs.workers: must be greater than 0".into(),
             ));
         }
+        if f.proxy.listen.is_some() && upstream.is_none() {
+            return Err(ConfigError::Invalid(
+                "proxy.listen is set but proxy.upstream is not: the proxy runs only in front of an upstream; set proxy.upstream (or --upstream), or remove proxy.listen".into(),
+            ));
+        }
         let defaults = default_floors(&f.defaults)?;
         let keys_file = o.keys.clone().or(f.auth.keys_file);
         let unknown_action = f
@@ -600,6 +605,27 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proxy_listen_without_upstream_is_an_error() {
+        let err = Config::from_toml(
+            "c.toml",
+            "[proxy]\nlisten = \"127.0.0.1:8080\"\n",
+            &Overrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("proxy.listen") && err.contains("proxy.upstream"),
+            "{err}"
+        );
+        assert!(Config::from_toml(
+            "c.toml",
+            "[proxy]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n",
+            &Overrides::default(),
+        )
+        .is_ok());
+    }
 
     #[test]
     fn defaults_serve_on_loopback() {

@@ -81,22 +81,29 @@ struct ServeArgs {
     /// Config file (TOML); built-in defaults when absent.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Address of the native API (`[api] listen`) [default: 127.0.0.1:8181].
     #[arg(long)]
     api_listen: Option<std::net::SocketAddr>,
+    /// Address of the proxy (`[proxy] listen`); the proxy runs only with an
+    /// upstream [default: 127.0.0.1:8080].
     #[arg(long)]
     proxy_listen: Option<std::net::SocketAddr>,
-    /// Upstream service URL, e.g. http://127.0.0.1:9000.
+    /// Upstream service URL, e.g. http://127.0.0.1:9000 (`[proxy] upstream`);
+    /// without one no proxy runs.
     #[arg(long)]
     upstream: Option<String>,
-    /// Policies directory.
+    /// Policies directory (`[policies] dir`) [default: policies].
     #[arg(long)]
     policies: Option<PathBuf>,
-    /// Data directory (SQLite database, audit signing keys).
+    /// Data directory: SQLite database, audit signing keys, the redaction
+    /// secret (`[data] dir`) [default: data].
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// API keys file.
+    /// API keys file (`[auth] keys_file`); without one, auth is off and only
+    /// loopback addresses are allowed.
     #[arg(long)]
     keys: Option<PathBuf>,
+    /// Log format (`[log] format`) [default: json].
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
 }
@@ -108,8 +115,9 @@ enum KeysCommand {
         /// The key's name; `proxy`, `anonymous` and `verdict:*` are reserved.
         #[arg(long, value_parser = parse_key_name)]
         name: String,
-        /// Comma-separated: verify, authorize, batch, audit, review.
-        #[arg(long, value_delimiter = ',', value_parser = parse_scope)]
+        /// Comma-separated, at least one: verify, authorize, batch, audit,
+        /// review. A key without scopes could call only public endpoints.
+        #[arg(long, value_delimiter = ',', value_parser = parse_scope, required = true, num_args = 1..)]
         scopes: Vec<Scope>,
     },
 }

@@ -1146,7 +1146,7 @@ impl Handler for Proxy {
             }
             tracing::info!(
                 status = resp.status().as_u16(),
-                latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+                latency_ms = (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
                 "proxied"
             );
             resp

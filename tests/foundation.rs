@@ -145,6 +145,19 @@ fn keys_new_prints_a_working_entry() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
+    // A key needs at least one scope: without one it could call only the
+    // public endpoints, which need no key.
+    for args in [
+        vec!["keys", "new", "--name", "ci"],
+        vec!["keys", "new", "--name", "ci", "--scopes", ""],
+    ] {
+        let out = Command::new(bin).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("vk_"),
+            "{args:?}"
+        );
+    }
     // Reserved principal names are a usage error too, and print no key.
     for name in ["proxy", "anonymous", "verdict:x"] {
         let out = Command::new(bin)

@@ -70,6 +70,8 @@ pub fn open_writer(path: &Path) -> Result<Connection, AuditError> {
     // rest so the WAL can restart (see `checkpointer`).
     conn.pragma_update(None, "cache_size", -65536)?;
     conn.pragma_update(None, "wal_autocheckpoint", 8192)?;
+    // No temp files: the pod's root filesystem may be read-only.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     if layout(&conn)? == Layout::SplitHashes {
         merge_hashes(&mut conn)?;
     }
@@ -163,6 +165,8 @@ pub fn open_checkpointer(path: &Path) -> Result<Connection, AuditError> {
     conn.pragma_update(None, "synchronous", "FULL")?;
     // It never commits, so it must never run an auto-checkpoint of its own.
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    // No temp files: the pod's root filesystem may be read-only.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(conn)
 }
 
@@ -183,6 +187,8 @@ pub fn open_reader(path: &Path) -> Result<Connection, AuditError> {
     let conn = Connection::open_with_flags(path, flags())?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.pragma_update(None, "query_only", "ON")?;
+    // No temp files: the pod's root filesystem may be read-only.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(conn)
 }
 

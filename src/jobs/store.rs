@@ -164,6 +164,8 @@ impl Store {
             Durability::Normal => "NORMAL",
         };
         conn.pragma_update(None, "synchronous", sync)?;
+        // No temp files: the pod's root filesystem may be read-only.
+        conn.pragma_update(None, "temp_store", "MEMORY")?;
         Ok(conn)
     }
 

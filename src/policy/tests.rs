@@ -241,7 +241,7 @@ fn validation_errors_have_exact_positions() {
          "f.toml:8:16: unknown variant `ajar`, expected `closed` or `open`"),
         (route("bogus = 1\n"), "f.toml:8:1: unknown field `bogus`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`"),
         ("[[action]]\ntype = \"x\"\n[[route]]\nname = \"r\"\nmethod = \"PO ST\"\npath = \"o\"\naction = \"y\"\n".into(),
-         "f.toml:5:10: invalid method \"PO ST\"\nf.toml:6:8: path \"o\" must start with \"/\"\nf.toml:7:10: route \"r\" references unknown action \"y\""),
+         "f.toml:5:10: invalid method \"PO ST\": expected one of GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE, CONNECT\nf.toml:6:8: path \"o\" must start with \"/\"\nf.toml:7:10: route \"r\" references unknown action \"y\""),
         ("[[action]]\ntype = \"x\"\n[[route]]\nname = \"r\"\nmethod = \"GET\"\npath = \"/a/{b}x\"\naction = \"x\"\n".into(),
          "f.toml:6:8: invalid path segment \"{b}x\": a parameter must be a whole segment like {name}"),
     ];
@@ -779,4 +779,17 @@ fn empty_files_and_types_are_errors() {
     assert!(set.allow_empty);
     assert_eq!(set.removed_routes, ["old"]);
     assert!(!set.gates_anything());
+}
+
+#[test]
+fn misspelt_methods_are_errors() {
+    let route = |m: &str| {
+        format!("[[action]]\ntype = \"a\"\n[[route]]\nname = \"r\"\nmethod = \"{m}\"\npath = \"/a\"\naction = \"a\"\n")
+    };
+    assert_eq!(
+        errors_of(&[("a.toml", &route("PSOT"))]),
+        ["a.toml:5:10: invalid method \"PSOT\": expected one of GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE, CONNECT"]
+    );
+    let set = PolicySet::from_sources(&[("a.toml", &route("delete"))]).unwrap();
+    assert_eq!(set.routes[0].method, "DELETE");
 }

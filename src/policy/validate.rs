@@ -462,10 +462,19 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
         cx.err(fr.name.span().start, "route name must not be empty");
     }
     let method = fr.method.get_ref().to_ascii_uppercase();
-    if method.is_empty() || http::Method::from_bytes(method.as_bytes()).is_err() {
+    // A misspelt method ("PSOT") is a route that never matches, and with
+    // `unmatched = "forward"` every call it meant to gate goes through.
+    const METHODS: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT",
+    ];
+    if !METHODS.contains(&method.as_str()) {
         cx.err(
             fr.method.span().start,
-            format!("invalid method {:?}", fr.method.get_ref()),
+            format!(
+                "invalid method {:?}: expected one of {}",
+                fr.method.get_ref(),
+                METHODS.join(", ")
+            ),
         );
     }
     let pattern = match Pattern::parse(fr.path.get_ref()) {

@@ -135,6 +135,8 @@ impl Store {
         }
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // No temp files: the pod's root filesystem may be read-only.
+        conn.pragma_update(None, "temp_store", "MEMORY")?;
         conn.execute_batch(SCHEMA)?;
         // Databases from before credential binding: add the column. Their
         // rows keep '' and so never match a retried call's credentials.
