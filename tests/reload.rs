@@ -240,3 +240,44 @@ fn check_prints_a_summary_or_every_error() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The keys file mounted from a Kubernetes Secret: `keys.toml ->
+/// ..data/keys.toml`, `..data -> ..<timestamp>`. The kubelet updates it by
+/// swapping the `..data` symlink; the new key works within 2 s.
+#[tokio::test]
+async fn keys_file_follows_a_kubernetes_secret_swap() {
+    use std::os::unix::fs::symlink;
+    let secret = tempfile::tempdir().unwrap();
+    let root = secret.path();
+    std::fs::create_dir(root.join("..2026_11_25_01")).unwrap();
+    std::fs::write(root.join("..2026_11_25_01/keys.toml"), support::keys_toml()).unwrap();
+    symlink("..2026_11_25_01", root.join("..data")).unwrap();
+    symlink("..data/keys.toml", root.join("keys.toml")).unwrap();
+    let keys = root.join("keys.toml");
+    let s = TestServer::start_with(|c| c.keys_file = Some(keys.clone())).await;
+    let new_key = "a-key-from-the-rotated-secret-0123";
+    assert_eq!(s.get("/v2/jobs/x", Some(new_key)).await.status, 401);
+
+    // The kubelet's atomic writer: a new timestamped dir, a temporary
+    // symlink to it, renamed over `..data`.
+    std::fs::create_dir(root.join("..2026_11_25_02")).unwrap();
+    std::fs::write(
+        root.join("..2026_11_25_02/keys.toml"),
+        format!(
+            "{}\n[[key]]\nname = \"rotated\"\nhash = \"{}\"\nscopes = [\"batch\"]\n",
+            support::keys_toml(),
+            support::sha(new_key)
+        ),
+    )
+    .unwrap();
+    symlink("..2026_11_25_02", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(root.join("..2026_11_25_01")).unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while s.get("/v2/jobs/x", Some(new_key)).await.status != 404 {
+        assert!(Instant::now() < deadline, "the rotated key never worked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    s.shutdown().await;
+}

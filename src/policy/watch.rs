@@ -45,8 +45,9 @@ impl std::fmt::Debug for WatchHandle {
 /// - `path` is a directory: any create, modify, remove or rename of an
 ///   entry in it (not recursive).
 /// - `path` is a file: its parent directory is watched and only events that
-///   name the file count, so atomic renames over it are seen (use this for
-///   the keys file).
+///   name the file, or a Kubernetes `..data`-style entry, count, so atomic
+///   renames over it and a Secret's symlink swap are seen (use this for the
+///   keys file).
 ///
 /// Reads (open/close events) never count, so a callback that reads the
 /// watched files does not trigger itself.
@@ -74,12 +75,19 @@ pub fn watch_path(
             None,
             move |result: DebounceEventResult| match result {
                 Ok(events) => {
+                    // Kubernetes mounts a Secret or ConfigMap as
+                    // `name -> ..data/name` and updates it by swapping the
+                    // `..data` symlink to a new `..<timestamp>` directory:
+                    // those events name `..data`, never the file.
                     let relevant = events.iter().any(|ev| {
                         !matches!(ev.kind, EventKind::Access(_))
                             && only.as_ref().map_or(true, |name| {
-                                ev.paths
-                                    .iter()
-                                    .any(|p| p.file_name() == Some(name.as_os_str()))
+                                ev.paths.iter().any(|p| {
+                                    p.file_name().is_some_and(|f| {
+                                        f == name.as_os_str()
+                                            || f.to_str().is_some_and(|f| f.starts_with(".."))
+                                    })
+                                })
                             })
                     });
                     if relevant {
