@@ -77,6 +77,8 @@ pub enum StartError {
     Jobs(#[from] crate::jobs::JobsError),
     #[error("cannot watch {what}: {error}")]
     Watch { what: &'static str, error: String },
+    #[error("data dir lock: {0}")]
+    Lock(#[from] crate::datalock::LockError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -94,6 +96,8 @@ pub struct Running {
     tasks: Vec<JoinHandle<()>>,
     /// Dropping it stops watching the keys file.
     _keys_watch: Option<policy::WatchHandle>,
+    /// This process owns the data dir until it is dropped.
+    _data_lock: crate::datalock::DataLock,
 }
 
 impl Running {
@@ -358,6 +362,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     }
 
     prepare_data_dir(&config)?;
+    let data_lock = crate::datalock::acquire(&config.data_dir)?;
     let redaction = open_redaction_key(&config).await?;
     let audit = match audit {
         Some(a) => a,
@@ -549,5 +554,6 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         shutdown: shutdown_tx,
         tasks,
         _keys_watch: keys_watch,
+        _data_lock: data_lock,
     })
 }

@@ -32,6 +32,7 @@ pub mod app;
 pub mod audit;
 pub mod auth;
 pub mod config;
+pub mod datalock;
 pub mod engine;
 pub mod error;
 pub mod evidence;

@@ -221,6 +221,15 @@ fn audit(cmd: AuditCommand) -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
+            // The running server owns the log: rotating under it would fork
+            // the log and leave it answering 503 until a restart.
+            let _lock = match verdict::datalock::acquire(&data_dir) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("verdict: cannot rotate the key now: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             match verdict::audit::rotate_key(&data_dir.join("verdict.db"), &data_dir, &cfg.audit) {
                 Ok(doc) => {
                     println!("new active key: {}", doc.kid);

@@ -170,3 +170,47 @@ fn keys_new_prints_a_working_entry() {
         assert!(err.contains("is reserved"), "{err}");
     }
 }
+
+/// One process owns a data dir: `audit rotate-key` and a second server are
+/// refused while `serve` runs, naming the holder; after it stops they work.
+#[tokio::test]
+async fn a_running_server_owns_its_data_dir() {
+    let s = support::TestServer::start().await;
+    let data = s.path("data");
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let out = Command::new(bin)
+        .args(["audit", "rotate-key", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("held by another verdict process")
+            && err.contains(&format!("pid {}", std::process::id())),
+        "{err}"
+    );
+    let mut second = support::test_config(&s.dir);
+    second.data_dir = data.clone();
+    let refused = verdict::app::start(second)
+        .await
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|e| e.contains("held by another verdict process")),
+        "{refused:?}"
+    );
+    let dir = s.shutdown().await;
+    let out = Command::new(bin)
+        .args(["audit", "rotate-key", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
