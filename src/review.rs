@@ -850,7 +850,7 @@ impl Drop for Subscription {
         drop(std::mem::replace(&mut self.rx, watch::channel(None).1));
         let alone = waiters
             .get(&self.id)
-            .map_or(true, |tx| tx.receiver_count() == 0);
+            .is_none_or(|tx| tx.receiver_count() == 0);
         if alone {
             waiters.remove(&self.id);
         }

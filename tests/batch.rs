@@ -13,7 +13,7 @@ use support::{TestServer, APP_KEY, OTHER_KEY, REVIEW_KEY};
 fn item(i: usize) -> Value {
     json!({"claims": [format!("Order {i} was refunded $10{i}."), "The parcel was lost."],
            "sources": [{"source_id": "s", "text": format!("Order {i}: refund of $10{i} issued. The parcel was lost in transit.")}],
-           "response": {"mode": if i % 2 == 0 { "verbose" } else { "compact" }}})
+           "response": {"mode": if i.is_multiple_of(2) { "verbose" } else { "compact" }}})
 }
 
 async fn submit(s: &TestServer, body: &Value, key: &str, idem: Option<&str>) -> support::Resp {

@@ -82,7 +82,10 @@ pub fn range_hash<R: SubtreeHashes>(r: &mut R, lo: u64, hi: u64) -> Result<Hash,
         let rem = hi - at;
         // Largest power of two <= rem.
         let level = 63 - rem.leading_zeros();
-        debug_assert!(at % (1u64 << level) == 0, "unaligned range {lo}..{hi}");
+        debug_assert!(
+            at.is_multiple_of(1u64 << level),
+            "unaligned range {lo}..{hi}"
+        );
         parts[count] = r.subtree(level, at >> level)?;
         count += 1;
         at += 1u64 << level;

@@ -365,7 +365,7 @@ pub fn verify_log(
                 return Err(VerifyError::StoredHash { leaf, level });
             }
         }
-        if f.size() % 4096 == 0 {
+        if f.size().is_multiple_of(4096) {
             progress(f.size(), total);
         }
     }

@@ -403,7 +403,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     let mut seen: HashSet<u32> = HashSet::default();
     for (i, tok) in tokens.iter().enumerate() {
         if negates(&tokens, &vocab, i) {
-            negated |= tokens.get(i + 1).map_or(true, |n| !n.lex.only);
+            negated |= tokens.get(i + 1).is_none_or(|n| !n.lex.only);
             continue;
         }
         let stop = tok.lex.stopword;
@@ -789,7 +789,7 @@ fn complete(lv: &mut Levels<'_, '_>, best: Passage, cands: &[usize]) -> (Evidenc
                 continue;
             }
             let c = lv.coverage(set.iter().copied().chain(std::iter::once(u)));
-            if c - cov >= tune::MIN_GAIN && pick.map_or(true, |(_, pc)| c > pc) {
+            if c - cov >= tune::MIN_GAIN && pick.is_none_or(|(_, pc)| c > pc) {
                 pick = Some((u, c));
             }
         }
@@ -1224,7 +1224,7 @@ fn polarity_of(text: &str, toks: &[Token], vocab: &text::Vocab, i: usize) -> Pol
     for k in (i.saturating_sub(tune::NEG_WINDOW)..i).rev() {
         let norm = vocab.norm(toks[k].norm_id);
         if negates(toks, vocab, k) {
-            let scoped = toks.get(k + 1).map_or(true, |n| !n.lex.only)
+            let scoped = toks.get(k + 1).is_none_or(|n| !n.lex.only)
                 && text.get(toks[k].end..toks[i].start).is_some_and(|gap| {
                     !gap.contains([',', '.', ';', ':', '(', ')', '!', '?', '"'])
                 });

@@ -259,9 +259,7 @@ pub fn parse_decimal(s: &str) -> Option<f64> {
     };
     let int_ok = int == "0"
         || (!int.is_empty() && !int.starts_with('0') && int.bytes().all(|b| b.is_ascii_digit()));
-    let frac_ok = frac.map_or(true, |f| {
-        !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit())
-    });
+    let frac_ok = frac.is_none_or(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()));
     if !(int_ok && frac_ok) {
         return None;
     }

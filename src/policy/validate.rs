@@ -485,7 +485,7 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
         }
     };
     // With a broken pattern, do not also blame every path: extractor.
-    let has = |n: &str| pattern.as_ref().map_or(true, |p| p.has_param(n));
+    let has = |n: &str| pattern.as_ref().is_none_or(|p| p.has_param(n));
     let extractor = |cx: &mut FileCtx<'_>, key: &str, v: &toml::Spanned<toml::Value>| {
         Extractor::parse(v.get_ref(), has)
             .map_err(|m| cx.err(v.span().start, format!("{key}: {m}")))

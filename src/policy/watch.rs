@@ -81,7 +81,7 @@ pub fn watch_path(
                     // those events name `..data`, never the file.
                     let relevant = events.iter().any(|ev| {
                         !matches!(ev.kind, EventKind::Access(_))
-                            && only.as_ref().map_or(true, |name| {
+                            && only.as_ref().is_none_or(|name| {
                                 ev.paths.iter().any(|p| {
                                     p.file_name().is_some_and(|f| {
                                         f == name.as_os_str()
