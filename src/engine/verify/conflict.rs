@@ -465,16 +465,20 @@ fn party(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Optio
                 // ("Casey's account") or a recipient or agent ("granted to
                 // Lee", "reset by Emma"). Any other capitalised word is too
                 // common in prose to stand for a party.
-                let slot = s
-                    .toks
-                    .iter()
-                    .position(|x| std::ptr::eq(x, t))
+                let at = s.toks.iter().position(|x| std::ptr::eq(x, t));
+                let slot = at
                     .and_then(|k| k.checked_sub(1))
                     .is_some_and(|k| matches!(vocab.norm(s.toks[k].norm_id), "to" | "by" | "for"));
+                // "Casey's account" owns the claim's thing; "the World's
+                // Fair" owns nothing the claim is about.
+                let owns_claim_thing = possessive(s.body, t)
+                    && at
+                        .and_then(|k| s.toks.get(k + 1))
+                        .is_some_and(|n| predicate.contains(&n.stem_id));
                 t.capitalized
                     && t.kind == text::TokenKind::Word
                     && t.lex.month.is_none()
-                    && (possessive(s.body, t) || slot)
+                    && (owns_claim_thing || slot)
             } else {
                 is_role(norm)
             }
