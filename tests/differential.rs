@@ -25,21 +25,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{TestServer, APP_KEY};
+use support::{TestServer, APP_KEY, DELETE_POLICY};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// A DELETE route next to the shipped refund route (as in tests/gate.rs).
-const DELETE_POLICY: &str = r#"
-[[action]]
-type = "order.delete"
-
-[[route]]
-name = "delete-order"
-method = "DELETE"
-path = "/api/orders/{order_id}"
-action = "order.delete"
-params = { order_id = "path:order_id" }
-"#;
 
 /// One request of the corpus: an id and its exact bytes.
 struct Case {

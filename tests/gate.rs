@@ -13,24 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{MockUpstream, TestServer, APP_KEY};
+use support::{MockUpstream, TestServer, APP_KEY, DELETE_POLICY};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// A DELETE route next to the shipped refund route: any decided DELETE is
-/// denied (it carries no claims), so a method override that slips past the
-/// gate shows up as an upstream call.
-const DELETE_POLICY: &str = r#"
-[[action]]
-type = "order.delete"
-require_claims = true
-
-[[route]]
-name = "delete-order"
-method = "DELETE"
-path = "/api/orders/{order_id}"
-action = "order.delete"
-params = { order_id = "path:order_id" }
-"#;
 
 struct Env {
     s: TestServer,

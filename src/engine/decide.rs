@@ -688,24 +688,9 @@ mod tests {
     #[test]
     fn an_unknown_action_is_refused_in_every_mode() {
         let checks = [check(ClaimStatus::Supported, 1.0)];
-        for mode in [Strict, Balanced, Audit] {
-            for outcome in [Deny, NeedsReview] {
-                let r = reqs(mode, Citations::Optional, false);
-                let d = decide(&Facts {
-                    requirements: &r,
-                    rule_hits: &[],
-                    checks: &checks,
-                    claims_without_citations: 0,
-                    unavailable_sources: 0,
-                    param_mismatches: 0,
-                    unbound_params: 0,
-                    unknown_action: Some(outcome),
-                });
-                assert_eq!((d.outcome, d.reason), (outcome, R::UnknownAction));
-                assert!(d.enforced && d.would_decide.is_none(), "{mode:?}");
-            }
+        let decide_unknown = |mode, unknown| {
             let r = reqs(mode, Citations::Optional, false);
-            let d = decide(&Facts {
+            decide(&Facts {
                 requirements: &r,
                 rule_hits: &[],
                 checks: &checks,
@@ -713,8 +698,16 @@ mod tests {
                 unavailable_sources: 0,
                 param_mismatches: 0,
                 unbound_params: 0,
-                unknown_action: Some(Allow),
-            });
+                unknown_action: Some(unknown),
+            })
+        };
+        for mode in [Strict, Balanced, Audit] {
+            for outcome in [Deny, NeedsReview] {
+                let d = decide_unknown(mode, outcome);
+                assert_eq!((d.outcome, d.reason), (outcome, R::UnknownAction));
+                assert!(d.enforced && d.would_decide.is_none(), "{mode:?}");
+            }
+            let d = decide_unknown(mode, Allow);
             assert_eq!(d.reason, R::CoverageSufficient, "{mode:?}");
         }
     }

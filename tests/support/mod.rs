@@ -476,3 +476,19 @@ pub fn spawn_binary_logged(
     };
     (child, addr, log)
 }
+
+/// A DELETE route next to the shipped refund route, for the gate tests: any
+/// decided DELETE is denied (it carries no claims), so a method override
+/// that slips past the gate shows up as an upstream call.
+pub const DELETE_POLICY: &str = r#"
+[[action]]
+type = "order.delete"
+require_claims = true
+
+[[route]]
+name = "delete-order"
+method = "DELETE"
+path = "/api/orders/{order_id}"
+action = "order.delete"
+params = { order_id = "path:order_id" }
+"#;
