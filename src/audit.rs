@@ -67,7 +67,9 @@ pub use keys::{KeyDocument, KeyStatus};
 pub use merkle::Position;
 pub use record::{redact, AuditRecord, RecordKind, SCHEMA};
 pub use redaction::{RedactionKey, RedactionKeyError};
-pub use verify::{verify_log, verify_proof, ProofDocument, VerifyError, VerifyReport};
+pub use verify::{
+    verify_log, verify_proof, verify_record, ProofDocument, VerifyError, VerifyReport,
+};
 
 use writer::{Msg, Pending, Writer};
 

@@ -64,6 +64,10 @@ enum AuditCommand {
         proof: PathBuf,
         #[arg(long)]
         key: PathBuf,
+        /// The record (as `GET /v2/audit/{id}` returns it) the proof is
+        /// claimed to prove; without it only the proof itself is checked.
+        #[arg(long)]
+        record: Option<PathBuf>,
     },
     /// Publish a new signing key, retire the old one (still published) and
     /// sign one checkpoint with both. Run with the server stopped.
@@ -191,7 +195,7 @@ fn audit(cmd: AuditCommand) -> ExitCode {
                 }
             }
         }
-        AuditCommand::VerifyProof { proof, key } => {
+        AuditCommand::VerifyProof { proof, key, record } => {
             let read = |p: &PathBuf| {
                 std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
             };
@@ -202,9 +206,28 @@ fn audit(cmd: AuditCommand) -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match verdict::audit::verify_proof(&proof_text, &key_text) {
+            let record_text = match record.as_ref().map(read).transpose() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("verdict: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let checked = verdict::audit::verify_proof(&proof_text, &key_text).and_then(|()| {
+                match &record_text {
+                    Some(r) => verdict::audit::verify_record(&proof_text, r),
+                    None => Ok(()),
+                }
+            });
+            match checked {
+                Ok(()) if record_text.is_some() => {
+                    println!(
+                        "ok: the proof is valid, signed by the given key, and proves this record"
+                    );
+                    ExitCode::SUCCESS
+                }
                 Ok(()) => {
-                    println!("ok: the proof is valid and signed by the given key");
+                    println!("ok: the proof is valid and signed by the given key (only the proof was checked; pass --record RECORD.json to check that it proves that record)");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {

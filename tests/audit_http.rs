@@ -172,6 +172,50 @@ async fn receipts_records_proofs_and_keys_agree() {
     assert_eq!(run(&tampered), Some(1));
     assert_eq!(run(&s.path("missing.json")), Some(2));
 
+    // --record ties the proof to a record: the record as served passes; a
+    // proof whose record_id was edited, or a record whose bytes were, fails.
+    let record = s.get(&format!("/v2/audit/{id}"), Some(APP_KEY)).await;
+    assert_eq!(record.status, 200);
+    let record_file = s.path("record.json");
+    std::fs::write(&record_file, &record.body).unwrap();
+    let run_record = |proof: &std::path::Path, rec: &std::path::Path| {
+        Command::new(bin)
+            .args(["audit", "verify-proof"])
+            .arg(proof)
+            .arg("--key")
+            .arg(&key_file)
+            .arg("--record")
+            .arg(rec)
+            .output()
+            .unwrap()
+    };
+    let ok = run_record(&proof_file, &record_file);
+    assert_eq!(ok.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("proves this record"));
+    let alone = Command::new(bin)
+        .args(["audit", "verify-proof"])
+        .arg(&proof_file)
+        .arg("--key")
+        .arg(&key_file)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&alone.stdout).contains("only the proof was checked"));
+    let other_id = "00000000-0000-4000-8000-000000000000";
+    let relabelled = s.path("relabelled.json");
+    std::fs::write(&relabelled, text.replace(&id.to_string(), other_id)).unwrap();
+    assert_eq!(run_record(&relabelled, &record_file).status.code(), Some(1));
+    let edited_record = s.path("edited-record.json");
+    let rtext = String::from_utf8(record.body.to_vec()).unwrap();
+    assert!(rtext.contains("\"decision\":\""));
+    std::fs::write(
+        &edited_record,
+        rtext.replacen("\"decision\":\"", "\"decision\":\"x", 1),
+    )
+    .unwrap();
+    let bad = run_record(&proof_file, &edited_record);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("record_hash"));
+
     // Records and proofs need the audit scope (DESIGN §2): a key without it
     // gets 403; any audit-scope key sees every record.
     for path in [format!("/v2/audit/{id}"), format!("/v2/audit/{id}/proof")] {

@@ -80,6 +80,39 @@ pub fn verify_proof(proof_json: &str, key_json: &str) -> Result<(), String> {
     verify_document(&doc, &pk, &kid)
 }
 
+/// Checks that `record_json` (a record as `GET /v2/audit/{id}` returns it)
+/// is the record `proof_json` proves: its id is the proof's `record_id` and
+/// the SHA-256 of its RFC 8785 canonical bytes is the proof's
+/// `record_hash`. Without this a proof says only that *some* record is in
+/// the log.
+pub fn verify_record(proof_json: &str, record_json: &str) -> Result<(), String> {
+    let doc: ProofDocument = serde_json::from_str(proof_json).map_err(|e| format!("proof: {e}"))?;
+    let record: serde_json::Value =
+        serde_json::from_str(record_json).map_err(|e| format!("record: {e}"))?;
+    let id = record
+        .get("record_id")
+        .and_then(|v| v.as_str())
+        .ok_or("record: no record_id")?;
+    if id != doc.record_id.to_string() {
+        return Err(format!(
+            "the record is {id} but the proof is of {}",
+            doc.record_id
+        ));
+    }
+    let bytes = serde_json_canonicalizer::to_vec(&record).map_err(|e| format!("record: {e}"))?;
+    let hash = format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))
+    );
+    if hash != doc.record_hash {
+        return Err(format!(
+            "the record's canonical bytes hash to {hash}, the proof's record_hash is {}",
+            doc.record_hash
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn verify_document(doc: &ProofDocument, pk: &[u8; 32], kid: &str) -> Result<(), String> {
     if doc.key_id != kid {
         return Err(format!(
