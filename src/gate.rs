@@ -318,6 +318,7 @@ pub async fn authorize(
     record.claims_supported = Some(claims_supported as u64);
     record.policy_revision = Some(set.revision.clone());
     record.route = ctx.route.map(str::to_string);
+    record.detail = decision_detail(&rule_hits, &mismatches, &unbound);
     // A decision is never returned before its record is durable.
     let receipt = app.audit.append(record).await?;
     app.decision_metrics.observe(
@@ -431,4 +432,43 @@ pub async fn refuse(
         "gate refused the request"
     );
     Ok(receipt)
+}
+
+/// What the record keeps of why: the rules that fired (with their
+/// messages), the params of the wrong type and the unbound ones. `None`
+/// when there is nothing to say.
+fn decision_detail(
+    hits: &[RuleHit],
+    mismatches: &[ParamMismatch],
+    unbound: &[String],
+) -> Option<serde_json::Value> {
+    use serde_json::json;
+    let mut d = serde_json::Map::new();
+    if !hits.is_empty() {
+        let rules: Vec<serde_json::Value> = hits
+            .iter()
+            .map(|h| {
+                json!({
+                    "param": h.param,
+                    "effect": match h.effect {
+                        crate::policy::Effect::Deny => "deny",
+                        crate::policy::Effect::Review => "review",
+                    },
+                    "message": h.message,
+                })
+            })
+            .collect();
+        d.insert("rules".into(), json!(rules));
+    }
+    if !mismatches.is_empty() {
+        let m: Vec<serde_json::Value> = mismatches
+            .iter()
+            .map(|m| json!({"param": m.param, "message": m.message}))
+            .collect();
+        d.insert("param_mismatches".into(), json!(m));
+    }
+    if !unbound.is_empty() {
+        d.insert("unbound_params".into(), json!(unbound));
+    }
+    (!d.is_empty()).then_some(serde_json::Value::Object(d))
 }

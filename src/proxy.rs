@@ -662,6 +662,12 @@ impl Proxy {
             Err(e) => return Err(e),
         };
         let record_id = outcome.receipt.record_id.to_string();
+        // The caller (and the reviewer's 202 poller) learn which rules fired.
+        let rules: Vec<String> = outcome
+            .rule_hits
+            .iter()
+            .map(|h| h.message.clone())
+            .collect();
         let decision = outcome.decision;
         let reason = decision.reason.as_str();
         self.stats.count(&route.name, decision.outcome.as_str());
@@ -690,20 +696,28 @@ impl Proxy {
                 }
                 Ok(resp)
             }
-            Outcome::Deny => Ok(blocked(
-                request_id,
-                "deny",
-                reason,
-                Some(&record_id),
-                "denied by policy",
-            )),
-            Outcome::NeedsReview if route.on_review == OnReview::Deny => Ok(blocked(
-                request_id,
-                "needs_review",
-                reason,
-                Some(&record_id),
-                "this call needs review and the route does not hold calls",
-            )),
+            Outcome::Deny => Ok(with_rules(
+                blocked(
+                    request_id,
+                    "deny",
+                    reason,
+                    Some(&record_id),
+                    "denied by policy",
+                ),
+                &rules,
+            )
+            .await),
+            Outcome::NeedsReview if route.on_review == OnReview::Deny => Ok(with_rules(
+                blocked(
+                    request_id,
+                    "needs_review",
+                    reason,
+                    Some(&record_id),
+                    "this call needs review and the route does not hold calls",
+                ),
+                &rules,
+            )
+            .await),
             Outcome::NeedsReview => {
                 let mut headers = forward_headers(&parts.headers, conn, request_id);
                 // The upstream learns which decision record the approval
@@ -726,7 +740,10 @@ impl Proxy {
                         .collect(),
                     body: bytes,
                 };
-                self.hold(route, held, reason, &record_id, request_id).await
+                let resp = self
+                    .hold(route, held, reason, &record_id, request_id)
+                    .await?;
+                Ok(with_rules(resp, &rules).await)
             }
         }
     }
@@ -1107,6 +1124,33 @@ fn blocked(
         resp.headers_mut().insert("x-verdict-record-id", v);
     }
     resp
+}
+
+/// Adds `rules` (the messages of the policy rules that fired) to a JSON
+/// body verdict itself wrote (a 403 or a 202); any other answer, such as
+/// the upstream's after an approval, is returned as it is.
+async fn with_rules(resp: Response<RespBody>, rules: &[String]) -> Response<RespBody> {
+    let ours = matches!(resp.status(), StatusCode::FORBIDDEN | StatusCode::ACCEPTED)
+        && resp.headers().contains_key("x-verdict-decision");
+    if rules.is_empty() || !ours {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    // Our own 403 and 202 bodies are small and already in memory.
+    let Ok(collected) = body.collect().await else {
+        return Response::from_parts(parts, full(Bytes::new()));
+    };
+    let bytes = collected.to_bytes();
+    let body = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(mut v) => {
+            v["rules"] = json!(rules);
+            Bytes::from(v.to_string())
+        }
+        Err(_) => bytes,
+    };
+    let mut parts = parts;
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, full(body))
 }
 
 /// `202` for a hold that outlived its timeout.

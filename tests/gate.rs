@@ -265,8 +265,29 @@ async fn every_attack_row_is_refused_or_decided() {
         failures.join("\n")
     );
 
-    // The same refund, spelled plainly, is decided (denied: above 5000).
+    // The same refund, spelled plainly, is decided (denied: above 5000), and
+    // the answer and the record say which rules fired.
     let (got, answer) = raw(e.proxy, "POST", "/api/orders/1/refunds", &[JSON], &six_k).await;
+    let rules = body_json(&answer)["rules"].clone();
+    assert!(
+        rules.as_array().is_some_and(|r| r
+            .iter()
+            .any(|m| m.as_str().unwrap_or("").contains("handled by finance"))),
+        "{answer}"
+    );
+    let record = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("x-verdict-record-id: "))
+        .unwrap()
+        .to_string();
+    let r = e.s.get(&format!("/v2/audit/{record}"), Some(APP_KEY)).await;
+    assert!(
+        r.json()["detail"]["rules"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty()),
+        "{}",
+        r.text()
+    );
     assert_eq!(
         (got, body_json(&answer)["reason"].clone()),
         (403, json!("policy_violation")),
@@ -433,10 +454,13 @@ async fn held_calls_stay_per_client() {
             )
             .await;
             assert_eq!(status, 202, "{answer}");
-            body_json(&answer)["review_id"]
-                .as_str()
-                .unwrap()
-                .to_string()
+            let j = body_json(&answer);
+            assert_eq!(
+                j["rules"],
+                json!(["refunds above 500 need a second pair of eyes"]),
+                "{answer}"
+            );
+            j["review_id"].as_str().unwrap().to_string()
         }
     };
     let alice = hold("Bearer alice-token").await;
