@@ -40,6 +40,7 @@ pub mod fuzzing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Endpoint {
     Health,
+    Ready,
     HealthDetailed,
     Metrics,
     Verify,
@@ -91,6 +92,7 @@ const fn route(
 /// The routing table: the only place that names paths.
 static ROUTES: &[RouteDef] = &[
     route("/health", Method::GET, Endpoint::Health, Access::Public),
+    route("/ready", Method::GET, Endpoint::Ready, Access::Public),
     route(
         "/health/detailed",
         Method::GET,
@@ -290,6 +292,7 @@ impl Api {
         let param = routed.params.first().copied().unwrap_or_default();
         let result = match def.endpoint {
             Endpoint::Health => self.health(),
+            Endpoint::Ready => self.ready(),
             Endpoint::HealthDetailed => self.health_detailed(),
             Endpoint::Metrics => self.metrics(),
             Endpoint::Verify => self.verify(req, &ctx).await,
@@ -485,6 +488,38 @@ impl Api {
             .key(key_id)
             .ok_or_else(|| ApiError::NotFound(format!("no signing key {key_id}")))?;
         json_response(StatusCode::OK, &doc)
+    }
+
+    /// Readiness: 200 only while a gated call can be decided, which needs
+    /// a serving process (not starting, not draining) and an audit log that
+    /// can append. Liveness (`/health`) stays 200 through an audit outage,
+    /// which the log recovers from by itself; a probe that restarted the
+    /// pod for it would only lose the held requests' connections.
+    fn ready(&self) -> Result<Response<RespBody>, ApiError> {
+        let mut reasons = Vec::new();
+        if self.app.health.is_draining() {
+            reasons.push("draining".to_string());
+        } else if !self.app.health.is_live() {
+            reasons.push("starting".to_string());
+        }
+        let audit = self.app.audit.health();
+        if audit.failing {
+            reasons.push(format!(
+                "the audit log cannot append{}",
+                audit
+                    .last_error
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            ));
+        }
+        if reasons.is_empty() {
+            json_response(StatusCode::OK, &serde_json::json!({"status": "ready"}))
+        } else {
+            json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({"status": "not_ready", "reasons": reasons}),
+            )
+        }
     }
 
     fn health(&self) -> Result<Response<RespBody>, ApiError> {

@@ -151,6 +151,11 @@ async fn audit_write_failure_fails_closed_on_api_and_proxy_then_recovers() {
     let h = detailed(&s).await;
     assert_eq!(h["status"], "failing", "{h}");
     assert_eq!(h["components"]["audit"]["status"], "failing", "{h}");
+    // Readiness tells the truth (liveness stays up: the log recovers).
+    let ready = s.get("/ready", None).await;
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert_eq!(ready.json()["status"], "not_ready");
+    assert_eq!(s.get("/health", None).await.status, 200);
 
     app.audit.inject_write_failure(false);
     let r = s
@@ -162,6 +167,7 @@ async fn audit_write_failure_fails_closed_on_api_and_proxy_then_recovers() {
     assert_eq!(up.count(), 1);
     let h = detailed(&s).await;
     assert_eq!(h["components"]["audit"]["status"], "ok", "{h}");
+    assert_eq!(s.get("/ready", None).await.status, 200);
 
     let dir = s.shutdown().await;
     audit_verify(&dir.path().join("data"));
