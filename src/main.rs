@@ -41,6 +41,10 @@ enum Command {
         /// Policies directory.
         #[arg(long, default_value = verdict::config::DEFAULT_POLICIES_DIR)]
         policies: PathBuf,
+        /// Treat warnings (a set that gates nothing, a rule on a param no
+        /// route extracts) as errors.
+        #[arg(long)]
+        strict: bool,
     },
     /// Manage API keys.
     #[command(subcommand)]
@@ -140,8 +144,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
-        Command::Check { policies } => {
-            let (code, out) = verdict::policy::check_dir(&policies);
+        Command::Check { policies, strict } => {
+            let (code, out) = verdict::policy::check_dir_with(&policies, strict);
             if code == 0 {
                 print!("{out}");
             } else {

@@ -159,6 +159,45 @@ impl PolicySet {
             })
     }
 
+    /// Things that are valid but probably not what the author meant: a set
+    /// that gates nothing, and a rule or `bind` on a param that no route of
+    /// its action extracts (it can only come from `/v2/authorize` callers,
+    /// so through the proxy the rule never sees it).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.gates_anything() {
+            out.push("the policy set gates nothing: no actions and no routes".to_string());
+        }
+        for (type_, policy) in &self.actions {
+            let routes: Vec<&Route> = self.routes.iter().filter(|r| &r.action == type_).collect();
+            if routes.is_empty() {
+                continue;
+            }
+            let extracted = |param: &str| {
+                let top = param.split('.').next().unwrap_or(param);
+                routes
+                    .iter()
+                    .all(|r| r.params.iter().any(|(n, _)| n == top))
+            };
+            let params = policy
+                .rules
+                .iter()
+                .map(|r| r.param.as_str())
+                .chain(policy.bind.iter().map(String::as_str));
+            let mut seen = Vec::new();
+            for p in params {
+                if !extracted(p) && !seen.contains(&p) {
+                    seen.push(p);
+                    out.push(format!(
+                        "action {type_:?}: a rule or bind reads param {p:?}, which not every route of the action extracts ({}); through the proxy it is absent",
+                        routes.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     /// Whether the set gates anything at all: an action policy or a route.
     pub fn gates_anything(&self) -> bool {
         !self.actions.is_empty() || !self.routes.is_empty()
@@ -225,17 +264,37 @@ pub fn is_policy_file(name: &str) -> bool {
 /// `verdict check`: the exit code and the text to print (stdout on success,
 /// stderr on failure).
 pub fn check_dir(dir: &Path) -> (i32, String) {
+    check_dir_with(dir, false)
+}
+
+/// [`check_dir`], printing [`PolicySet::warnings`] too; with `strict` a
+/// warning fails the check like an error.
+pub fn check_dir_with(dir: &Path, strict: bool) -> (i32, String) {
     match load_dir(dir) {
-        Ok(set) => (
-            0,
-            format!(
-                "ok: {} files, {} actions, {} routes, revision {}\n",
+        Ok(set) => {
+            let mut out = String::new();
+            let warnings = set.warnings();
+            for w in &warnings {
+                let _ = writeln!(out, "warning: {w}");
+            }
+            if strict && !warnings.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "{} warning(s), and --strict makes them errors",
+                    warnings.len()
+                );
+                return (1, out);
+            }
+            let _ = writeln!(
+                out,
+                "ok: {} files, {} actions, {} routes, revision {}",
                 set.files.len(),
                 set.actions.len(),
                 set.routes.len(),
                 set.revision
-            ),
-        ),
+            );
+            (0, out)
+        }
         Err(errors) => {
             let mut out = String::new();
             for e in &errors {

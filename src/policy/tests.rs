@@ -793,3 +793,33 @@ fn misspelt_methods_are_errors() {
     let set = PolicySet::from_sources(&[("a.toml", &route("delete"))]).unwrap();
     assert_eq!(set.routes[0].method, "DELETE");
 }
+
+#[test]
+fn warnings_name_what_the_author_probably_did_not_mean() {
+    let set = PolicySet::from_sources(&[("a.toml", "# nothing yet\n")]).unwrap();
+    assert_eq!(
+        set.warnings(),
+        ["the policy set gates nothing: no actions and no routes"]
+    );
+    let typo = DESIGN_EXAMPLE.replace("param = \"amount\"", "param = \"amt\"");
+    let set = PolicySet::from_sources(&[("refunds.toml", &typo)]).unwrap();
+    let w = set.warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("\"amt\"") && w[0].contains("create-refund"),
+        "{w:?}"
+    );
+    let set = PolicySet::from_sources(&[("refunds.toml", DESIGN_EXAMPLE)]).unwrap();
+    assert!(set.warnings().is_empty(), "{:?}", set.warnings());
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("refunds.toml"), &typo).unwrap();
+    let (code, out) = check_dir_with(dir.path(), false);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.starts_with("warning: action \"refund.create\""),
+        "{out}"
+    );
+    let (code, out) = check_dir_with(dir.path(), true);
+    assert_eq!(code, 1, "{out}");
+}
