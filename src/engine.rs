@@ -112,6 +112,26 @@ pub struct Check {
     pub evidence: Vec<Evidence>,
     /// Why the claim is not supported; empty when it is. Sorted, no repeats.
     pub reasons: Vec<Reason>,
+    /// For a polarity, status, hedge, scope or party conflict: the two
+    /// words that disagree, so a reviewer sees "claim says *denied*,
+    /// evidence says *approved*".
+    pub conflicts: Vec<Conflict>,
+}
+
+/// Two spans that contradict each other. Offsets are Unicode code points,
+/// end exclusive (Python's `text[start:end]`), like citation offsets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub reason: Reason,
+    /// In the claim's text.
+    pub claim_start: usize,
+    pub claim_end: usize,
+    pub claim_quote: String,
+    pub source_id: String,
+    /// In the source's text.
+    pub evidence_start: usize,
+    pub evidence_end: usize,
+    pub evidence_quote: String,
 }
 
 /// An exact quote from a source.

@@ -315,6 +315,33 @@ pub struct CheckOut {
     pub evidence: Option<Vec<EvidenceOut>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasons: Option<Vec<&'static str>>,
+    /// Verbose only, and only when a conflict has spans: the claim's word
+    /// and the evidence's word that disagree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conflicts: Option<Vec<ConflictOut>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ConflictOut {
+    pub reason: &'static str,
+    pub claim: SpanOut,
+    pub evidence: SourceSpanOut,
+}
+
+/// Code-point offsets, end exclusive, and the text between them.
+#[derive(Debug, Serialize)]
+pub struct SpanOut {
+    pub start: usize,
+    pub end: usize,
+    pub text: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SourceSpanOut {
+    pub source_id: String,
+    pub start: usize,
+    pub end: usize,
+    pub text: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -360,6 +387,25 @@ pub fn check_out(c: &engine::Check, mode: Mode) -> CheckOut {
                 .collect()
         }),
         reasons: verbose.then(|| c.reasons.iter().map(|r| r.as_str()).collect()),
+        conflicts: (verbose && !c.conflicts.is_empty()).then(|| {
+            c.conflicts
+                .iter()
+                .map(|x| ConflictOut {
+                    reason: x.reason.as_str(),
+                    claim: SpanOut {
+                        start: x.claim_start,
+                        end: x.claim_end,
+                        text: x.claim_quote.clone(),
+                    },
+                    evidence: SourceSpanOut {
+                        source_id: x.source_id.clone(),
+                        start: x.evidence_start,
+                        end: x.evidence_end,
+                        text: x.evidence_quote.clone(),
+                    },
+                })
+                .collect()
+        }),
     }
 }
 

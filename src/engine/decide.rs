@@ -342,6 +342,7 @@ mod tests {
             citations: vec![],
             evidence: vec![],
             reasons: vec![],
+            conflicts: vec![],
         }
     }
 

@@ -345,6 +345,7 @@ fn summarize_follows_design() {
         citations: vec![],
         evidence: vec![],
         reasons: vec![],
+        conflicts: vec![],
     };
     let s = ClaimStatus::Supported;
     let a = ClaimStatus::Ambiguous;
@@ -578,5 +579,60 @@ fn british_and_american_spellings_match() {
         assert_eq!(c.status, ClaimStatus::Supported, "{claim_text}: {c:?}");
         // A stem match weighs a little less than the same surface form.
         assert!(c.coverage >= 0.95, "{claim_text}: {}", c.coverage);
+    }
+}
+
+/// The four examples of the verifier issue: each unsupported with its
+/// reason, and the two words that disagree named by code-point offsets.
+#[test]
+fn conflicts_name_the_two_words_that_disagree() {
+    let py = |t: &str, a: usize, b: usize| t.chars().skip(a).take(b - a).collect::<String>();
+    for (claim_text, evidence, reason, claim_word, evidence_word) in [
+        (
+            "The refund was denied.",
+            "The refund was approved by the manager.",
+            Reason::StatusConflict,
+            "denied",
+            "approved",
+        ),
+        (
+            "The login attempt failed.",
+            "The login attempt succeeded from IP 10.0.0.5.",
+            Reason::StatusConflict,
+            "failed",
+            "succeeded",
+        ),
+        (
+            "The customer refused the delivery.",
+            "The customer accepted the delivery at 09:14.",
+            Reason::StatusConflict,
+            "refused",
+            "accepted",
+        ),
+        (
+            "The warranty covers accidental damage.",
+            "Limited warranty: covers manufacturing defects for 24 months. Accidental damage, water damage and normal wear are not covered.",
+            Reason::NegationConflict,
+            "covers",
+            "covered",
+        ),
+        (
+            "The refund was issued.",
+            "The refund will be issued within 5 business days.",
+            Reason::HedgedEvidence,
+            "refund",
+            "will",
+        ),
+    ] {
+        let c = check(claim_text, evidence);
+        assert_eq!(c.status, ClaimStatus::Unsupported, "{claim_text}: {c:?}");
+        assert!(c.reasons.contains(&reason), "{claim_text}: {:?}", c.reasons);
+        let x = c.conflicts.first().unwrap_or_else(|| panic!("{claim_text}: no spans"));
+        assert_eq!(x.reason, reason);
+        assert_eq!(x.claim_quote, claim_word, "{claim_text}");
+        assert_eq!(py(claim_text, x.claim_start, x.claim_end), claim_word);
+        assert_eq!(x.evidence_quote, evidence_word, "{claim_text}");
+        assert_eq!(py(evidence, x.evidence_start, x.evidence_end), evidence_word);
+        assert_eq!(x.source_id, "s1");
     }
 }

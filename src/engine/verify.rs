@@ -15,7 +15,8 @@ use ahash::{AHashMap as HashMap, AHashSet as HashSet};
 use super::numbers::{self, QtyKind, Quantity};
 use super::text::{self, Token, TokenKind};
 use super::{
-    round4, CallerCitation, Check, Citation, Claim, ClaimStatus, Evidence, Params, Reason, Source,
+    round4, CallerCitation, Check, Citation, Claim, ClaimStatus, Conflict, Evidence, Params,
+    Reason, Source,
 };
 
 /// Tunables, chosen on WiCE dev and RAGTruth even ids only (see
@@ -372,6 +373,8 @@ struct Analysis {
     universal: bool,
     /// The claim has an exception of its own ("except", "excluding").
     excepts: bool,
+    /// The claim's text, for the spans of a conflict.
+    text: String,
     total: f64,
 }
 
@@ -515,6 +518,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         hedge,
         universal,
         excepts,
+        text: claim.to_string(),
         total,
     }
 }
@@ -819,6 +823,7 @@ pub fn verify(claims: &[Claim], sources: &[Source], params: &Params) -> Vec<Chec
 
 fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
     let mut reasons: Vec<Reason> = Vec::new();
+    let mut conflicts: Vec<Conflict> = Vec::new();
     let mut citations: Vec<Citation> = Vec::new();
 
     // Which sources may be searched.
@@ -852,7 +857,7 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
         reasons.push(Reason::NoEvidence);
     }
     if let (Some((set, c)), Some(&(primary, _))) = (&best, ranked.first()) {
-        gates(&a, idx, &allowed, set, primary, *c, &mut reasons);
+        conflicts.extend(gates(&a, idx, &allowed, set, primary, *c, &mut reasons));
     }
 
     let contradiction = reasons.iter().any(|r| r.is_contradiction());
@@ -906,6 +911,7 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
         citations,
         evidence,
         reasons,
+        conflicts,
     }
 }
 
@@ -1132,7 +1138,7 @@ fn gates(
     primary: Passage,
     coverage: f64,
     reasons: &mut Vec<Reason>,
-) {
+) -> Option<Conflict> {
     let units: Vec<&Unit> = set.units.iter().map(|&u| &idx.units[u]).collect();
     let pq: Vec<&Quantity> = units.iter().flat_map(|u| idx.unit_qty(u)).collect();
     let backed_anywhere = |cq: &Quantity| {
@@ -1177,9 +1183,11 @@ fn gates(
             break;
         }
     }
-    if let Some(r) = conflict::find(a, idx, primary, coverage) {
-        reasons.push(r);
+    let found = conflict::find(a, idx, primary, coverage, &a.text);
+    if let Some((r, _)) = &found {
+        reasons.push(*r);
     }
+    found.and_then(|(_, c)| c)
 }
 
 /// How a content token stands with respect to negation.

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use super::{negates, polarity_of, Analysis, Index, Passage, Polarity};
 use crate::engine::text::{self, Token};
-use crate::engine::Reason;
+use crate::engine::{Conflict, Reason};
 
 /// Coverage below which a passage is not aligned closely enough with the
 /// claim to judge exclusive states or scope. Lower than the negation bar:
@@ -231,17 +231,38 @@ fn clauses<'t>(body: &str, toks: &'t [Token], vocab: &text::Vocab) -> Vec<&'t [T
 /// One clause of the passage, and how many distinct claim terms it holds.
 struct Sentence<'a> {
     body: &'a str,
+    source_id: &'a str,
     toks: &'a [Token],
     overlap: usize,
 }
 
-/// The first contradiction in `primary` that coverage cannot see, if any.
+/// Which claim word a conflict is about.
+enum ClaimSide {
+    /// The claim token with this stem.
+    Stem(u32),
+    /// The claim's "all", "every", "any" ...
+    Universal,
+}
+
+/// A contradiction and where it is: the claim's word, and the clause and
+/// token of the evidence that contradicts it.
+struct Hit {
+    reason: Reason,
+    claim: ClaimSide,
+    at: (usize, usize),
+}
+
+/// The first contradiction in `primary` that coverage cannot see, if any,
+/// with the two spans that disagree.
 pub(super) fn find(
     a: &Analysis,
     idx: &Index<'_>,
     primary: Passage,
     coverage: f64,
-) -> Option<Reason> {
+    claim: &str,
+) -> Option<(Reason, Option<Conflict>)> {
+    // Before the vocabulary is borrowed: tokenising interns words.
+    let claim_toks = text::tokenize(claim, &idx.stemmer);
     let vocab = idx.stemmer.vocab();
     let vocab = &*vocab;
     let term_stems: Vec<u32> = a.terms.iter().filter_map(|t| t.stem).collect();
@@ -260,39 +281,51 @@ pub(super) fn find(
             seen.dedup();
             sentences.push(Sentence {
                 body: src.text,
+                source_id: src.id,
                 toks: clause,
                 overlap: seen.len(),
             });
         }
     }
+    let mut hit = None;
     if coverage >= super::tune::NEG_MIN_COV {
-        if let Some(r) = negation(a, &sentences, vocab) {
-            return Some(r);
-        }
-        if let Some(r) = hedged(a, &sentences, vocab) {
-            return Some(r);
-        }
+        hit = negation(a, &sentences, vocab).or_else(|| hedged(a, &sentences, vocab));
     }
-    if coverage >= STATUS_MIN_COV {
-        if let Some(r) = status(a, &sentences, vocab) {
-            return Some(r);
-        }
-        if let Some(r) = scope(a, &sentences, vocab) {
-            return Some(r);
-        }
-        if let Some(r) = party(a, &sentences, vocab) {
-            return Some(r);
-        }
+    if hit.is_none() && coverage >= STATUS_MIN_COV {
+        hit = status(a, &sentences, vocab)
+            .or_else(|| scope(a, &sentences, vocab))
+            .or_else(|| party(a, &sentences, vocab));
     }
-    None
+    let hit = hit?;
+    let claim_tok = claim_toks.iter().find(|t| match hit.claim {
+        ClaimSide::Stem(s) => t.stem_id == s,
+        ClaimSide::Universal => is_universal(vocab.norm(t.norm_id)),
+    });
+    let conflict = claim_tok.and_then(|ct| {
+        let s = sentences.get(hit.at.0)?;
+        let et = s.toks.get(hit.at.1)?;
+        let cp = |text: &str, byte: usize| text.get(..byte).map_or(0, |t| t.chars().count());
+        Some(Conflict {
+            reason: hit.reason,
+            claim_start: cp(claim, ct.start),
+            claim_end: cp(claim, ct.end),
+            claim_quote: claim.get(ct.start..ct.end).unwrap_or("").to_string(),
+            source_id: s.source_id.to_string(),
+            evidence_start: cp(s.body, et.start),
+            evidence_end: cp(s.body, et.end),
+            evidence_quote: s.body.get(et.start..et.end).unwrap_or("").to_string(),
+        })
+    });
+    Some((hit.reason, conflict))
 }
 
 /// A claim word that the sentence carrying most of the claim states with
 /// the opposite polarity: `negation_conflict`.
-fn negation(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Reason> {
+fn negation(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
     for &(stem, negated) in &a.polarity {
         let (mut same, mut opposite) = (0, 0);
-        for s in sentences {
+        let mut at = (0, 0);
+        for (si, s) in sentences.iter().enumerate() {
             for (i, t) in s.toks.iter().enumerate() {
                 if t.stem_id != stem || negates(s.toks, vocab, i) {
                     continue;
@@ -302,13 +335,18 @@ fn negation(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Op
                 let pol = polarity_of(s.body, s.toks, vocab, i);
                 if pol == Polarity::Unclear || (pol == Polarity::Negated) == negated {
                     same = same.max(s.overlap);
-                } else {
-                    opposite = opposite.max(s.overlap);
+                } else if s.overlap > opposite {
+                    opposite = s.overlap;
+                    at = (si, i);
                 }
             }
         }
         if opposite > same {
-            return Some(Reason::NegationConflict);
+            return Some(Hit {
+                reason: Reason::NegationConflict,
+                claim: ClaimSide::Stem(stem),
+                at,
+            });
         }
     }
     None
@@ -318,11 +356,12 @@ fn negation(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Op
 /// polarity, where the claim's own word is not stated as strongly:
 /// `status_conflict` ("denied" against "approved", "not approved" against
 /// "not denied"; "not approved" against "denied" agrees).
-fn status(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Reason> {
+fn status(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
     for &(stem, negated) in &a.polarity {
         let c = vocab.stem(stem);
         let (mut own, mut rival) = (0, 0);
-        for s in sentences {
+        let mut at = (0, 0);
+        for (si, s) in sentences.iter().enumerate() {
             for (i, t) in s.toks.iter().enumerate() {
                 if negates(s.toks, vocab, i) {
                     continue;
@@ -333,14 +372,19 @@ fn status(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
                 }
                 if t.stem_id == stem {
                     own = own.max(s.overlap);
-                } else if exclusive(c, vocab.stem(t.stem_id)) {
+                } else if exclusive(c, vocab.stem(t.stem_id)) && s.overlap + 1 > rival {
                     // The rival word stands in for the claim's own word.
-                    rival = rival.max(s.overlap + 1);
+                    rival = s.overlap + 1;
+                    at = (si, i);
                 }
             }
         }
         if rival > own {
-            return Some(Reason::StatusConflict);
+            return Some(Hit {
+                reason: Reason::StatusConflict,
+                claim: ClaimSide::Stem(stem),
+                at,
+            });
         }
     }
     None
@@ -369,7 +413,7 @@ pub(super) fn claim_hedged(toks: &[Token], vocab: &text::Vocab) -> bool {
 /// ("will be issued", "could take 10 days to reach", "a reset was
 /// requested", "deletion is scheduled") while the claim states it as done:
 /// `hedged_evidence`.
-fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Reason> {
+fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
     if a.hedge {
         return None;
     }
@@ -378,11 +422,29 @@ fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
     if best == 0 {
         return None;
     }
-    let all_hedged = sentences
+    let mut first = None;
+    for (si, s) in sentences
         .iter()
-        .filter(|s| s.overlap == best)
-        .all(|s| (0..s.toks.len()).any(|k| is_hedge_in(s.toks, vocab, k, &terms)));
-    all_hedged.then_some(Reason::HedgedEvidence)
+        .enumerate()
+        .filter(|(_, s)| s.overlap == best)
+    {
+        let hedge = (0..s.toks.len()).find(|&k| is_hedge_in(s.toks, vocab, k, &terms))?;
+        if first.is_none() {
+            // The claim's word this clause states under the hedge.
+            let word = s
+                .toks
+                .iter()
+                .map(|t| t.stem_id)
+                .find(|st| a.polarity.iter().any(|&(p, _)| p == *st));
+            first = word.map(|w| (w, (si, hedge)));
+        }
+    }
+    let (word, at) = first?;
+    Some(Hit {
+        reason: Reason::HedgedEvidence,
+        claim: ClaimSide::Stem(word),
+        at,
+    })
 }
 
 /// Whether token `t` of `body` is a possessive ("Casey's").
@@ -401,7 +463,7 @@ pub(super) fn possessive(body: &str, t: &Token) -> bool {
 /// party instead: "The agent approved the refund; the manager was not
 /// consulted" does not support "The manager approved the refund":
 /// `party_conflict`.
-fn party(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Reason> {
+fn party(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
     let is_party_term = |t: &super::Term| t.name || t.surf.is_some_and(|s| is_role(vocab.norm(s)));
     let parties: Vec<u32> = a
         .terms
@@ -437,25 +499,35 @@ fn party(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Optio
     if best == 0 {
         return None;
     }
-    let carriers: Vec<&Sentence<'_>> = sentences
+    let carriers: Vec<(usize, &Sentence<'_>)> = sentences
         .iter()
-        .filter(|s| count(s, &predicate) == best)
+        .enumerate()
+        .filter(|(_, s)| count(s, &predicate) == best)
         .collect();
-    if carriers.iter().any(|s| count(s, &parties) == parties.len()) {
+    if carriers
+        .iter()
+        .any(|(_, s)| count(s, &parties) == parties.len())
+    {
         return None;
     }
+    // The claim's party the carrying clauses leave out.
+    let missing = *parties.iter().find(|p| {
+        !carriers
+            .iter()
+            .any(|(_, s)| s.toks.iter().any(|x| x.stem_id == **p))
+    })?;
     // Like for like: a missing name is replaced by another name, a missing
     // role by another role ("the agent" for "the manager"). A product name
     // in the clause is not a party standing in for "the customer".
     let missing_name = a.terms.iter().any(|t| {
         t.name
-            && !carriers.iter().any(|s| {
+            && !carriers.iter().any(|(_, s)| {
                 t.stem
                     .is_some_and(|st| s.toks.iter().any(|x| x.stem_id == st))
             })
     });
     let names_another = |s: &Sentence<'_>| {
-        s.toks.iter().any(|t| {
+        s.toks.iter().position(|t| {
             if parties.contains(&t.stem_id) || predicate.contains(&t.stem_id) || t.lex.stopword {
                 return false;
             }
@@ -484,21 +556,24 @@ fn party(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Optio
             }
         })
     };
-    carriers
-        .iter()
-        .any(|s| names_another(s))
-        .then_some(Reason::PartyConflict)
+    carriers.iter().find_map(|(si, s)| {
+        names_another(s).map(|k| Hit {
+            reason: Reason::PartyConflict,
+            claim: ClaimSide::Stem(missing),
+            at: (*si, k),
+        })
+    })
 }
 
 /// "All" in the claim against "except", "only" or "some" in the sentence
 /// that carries it, or a claim word that the passage names inside an
 /// exception list ("all states except Alaska"): `scope_conflict`.
-fn scope(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Reason> {
+fn scope(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
     if a.excepts {
         return None;
     }
     let best = sentences.iter().map(|s| s.overlap).max().unwrap_or(0);
-    for s in sentences {
+    for (si, s) in sentences.iter().enumerate() {
         let mut k = 0;
         while k < s.toks.len() {
             if !is_exception_marker(s.toks, vocab, k) {
@@ -517,17 +592,25 @@ fn scope(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Optio
                 let t = &s.toks[j];
                 let asserted = a.polarity.iter().any(|&(st, neg)| st == t.stem_id && !neg);
                 if asserted && !t.lex.stopword {
-                    return Some(Reason::ScopeConflict);
+                    return Some(Hit {
+                        reason: Reason::ScopeConflict,
+                        claim: ClaimSide::Stem(t.stem_id),
+                        at: (si, j),
+                    });
                 }
                 j += 1;
             }
             k = j;
         }
-        let restricted = (0..s.toks.len()).any(|k| {
+        let restricted = (0..s.toks.len()).find(|&k| {
             is_restriction(vocab.norm(s.toks[k].norm_id)) || is_exception_marker(s.toks, vocab, k)
         });
-        if a.universal && s.overlap == best && restricted {
-            return Some(Reason::ScopeConflict);
+        if let (true, true, Some(k)) = (a.universal, s.overlap == best, restricted) {
+            return Some(Hit {
+                reason: Reason::ScopeConflict,
+                claim: ClaimSide::Universal,
+                at: (si, k),
+            });
         }
     }
     None
