@@ -543,7 +543,7 @@ impl Proxy {
         // one way only.
         if route.reads_body() || !bytes.is_empty() {
             let problem = match guard::media_type(&parts.headers) {
-                Ok(Some(m)) if m == route.content_type => None,
+                Ok(Some(m)) if m == route.content_type => guard::parameter_problem(&parts.headers),
                 Ok(Some(m)) => Some(format!(
                     "this route gates {} bodies, not {m}",
                     route.content_type

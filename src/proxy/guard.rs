@@ -179,6 +179,89 @@ pub fn media_type(headers: &HeaderMap) -> Result<Option<String>, String> {
     Ok(Some(essence))
 }
 
+/// Why the parameters of the request's Content-Type are refused on a gated
+/// route, if they are; `None` when there are none or they are fine. Call
+/// after [`media_type`] has accepted the header.
+///
+/// An upstream that looks for a media type anywhere in the header reads
+/// `application/json; x=application/x-www-form-urlencoded` as a form, and one
+/// that honours a charset decodes the body differently from the gate (which
+/// reads UTF-8). So the only parameter a gated body may carry is one
+/// `charset` whose value is `utf-8` (any case, optionally quoted), and a
+/// `multipart/*` body one `boundary` without `/` besides. Any other
+/// parameter, a repeated one, and anything that does not parse as RFC 9110
+/// parameters (`name=value` with no space around `=`) are refused.
+pub fn parameter_problem(headers: &HeaderMap) -> Option<String> {
+    let text = headers.get(CONTENT_TYPE)?.to_str().ok()?;
+    let (essence, params) = text.split_once(';')?;
+    let multipart = essence
+        .trim()
+        .to_ascii_lowercase()
+        .starts_with("multipart/");
+    let refuse = |what: String| {
+        Some(format!(
+            "the Content-Type {text:?} has {what}; a gated body may carry only charset=utf-8"
+        ))
+    };
+    let (mut charset, mut boundary) = (false, false);
+    let mut rest = params;
+    loop {
+        rest = rest.trim_start_matches([' ', '\t']);
+        if rest.is_empty() {
+            return None;
+        }
+        if let Some(r) = rest.strip_prefix(';') {
+            rest = r;
+            continue;
+        }
+        let end = rest.find(|c: char| !is_tchar(c)).unwrap_or(rest.len());
+        let name = rest[..end].to_ascii_lowercase();
+        let Some(after) = rest[end..].strip_prefix('=').filter(|_| !name.is_empty()) else {
+            return refuse("parameters that do not parse as name=value".into());
+        };
+        let (value, after) = if let Some(quoted) = after.strip_prefix('"') {
+            match quoted_string(quoted) {
+                Some(v) => v,
+                None => return refuse("an unterminated quoted parameter value".into()),
+            }
+        } else {
+            let end = after.find(|c: char| !is_tchar(c)).unwrap_or(after.len());
+            (after[..end].to_string(), &after[end..])
+        };
+        rest = after.trim_start_matches([' ', '\t']);
+        if !(rest.is_empty() || rest.starts_with(';')) || value.is_empty() {
+            return refuse("parameters that do not parse as name=value".into());
+        }
+        match name.as_str() {
+            "charset" if charset => return refuse("charset twice".into()),
+            "charset" if value.eq_ignore_ascii_case("utf-8") => charset = true,
+            "charset" => return refuse(format!("charset {value:?}, not utf-8")),
+            "boundary" if multipart && !boundary && !value.contains('/') => boundary = true,
+            _ => return refuse(format!("the parameter {name}={value:?}")),
+        }
+    }
+}
+
+/// RFC 9110 `tchar`.
+fn is_tchar(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
+}
+
+/// The value of a quoted-string whose opening quote is already read, and
+/// the text after its closing quote; `None` when it does not close.
+fn quoted_string(s: &str) -> Option<(String, &str)> {
+    let mut out = String::new();
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((out, &s[i + 1..])),
+            '\\' => out.push(chars.next()?.1),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
 /// Whether a media type is one a form parser reads (where `_method` and
 /// `&amount=` live).
 pub fn is_form(media: &str) -> bool {
@@ -479,6 +562,43 @@ mod tests {
         assert!(is_form("application/x-www-form-urlencoded"));
         assert!(is_form("multipart/form-data"));
         assert!(!is_form("application/json"));
+    }
+
+    #[test]
+    fn content_type_parameters_other_than_utf8_charset_are_refused() {
+        let problem = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(CONTENT_TYPE, v.parse().unwrap());
+            parameter_problem(&h)
+        };
+        for good in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "application/json;charset=UTF-8",
+            "application/json; charset=\"utf-8\"",
+            "application/json ; charset=Utf-8 ;",
+            "multipart/form-data; boundary=----abc123",
+            "multipart/form-data; charset=utf-8; boundary=\"a b\"",
+        ] {
+            assert_eq!(problem(good), None, "{good}");
+        }
+        for bad in [
+            "application/json; x=application/x-www-form-urlencoded",
+            "application/json; x=\"application/x-www-form-urlencoded\"",
+            "application/json; charset=utf-8; x=1",
+            "application/json; charset=latin1",
+            "application/json; charset=utf-8; charset=utf-8",
+            "application/json; charset=utf-8, application/x-www-form-urlencoded",
+            "application/json; charset = utf-8",
+            "application/json; charset=",
+            "application/json; charset=\"utf-8",
+            "application/json; application/x-www-form-urlencoded",
+            "application/json; boundary=x",
+            "multipart/form-data; boundary=a/b",
+            "multipart/form-data; boundary=a; boundary=b",
+        ] {
+            assert!(problem(bad).is_some(), "{bad}");
+        }
     }
 
     #[test]
