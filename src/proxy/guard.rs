@@ -21,6 +21,7 @@ use http::header::CONTENT_TYPE;
 use http::HeaderMap;
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+use unicode_normalization::UnicodeNormalization;
 
 /// Headers that ask a framework to treat a request as another method.
 pub const OVERRIDE_HEADERS: [&str; 3] = [
@@ -277,7 +278,7 @@ pub enum BodyError {
     Ambiguous(String),
 }
 
-/// One object key that collides with another, exactly or by case.
+/// One object key that collides with another, exactly or once folded.
 #[derive(Debug, Clone)]
 struct Collision {
     /// JSON pointer of the object holding the keys.
@@ -289,10 +290,11 @@ struct Collision {
 
 /// Parses a JSON body and refuses it when some parser could read a field the
 /// gate extracts differently: a key repeated exactly anywhere in the body
-/// (parsers disagree on which copy wins), or keys differing only in case on
-/// the path to, or inside, an extracted field (case-insensitive binders take
-/// either), or an extracted key that is missing while a case variant of it
-/// is present.
+/// (parsers disagree on which copy wins), or keys that [`fold`] to the same
+/// text (differing only in case, surrounding whitespace or invisible
+/// characters) on the path to, or inside, an extracted field (forgiving
+/// binders take either), or an extracted key that is missing while a
+/// variant of it is present.
 pub fn parse_json(bytes: &[u8], pointers: &[&str]) -> Result<Value, BodyError> {
     let collisions = RefCell::new(Vec::new());
     let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -314,7 +316,7 @@ pub fn parse_json(bytes: &[u8], pointers: &[&str]) -> Result<Value, BodyError> {
         for p in pointers {
             if on_path(p, &c.object, &c.folded) {
                 return Err(BodyError::Ambiguous(format!(
-                    "keys that differ only in case ({:?}) in the object at {:?}, which the field {:?} reads",
+                    "keys that differ only in case, surrounding whitespace or invisible characters ({:?}) in the object at {:?}, which the field {:?} reads",
                     c.folded,
                     display_pointer(&c.object),
                     display_pointer(p)
@@ -387,13 +389,51 @@ fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-/// Case folding as the most forgiving binder does it: Unicode lowercase,
-/// plus the long s that Go's `EqualFold` treats as `s`.
+/// A key as the most forgiving binder reads it: without leading and
+/// trailing whitespace or control characters (pydantic and Python's
+/// `str.strip` trim them), without invisible characters anywhere (zero-width
+/// spaces, joiners, soft hyphens, the BOM: Unicode's default-ignorable code
+/// points), NFKC-folded (`ａmount` is `amount`), in Unicode lowercase, with
+/// the long s that Go's `EqualFold` treats as `s`.
 fn fold(key: &str) -> String {
-    key.chars()
+    let edge = |c: char| c.is_whitespace() || c.is_control() || is_invisible(c);
+    if key.is_ascii() {
+        return key.trim_matches(edge).to_ascii_lowercase();
+    }
+    let visible: String = key.chars().filter(|c| !is_invisible(*c)).collect();
+    visible
+        .nfkc()
+        .collect::<String>()
+        .trim_matches(edge)
+        .chars()
         .flat_map(char::to_lowercase)
         .map(|c| if c == '\u{17F}' { 's' } else { c })
         .collect()
+}
+
+/// Unicode's `Default_Ignorable_Code_Point`: characters that render as
+/// nothing, which some parsers and sanitizers drop.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{AD}'
+            | '\u{34F}'
+            | '\u{61C}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFF8}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
+    )
 }
 
 /// Deserializes a `Value` while noting every key collision.
@@ -599,6 +639,38 @@ mod tests {
         ] {
             assert!(problem(bad).is_some(), "{bad}");
         }
+    }
+
+    #[test]
+    fn keys_that_differ_by_whitespace_or_invisible_characters() {
+        let ptrs = ["/amount", "/justification/claims"];
+        let ok = |b: &str| parse_json(b.as_bytes(), &ptrs);
+        for body in [
+            // A trimmed copy shadows the extracted key, either order.
+            r#"{"amount":5," amount":9000}"#,
+            r#"{"amount ":9000,"amount":5}"#,
+            r#"{"amount":5,"\tAMOUNT\n":9000}"#,
+            r#"{"amount":5,"\u001famount":9000}"#,
+            r#"{"amount":5,"\u00a0amount\u3000":9000}"#,
+            // Invisible characters anywhere in the key.
+            r#"{"amount":5,"am\u200bount":9000}"#,
+            r#"{"amount":5,"\ufeffamount":9000}"#,
+            r#"{"amount":5,"amo\u00adunt":9000}"#,
+            // NFKC: full-width letters.
+            r#"{"amount":5,"\uff41mount":9000}"#,
+            // On the path to an extracted field.
+            r#"{"amount":5,"justification":{"claims":[]," claims":[1]}}"#,
+            // The extracted key is missing and only a variant is there.
+            r#"{" amount":9000}"#,
+            r#"{"amount\u200b":9000}"#,
+        ] {
+            assert!(matches!(ok(body), Err(BodyError::Ambiguous(_))), "{body}");
+        }
+        // Variants elsewhere, and keys with inner spaces, are fine.
+        assert!(ok(r#"{"amount":5,"meta":{"k":1," k":2}}"#).is_ok());
+        assert!(ok(r#"{"amount":5,"am ount":9000}"#).is_ok());
+        assert_eq!(fold(" Amount\u{200B}\t"), "amount");
+        assert_eq!(fold("\u{FF21}mount"), "amount");
     }
 
     #[test]
