@@ -129,20 +129,7 @@ pub fn override_method(headers: &HeaderMap, query: Option<&str>) -> Result<Optio
         }
     }
     if let Some(q) = query {
-        for pair in q.split('&') {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            // `_method` has 7 characters, however it is spelled.
-            if k.len() < 7 {
-                continue;
-            }
-            let k =
-                String::from_utf8_lossy(&percent_decode_bytes(&k.replace('+', " "))).into_owned();
-            if k.trim().eq_ignore_ascii_case("_method") {
-                let v = String::from_utf8_lossy(&percent_decode_bytes(&v.replace('+', " ")))
-                    .into_owned();
-                found.push(v.trim().to_ascii_uppercase());
-            }
-        }
+        found.extend(urlencoded_methods(q));
     }
     found.dedup();
     match found.as_slice() {
@@ -153,6 +140,120 @@ pub fn override_method(headers: &HeaderMap, query: Option<&str>) -> Result<Optio
             found.join(", ")
         )),
     }
+}
+
+/// The `_method` values of `application/x-www-form-urlencoded` text (a query
+/// string or a form body), uppercase. Pairs are split on `&` and on `;`
+/// (which older Rack and Python parsers also take); a key counts when it
+/// [`fold`]s to `_method`.
+fn urlencoded_methods(text: &str) -> Vec<String> {
+    let decode =
+        |s: &str| String::from_utf8_lossy(&percent_decode_bytes(&s.replace('+', " "))).into_owned();
+    let mut found = Vec::new();
+    for pair in text.split(['&', ';']) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        // `_method` has 7 characters, however it is spelled.
+        if k.len() < 7 {
+            continue;
+        }
+        if fold(&decode(k)) == "_method" {
+            found.push(decode(v).trim().to_ascii_uppercase());
+        }
+    }
+    found
+}
+
+/// What a body's Content-Type says about where a framework could find
+/// `_method` in it, read as loosely as any upstream reads it: every
+/// `Content-Type` header, anywhere in its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    /// `x-www-form-urlencoded` or `multipart/` appears.
+    Form,
+    /// `json` appears (Laravel reads a body as JSON when the header holds
+    /// `/json` or `+json`).
+    Json,
+    /// Neither, or no Content-Type.
+    Other,
+}
+
+/// The [`BodyKind`] of a request.
+pub fn body_kind(headers: &HeaderMap) -> BodyKind {
+    let mut kind = BodyKind::Other;
+    for v in headers.get_all(CONTENT_TYPE) {
+        let text = String::from_utf8_lossy(v.as_bytes()).to_ascii_lowercase();
+        if text.contains("x-www-form-urlencoded") || text.contains("multipart/") {
+            return BodyKind::Form;
+        }
+        if text.contains("json") {
+            kind = BodyKind::Json;
+        }
+    }
+    kind
+}
+
+/// Why a body of media type `media` is refused as a method override, if it
+/// is: a JSON body whose top-level object has a key that [`fold`]s to
+/// `_method` (Laravel, Express `method-override` with a body getter), a form
+/// body with a `_method` field (Rails, Laravel, Express), or a multipart body
+/// that mentions `method` at all. A body that says JSON but does not parse
+/// is refused when it mentions `method` or holds a `\u` escape, since a
+/// lenient parser could still find `_method` in it. `parsed` is the body
+/// when the caller has parsed it already.
+pub fn body_method_override(media: &str, bytes: &[u8], parsed: Option<&Value>) -> Option<String> {
+    let mentions = |needle: &[u8]| {
+        bytes
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+    };
+    if media.contains("json") {
+        let owned;
+        let value = match parsed {
+            Some(v) => v,
+            None => match serde_json::from_slice::<Value>(bytes) {
+                Ok(v) => {
+                    owned = v;
+                    &owned
+                }
+                Err(_) if mentions(b"method") || mentions(b"\\u") => {
+                    return Some(
+                        "the body says JSON, is not JSON, and could still name _method to a lenient parser"
+                            .into(),
+                    );
+                }
+                Err(_) => return None,
+            },
+        };
+        let key = value
+            .as_object()?
+            .iter()
+            .find(|(k, _)| fold(k) == "_method")?;
+        let asked = match key.1 {
+            Value::String(m) => m.trim().to_ascii_uppercase(),
+            other => other.to_string(),
+        };
+        return Some(format!(
+            "the body asks to be treated as {asked} with {:?} (method override), which this proxy refuses",
+            key.0
+        ));
+    }
+    if media == "application/x-www-form-urlencoded" {
+        let text = String::from_utf8_lossy(bytes);
+        let asked = urlencoded_methods(&text);
+        return (!asked.is_empty()).then(|| {
+            format!(
+                "the form body asks to be treated as {} with _method (method override), which this proxy refuses",
+                asked.join(", ")
+            )
+        });
+    }
+    if media.starts_with("multipart/") && mentions(b"method") {
+        return Some(
+            "the multipart body could carry a _method field (method override), which this proxy refuses"
+                .into(),
+        );
+    }
+    None
 }
 
 /// The media type of the request body (`type/subtype`, lowercase, no
@@ -261,12 +362,6 @@ fn quoted_string(s: &str) -> Option<(String, &str)> {
         }
     }
     None
-}
-
-/// Whether a media type is one a form parser reads (where `_method` and
-/// `&amount=` live).
-pub fn is_form(media: &str) -> bool {
-    media == "application/x-www-form-urlencoded" || media.starts_with("multipart/")
 }
 
 /// Why a JSON body is refused.
@@ -582,10 +677,87 @@ mod tests {
             override_method(&h, Some("_METHOD=PUT")),
             Ok(Some("PUT".into()))
         );
+        assert_eq!(
+            override_method(&h, Some("a=1;%20_method=PATCH")),
+            Ok(Some("PATCH".into()))
+        );
         h.insert("x-http-method-override", "DELETE".parse().unwrap());
         assert_eq!(override_method(&h, None), Ok(Some("DELETE".into())));
         h.insert("x-method-override", "PATCH".parse().unwrap());
         assert!(override_method(&h, None).is_err());
+    }
+
+    #[test]
+    fn bodies_that_ask_for_another_method() {
+        let json = |b: &str| body_method_override("application/json", b.as_bytes(), None);
+        for bad in [
+            r#"{"_method":"DELETE"}"#,
+            r#"{"reason":"x","_METHOD":"delete"}"#,
+            r#"{" _method ":"DELETE"}"#,
+            r#"{"_\u006dethod":"DELETE"}"#,
+            r#"{"_method":["DELETE"]}"#,
+            // Not JSON, but a lenient parser could read `_method`.
+            r#"{"_method":"DELETE",}"#,
+            r#"{'_m\u0065thod':'DELETE'}"#,
+        ] {
+            assert!(json(bad).is_some(), "{bad}");
+        }
+        for good in [
+            r#"{"reason":"x"}"#,
+            r#"{"note":{"_method":"DELETE"}}"#,
+            r#"[{"_method":"DELETE"}]"#,
+            r#"{"method":"card"}"#,
+            "",
+            "not json",
+        ] {
+            assert_eq!(json(good), None, "{good}");
+        }
+        // The parsed body is used when given.
+        let v = serde_json::json!({"_Method": "PUT"});
+        assert!(body_method_override("application/vnd.api+json", b"", Some(&v)).is_some());
+
+        let form =
+            |b: &str| body_method_override("application/x-www-form-urlencoded", b.as_bytes(), None);
+        for bad in [
+            "_method=DELETE",
+            "x=1&_method=delete",
+            "x=1;_method=DELETE",
+            "%5Fmethod=PUT",
+            "_METHOD=PUT",
+        ] {
+            assert!(form(bad).is_some(), "{bad}");
+        }
+        assert_eq!(form("x=1&method=card"), None);
+        let multipart =
+            "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--b--";
+        assert!(body_method_override("multipart/form-data", multipart.as_bytes(), None).is_some());
+        assert_eq!(
+            body_method_override("text/plain", b"_method=DELETE", None),
+            None
+        );
+
+        let kind = |vals: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in vals {
+                h.append(CONTENT_TYPE, v.parse().unwrap());
+            }
+            body_kind(&h)
+        };
+        assert_eq!(kind(&[]), BodyKind::Other);
+        assert_eq!(kind(&["text/plain"]), BodyKind::Other);
+        assert_eq!(kind(&["application/json"]), BodyKind::Json);
+        assert_eq!(
+            kind(&["Application/Problem+JSON; charset=utf-8"]),
+            BodyKind::Json
+        );
+        assert_eq!(
+            kind(&["application/json; x=application/x-www-form-urlencoded"]),
+            BodyKind::Form
+        );
+        assert_eq!(
+            kind(&["application/json", "multipart/form-data"]),
+            BodyKind::Form
+        );
     }
 
     #[test]
@@ -599,9 +771,6 @@ mod tests {
         assert_eq!(media_type(&h), Ok(Some("application/json".into())));
         h.append(CONTENT_TYPE, "text/plain".parse().unwrap());
         assert!(media_type(&h).is_err());
-        assert!(is_form("application/x-www-form-urlencoded"));
-        assert!(is_form("multipart/form-data"));
-        assert!(!is_form("application/json"));
     }
 
     #[test]
