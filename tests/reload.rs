@@ -281,3 +281,124 @@ async fn keys_file_follows_a_kubernetes_secret_swap() {
     }
     s.shutdown().await;
 }
+
+/// `verdict check` on the operator traps: each is refused with a message
+/// and exit 1 (`--strict` for warnings), and `--config` validates the
+/// config too (exit 64) and checks hold_timeout against its review.ttl.
+#[test]
+fn check_refuses_operator_traps() {
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(bin).arg("check").args(args).output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let policies = |name: &str, text: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        if !text.is_empty() {
+            std::fs::write(d.join("p.toml"), text).unwrap();
+        }
+        d.to_str().unwrap().to_string()
+    };
+    let route = |extra: &str| {
+        format!(
+            "[[action]]\ntype = \"refund.create\"\n\n  [[action.rule]]\n  param = \"amount\"\n  op = \"gt\"\n  value = 500\n  effect = \"review\"\n\n\
+             [[route]]\nname = \"refund\"\nmethod = \"POST\"\npath = \"/api/orders/{{order_id}}/refunds\"\naction = \"refund.create\"\n\
+             params = {{ order_id = \"path:order_id\", amount = \"body:/amount\" }}\n{extra}"
+        )
+    };
+
+    // An empty directory gates nothing: a warning, an error with --strict.
+    let empty = policies("empty", "");
+    let (code, text) = run(&["--policies", &empty]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("warning: the policy set gates nothing"), "{text}");
+    let (code, text) = run(&["--policies", &empty, "--strict"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("--strict makes them errors"), "{text}");
+
+    // A misspelt method is an error.
+    let psot = policies("psot", &route("").replace("\"POST\"", "\"PSOT\""));
+    let (code, text) = run(&["--policies", &psot]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("invalid method \"PSOT\""), "{text}");
+
+    // A rule on a param no route extracts: a warning, an error with --strict.
+    let unextracted = policies(
+        "unextracted",
+        &route("").replace("amount = \"body:/amount\"", "amt = \"body:/amount\""),
+    );
+    let (code, text) = run(&["--policies", &unextracted]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("reads param \"amount\""), "{text}");
+    let (code, _) = run(&["--policies", &unextracted, "--strict"]);
+    assert_eq!(code, Some(1));
+
+    // A hold longer than the review ttl: an error against the default ttl,
+    // which the output names; fine against a config whose ttl is longer.
+    let long = policies("long", &route("hold_timeout = \"48h\"\n"));
+    let (code, text) = run(&["--policies", &long]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("hold_timeout 48h, longer than review.ttl 24h (the default;"),
+        "{text}"
+    );
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "[review]\nttl = \"72h\"\n").unwrap();
+    let (code, text) = run(&["--policies", &long, "--config", config.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(&format!("review.ttl 72h (from {})", config.display())),
+        "{text}"
+    );
+    std::fs::write(&config, "[review]\nttl = \"36h\"\n").unwrap();
+    let (code, text) = run(&["--policies", &long, "--config", config.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("longer than review.ttl 36h (from "), "{text}");
+    // --config validates the file the way serve does: exit 64, named key.
+    std::fs::write(&config, "[review]\nttl = \"72h\"\n[proxy]\nlisten = \"127.0.0.1:1\"\n").unwrap();
+    let (code, text) = run(&["--policies", &long, "--config", config.to_str().unwrap()]);
+    assert_eq!(code, Some(64), "{text}");
+    assert!(text.contains("proxy.listen") && text.contains("proxy.upstream"), "{text}");
+    // Without --policies, the config's policies dir is checked.
+    std::fs::write(&config, format!("[policies]\ndir = \"{long}\"\n")).unwrap();
+    let (code, text) = run(&["--config", config.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("hold_timeout 48h"), "{text}");
+
+    // Routes that share paths: a warning (an error with --strict); a route
+    // suffix another route takes first: an error naming both routes.
+    let shared = format!(
+        "{}\n[[route]]\nname = \"one-order\"\nmethod = \"POST\"\npath = \"/api/orders/7/{{kind}}\"\naction = \"refund.create\"\nparams = {{ amount = \"body:/amount\" }}\n",
+        route("")
+    );
+    let shared = policies("shared", &shared);
+    let (code, text) = run(&["--policies", &shared]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("route \"one-order\" (POST /api/orders/7/{kind}) and route \"refund\"")
+            && text.contains("such as /api/orders/7/refunds; the more specific \"one-order\" gets them"),
+        "{text}"
+    );
+    let (code, _) = run(&["--policies", &shared, "--strict"]);
+    assert_eq!(code, Some(1));
+    let shadow = format!(
+        "{}\n[[route]]\nname = \"by-kind\"\nmethod = \"POST\"\npath = \"/api/orders/{{order_id}}/{{kind}}\"\naction = \"refund.create\"\nparams = {{ amount = \"body:/amount\" }}\n",
+        route("suffixes = [\".json\"]\n")
+    );
+    let shadow = policies("shadow", &shadow);
+    let (code, text) = run(&["--policies", &shadow]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("p.toml:11:8: route \"refund\"")
+            && text.contains("lists suffix \".json\", but route \"by-kind\"")
+            && text.contains("p.toml:19:8)"),
+        "{text}"
+    );
+}
