@@ -318,7 +318,10 @@ fn check_refuses_operator_traps() {
     let empty = policies("empty", "");
     let (code, text) = run(&["--policies", &empty]);
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("warning: the policy set gates nothing"), "{text}");
+    assert!(
+        text.contains("warning: the policy set gates nothing"),
+        "{text}"
+    );
     let (code, text) = run(&["--policies", &empty, "--strict"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("--strict makes them errors"), "{text}");
@@ -362,10 +365,17 @@ fn check_refuses_operator_traps() {
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("longer than review.ttl 36h (from "), "{text}");
     // --config validates the file the way serve does: exit 64, named key.
-    std::fs::write(&config, "[review]\nttl = \"72h\"\n[proxy]\nlisten = \"127.0.0.1:1\"\n").unwrap();
+    std::fs::write(
+        &config,
+        "[review]\nttl = \"72h\"\n[proxy]\nlisten = \"127.0.0.1:1\"\n",
+    )
+    .unwrap();
     let (code, text) = run(&["--policies", &long, "--config", config.to_str().unwrap()]);
     assert_eq!(code, Some(64), "{text}");
-    assert!(text.contains("proxy.listen") && text.contains("proxy.upstream"), "{text}");
+    assert!(
+        text.contains("proxy.listen") && text.contains("proxy.upstream"),
+        "{text}"
+    );
     // Without --policies, the config's policies dir is checked.
     std::fs::write(&config, format!("[policies]\ndir = \"{long}\"\n")).unwrap();
     let (code, text) = run(&["--config", config.to_str().unwrap()]);
@@ -383,7 +393,9 @@ fn check_refuses_operator_traps() {
     assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains("route \"one-order\" (POST /api/orders/7/{kind}) and route \"refund\"")
-            && text.contains("such as /api/orders/7/refunds; the more specific \"one-order\" gets them"),
+            && text.contains(
+                "such as /api/orders/7/refunds; the more specific \"one-order\" gets them"
+            ),
         "{text}"
     );
     let (code, _) = run(&["--policies", &shared, "--strict"]);

@@ -845,7 +845,12 @@ fn a_hold_longer_than_the_review_ttl_is_an_error() {
     std::fs::write(dir.path().join("refunds.toml"), &long).unwrap();
     let (code, out) = check_dir(dir.path());
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("longer than review.ttl 24h (the default; --config FILE checks against a config's)"), "{out}");
+    assert!(
+        out.contains(
+            "longer than review.ttl 24h (the default; --config FILE checks against a config's)"
+        ),
+        "{out}"
+    );
     let opts = CheckOptions {
         review_ttl: Duration::from_secs(72 * 3600),
         config: Some("c.toml".into()),
@@ -853,7 +858,10 @@ fn a_hold_longer_than_the_review_ttl_is_an_error() {
     };
     let (code, out) = check(dir.path(), &opts);
     assert_eq!(code, 0, "{out}");
-    assert!(out.ends_with("hold_timeout checked against review.ttl 72h (from c.toml)\n"), "{out}");
+    assert!(
+        out.ends_with("hold_timeout checked against review.ttl 72h (from c.toml)\n"),
+        "{out}"
+    );
 }
 
 /// Routes of one method sharing paths: a partial overlap or a subset is a
@@ -885,7 +893,9 @@ fn routes_that_share_paths() {
             "a.toml:24:8: route \"right\" (PUT /y/{b}) and route \"left\" (PUT /{a}/x, a.toml:19:8) both match paths such as /y/x; the more specific \"right\" gets them",
         ]
     );
-    assert!(set.errors_against(Duration::from_secs(3600), "x").is_empty());
+    assert!(set
+        .errors_against(Duration::from_secs(3600), "x")
+        .is_empty());
 
     // `/api/orders/export.json` is matched by `{id}` as written before the
     // suffix is ever stripped, so the suffix never reaches "export".
@@ -894,7 +904,12 @@ fn routes_that_share_paths() {
         &[
             head.to_string(),
             r("get-order", "POST", "/api/orders/{id}", ""),
-            r("export", "POST", "/api/orders/export", "suffixes = [\".json\"]\n"),
+            r(
+                "export",
+                "POST",
+                "/api/orders/export",
+                "suffixes = [\".json\"]\n",
+            ),
         ]
         .concat(),
     )])
@@ -904,22 +919,38 @@ fn routes_that_share_paths() {
         errors,
         ["a.toml:9:8: route \"export\" (POST /api/orders/export) lists suffix \".json\", but route \"get-order\" (POST /api/orders/{id}, a.toml:4:8) matches every path it adds, such as /api/orders/export.json, as written and takes it first: the suffix never reaches \"export\""]
     );
-    assert_eq!(set.match_route("POST", "/api/orders/export.json").unwrap().0.name, "get-order");
+    assert_eq!(
+        set.match_route("POST", "/api/orders/export.json")
+            .unwrap()
+            .0
+            .name,
+        "get-order"
+    );
     // Where the other route matches only some of them, a warning.
     let set = PolicySet::from_sources(&[(
         "a.toml",
         &[
             head.to_string(),
             r("one-export", "POST", "/api/7/export.json", ""),
-            r("export", "POST", "/api/{id}/export", "suffixes = [\".json\"]\n"),
+            r(
+                "export",
+                "POST",
+                "/api/{id}/export",
+                "suffixes = [\".json\"]\n",
+            ),
         ]
         .concat(),
     )])
     .unwrap();
-    assert!(set.errors_against(Duration::from_secs(3600), "x").is_empty());
+    assert!(set
+        .errors_against(Duration::from_secs(3600), "x")
+        .is_empty());
     let w = set.warnings();
     assert!(
-        w.iter().any(|w| w.contains("lists suffix \".json\", but route \"one-export\"") && w.contains("matches some paths it adds, such as /api/7/export.json")),
+        w.iter().any(
+            |w| w.contains("lists suffix \".json\", but route \"one-export\"")
+                && w.contains("matches some paths it adds, such as /api/7/export.json")
+        ),
         "{w:?}"
     );
 }
