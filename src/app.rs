@@ -199,6 +199,13 @@ impl Component for AuditComponent {
         }
         r
     }
+
+    fn fatal(&self) -> Option<String> {
+        (!self.0.writer_running()).then(|| {
+            "the audit writer has stopped; nothing can be decided until the process restarts"
+                .to_string()
+        })
+    }
 }
 
 /// Appends a record off the request path (reloads, key changes), logging a

@@ -86,6 +86,43 @@ async fn health_turns_503_while_draining() {
     s.shutdown().await;
 }
 
+/// Liveness turns when the audit writer is gone for good. Nothing in a
+/// running server stops the writer but a panic or `AuditLog::shutdown` (the
+/// call a drain makes after the listeners stop); the test makes that call
+/// while the listeners still serve, so the process lives on with a log that
+/// can never append again: `/health` and `/ready` are 503 and a decision
+/// fails closed.
+#[tokio::test]
+async fn health_turns_503_once_the_audit_writer_has_stopped() {
+    let s = TestServer::start().await;
+    assert_eq!(s.get("/health", None).await.status, 200);
+    let app = s.running.as_ref().expect("running").app.clone();
+    app.audit.shutdown().await;
+    let r = s.get("/health", None).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["status"], "failing", "{j}");
+    assert!(
+        j["reasons"][0]
+            .as_str()
+            .is_some_and(|m| m.starts_with("audit: the audit writer has stopped")),
+        "{j}"
+    );
+    let r = s.get("/ready", None).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    let d = s.get("/health/detailed", None).await.json();
+    assert_eq!(d["components"]["audit"]["status"], "failing", "{d}");
+    let body = serde_json::json!({
+        "action": {"type": "refund.create", "params": {"amount": 1}},
+        "claims": ["A refund was approved."],
+        "sources": [{"source_id": "s", "text": "A refund was approved."}],
+    })
+    .to_string();
+    let r = s.post_json("/v2/authorize", &body, Some(APP_KEY)).await;
+    r.assert_error(503, "unavailable");
+    s.shutdown().await;
+}
+
 #[tokio::test]
 async fn refuses_a_public_listener_without_keys() {
     let dir = tempfile::tempdir().unwrap();
