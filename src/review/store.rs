@@ -664,6 +664,14 @@ pub(super) fn from_micros(us: i64) -> SystemTime {
 pub(super) mod tests_support {
     use super::Store;
 
+    /// The connection's `PRAGMA temp_store` (2 is MEMORY).
+    pub fn temp_store(store: &Store) -> i64 {
+        store
+            .conn
+            .query_row("PRAGMA temp_store", [], |r| r.get(0))
+            .unwrap()
+    }
+
     /// Flips the stored body of a review, as a disk error might.
     pub fn corrupt_body(store: &Store, review_id: &str) {
         store

@@ -943,3 +943,11 @@ async fn a_database_without_rule_messages_is_upgraded() {
     let new = r.create(new_review("other-app")).await.unwrap();
     assert_eq!(new.rules, ["refunds above 500 need a second pair of eyes"]);
 }
+
+/// The review store writes no temporary files: `temp_store` is MEMORY.
+#[tokio::test]
+async fn the_review_store_keeps_temp_data_in_memory() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    assert_eq!(store::tests_support::temp_store(&lock(&r.inner.store)), 2);
+}
