@@ -738,7 +738,6 @@ pub fn is_hedge(norm: &str) -> bool {
             | "once"
             | "if"
             | "unless"
-            | "until"
             | "awaiting"
             | "likely"
             | "possibly"
