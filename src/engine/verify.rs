@@ -418,6 +418,8 @@ struct Analysis {
     /// "gift cards never expire"): stems of each part's content words,
     /// when the claim joins two or more parts of two or more words each.
     parts: Vec<Vec<u32>>,
+    /// Stems of the claim's number tokens ("40" in "$40").
+    qty_stems: Vec<u32>,
     /// The claim says "all", "every", "any" ...
     universal: bool,
     /// The claim has an exception of its own ("except", "excluding").
@@ -565,6 +567,12 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         })
         .collect();
     let parts = conjuncts(claim, &tokens, &vocab);
+    let qty_stems: Vec<u32> = tokens
+        .iter()
+        .zip(&in_qty)
+        .filter(|(t, &q)| q && t.kind == TokenKind::Number)
+        .map(|(t, _)| t.stem_id)
+        .collect();
     let mut clause_all: Vec<u32> = clauses.iter().flatten().copied().collect();
     clause_all.sort_unstable();
     clause_all.dedup();
@@ -587,6 +595,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         clauses,
         clause_all,
         parts,
+        qty_stems,
         universal,
         excepts,
         text: claim.to_string(),

@@ -53,6 +53,8 @@ const STATE_GROUPS: &[&[&str]] = &[
     ],
     &["satisfied", "dissatisfied", "unsatisfied"],
     &["full", "partial"],
+    &["refunded", "charged"],
+    &["refund", "charge"],
     &["fully", "partially"],
     &["primary", "secondary"],
     &["subscribed", "unsubscribed"],
@@ -65,7 +67,7 @@ const STATE_GROUPS: &[&[&str]] = &[
     &["eligible", "ineligible"],
     &["open", "resolved", "closed"],
     &["opened", "closed"],
-    &["shipped", "unshipped"],
+    &["shipped", "unshipped", "cancelled", "canceled"],
     &["locked", "unlocked"],
     &["verified", "unverified"],
     &["completed", "incomplete"],
@@ -335,7 +337,9 @@ pub(super) fn find(
     }
     let mut hit = None;
     if coverage >= super::tune::NEG_MIN_COV {
-        hit = negation(a, &sentences, vocab).or_else(|| hedged(a, &sentences, vocab));
+        hit = negation(a, &sentences, vocab)
+            .or_else(|| denied_predicate(a, &sentences, vocab))
+            .or_else(|| hedged(a, &sentences, vocab));
     }
     if hit.is_none() && coverage >= STATUS_MIN_COV {
         hit = counted(&sentences, vocab, &claim_toks)
@@ -399,6 +403,60 @@ fn negation(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Op
         }
     }
     None
+}
+
+/// The claim asserts without a negator, and every clause that carries
+/// most of it denies its predicate ("was not granted", "has never been
+/// paid", "did not ship"), even when the claim words the predicate
+/// differently ("Bob was given access" against "access was not granted to
+/// Bob"): `negation_conflict`.
+fn denied_predicate(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
+    if a.negated {
+        return None;
+    }
+    let best = sentences.iter().map(|s| s.overlap).max().unwrap_or(0);
+    // One of the claim's words is enough: a denied predicate fails closed.
+    if best == 0 {
+        return None;
+    }
+    let mut first = None;
+    for (si, s) in sentences
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.overlap == best)
+    {
+        let norm = |k: usize| s.toks.get(k).map_or("", |t| vocab.norm(t.norm_id));
+        let at = (1..s.toks.len()).find(|&k| {
+            matches!(norm(k), "not" | "never")
+                && matches!(
+                    norm(k - 1),
+                    "was"
+                        | "were"
+                        | "is"
+                        | "are"
+                        | "has"
+                        | "have"
+                        | "had"
+                        | "did"
+                        | "does"
+                        | "do"
+                        | "been"
+                        | "be"
+                )
+        })?;
+        let word = s.toks[at..]
+            .iter()
+            .chain(s.toks[..at].iter())
+            .map(|t| t.stem_id)
+            .find(|st| a.terms.iter().any(|t| t.stem == Some(*st)))?;
+        first.get_or_insert((word, (si, at)));
+    }
+    let (word, at) = first?;
+    Some(Hit {
+        reason: Reason::NegationConflict,
+        claim: ClaimSide::Stem(word),
+        at,
+    })
 }
 
 /// A claim word whose exclusive state the passage asserts with the same
@@ -502,10 +560,14 @@ fn hedge_at(
     {
         return None;
     }
+    // "May 5", "2 May", "in May": the month.
     if norm == "may"
-        && toks
-            .get(k + 1)
-            .is_some_and(|n| n.kind == text::TokenKind::Number)
+        && (t.capitalized
+            || toks
+                .get(k + 1)
+                .is_some_and(|n| n.kind == text::TokenKind::Number)
+            || k.checked_sub(1)
+                .is_some_and(|j| toks[j].kind == text::TokenKind::Number))
     {
         return None;
     }
@@ -615,8 +677,9 @@ pub(super) fn claim_reports_done(toks: &[Token], vocab: &text::Vocab) -> bool {
     (0..toks.len()).any(|i| {
         match norm(i) {
             "did" => return true,
-            // "was issued", "were not sent", "has been processed".
-            "was" | "were" | "been" => return (i + 1..(i + 3).min(toks.len())).any(past),
+            // "was issued", "was $19.99", "has been processed".
+            "was" | "were" => return true,
+            "been" => return (i + 1..(i + 3).min(toks.len())).any(past),
             _ => {}
         }
         // "The order shipped", "the courier picked up": a past form right
@@ -636,7 +699,14 @@ fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
     if a.hedge || !a.done {
         return None;
     }
-    let terms: Vec<u32> = a.terms.iter().filter_map(|t| t.stem).collect();
+    // The claim's words and its numbers: "will be refunded $40" governs
+    // the claim's "$40" even when it words the event differently.
+    let terms: Vec<u32> = a
+        .terms
+        .iter()
+        .filter_map(|t| t.stem)
+        .chain(a.qty_stems.iter().copied())
+        .collect();
     let best = sentences.iter().map(|s| s.overlap).max().unwrap_or(0);
     if best == 0 {
         return None;
@@ -657,9 +727,16 @@ fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
                 .map(|t| t.stem_id)
                 .find(|st| terms.contains(st))?;
             Some((word, k))
-        })?;
-        if first.is_none() {
-            first = Some((governed.0, (si, governed.1)));
+        });
+        match governed {
+            Some((word, k)) => {
+                first.get_or_insert((word, (si, k)));
+            }
+            // A clause with a hedge over other words ("will be flagged by
+            // the risk team") neither asserts nor hedges the claim's; a
+            // clause with no hedge at all asserts it.
+            None if (0..s.toks.len()).any(|k| hedge_at(s.toks, vocab, k, &terms).is_some()) => {}
+            None => return None,
         }
     }
     let (word, at) = first?;
