@@ -9,7 +9,9 @@
 //! [`crate::gate`] the API uses, which writes the audit record before it
 //! answers), then forward, block or hold. A refusal of a request that could
 //! reach a gated route is recorded like any other decision. Unmatched
-//! requests stream through without buffering. Anything that keeps the engine
+//! requests stream through without buffering, except a JSON body to a path
+//! gated under another method, which is read to refuse a `_method` in it.
+//! Anything that keeps the engine
 //! or the audit log from doing its job fails closed (503) unless the route
 //! says `failure_mode = "open"`.
 
@@ -376,23 +378,36 @@ impl Proxy {
                 return self.refuse(&set, &req, refusal, request_id).await;
             }
             RouteMatch::Unmatched => {
-                // A form body can carry `_method`, which a framework may honour
-                // to reach a route gated under another method.
-                let form =
-                    matches!(guard::media_type(req.headers()), Ok(Some(m)) if guard::is_form(&m));
-                if let (true, Some(route)) = (form, set.reach_any_method(raw_path)) {
-                    let refusal = RefuseWith {
-                        route: Some(route),
-                        reason: DecisionReason::MethodOverride,
-                        status: StatusCode::BAD_REQUEST,
-                        message: format!(
-                            "a form body to a path gated under {} could ask for that method with _method",
-                            route.method
-                        ),
-                    };
-                    return self.refuse(&set, &req, refusal, request_id).await;
+                // A form or JSON body can carry `_method`, which a framework
+                // may honour to reach a route gated under another method. A
+                // form is refused outright; a JSON body is read to look.
+                let kind = guard::body_kind(req.headers());
+                let gated_elsewhere = match kind {
+                    guard::BodyKind::Other => None,
+                    _ => set.reach_any_method(raw_path),
+                };
+                match (kind, gated_elsewhere) {
+                    (guard::BodyKind::Form, Some(route)) => {
+                        let refusal = RefuseWith {
+                            route: Some(route),
+                            reason: DecisionReason::MethodOverride,
+                            status: StatusCode::BAD_REQUEST,
+                            message: format!(
+                                "a form body to a path gated under {} could ask for that method with _method",
+                                route.method
+                            ),
+                        };
+                        return self.refuse(&set, &req, refusal, request_id).await;
+                    }
+                    (guard::BodyKind::Json, Some(route))
+                        if self.cfg.unmatched == Unmatched::Forward =>
+                    {
+                        return self
+                            .unmatched_json(req, conn, request_id, &set, route)
+                            .await;
+                    }
+                    _ => return self.unmatched(req, conn, request_id).await,
                 }
-                return self.unmatched(req, conn, request_id).await;
             }
         };
         match self
@@ -519,6 +534,47 @@ impl Proxy {
         .await
     }
 
+    /// Unmatched, with a JSON body, on a path that `route` gates under
+    /// another method: the body is read (within `limits.max_body_bytes`) and
+    /// refused if it asks for another method with `_method`, else forwarded
+    /// as read.
+    async fn unmatched_json(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnInfo,
+        request_id: &str,
+        set: &PolicySet,
+        route: &Route,
+    ) -> Response<RespBody> {
+        let (parts, body) = req.into_parts();
+        let limit = self.app.config.limits.max_body_bytes;
+        let bytes = match http_util::read_body(&parts.headers, body, limit).await {
+            Ok(b) => b,
+            Err(e) => return e.into_response(request_id),
+        };
+        if let Some(message) = guard::body_method_override("application/json", &bytes, None) {
+            let probe = Request::from_parts(parts, ());
+            let refusal = RefuseWith {
+                route: Some(route),
+                reason: DecisionReason::MethodOverride,
+                status: StatusCode::BAD_REQUEST,
+                message: format!("{message} (the path is gated under {})", route.method),
+            };
+            return self.refuse(set, &probe, refusal, request_id).await;
+        }
+        self.stats.unmatched_pass.inc();
+        self.forward(
+            parts.method,
+            parts.uri,
+            parts.headers,
+            full(bytes),
+            conn,
+            request_id,
+            &[],
+        )
+        .await
+    }
+
     async fn gated(
         &self,
         req: Request<Incoming>,
@@ -543,7 +599,7 @@ impl Proxy {
         // one way only.
         if route.reads_body() || !bytes.is_empty() {
             let problem = match guard::media_type(&parts.headers) {
-                Ok(Some(m)) if m == route.content_type => None,
+                Ok(Some(m)) if m == route.content_type => guard::parameter_problem(&parts.headers),
                 Ok(Some(m)) => Some(format!(
                     "this route gates {} bodies, not {m}",
                     route.content_type
@@ -587,6 +643,20 @@ impl Proxy {
         } else {
             None
         };
+        // A `_method` in the body asks for another route, as the override
+        // headers and query do.
+        if !bytes.is_empty() {
+            if let Some(message) =
+                guard::body_method_override(&route.content_type, &bytes, json_body.as_ref())
+            {
+                let r = refuse(
+                    DecisionReason::MethodOverride,
+                    StatusCode::BAD_REQUEST,
+                    message,
+                );
+                return Ok(self.refuse(set, &probe, r, request_id).await);
+            }
+        }
         let extracted = route.extract(&RequestParts {
             path_params,
             query: parts.uri.query(),

@@ -114,6 +114,8 @@ async fn every_attack_row_is_refused_or_decided() {
         "/api/orders/1/refunds.json",
         "/api/orders/1%2Frefunds",
         "/api/orders/1/%2572efunds",
+        "/api/orders/1/%EF%BD%92efunds",
+        "/api/orders/%EF%BC%91/refunds",
     ] {
         rows.push((
             "C1",
@@ -164,6 +166,18 @@ async fn every_attack_row_is_refused_or_decided() {
         415,
         "unsupported_content_type",
     ));
+    rows.push((
+        "D3",
+        "POST",
+        "/api/orders/1/refunds".into(),
+        vec![(
+            "content-type",
+            "application/json; x=application/x-www-form-urlencoded",
+        )],
+        d3.to_string(),
+        415,
+        "unsupported_content_type",
+    ));
     let d4 = refund(json!(100)).replacen('{', r#"{"AMOUNT":6000,"#, 1);
     rows.push((
         "D4",
@@ -171,6 +185,16 @@ async fn every_attack_row_is_refused_or_decided() {
         "/api/orders/1/refunds".into(),
         vec![JSON],
         d4,
+        400,
+        "ambiguous_body",
+    ));
+    let trimmed = refund(json!(100)).replacen('{', r#"{" amount":6000,"#, 1);
+    rows.push((
+        "D4",
+        "POST",
+        "/api/orders/1/refunds".into(),
+        vec![JSON],
+        trimmed,
         400,
         "ambiguous_body",
     ));
@@ -209,6 +233,24 @@ async fn every_attack_row_is_refused_or_decided() {
             "method_override",
         ));
     }
+    rows.push((
+        "D5",
+        "POST",
+        "/api/orders/1".into(),
+        vec![JSON],
+        r#"{"_method":"DELETE"}"#.into(),
+        400,
+        "method_override",
+    ));
+    rows.push((
+        "D5",
+        "POST",
+        "/api/orders/1/refunds".into(),
+        vec![JSON],
+        refund(json!(100)).replacen('{', r#"{"_method":"PUT","#, 1),
+        400,
+        "method_override",
+    ));
     rows.push((
         "path header",
         "POST",
@@ -329,6 +371,16 @@ async fn plain_requests_still_pass() {
     let (got, _) = raw(e.proxy, "GET", "/api/orders/1", &[], "").await;
     assert_eq!(got, 200);
     assert_eq!(e.up.count(), 2);
+    let (got, _) = raw(e.proxy, "GET", "/shop/%EF%BD%92efunds", &[], "").await;
+    assert_eq!(got, 200);
+    assert_eq!(e.up.count(), 3);
+    // A JSON body to a path gated under another method is read for
+    // `_method`, and forwarded as sent when it has none.
+    let note = r#"{"note":"gift wrap","method":"card"}"#;
+    let (got, _) = raw(e.proxy, "POST", "/api/orders/1", &[JSON], note).await;
+    assert_eq!(got, 200);
+    assert_eq!(e.up.count(), 4);
+    assert_eq!(&e.up.calls()[3].body[..], note.as_bytes());
 }
 
 /// Deleting the pinned refund policy, or truncating it, keeps the gate:

@@ -19,16 +19,24 @@
 //! - **leniently**, the way the most forgiving upstream would: `\` and
 //!   encoded `/` or `\` split segments, `;` path parameters are cut off, a
 //!   trailing `.` or whitespace is trimmed, escapes are decoded until none is
-//!   left, and any extension on the last segment is dropped.
+//!   left, the decoded text is folded to Unicode NFKC (full-width `ｒ` is
+//!   `r`, `／` is `/`, `ﬁ` is `fi`, as servers that normalize paths read
+//!   them), and any extension on the last segment is dropped.
 //!
 //! When the lenient reading reaches a route that the strict one does not,
 //! the request is [`RouteMatch::Ambiguous`]: the proxy refuses it with a
 //! recorded decision instead of guessing which handler the upstream runs.
+//! So is a path whose decoded text NFKC folding changes when the lenient
+//! reading reaches any route, even the one the strict reading matched: the
+//! gate would decide on a param (`１００１`) that a normalizing upstream
+//! reads as another (`1001`). Paths that reach no route are not affected.
 //!
 //! A captured `{param}` keeps its decoded text.
 
 use std::collections::HashMap;
 use std::time::Duration;
+
+use unicode_normalization::UnicodeNormalization;
 
 use super::extract::Extractor;
 
@@ -296,7 +304,7 @@ impl RouteTable {
             segs[last] = stem.to_string();
             find(&segs, Some(&ext))
         });
-        let lenient = lenient_segments(rest);
+        let (lenient, folded) = lenient_segments(rest);
         let reach = find(&lenient, None).or_else(|| {
             let (stem, _) = split_extension(lenient.last()?)?;
             let mut segs = lenient.clone();
@@ -306,7 +314,9 @@ impl RouteTable {
         });
         match (found, reach) {
             (Some((r, p)), None) => RouteMatch::Matched(r, p),
-            (Some((r, p)), Some((l, _))) if std::ptr::eq(r, l) => RouteMatch::Matched(r, p),
+            (Some((r, p)), Some((l, _))) if std::ptr::eq(r, l) && !folded => {
+                RouteMatch::Matched(r, p)
+            }
             (_, Some((l, _))) => RouteMatch::Ambiguous(l),
             (None, None) => RouteMatch::Unmatched,
         }
@@ -324,8 +334,9 @@ fn split_extension(seg: &str) -> Option<(&str, String)> {
     Some((stem, format!(".{}", ext.to_lowercase())))
 }
 
-/// The path as the most forgiving upstream would route it (module doc).
-fn lenient_segments(rest: &str) -> Vec<String> {
+/// The path as the most forgiving upstream would route it (module doc), and
+/// whether NFKC folding changed its decoded text.
+fn lenient_segments(rest: &str) -> (Vec<String>, bool) {
     let mut decoded = rest.to_string();
     // Decode until nothing changes (bounded: each round removes escapes).
     for _ in 0..4 {
@@ -334,6 +345,15 @@ fn lenient_segments(rest: &str) -> Vec<String> {
             break;
         }
         decoded = next;
+    }
+    // ASCII is its own NFKC form: only a path with other text is folded.
+    let mut folded = false;
+    if !decoded.is_ascii() {
+        let nfkc: String = decoded.nfkc().collect();
+        if nfkc != decoded {
+            folded = true;
+            decoded = nfkc;
+        }
     }
     let segments = decoded.split(['/', '\\']).map(|seg| {
         let seg = seg.split(';').next().unwrap_or("");
@@ -355,7 +375,7 @@ fn lenient_segments(rest: &str) -> Vec<String> {
             _ => out.push(seg),
         }
     }
-    out
+    (out, folded)
 }
 
 /// Drops empty and `.` segments and resolves `..` (RFC 3986 §5.2.4 on
@@ -438,6 +458,36 @@ mod tests {
         ] {
             assert_eq!(percent_decode(input, plus), want, "{input}");
         }
+    }
+
+    #[test]
+    fn the_lenient_reading_folds_compatibility_characters() {
+        let read = |p: &str| {
+            let (segs, folded) = lenient_segments(p);
+            (segs.join("/"), folded)
+        };
+        // Full-width r (U+FF52), escaped and raw; the fi ligature; a
+        // full-width solidus that splits a segment; full-width digits.
+        assert_eq!(
+            read("api/orders/1/%EF%BD%92efunds"),
+            ("api/orders/1/refunds".into(), true)
+        );
+        assert_eq!(
+            read("api/orders/1/\u{FF52}efunds"),
+            ("api/orders/1/refunds".into(), true)
+        );
+        assert_eq!(read("api/\u{FB01}les"), ("api/files".into(), true));
+        assert_eq!(read("api/orders%EF%BC%8F1"), ("api/orders/1".into(), true));
+        assert_eq!(
+            read("api/orders/%EF%BC%91%EF%BC%90/refunds"),
+            ("api/orders/10/refunds".into(), true)
+        );
+        // Text that is its own NFKC form is not folded.
+        assert_eq!(read("api/caf%C3%A9"), ("api/caf\u{e9}".into(), false));
+        assert_eq!(
+            read("api/orders/1/refunds"),
+            ("api/orders/1/refunds".into(), false)
+        );
     }
 
     #[test]

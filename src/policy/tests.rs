@@ -718,6 +718,39 @@ fn lenient_readings_are_ambiguous() {
 }
 
 #[test]
+fn compatibility_characters_that_reach_a_route_are_ambiguous() {
+    let set = PolicySet::from_sources(&[("refunds.toml", DESIGN_EXAMPLE)]).unwrap();
+    let kind = |path: &str| match set.classify("POST", path) {
+        RouteMatch::Matched(r, p) => format!("matched {} {:?}", r.name, p.get("order_id")),
+        RouteMatch::Ambiguous(r) => format!("ambiguous {}", r.name),
+        RouteMatch::Unmatched => "unmatched".to_string(),
+    };
+    for (path, want) in [
+        // Full-width r (U+FF52), escaped and raw: NFKC reads `refunds`.
+        ("/api/orders/1/%EF%BD%92efunds", "ambiguous create-refund"),
+        ("/api/orders/1/\u{FF52}efunds", "ambiguous create-refund"),
+        // A full-width solidus (U+FF0F) splits a segment once folded.
+        ("/api/orders/1%EF%BC%8Frefunds", "ambiguous create-refund"),
+        // Full-width digits match strictly, but the param would be read as
+        // `1` by a normalizing upstream and `１` by the gate.
+        ("/api/orders/%EF%BC%91/refunds", "ambiguous create-refund"),
+        // Text that is its own NFKC form is an ordinary param.
+        (
+            "/api/orders/caf%C3%A9/refunds",
+            "matched create-refund Some(\"caf\u{e9}\")",
+        ),
+        // A folded path that reaches no route is none of the gate's business.
+        ("/shop/%EF%BD%92efunds", "unmatched"),
+        ("/api/orders/1/%EF%BD%92eturns", "unmatched"),
+    ] {
+        assert_eq!(kind(path), want, "{path}");
+    }
+    assert!(set
+        .reach_any_method("/api/orders/1/%EF%BD%92efunds")
+        .is_some());
+}
+
+#[test]
 fn route_content_type_suffixes_and_pins_are_validated() {
     let route = |extra: &str| {
         format!(

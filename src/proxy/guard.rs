@@ -21,6 +21,7 @@ use http::header::CONTENT_TYPE;
 use http::HeaderMap;
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+use unicode_normalization::UnicodeNormalization;
 
 /// Headers that ask a framework to treat a request as another method.
 pub const OVERRIDE_HEADERS: [&str; 3] = [
@@ -128,20 +129,7 @@ pub fn override_method(headers: &HeaderMap, query: Option<&str>) -> Result<Optio
         }
     }
     if let Some(q) = query {
-        for pair in q.split('&') {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            // `_method` has 7 characters, however it is spelled.
-            if k.len() < 7 {
-                continue;
-            }
-            let k =
-                String::from_utf8_lossy(&percent_decode_bytes(&k.replace('+', " "))).into_owned();
-            if k.trim().eq_ignore_ascii_case("_method") {
-                let v = String::from_utf8_lossy(&percent_decode_bytes(&v.replace('+', " ")))
-                    .into_owned();
-                found.push(v.trim().to_ascii_uppercase());
-            }
-        }
+        found.extend(urlencoded_methods(q));
     }
     found.dedup();
     match found.as_slice() {
@@ -152,6 +140,120 @@ pub fn override_method(headers: &HeaderMap, query: Option<&str>) -> Result<Optio
             found.join(", ")
         )),
     }
+}
+
+/// The `_method` values of `application/x-www-form-urlencoded` text (a query
+/// string or a form body), uppercase. Pairs are split on `&` and on `;`
+/// (which older Rack and Python parsers also take); a key counts when it
+/// [`fold`]s to `_method`.
+fn urlencoded_methods(text: &str) -> Vec<String> {
+    let decode =
+        |s: &str| String::from_utf8_lossy(&percent_decode_bytes(&s.replace('+', " "))).into_owned();
+    let mut found = Vec::new();
+    for pair in text.split(['&', ';']) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        // `_method` has 7 characters, however it is spelled.
+        if k.len() < 7 {
+            continue;
+        }
+        if fold(&decode(k)) == "_method" {
+            found.push(decode(v).trim().to_ascii_uppercase());
+        }
+    }
+    found
+}
+
+/// What a body's Content-Type says about where a framework could find
+/// `_method` in it, read as loosely as any upstream reads it: every
+/// `Content-Type` header, anywhere in its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    /// `x-www-form-urlencoded` or `multipart/` appears.
+    Form,
+    /// `json` appears (Laravel reads a body as JSON when the header holds
+    /// `/json` or `+json`).
+    Json,
+    /// Neither, or no Content-Type.
+    Other,
+}
+
+/// The [`BodyKind`] of a request.
+pub fn body_kind(headers: &HeaderMap) -> BodyKind {
+    let mut kind = BodyKind::Other;
+    for v in headers.get_all(CONTENT_TYPE) {
+        let text = String::from_utf8_lossy(v.as_bytes()).to_ascii_lowercase();
+        if text.contains("x-www-form-urlencoded") || text.contains("multipart/") {
+            return BodyKind::Form;
+        }
+        if text.contains("json") {
+            kind = BodyKind::Json;
+        }
+    }
+    kind
+}
+
+/// Why a body of media type `media` is refused as a method override, if it
+/// is: a JSON body whose top-level object has a key that [`fold`]s to
+/// `_method` (Laravel, Express `method-override` with a body getter), a form
+/// body with a `_method` field (Rails, Laravel, Express), or a multipart body
+/// that mentions `method` at all. A body that says JSON but does not parse
+/// is refused when it mentions `method` or holds a `\u` escape, since a
+/// lenient parser could still find `_method` in it. `parsed` is the body
+/// when the caller has parsed it already.
+pub fn body_method_override(media: &str, bytes: &[u8], parsed: Option<&Value>) -> Option<String> {
+    let mentions = |needle: &[u8]| {
+        bytes
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+    };
+    if media.contains("json") {
+        let owned;
+        let value = match parsed {
+            Some(v) => v,
+            None => match serde_json::from_slice::<Value>(bytes) {
+                Ok(v) => {
+                    owned = v;
+                    &owned
+                }
+                Err(_) if mentions(b"method") || mentions(b"\\u") => {
+                    return Some(
+                        "the body says JSON, is not JSON, and could still name _method to a lenient parser"
+                            .into(),
+                    );
+                }
+                Err(_) => return None,
+            },
+        };
+        let key = value
+            .as_object()?
+            .iter()
+            .find(|(k, _)| fold(k) == "_method")?;
+        let asked = match key.1 {
+            Value::String(m) => m.trim().to_ascii_uppercase(),
+            other => other.to_string(),
+        };
+        return Some(format!(
+            "the body asks to be treated as {asked} with {:?} (method override), which this proxy refuses",
+            key.0
+        ));
+    }
+    if media == "application/x-www-form-urlencoded" {
+        let text = String::from_utf8_lossy(bytes);
+        let asked = urlencoded_methods(&text);
+        return (!asked.is_empty()).then(|| {
+            format!(
+                "the form body asks to be treated as {} with _method (method override), which this proxy refuses",
+                asked.join(", ")
+            )
+        });
+    }
+    if media.starts_with("multipart/") && mentions(b"method") {
+        return Some(
+            "the multipart body could carry a _method field (method override), which this proxy refuses"
+                .into(),
+        );
+    }
+    None
 }
 
 /// The media type of the request body (`type/subtype`, lowercase, no
@@ -179,10 +281,87 @@ pub fn media_type(headers: &HeaderMap) -> Result<Option<String>, String> {
     Ok(Some(essence))
 }
 
-/// Whether a media type is one a form parser reads (where `_method` and
-/// `&amount=` live).
-pub fn is_form(media: &str) -> bool {
-    media == "application/x-www-form-urlencoded" || media.starts_with("multipart/")
+/// Why the parameters of the request's Content-Type are refused on a gated
+/// route, if they are; `None` when there are none or they are fine. Call
+/// after [`media_type`] has accepted the header.
+///
+/// An upstream that looks for a media type anywhere in the header reads
+/// `application/json; x=application/x-www-form-urlencoded` as a form, and one
+/// that honours a charset decodes the body differently from the gate (which
+/// reads UTF-8). So the only parameter a gated body may carry is one
+/// `charset` whose value is `utf-8` (any case, optionally quoted), and a
+/// `multipart/*` body one `boundary` without `/` besides. Any other
+/// parameter, a repeated one, and anything that does not parse as RFC 9110
+/// parameters (`name=value` with no space around `=`) are refused.
+pub fn parameter_problem(headers: &HeaderMap) -> Option<String> {
+    let text = headers.get(CONTENT_TYPE)?.to_str().ok()?;
+    let (essence, params) = text.split_once(';')?;
+    let multipart = essence
+        .trim()
+        .to_ascii_lowercase()
+        .starts_with("multipart/");
+    let refuse = |what: String| {
+        Some(format!(
+            "the Content-Type {text:?} has {what}; a gated body may carry only charset=utf-8"
+        ))
+    };
+    let (mut charset, mut boundary) = (false, false);
+    let mut rest = params;
+    loop {
+        rest = rest.trim_start_matches([' ', '\t']);
+        if rest.is_empty() {
+            return None;
+        }
+        if let Some(r) = rest.strip_prefix(';') {
+            rest = r;
+            continue;
+        }
+        let end = rest.find(|c: char| !is_tchar(c)).unwrap_or(rest.len());
+        let name = rest[..end].to_ascii_lowercase();
+        let Some(after) = rest[end..].strip_prefix('=').filter(|_| !name.is_empty()) else {
+            return refuse("parameters that do not parse as name=value".into());
+        };
+        let (value, after) = if let Some(quoted) = after.strip_prefix('"') {
+            match quoted_string(quoted) {
+                Some(v) => v,
+                None => return refuse("an unterminated quoted parameter value".into()),
+            }
+        } else {
+            let end = after.find(|c: char| !is_tchar(c)).unwrap_or(after.len());
+            (after[..end].to_string(), &after[end..])
+        };
+        rest = after.trim_start_matches([' ', '\t']);
+        if !(rest.is_empty() || rest.starts_with(';')) || value.is_empty() {
+            return refuse("parameters that do not parse as name=value".into());
+        }
+        match name.as_str() {
+            "charset" if charset => return refuse("charset twice".into()),
+            "charset" if value.eq_ignore_ascii_case("utf-8") => charset = true,
+            "charset" => return refuse(format!("charset {value:?}, not utf-8")),
+            "boundary" if multipart && !boundary && !value.contains('/') => boundary = true,
+            _ => return refuse(format!("the parameter {name}={value:?}")),
+        }
+    }
+}
+
+/// RFC 9110 `tchar`.
+fn is_tchar(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
+}
+
+/// The value of a quoted-string whose opening quote is already read, and
+/// the text after its closing quote; `None` when it does not close.
+fn quoted_string(s: &str) -> Option<(String, &str)> {
+    let mut out = String::new();
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((out, &s[i + 1..])),
+            '\\' => out.push(chars.next()?.1),
+            c => out.push(c),
+        }
+    }
+    None
 }
 
 /// Why a JSON body is refused.
@@ -194,7 +373,7 @@ pub enum BodyError {
     Ambiguous(String),
 }
 
-/// One object key that collides with another, exactly or by case.
+/// One object key that collides with another, exactly or once folded.
 #[derive(Debug, Clone)]
 struct Collision {
     /// JSON pointer of the object holding the keys.
@@ -206,10 +385,11 @@ struct Collision {
 
 /// Parses a JSON body and refuses it when some parser could read a field the
 /// gate extracts differently: a key repeated exactly anywhere in the body
-/// (parsers disagree on which copy wins), or keys differing only in case on
-/// the path to, or inside, an extracted field (case-insensitive binders take
-/// either), or an extracted key that is missing while a case variant of it
-/// is present.
+/// (parsers disagree on which copy wins), or keys that [`fold`] to the same
+/// text (differing only in case, surrounding whitespace or invisible
+/// characters) on the path to, or inside, an extracted field (forgiving
+/// binders take either), or an extracted key that is missing while a
+/// variant of it is present.
 pub fn parse_json(bytes: &[u8], pointers: &[&str]) -> Result<Value, BodyError> {
     let collisions = RefCell::new(Vec::new());
     let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -231,7 +411,7 @@ pub fn parse_json(bytes: &[u8], pointers: &[&str]) -> Result<Value, BodyError> {
         for p in pointers {
             if on_path(p, &c.object, &c.folded) {
                 return Err(BodyError::Ambiguous(format!(
-                    "keys that differ only in case ({:?}) in the object at {:?}, which the field {:?} reads",
+                    "keys that differ only in case, surrounding whitespace or invisible characters ({:?}) in the object at {:?}, which the field {:?} reads",
                     c.folded,
                     display_pointer(&c.object),
                     display_pointer(p)
@@ -304,13 +484,51 @@ fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-/// Case folding as the most forgiving binder does it: Unicode lowercase,
-/// plus the long s that Go's `EqualFold` treats as `s`.
+/// A key as the most forgiving binder reads it: without leading and
+/// trailing whitespace or control characters (pydantic and Python's
+/// `str.strip` trim them), without invisible characters anywhere (zero-width
+/// spaces, joiners, soft hyphens, the BOM: Unicode's default-ignorable code
+/// points), NFKC-folded (`ａmount` is `amount`), in Unicode lowercase, with
+/// the long s that Go's `EqualFold` treats as `s`.
 fn fold(key: &str) -> String {
-    key.chars()
+    let edge = |c: char| c.is_whitespace() || c.is_control() || is_invisible(c);
+    if key.is_ascii() {
+        return key.trim_matches(edge).to_ascii_lowercase();
+    }
+    let visible: String = key.chars().filter(|c| !is_invisible(*c)).collect();
+    visible
+        .nfkc()
+        .collect::<String>()
+        .trim_matches(edge)
+        .chars()
         .flat_map(char::to_lowercase)
         .map(|c| if c == '\u{17F}' { 's' } else { c })
         .collect()
+}
+
+/// Unicode's `Default_Ignorable_Code_Point`: characters that render as
+/// nothing, which some parsers and sanitizers drop.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{AD}'
+            | '\u{34F}'
+            | '\u{61C}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFF8}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
+    )
 }
 
 /// Deserializes a `Value` while noting every key collision.
@@ -459,10 +677,87 @@ mod tests {
             override_method(&h, Some("_METHOD=PUT")),
             Ok(Some("PUT".into()))
         );
+        assert_eq!(
+            override_method(&h, Some("a=1;%20_method=PATCH")),
+            Ok(Some("PATCH".into()))
+        );
         h.insert("x-http-method-override", "DELETE".parse().unwrap());
         assert_eq!(override_method(&h, None), Ok(Some("DELETE".into())));
         h.insert("x-method-override", "PATCH".parse().unwrap());
         assert!(override_method(&h, None).is_err());
+    }
+
+    #[test]
+    fn bodies_that_ask_for_another_method() {
+        let json = |b: &str| body_method_override("application/json", b.as_bytes(), None);
+        for bad in [
+            r#"{"_method":"DELETE"}"#,
+            r#"{"reason":"x","_METHOD":"delete"}"#,
+            r#"{" _method ":"DELETE"}"#,
+            r#"{"_\u006dethod":"DELETE"}"#,
+            r#"{"_method":["DELETE"]}"#,
+            // Not JSON, but a lenient parser could read `_method`.
+            r#"{"_method":"DELETE",}"#,
+            r#"{'_m\u0065thod':'DELETE'}"#,
+        ] {
+            assert!(json(bad).is_some(), "{bad}");
+        }
+        for good in [
+            r#"{"reason":"x"}"#,
+            r#"{"note":{"_method":"DELETE"}}"#,
+            r#"[{"_method":"DELETE"}]"#,
+            r#"{"method":"card"}"#,
+            "",
+            "not json",
+        ] {
+            assert_eq!(json(good), None, "{good}");
+        }
+        // The parsed body is used when given.
+        let v = serde_json::json!({"_Method": "PUT"});
+        assert!(body_method_override("application/vnd.api+json", b"", Some(&v)).is_some());
+
+        let form =
+            |b: &str| body_method_override("application/x-www-form-urlencoded", b.as_bytes(), None);
+        for bad in [
+            "_method=DELETE",
+            "x=1&_method=delete",
+            "x=1;_method=DELETE",
+            "%5Fmethod=PUT",
+            "_METHOD=PUT",
+        ] {
+            assert!(form(bad).is_some(), "{bad}");
+        }
+        assert_eq!(form("x=1&method=card"), None);
+        let multipart =
+            "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--b--";
+        assert!(body_method_override("multipart/form-data", multipart.as_bytes(), None).is_some());
+        assert_eq!(
+            body_method_override("text/plain", b"_method=DELETE", None),
+            None
+        );
+
+        let kind = |vals: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in vals {
+                h.append(CONTENT_TYPE, v.parse().unwrap());
+            }
+            body_kind(&h)
+        };
+        assert_eq!(kind(&[]), BodyKind::Other);
+        assert_eq!(kind(&["text/plain"]), BodyKind::Other);
+        assert_eq!(kind(&["application/json"]), BodyKind::Json);
+        assert_eq!(
+            kind(&["Application/Problem+JSON; charset=utf-8"]),
+            BodyKind::Json
+        );
+        assert_eq!(
+            kind(&["application/json; x=application/x-www-form-urlencoded"]),
+            BodyKind::Form
+        );
+        assert_eq!(
+            kind(&["application/json", "multipart/form-data"]),
+            BodyKind::Form
+        );
     }
 
     #[test]
@@ -476,9 +771,75 @@ mod tests {
         assert_eq!(media_type(&h), Ok(Some("application/json".into())));
         h.append(CONTENT_TYPE, "text/plain".parse().unwrap());
         assert!(media_type(&h).is_err());
-        assert!(is_form("application/x-www-form-urlencoded"));
-        assert!(is_form("multipart/form-data"));
-        assert!(!is_form("application/json"));
+    }
+
+    #[test]
+    fn content_type_parameters_other_than_utf8_charset_are_refused() {
+        let problem = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(CONTENT_TYPE, v.parse().unwrap());
+            parameter_problem(&h)
+        };
+        for good in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "application/json;charset=UTF-8",
+            "application/json; charset=\"utf-8\"",
+            "application/json ; charset=Utf-8 ;",
+            "multipart/form-data; boundary=----abc123",
+            "multipart/form-data; charset=utf-8; boundary=\"a b\"",
+        ] {
+            assert_eq!(problem(good), None, "{good}");
+        }
+        for bad in [
+            "application/json; x=application/x-www-form-urlencoded",
+            "application/json; x=\"application/x-www-form-urlencoded\"",
+            "application/json; charset=utf-8; x=1",
+            "application/json; charset=latin1",
+            "application/json; charset=utf-8; charset=utf-8",
+            "application/json; charset=utf-8, application/x-www-form-urlencoded",
+            "application/json; charset = utf-8",
+            "application/json; charset=",
+            "application/json; charset=\"utf-8",
+            "application/json; application/x-www-form-urlencoded",
+            "application/json; boundary=x",
+            "multipart/form-data; boundary=a/b",
+            "multipart/form-data; boundary=a; boundary=b",
+        ] {
+            assert!(problem(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn keys_that_differ_by_whitespace_or_invisible_characters() {
+        let ptrs = ["/amount", "/justification/claims"];
+        let ok = |b: &str| parse_json(b.as_bytes(), &ptrs);
+        for body in [
+            // A trimmed copy shadows the extracted key, either order.
+            r#"{"amount":5," amount":9000}"#,
+            r#"{"amount ":9000,"amount":5}"#,
+            r#"{"amount":5,"\tAMOUNT\n":9000}"#,
+            r#"{"amount":5,"\u001famount":9000}"#,
+            r#"{"amount":5,"\u00a0amount\u3000":9000}"#,
+            // Invisible characters anywhere in the key.
+            r#"{"amount":5,"am\u200bount":9000}"#,
+            r#"{"amount":5,"\ufeffamount":9000}"#,
+            r#"{"amount":5,"amo\u00adunt":9000}"#,
+            // NFKC: full-width letters.
+            r#"{"amount":5,"\uff41mount":9000}"#,
+            // On the path to an extracted field.
+            r#"{"amount":5,"justification":{"claims":[]," claims":[1]}}"#,
+            // The extracted key is missing and only a variant is there.
+            r#"{" amount":9000}"#,
+            r#"{"amount\u200b":9000}"#,
+        ] {
+            assert!(matches!(ok(body), Err(BodyError::Ambiguous(_))), "{body}");
+        }
+        // Variants elsewhere, and keys with inner spaces, are fine.
+        assert!(ok(r#"{"amount":5,"meta":{"k":1," k":2}}"#).is_ok());
+        assert!(ok(r#"{"amount":5,"am ount":9000}"#).is_ok());
+        assert_eq!(fold(" Amount\u{200B}\t"), "amount");
+        assert_eq!(fold("\u{FF21}mount"), "amount");
     }
 
     #[test]
