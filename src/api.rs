@@ -19,6 +19,7 @@ use tracing::Instrument;
 use crate::app::App;
 use crate::auth::{AuthFailure, Principal, Scope};
 use crate::error::ApiError;
+use crate::health::Liveness;
 use crate::http_util::{self, bytes_response, json_response, JsonBody, RespBody, REQUEST_ID};
 use crate::server::{ConnInfo, Handler};
 
@@ -492,9 +493,11 @@ impl Api {
 
     /// Readiness: 200 only while a gated call can be decided, which needs
     /// a serving process (not starting, not draining) and an audit log that
-    /// can append. Liveness (`/health`) stays 200 through an audit outage,
-    /// which the log recovers from by itself; a probe that restarted the
-    /// pod for it would only lose the held requests' connections.
+    /// can append. Liveness (`/health`) stays 200 through an audit outage
+    /// that the log recovers from by itself (a failed commit is retried by
+    /// the next group); a probe that restarted the pod for it would only
+    /// lose the held requests' connections. A stopped audit writer does not
+    /// recover, and turns `/health` too.
     fn ready(&self) -> Result<Response<RespBody>, ApiError> {
         let mut reasons = Vec::new();
         if self.app.health.is_draining() {
@@ -522,19 +525,19 @@ impl Api {
         }
     }
 
+    /// Liveness: 200 while the process serves; 503 while starting or
+    /// draining, and when a component failed for good (the audit writer
+    /// stopped), which only a restart repairs.
     fn health(&self) -> Result<Response<RespBody>, ApiError> {
-        if self.app.health.is_live() {
-            json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))
-        } else if self.app.health.is_draining() {
-            json_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &serde_json::json!({"status": "draining"}),
-            )
-        } else {
-            json_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &serde_json::json!({"status": "starting"}),
-            )
+        let unavailable =
+            |body: serde_json::Value| json_response(StatusCode::SERVICE_UNAVAILABLE, &body);
+        match self.app.health.liveness() {
+            Liveness::Live => json_response(StatusCode::OK, &serde_json::json!({"status": "ok"})),
+            Liveness::Draining => unavailable(serde_json::json!({"status": "draining"})),
+            Liveness::Starting => unavailable(serde_json::json!({"status": "starting"})),
+            Liveness::Dead(reasons) => {
+                unavailable(serde_json::json!({"status": "failing", "reasons": reasons}))
+            }
         }
     }
 

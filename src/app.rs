@@ -96,6 +96,8 @@ pub struct Running {
     tasks: Vec<JoinHandle<()>>,
     /// Dropping it stops watching the keys file.
     _keys_watch: Option<policy::WatchHandle>,
+    /// Dropping them stops watching the TLS certificates and keys.
+    _tls_watches: Vec<policy::WatchHandle>,
     /// This process owns the data dir until it is dropped.
     _data_lock: crate::datalock::DataLock,
 }
@@ -198,6 +200,13 @@ impl Component for AuditComponent {
             r = r.fact("last_error", e);
         }
         r
+    }
+
+    fn fatal(&self) -> Option<String> {
+        (!self.0.writer_running()).then(|| {
+            "the audit writer has stopped; nothing can be decided until the process restarts"
+                .to_string()
+        })
     }
 }
 
@@ -354,7 +363,13 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
             "no API keys configured: authentication is OFF because the API listens on loopback only"
         );
     }
-    let api_tls = config.api.tls.as_ref().map(server::load_tls).transpose()?;
+    let api_cert = config
+        .api
+        .tls
+        .as_ref()
+        .map(|f| server::ReloadingCert::open("api_tls", f))
+        .transpose()?;
+    let api_tls = api_cert.as_ref().map(|c| c.server_config()).transpose()?;
     let policies = Arc::new(open_policies(&config)?);
     {
         let set = policies.load_full();
@@ -395,13 +410,14 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
                 .map_err(|e| StartError::Upstream(format!("{u:?}: {e}")))
         })
         .transpose()?;
-    let proxy_tls = config
+    let proxy_cert = config
         .proxy
         .tls
         .as_ref()
-        .map(server::load_tls)
+        .map(|f| server::ReloadingCert::open("proxy_tls", f))
         .transpose()?;
-    let components: Vec<Arc<dyn Component>> = vec![
+    let proxy_tls = proxy_cert.as_ref().map(|c| c.server_config()).transpose()?;
+    let mut components: Vec<Arc<dyn Component>> = vec![
         Arc::new(AuthComponent(keys.clone())),
         Arc::new(PoliciesComponent(policies.clone())),
         Arc::new(AuditComponent(audit.clone())),
@@ -412,6 +428,9 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
             stats: proxy_stats.clone(),
         }),
     ];
+    for cert in [&api_cert, &proxy_cert].into_iter().flatten() {
+        components.push(cert.clone());
+    }
     let health = Arc::new(Health::new(components));
 
     let app = Arc::new(App {
@@ -477,6 +496,27 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         }
         None => None,
     };
+    // The certificate and key are watched like the keys file (renames, a
+    // Secret's `..data` swap, writes in place) and read again on change.
+    let mut tls_watches = Vec::new();
+    for cert in [&api_cert, &proxy_cert].into_iter().flatten() {
+        let files = cert.files();
+        let mut paths = vec![files.cert.clone()];
+        if files.key != files.cert {
+            paths.push(files.key.clone());
+        }
+        for path in paths {
+            let cert = cert.clone();
+            let handle = policy::watch_path(&path, policy::DEFAULT_DEBOUNCE, move || {
+                cert.reload();
+            })
+            .map_err(|e| StartError::Watch {
+                what: "tls files",
+                error: e.to_string(),
+            })?;
+            tls_watches.push(handle);
+        }
+    }
 
     let api_listener = TcpListener::bind(config.api.listen)
         .await
@@ -554,6 +594,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         shutdown: shutdown_tx,
         tasks,
         _keys_watch: keys_watch,
+        _tls_watches: tls_watches,
         _data_lock: data_lock,
     })
 }

@@ -404,20 +404,23 @@ impl AuditLog {
             .lock()
             .map(|h| h.clone())
             .unwrap_or_default();
-        let stopped = self
-            .inner
-            .thread
-            .lock()
-            .map(|t| match t.as_ref() {
-                Some(t) => t.is_finished(),
-                None => true,
-            })
-            .unwrap_or(true);
-        if stopped {
+        if !self.writer_running() {
             h.failing = true;
             h.last_error = Some("audit writer is not running".into());
         }
         h
+    }
+
+    /// Whether the writer thread still runs. Once it has stopped (after
+    /// [`AuditLog::shutdown`], or a panic) every append fails until the
+    /// process restarts: unlike a failed commit, which the next group
+    /// retries, nothing brings it back.
+    pub fn writer_running(&self) -> bool {
+        self.inner
+            .thread
+            .lock()
+            .map(|t| t.as_ref().is_some_and(|t| !t.is_finished()))
+            .unwrap_or(false)
     }
 
     /// Registers `verdict_audit_group_size`, `verdict_audit_commit_seconds`,

@@ -18,6 +18,8 @@ pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8181";
 pub const DEFAULT_POLICIES_DIR: &str = "policies";
 /// Default proxy listener address.
 pub const DEFAULT_PROXY_LISTEN: &str = "127.0.0.1:8080";
+/// Default `review.ttl`: how long a review stays pending before it expires.
+pub const DEFAULT_REVIEW_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// A configuration that could not be read or is invalid. `main` exits 64 on it.
 #[derive(Debug, thiserror::Error)]
@@ -484,7 +486,10 @@ impl Config {
                 max_wait: duration("audit.max_wait", f.audit.max_wait, "0ms")?,
                 max_batch,
             },
-            review_ttl: duration("review.ttl", f.review.ttl, "24h")?,
+            review_ttl: match f.review.ttl {
+                None => DEFAULT_REVIEW_TTL,
+                ttl => duration("review.ttl", ttl, "24h")?,
+            },
             jobs: JobsConfig {
                 retention: duration("jobs.retention", f.jobs.retention, "24h")?,
                 workers,
@@ -602,6 +607,26 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
+/// Prints a duration the way config files write them: `48h`, `90m`,
+/// `30s`, `1500ms` (the largest unit that divides it), or `0`.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0".into();
+    }
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        return humantime::format_duration(d).to_string();
+    }
+    if !ms.is_multiple_of(1000) {
+        return format!("{ms}ms");
+    }
+    match ms / 1000 {
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -695,6 +720,10 @@ mod tests {
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
         assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86_400));
         assert!(parse_duration("").is_err());
+        for text in ["48h", "90m", "30s", "1500ms", "0"] {
+            assert_eq!(format_duration(parse_duration(text).unwrap()), text);
+        }
+        assert_eq!(format_duration(DEFAULT_REVIEW_TTL), "24h");
     }
 
     #[test]

@@ -1,10 +1,16 @@
 //! Health: the liveness answer for load balancers and the detailed report
 //! for operators.
 //!
-//! Subsystems register a [`Component`] at start-up. `/health` stays cheap (two
-//! atomics); `/health/detailed` asks every component for its status and key
-//! facts. The overall status is the worst of the components, so a failing
-//! audit log or a degraded policy set is never hidden behind a green light.
+//! Subsystems register a [`Component`] at start-up. `/health` (liveness)
+//! stays cheap: two atomics and each component's [`Component::fatal`], a
+//! check for a failure the process cannot recover from by itself (the audit
+//! writer thread is gone), which only a restart fixes and so is what a
+//! liveness probe is for. A failure that heals by itself (a full disk, a
+//! locked database) is not fatal: `/ready` and `/health/detailed` show it
+//! and the pod keeps its held connections. `/health/detailed` asks every
+//! component for its status and key facts. The overall status is the worst
+//! of the components, so a failing audit log or a degraded policy set is
+//! never hidden behind a green light.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -48,6 +54,26 @@ impl Report {
 pub trait Component: Send + Sync {
     fn name(&self) -> &'static str;
     fn report(&self) -> Report;
+    /// Why this component can no longer work and cannot recover by itself,
+    /// if so: `/health` answers 503 then, so that the orchestrator restarts
+    /// the process. Called on every liveness probe, so it must be cheap.
+    fn fatal(&self) -> Option<String> {
+        None
+    }
+}
+
+/// What `/health` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    /// Serving: 200.
+    Live,
+    /// Before the end of start-up: 503.
+    Starting,
+    /// A graceful drain has begun: 503.
+    Draining,
+    /// A component failed for good ([`Component::fatal`]): 503 with the
+    /// reasons, each prefixed with the component's name.
+    Dead(Vec<String>),
 }
 
 /// The registry of components plus the process-wide flags.
@@ -91,9 +117,31 @@ impl Health {
         self.ready.store(true, Ordering::SeqCst);
     }
 
-    /// Whether `/health` may answer 200.
+    /// Whether start-up is over and no drain has begun. A component can
+    /// still be dead: see [`Health::liveness`].
     pub fn is_live(&self) -> bool {
         self.ready.load(Ordering::SeqCst) && !self.is_draining()
+    }
+
+    /// The liveness answer: draining and starting first, then any
+    /// component's [`Component::fatal`] failure.
+    pub fn liveness(&self) -> Liveness {
+        if self.is_draining() {
+            return Liveness::Draining;
+        }
+        if !self.ready.load(Ordering::SeqCst) {
+            return Liveness::Starting;
+        }
+        let dead: Vec<String> = self
+            .components
+            .iter()
+            .filter_map(|c| c.fatal().map(|why| format!("{}: {why}", c.name())))
+            .collect();
+        if dead.is_empty() {
+            Liveness::Live
+        } else {
+            Liveness::Dead(dead)
+        }
     }
 
     pub fn detailed(&self) -> Detailed {
@@ -152,12 +200,43 @@ mod tests {
         assert_eq!(h.detailed().status, Status::Failing);
     }
 
+    struct Gone;
+    impl Component for Gone {
+        fn name(&self) -> &'static str {
+            "audit"
+        }
+        fn report(&self) -> Report {
+            Report::new(Status::Failing)
+        }
+        fn fatal(&self) -> Option<String> {
+            Some("the writer has stopped".into())
+        }
+    }
+
+    #[test]
+    fn a_fatal_component_is_not_live_but_draining_and_starting_come_first() {
+        let h = Health::new(vec![Arc::new(Fixed("a", Status::Failing))]);
+        h.set_ready();
+        // Failing but not fatal: still live (only /ready turns).
+        assert_eq!(h.liveness(), Liveness::Live);
+        let h = Health::new(vec![Arc::new(Fixed("a", Status::Ok)), Arc::new(Gone)]);
+        assert_eq!(h.liveness(), Liveness::Starting);
+        h.set_ready();
+        assert_eq!(
+            h.liveness(),
+            Liveness::Dead(vec!["audit: the writer has stopped".into()])
+        );
+        h.set_draining();
+        assert_eq!(h.liveness(), Liveness::Draining);
+    }
+
     #[test]
     fn draining_is_not_live() {
         let h = Health::new(vec![]);
         assert!(!h.is_live());
         h.set_ready();
         assert!(h.is_live());
+        assert_eq!(h.liveness(), Liveness::Live);
         h.set_draining();
         assert!(!h.is_live());
         assert_eq!(h.detailed().status, Status::Degraded);

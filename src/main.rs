@@ -37,12 +37,22 @@ enum Command {
     /// Run the API listener (and the proxy when an upstream is configured).
     Serve(ServeArgs),
     /// Validate every policy file; print `file:line:col: message` per error.
+    ///
+    /// Besides each file's own errors, a route whose hold_timeout is longer
+    /// than review.ttl is an error (the review would expire while the call
+    /// is held), and so is a route suffix that another route shadows.
     Check {
-        /// Policies directory.
-        #[arg(long, default_value = verdict::config::DEFAULT_POLICIES_DIR)]
-        policies: PathBuf,
+        /// Policies directory [default: the config's `[policies] dir`, else
+        /// policies].
+        #[arg(long)]
+        policies: Option<PathBuf>,
+        /// Config file to validate too (exit 64 when it is bad, as for
+        /// `serve`); hold_timeout is then checked against its review.ttl
+        /// instead of the default 24h.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// Treat warnings (a set that gates nothing, a rule on a param no
-        /// route extracts) as errors.
+        /// route extracts, routes that share paths) as errors.
         #[arg(long)]
         strict: bool,
     },
@@ -144,15 +154,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
-        Command::Check { policies, strict } => {
-            let (code, out) = verdict::policy::check_dir_with(&policies, strict);
-            if code == 0 {
-                print!("{out}");
-            } else {
-                eprint!("{out}");
-            }
-            ExitCode::from(u8::try_from(code).unwrap_or(1))
-        }
+        Command::Check {
+            policies,
+            config,
+            strict,
+        } => check(policies, config, strict),
         Command::Audit(cmd) => audit(cmd),
         Command::Keys(KeysCommand::New { name, scopes }) => {
             match verdict::auth::new_key(&name, &scopes) {
@@ -168,6 +174,36 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `verdict check`: the policies, and with `--config` the config file too.
+fn check(policies: Option<PathBuf>, config: Option<PathBuf>, strict: bool) -> ExitCode {
+    let mut opts = verdict::policy::CheckOptions {
+        strict,
+        ..Default::default()
+    };
+    let mut dir = PathBuf::from(verdict::config::DEFAULT_POLICIES_DIR);
+    if let Some(path) = &config {
+        match Config::load(Some(path), &Overrides::default()) {
+            Ok(c) => {
+                opts.review_ttl = c.review_ttl;
+                opts.config = Some(path.display().to_string());
+                dir = c.policies_dir;
+            }
+            Err(e) => {
+                eprintln!("verdict: config: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        }
+    }
+    let dir = policies.unwrap_or(dir);
+    let (code, out) = verdict::policy::check(&dir, &opts);
+    if code == 0 {
+        print!("{out}");
+    } else {
+        eprint!("{out}");
+    }
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 fn audit(cmd: AuditCommand) -> ExitCode {

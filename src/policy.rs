@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
+use std::time::Duration;
 
 mod file;
 mod validate;
@@ -160,9 +161,10 @@ impl PolicySet {
     }
 
     /// Things that are valid but probably not what the author meant: a set
-    /// that gates nothing, and a rule or `bind` on a param that no route of
-    /// its action extracts (it can only come from `/v2/authorize` callers,
-    /// so through the proxy the rule never sees it).
+    /// that gates nothing, a rule or `bind` on a param that no route of its
+    /// action extracts (it can only come from `/v2/authorize` callers, so
+    /// through the proxy the rule never sees it), and two routes whose
+    /// patterns share some paths (see [`PolicySet::route_conflicts`]).
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         if !self.gates_anything() {
@@ -195,7 +197,107 @@ impl PolicySet {
                 }
             }
         }
+        out.extend(self.route_conflicts().1);
         out
+    }
+
+    /// What `verdict check` refuses in a set that loads: a route that holds
+    /// a call longer than `review_ttl` (`ttl_from` says where that value
+    /// came from), and a route `suffixes` entry that another route shadows
+    /// (see [`PolicySet::route_conflicts`]). Each starts with the route's
+    /// `file:line:col`.
+    pub fn errors_against(&self, review_ttl: Duration, ttl_from: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in &self.routes {
+            if r.on_review == OnReview::Hold && r.hold_timeout > review_ttl {
+                out.push(format!(
+                    "{}: route {:?} holds a call for up to hold_timeout {}, longer than review.ttl {} ({ttl_from}): the review would expire, and count as rejected, while the caller still waits",
+                    r.defined_at,
+                    r.name,
+                    crate::config::format_duration(r.hold_timeout),
+                    crate::config::format_duration(review_ttl),
+                ));
+            }
+        }
+        out.extend(self.route_conflicts().0);
+        out
+    }
+
+    /// Routes of one method that compete for the same paths: the errors and
+    /// the warnings.
+    ///
+    /// The matcher (see [`route`]) has no wildcards, so only patterns with
+    /// as many segments can share a path. A path goes to the most specific
+    /// route that matches it as written (literal beats `{param}`, left to
+    /// right), and only when none does is a `suffixes` entry stripped from
+    /// the last segment. So:
+    /// - two patterns that match exactly the same paths are refused when the
+    ///   set loads (one of them could never be reached);
+    /// - a pattern whose paths are a subset of another's is the more
+    ///   specific one: it wins those paths and the other keeps the rest, so
+    ///   both are reachable. That, and any other partial overlap (`/{a}/x`
+    ///   and `/y/{b}` share `/y/x`), is a warning naming the route that
+    ///   wins the shared paths;
+    /// - a `suffixes` entry whose paths (`/a/b.json` for `/a/b` with
+    ///   `.json`) another route matches as written never reaches its route:
+    ///   an error when another route matches all of them, a warning when it
+    ///   matches some.
+    pub fn route_conflicts(&self) -> (Vec<String>, Vec<String>) {
+        let (mut errors, mut warnings) = (Vec::new(), Vec::new());
+        let describe = |r: &Route| format!("{:?} ({} {})", r.name, r.method, r.path);
+        let describe_at =
+            |r: &Route| format!("{:?} ({} {}, {})", r.name, r.method, r.path, r.defined_at);
+        for (j, b) in self.routes.iter().enumerate() {
+            for a in &self.routes[..j] {
+                if a.method != b.method || !a.pattern.overlaps(&b.pattern) {
+                    continue;
+                }
+                let winner = if b.pattern.specificity() > a.pattern.specificity() {
+                    b
+                } else {
+                    a
+                };
+                warnings.push(format!(
+                    "{}: route {} and route {} both match paths such as {}; the more specific {:?} gets them",
+                    b.defined_at,
+                    describe(b),
+                    describe_at(a),
+                    a.pattern.shared_example(&b.pattern),
+                    winner.name,
+                ));
+            }
+        }
+        for b in &self.routes {
+            for suffix in &b.suffixes {
+                let Some(with) = b.pattern.with_suffix(suffix) else {
+                    continue;
+                };
+                for a in &self.routes {
+                    if std::ptr::eq(a, b) || a.method != b.method {
+                        continue;
+                    }
+                    if a.pattern.covers(&with) {
+                        errors.push(format!(
+                            "{}: route {} lists suffix {suffix:?}, but route {} matches every path it adds, such as {}, as written and takes it first: the suffix never reaches {:?}",
+                            b.defined_at,
+                            describe(b),
+                            describe_at(a),
+                            a.pattern.shared_example(&with),
+                            b.name,
+                        ));
+                    } else if a.pattern.overlaps(&with) {
+                        warnings.push(format!(
+                            "{}: route {} lists suffix {suffix:?}, but route {} matches some paths it adds, such as {}, as written and takes them first",
+                            b.defined_at,
+                            describe(b),
+                            describe_at(a),
+                            a.pattern.shared_example(&with),
+                        ));
+                    }
+                }
+            }
+        }
+        (errors, warnings)
     }
 
     /// Whether the set gates anything at all: an action policy or a route.
@@ -261,48 +363,96 @@ pub fn is_policy_file(name: &str) -> bool {
     name.ends_with(".toml") && !name.starts_with('.') && !name.starts_with('#')
 }
 
+/// What `verdict check` holds the policies against besides their own files.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Warnings fail the check like errors (`--strict`).
+    pub strict: bool,
+    /// `review.ttl`: a route that holds a call longer than this is an error.
+    pub review_ttl: Duration,
+    /// The config file `review_ttl` was read from; `None` when it is the
+    /// default.
+    pub config: Option<String>,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            strict: false,
+            review_ttl: crate::config::DEFAULT_REVIEW_TTL,
+            config: None,
+        }
+    }
+}
+
 /// `verdict check`: the exit code and the text to print (stdout on success,
 /// stderr on failure).
 pub fn check_dir(dir: &Path) -> (i32, String) {
-    check_dir_with(dir, false)
+    check(dir, &CheckOptions::default())
 }
 
-/// [`check_dir`], printing [`PolicySet::warnings`] too; with `strict` a
-/// warning fails the check like an error.
+/// [`check_dir`], with `strict` making warnings errors.
 pub fn check_dir_with(dir: &Path, strict: bool) -> (i32, String) {
-    match load_dir(dir) {
-        Ok(set) => {
-            let mut out = String::new();
-            let warnings = set.warnings();
-            for w in &warnings {
-                let _ = writeln!(out, "warning: {w}");
-            }
-            if strict && !warnings.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "{} warning(s), and --strict makes them errors",
-                    warnings.len()
-                );
-                return (1, out);
-            }
-            let _ = writeln!(
-                out,
-                "ok: {} files, {} actions, {} routes, revision {}",
-                set.files.len(),
-                set.actions.len(),
-                set.routes.len(),
-                set.revision
-            );
-            (0, out)
-        }
+    check(
+        dir,
+        &CheckOptions {
+            strict,
+            ..CheckOptions::default()
+        },
+    )
+}
+
+/// Validates every file in `dir`, then holds the set against `opts`: the
+/// errors of [`PolicySet::errors_against`] fail the check, the
+/// [`PolicySet::warnings`] are printed and fail it only with `strict`.
+pub fn check(dir: &Path, opts: &CheckOptions) -> (i32, String) {
+    let mut out = String::new();
+    let set = match load_dir(dir) {
+        Ok(set) => set,
         Err(errors) => {
-            let mut out = String::new();
             for e in &errors {
                 let _ = writeln!(out, "{e}");
             }
-            (1, out)
+            return (1, out);
         }
+    };
+    let ttl_from = match &opts.config {
+        Some(file) => format!("from {file}"),
+        None => "the default; --config FILE checks against a config's".to_string(),
+    };
+    let errors = set.errors_against(opts.review_ttl, &ttl_from);
+    let warnings = set.warnings();
+    for e in &errors {
+        let _ = writeln!(out, "{e}");
     }
+    for w in &warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    if !errors.is_empty() {
+        return (1, out);
+    }
+    if opts.strict && !warnings.is_empty() {
+        let _ = writeln!(
+            out,
+            "{} warning(s), and --strict makes them errors",
+            warnings.len()
+        );
+        return (1, out);
+    }
+    let _ = writeln!(
+        out,
+        "ok: {} files, {} actions, {} routes, revision {}",
+        set.files.len(),
+        set.actions.len(),
+        set.routes.len(),
+        set.revision
+    );
+    let _ = writeln!(
+        out,
+        "hold_timeout checked against review.ttl {} ({ttl_from})",
+        crate::config::format_duration(opts.review_ttl)
+    );
+    (0, out)
 }
 
 #[cfg(test)]

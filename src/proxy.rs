@@ -49,7 +49,7 @@ use crate::http_util::{self, full, BoxError, RespBody, REQUEST_ID};
 use crate::policy::{
     Extractor, FailureMode, OnReview, PathParams, PolicySet, RequestParts, Route, RouteMatch,
 };
-use crate::review::{ForwardOutcome, HeldRequest, NewReview, Resolution};
+use crate::review::{ForwardOutcome, HeldRequest, NewReview, Resolution, Viewer};
 use crate::server::{ConnInfo, Handler};
 
 /// Headers that describe one hop and are never forwarded (RFC 9110 §7.6.1).
@@ -675,7 +675,23 @@ impl Proxy {
         if let Some(a) = extracted.answer {
             authz["answer"] = a;
         }
-        let request_hash = http_util::canonical_hash(&authz)?;
+        // The request as the upstream gets it once allowed (or approved):
+        // its hash is the decision record's request_hash and, when the call
+        // is held, the review's, which an approval is bound to.
+        let held = HeldRequest {
+            method: parts.method.as_str().to_string(),
+            path: parts
+                .uri
+                .path_and_query()
+                .map(|pq| pq.as_str().to_string())
+                .unwrap_or_else(|| "/".into()),
+            headers: forward_headers(&parts.headers, conn, request_id)
+                .iter()
+                .map(|(k, v)| (k.as_str().to_string(), Bytes::copy_from_slice(v.as_bytes())))
+                .collect(),
+            body: bytes.clone(),
+        };
+        let request_hash = held.hash();
         let typed: AuthorizeRequest = match http_util::typed(&authz) {
             Ok(t) => t,
             Err(e) => {
@@ -789,29 +805,8 @@ impl Proxy {
             )
             .await),
             Outcome::NeedsReview => {
-                let mut headers = forward_headers(&parts.headers, conn, request_id);
-                // The upstream learns which decision record the approval
-                // released, as for any allowed call.
-                if let Ok(v) = HeaderValue::from_str(&record_id) {
-                    headers.insert("x-verdict-record-id", v);
-                }
-                let held = HeldRequest {
-                    method: parts.method.as_str().to_string(),
-                    path: parts
-                        .uri
-                        .path_and_query()
-                        .map(|pq| pq.as_str().to_string())
-                        .unwrap_or_else(|| "/".into()),
-                    headers: headers
-                        .iter()
-                        .map(|(k, v)| {
-                            (k.as_str().to_string(), Bytes::copy_from_slice(v.as_bytes()))
-                        })
-                        .collect(),
-                    body: bytes,
-                };
                 let resp = self
-                    .hold(route, held, reason, &record_id, request_id)
+                    .hold(route, held, reason, &rules, &record_id, request_id)
                     .await?;
                 Ok(with_rules(resp, &rules).await)
             }
@@ -824,6 +819,7 @@ impl Proxy {
         route: &Route,
         held: HeldRequest,
         reason: &str,
+        rules: &[String],
         record_id: &str,
         request_id: &str,
     ) -> Result<Response<RespBody>, ApiError> {
@@ -835,6 +831,7 @@ impl Proxy {
                 route: route.name.clone(),
                 action: route.action.clone(),
                 reason: reason.to_string(),
+                rules: rules.to_vec(),
                 record_id: Some(record_id.to_string()),
                 request: held,
             })
@@ -994,6 +991,24 @@ pub async fn forward_held(app: &App, proxy: &Proxy, review_id: &str) -> Option<R
     headers.insert("x-verdict-decision", HeaderValue::from_static("allow"));
     if let Ok(v) = HeaderValue::from_str(review_id) {
         headers.insert("x-verdict-review-id", v);
+    }
+    // The upstream learns which decision record the approval released, as
+    // for any allowed call. It is added here, not held, so the held request
+    // hashes as it did when it was decided.
+    if !headers.contains_key("x-verdict-record-id") {
+        let admin = Viewer {
+            name: PROXY_PRINCIPAL.to_string(),
+            sees_all: true,
+        };
+        if let Ok(Some(view)) = reviews.get(review_id, &admin).await {
+            if let Some(v) = view
+                .record_id
+                .as_deref()
+                .and_then(|id| HeaderValue::from_str(id).ok())
+            {
+                headers.insert("x-verdict-record-id", v);
+            }
+        }
     }
     let method = http::Method::from_bytes(held.method.as_bytes()).unwrap_or(http::Method::POST);
     let uri: Uri = held.path.parse().unwrap_or_else(|_| Uri::from_static("/"));

@@ -98,10 +98,20 @@ impl HeldRequest {
         format!("sha256:{}", hex::encode(h.finalize()))
     }
 
-    /// `sha256:<hex>` over the method, path, every header in order and the
-    /// body, each length-prefixed so no two requests encode alike. Stored at
-    /// hold time, shown to reviewers (an approval is bound to these exact
-    /// bytes) and checked again before the request is handed out.
+    /// The `request_hash` of a gated proxy call: `sha256:<hex>` over the
+    /// method, the path and query, the number of headers, every header name
+    /// and value in order, and the body, each length-prefixed (u64
+    /// big-endian) so no two requests encode alike. The headers are the
+    /// ones the upstream receives: hop-by-hop headers and any `X-Verdict-*`
+    /// a client sent are removed, `X-Forwarded-*` and `X-Request-Id` are
+    /// added, and verdict's own `X-Verdict-*` headers, which depend on the
+    /// decision, are added after hashing, when the call is forwarded.
+    ///
+    /// The proxy takes it before deciding, so the decision's audit record
+    /// and, when the call is held, its review carry the same hash. The
+    /// review stores it, shows it to reviewers (an approval is bound to
+    /// these exact bytes) and checks it again before the request is handed
+    /// out.
     pub fn hash(&self) -> String {
         use sha2::{Digest, Sha256};
         fn field(h: &mut Sha256, bytes: &[u8]) {
@@ -139,6 +149,8 @@ pub struct NewReview {
     pub action: String,
     /// Why the decision asked for review, shown to the reviewer.
     pub reason: String,
+    /// The messages of the policy rules that fired, shown to the reviewer.
+    pub rules: Vec<String>,
     /// The audit record of the original decision.
     pub record_id: Option<String>,
     pub request: HeldRequest,
@@ -189,6 +201,9 @@ pub struct ReviewView {
     pub route: String,
     pub action: String,
     pub reason: String,
+    /// The messages of the policy rules that sent the call to review (as in
+    /// the decision record's `detail.rules`); empty when none did.
+    pub rules: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub record_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -223,7 +238,8 @@ pub struct RequestView {
     /// The path only: the query string is left out like the headers and
     /// body, since it may carry secrets too.
     pub path: String,
-    /// [`HeldRequest::hash`] of the held request: what an approval releases.
+    /// [`HeldRequest::hash`] of the held request: what an approval
+    /// releases, and the `request_hash` of the decision's audit record.
     pub hash: String,
 }
 
@@ -941,6 +957,7 @@ fn view(row: &Row, now: SystemTime) -> ReviewView {
         route: row.route.clone(),
         action: row.action.clone(),
         reason: row.reason.clone(),
+        rules: row.rules.clone(),
         record_id: row.record_id.clone(),
         reviewer: row.reviewer.clone(),
         note: row.note.clone(),

@@ -1,5 +1,6 @@
-//! Listeners: accept loop, optional TLS, connection limits and graceful
-//! shutdown, shared by the API and the proxy.
+//! Listeners: accept loop, optional TLS (with certificates that follow
+//! their files, see [`tls`]), connection limits and graceful shutdown,
+//! shared by the API and the proxy.
 //!
 //! Each listener serves HTTP/1.1 and HTTP/2 (h2c by preface, or ALPN on TLS)
 //! through hyper-util's auto builder. Three limits protect the process from
@@ -28,19 +29,20 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{oneshot, watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::{ServerConfig, TlsFiles};
+use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::http_util::RespBody;
 
 mod framing;
 mod idle;
+pub mod tls;
+
+pub use tls::ReloadingCert;
 
 /// Pending connections per listener (tokio's default for `TcpListener::bind`).
 const LISTEN_BACKLOG: u32 = 1024;
@@ -62,36 +64,10 @@ pub trait Handler: Send + Sync + 'static {
     ) -> impl Future<Output = Response<RespBody>> + Send;
 }
 
-/// A TLS configuration that could not be built.
+/// A TLS certificate or configuration that could not be loaded or built.
 #[derive(Debug, thiserror::Error)]
 #[error("tls: {0}")]
 pub struct TlsError(String);
-
-/// Builds a rustls server config (ring provider, ALPN h2 and http/1.1) from
-/// PEM files.
-pub fn load_tls(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let certs = CertificateDer::pem_file_iter(&files.cert)
-        .map_err(|e| TlsError(format!("{}: {e}", files.cert.display())))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError(format!("{}: {e}", files.cert.display())))?;
-    if certs.is_empty() {
-        return Err(TlsError(format!(
-            "{}: no certificate found",
-            files.cert.display()
-        )));
-    }
-    let key = PrivateKeyDer::from_pem_file(&files.key)
-        .map_err(|e| TlsError(format!("{}: {e}", files.key.display())))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| TlsError(e.to_string()))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
-}
 
 /// Serves `handler` on `listener` until `shutdown` turns true, then drains.
 pub async fn serve<H: Handler>(

@@ -86,6 +86,43 @@ async fn health_turns_503_while_draining() {
     s.shutdown().await;
 }
 
+/// Liveness turns when the audit writer is gone for good. Nothing in a
+/// running server stops the writer but a panic or `AuditLog::shutdown` (the
+/// call a drain makes after the listeners stop); the test makes that call
+/// while the listeners still serve, so the process lives on with a log that
+/// can never append again: `/health` and `/ready` are 503 and a decision
+/// fails closed.
+#[tokio::test]
+async fn health_turns_503_once_the_audit_writer_has_stopped() {
+    let s = TestServer::start().await;
+    assert_eq!(s.get("/health", None).await.status, 200);
+    let app = s.running.as_ref().expect("running").app.clone();
+    app.audit.shutdown().await;
+    let r = s.get("/health", None).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["status"], "failing", "{j}");
+    assert!(
+        j["reasons"][0]
+            .as_str()
+            .is_some_and(|m| m.starts_with("audit: the audit writer has stopped")),
+        "{j}"
+    );
+    let r = s.get("/ready", None).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    let d = s.get("/health/detailed", None).await.json();
+    assert_eq!(d["components"]["audit"]["status"], "failing", "{d}");
+    let body = serde_json::json!({
+        "action": {"type": "refund.create", "params": {"amount": 1}},
+        "claims": ["A refund was approved."],
+        "sources": [{"source_id": "s", "text": "A refund was approved."}],
+    })
+    .to_string();
+    let r = s.post_json("/v2/authorize", &body, Some(APP_KEY)).await;
+    r.assert_error(503, "unavailable");
+    s.shutdown().await;
+}
+
 #[tokio::test]
 async fn refuses_a_public_listener_without_keys() {
     let dir = tempfile::tempdir().unwrap();
@@ -122,6 +159,197 @@ fn binary_exits_64_on_a_public_listener_without_keys_or_a_bad_config() {
         err.contains("c.toml:2:1") && err.contains("max_body_byts"),
         "{err}"
     );
+    // A proxy listener without an upstream would never run: refused,
+    // naming both keys.
+    std::fs::write(&cfg, "[proxy]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let out = Command::new(bin)
+        .args(["serve", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("proxy.listen") && err.contains("proxy.upstream"),
+        "{err}"
+    );
+}
+
+/// `verdict serve --help` says what each flag sets (its config key) and
+/// its default.
+#[test]
+fn serve_help_describes_every_flag_and_its_default() {
+    let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for want in [
+        "--config <CONFIG>",
+        "Config file (TOML)",
+        "`[api] listen`",
+        "[default: 127.0.0.1:8181]",
+        "`[proxy] listen`",
+        "[default: 127.0.0.1:8080]",
+        "`[proxy] upstream`",
+        "`[policies] dir`",
+        "[default: policies]",
+        "`[data] dir`",
+        "[default: data]",
+        "`[auth] keys_file`",
+        "`[log] format`",
+        "[default: json]",
+    ] {
+        assert!(help.contains(want), "{want:?} missing from:\n{help}");
+    }
+    // Every flag has a description: no option line stands alone.
+    let lines: Vec<&str> = help.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim_start().starts_with("--") && !l.contains("--help") {
+            let described = l.split_once(">  ").is_some()
+                || lines.get(i + 1).is_some_and(|n| !n.trim().is_empty());
+            assert!(described, "{l:?} has no description:\n{help}");
+        }
+    }
+}
+
+/// JSON log lines print values, never Rust's Debug form (`Some("…")`), and
+/// latencies rounded to microseconds.
+#[tokio::test]
+async fn json_logs_hold_plain_values_and_rounded_latencies() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr, log) = support::spawn_binary_with(
+        env!("CARGO_BIN_EXE_verdict"),
+        dir.path(),
+        "info",
+        &[
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--proxy-listen",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    let base = format!("http://{addr}");
+    assert_eq!(
+        support::call(&base, Method::GET, "/health", &[], "")
+            .await
+            .status,
+        200
+    );
+    let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    let proxy = text
+        .lines()
+        .filter(|l| l.contains("proxy listening"))
+        .find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            v["addr"].as_str().map(str::to_string)
+        })
+        .expect("the proxy logs its address");
+    // An unmatched call to an upstream that is not there: 502, logged.
+    let r = support::call(&format!("http://{proxy}"), Method::GET, "/x", &[], "").await;
+    assert_eq!(r.status, 502);
+    support::terminate(&mut child);
+    let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    let mut latencies = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            !line.contains("Some(") && !line.contains("None"),
+            "Debug formatting: {line}"
+        );
+        if let Some(l) = v.get("latency_ms") {
+            let shown = l.to_string();
+            let decimals = shown.split_once('.').map_or(0, |(_, d)| d.len());
+            assert!(
+                l.is_number() && decimals <= 3,
+                "latency not rounded: {line}"
+            );
+            latencies += 1;
+        }
+        if v["message"] == "proxy listening" {
+            assert_eq!(v["upstream"], "http://127.0.0.1:9", "{line}");
+        }
+    }
+    assert!(latencies >= 2, "no request lines with latencies: {text}");
+}
+
+/// With the process's temp dir unwritable (a read-only root filesystem),
+/// decisions are still made and audited: SQLite keeps its temporary data in
+/// memory, and nothing else writes there.
+#[tokio::test]
+async fn an_unwritable_temp_dir_does_not_stop_decisions_or_the_audit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = unwritable_dir(&dir);
+    std::fs::create_dir_all(dir.path().join("policies")).unwrap();
+    std::fs::write(
+        dir.path().join("policies").join("refunds.toml"),
+        "[[action]]\ntype = \"refund.create\"\nrequirements = { decision_mode = \"strict\", citations = \"optional\" }\n",
+    )
+    .unwrap();
+    let envs = [("TMPDIR", tmp.as_path()), ("SQLITE_TMPDIR", tmp.as_path())];
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let (mut child, addr, log) = support::spawn_binary_with(bin, dir.path(), "info", &[], &envs);
+    let base = format!("http://{addr}");
+    let auth = format!("Bearer {APP_KEY}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let body = serde_json::json!({
+        "action": {"type": "refund.create", "params": {"order_id": "7781", "amount": 100}},
+        "claims": ["A refund of $100 was approved for order 7781."],
+        "sources": [{"source_id": "ticket", "text": "On 2024-03-03 the store manager approved a refund of $100 for order 7781."}],
+        "response": {"mode": "verbose"},
+    })
+    .to_string();
+    let r = support::call(&base, Method::POST, "/v2/authorize", &headers, body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["decision"], "allow", "{j}");
+    let id = j["audit"]["record_id"]
+        .as_str()
+        .expect("a receipt")
+        .to_string();
+    for path in [format!("/v2/audit/{id}"), format!("/v2/audit/{id}/proof")] {
+        let r = support::call(&base, Method::GET, &path, &headers, "").await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
+    let r = support::call(&base, Method::GET, "/ready", &[], "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    support::terminate(&mut child);
+    // The offline check of the whole log runs there too.
+    let out = Command::new(bin)
+        .args(["audit", "verify", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .envs(envs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&log.lock().unwrap())
+    );
+}
+
+/// A directory this process cannot create files in: a fresh one with mode
+/// 0555, or, for root (whom file modes do not stop), a `/proc` directory,
+/// which nobody can create files in and which SQLite's own probe
+/// (`access(W_OK)`) still accepts, so SQLite would really try to use it.
+fn unwritable_dir(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let ro = dir.path().join("read-only-tmp");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    if std::fs::write(ro.join("probe"), "x").is_err() {
+        return ro;
+    }
+    let _ = std::fs::remove_file(ro.join("probe"));
+    let proc_dir = std::path::PathBuf::from("/proc/self/fdinfo");
+    assert!(std::fs::write(proc_dir.join("probe"), "x").is_err());
+    proc_dir
 }
 
 #[test]

@@ -350,6 +350,84 @@ async fn hold_timeout_then_approve_forwards_exactly_once_and_reject_never() {
     e.s.shutdown().await;
 }
 
+/// What fired travels with the decision: the 403 and 202 bodies, the
+/// review and the decision's audit record carry the rule messages, and the
+/// review and its record carry one request_hash, which the review checks
+/// again before it forwards.
+#[tokio::test]
+async fn held_and_denied_calls_carry_their_rules_and_one_request_hash() {
+    let e = env("200ms").await;
+    // The record keeps each rule as {param, effect, message}.
+    let messages = |rec: &Value| -> Value {
+        rec["detail"]["rules"]
+            .as_array()
+            .map(|a| a.iter().map(|r| r["message"].clone()).collect())
+            .unwrap_or_default()
+    };
+    // Denied by a rule with a message (no customer header): 403 and record.
+    let r = send(
+        &e,
+        Method::POST,
+        "/api/orders/77/refunds",
+        &[("content-type", "application/json")],
+        refund_body(100, "The package was damaged in transit."),
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    let j = r.json();
+    assert_eq!(
+        j["rules"],
+        serde_json::json!(["a refund needs a customer id"])
+    );
+    let rec =
+        e.s.get(
+            &format!("/v2/audit/{}", j["record_id"].as_str().unwrap()),
+            Some(REVIEW_KEY),
+        )
+        .await
+        .json();
+    assert_eq!(messages(&rec), j["rules"], "{rec}");
+    assert!(rec["request_hash"].as_str().unwrap().starts_with("sha256:"));
+
+    // Held by a rule: the 202, the review and the record agree.
+    let (r, _) = refund(&e, 900, "The package was damaged in transit.").await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    let j = r.json();
+    let rules = j["rules"].clone();
+    assert_eq!(rules, serde_json::json!(["amount gt 500"]), "{j}");
+    let id = j["review_id"].as_str().unwrap().to_string();
+    let review =
+        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
+            .await
+            .json();
+    assert_eq!(review["rules"], rules, "{review}");
+    let record_id = review["record_id"].as_str().unwrap().to_string();
+    let rec =
+        e.s.get(&format!("/v2/audit/{record_id}"), Some(REVIEW_KEY))
+            .await
+            .json();
+    assert_eq!(messages(&rec), rules, "{rec}");
+    let hash = review["request"]["hash"].as_str().unwrap().to_string();
+    assert!(hash.starts_with("sha256:") && hash.len() == 71, "{hash}");
+    assert_eq!(rec["request_hash"], hash.as_str(), "{rec}");
+
+    // The forward (which checks the held bytes against that hash) happens,
+    // and the upstream learns the decision record the approval released.
+    let a = approve(&e, &id).await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    wait_for("the background forward", || e.up.count() == 1).await;
+    assert_eq!(
+        e.up.calls()[0].headers["x-verdict-record-id"],
+        record_id.as_str()
+    );
+    let review =
+        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
+            .await
+            .json();
+    assert_eq!(review["forward"]["state"], "done", "{review}");
+    e.s.shutdown().await;
+}
+
 /// A client that gives up during a hold and sends the same call again joins
 /// the pending review instead of opening a second one, so approving it
 /// forwards the refund once. A different body is a different call.

@@ -281,3 +281,325 @@ async fn keys_file_follows_a_kubernetes_secret_swap() {
     }
     s.shutdown().await;
 }
+
+/// `verdict check` on the operator traps: each is refused with a message
+/// and exit 1 (`--strict` for warnings), and `--config` validates the
+/// config too (exit 64) and checks hold_timeout against its review.ttl.
+#[test]
+fn check_refuses_operator_traps() {
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(bin).arg("check").args(args).output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let policies = |name: &str, text: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        if !text.is_empty() {
+            std::fs::write(d.join("p.toml"), text).unwrap();
+        }
+        d.to_str().unwrap().to_string()
+    };
+    let route = |extra: &str| {
+        format!(
+            "[[action]]\ntype = \"refund.create\"\n\n  [[action.rule]]\n  param = \"amount\"\n  op = \"gt\"\n  value = 500\n  effect = \"review\"\n\n\
+             [[route]]\nname = \"refund\"\nmethod = \"POST\"\npath = \"/api/orders/{{order_id}}/refunds\"\naction = \"refund.create\"\n\
+             params = {{ order_id = \"path:order_id\", amount = \"body:/amount\" }}\n{extra}"
+        )
+    };
+
+    // An empty directory gates nothing: a warning, an error with --strict.
+    let empty = policies("empty", "");
+    let (code, text) = run(&["--policies", &empty]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("warning: the policy set gates nothing"),
+        "{text}"
+    );
+    let (code, text) = run(&["--policies", &empty, "--strict"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("--strict makes them errors"), "{text}");
+
+    // A misspelt method is an error.
+    let psot = policies("psot", &route("").replace("\"POST\"", "\"PSOT\""));
+    let (code, text) = run(&["--policies", &psot]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("invalid method \"PSOT\""), "{text}");
+
+    // A rule on a param no route extracts: a warning, an error with --strict.
+    let unextracted = policies(
+        "unextracted",
+        &route("").replace("amount = \"body:/amount\"", "amt = \"body:/amount\""),
+    );
+    let (code, text) = run(&["--policies", &unextracted]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("reads param \"amount\""), "{text}");
+    let (code, _) = run(&["--policies", &unextracted, "--strict"]);
+    assert_eq!(code, Some(1));
+
+    // A hold longer than the review ttl: an error against the default ttl,
+    // which the output names; fine against a config whose ttl is longer.
+    let long = policies("long", &route("hold_timeout = \"48h\"\n"));
+    let (code, text) = run(&["--policies", &long]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("hold_timeout 48h, longer than review.ttl 24h (the default;"),
+        "{text}"
+    );
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "[review]\nttl = \"72h\"\n").unwrap();
+    let (code, text) = run(&["--policies", &long, "--config", config.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(&format!("review.ttl 72h (from {})", config.display())),
+        "{text}"
+    );
+    std::fs::write(&config, "[review]\nttl = \"36h\"\n").unwrap();
+    let (code, text) = run(&["--policies", &long, "--config", config.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("longer than review.ttl 36h (from "), "{text}");
+    // --config validates the file the way serve does: exit 64, named key.
+    std::fs::write(
+        &config,
+        "[review]\nttl = \"72h\"\n[proxy]\nlisten = \"127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let (code, text) = run(&["--policies", &long, "--config", config.to_str().unwrap()]);
+    assert_eq!(code, Some(64), "{text}");
+    assert!(
+        text.contains("proxy.listen") && text.contains("proxy.upstream"),
+        "{text}"
+    );
+    // Without --policies, the config's policies dir is checked.
+    std::fs::write(&config, format!("[policies]\ndir = \"{long}\"\n")).unwrap();
+    let (code, text) = run(&["--config", config.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("hold_timeout 48h"), "{text}");
+
+    // Routes that share paths: a warning (an error with --strict); a route
+    // suffix another route takes first: an error naming both routes.
+    let shared = format!(
+        "{}\n[[route]]\nname = \"one-order\"\nmethod = \"POST\"\npath = \"/api/orders/7/{{kind}}\"\naction = \"refund.create\"\nparams = {{ amount = \"body:/amount\" }}\n",
+        route("")
+    );
+    let shared = policies("shared", &shared);
+    let (code, text) = run(&["--policies", &shared]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("route \"one-order\" (POST /api/orders/7/{kind}) and route \"refund\"")
+            && text.contains(
+                "such as /api/orders/7/refunds; the more specific \"one-order\" gets them"
+            ),
+        "{text}"
+    );
+    let (code, _) = run(&["--policies", &shared, "--strict"]);
+    assert_eq!(code, Some(1));
+    let shadow = format!(
+        "{}\n[[route]]\nname = \"by-kind\"\nmethod = \"POST\"\npath = \"/api/orders/{{order_id}}/{{kind}}\"\naction = \"refund.create\"\nparams = {{ amount = \"body:/amount\" }}\n",
+        route("suffixes = [\".json\"]\n")
+    );
+    let shadow = policies("shadow", &shadow);
+    let (code, text) = run(&["--policies", &shadow]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("p.toml:11:8: route \"refund\"")
+            && text.contains("lists suffix \".json\", but route \"by-kind\"")
+            && text.contains("p.toml:19:8)"),
+        "{text}"
+    );
+}
+
+/// A fresh self-signed certificate for `localhost`: PEM cert, PEM key, and
+/// the DER a client trusts it by.
+fn localhost_cert() -> (String, String, rustls_pki_types::CertificateDer<'static>) {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    (
+        c.cert.pem(),
+        c.key_pair.serialize_pem(),
+        c.cert.der().clone(),
+    )
+}
+
+/// `GET path` over a new TLS connection that trusts only `root`: the
+/// status and body, or `None` when the handshake (or anything) fails.
+async fn tls_get(
+    port: u16,
+    root: &rustls_pki_types::CertificateDer<'static>,
+    path: &str,
+) -> Option<(u16, bytes::Bytes)> {
+    use http_body_util::{BodyExt, Empty};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(root.clone()).unwrap();
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .build();
+    let client: hyper_util::client::legacy::Client<_, Empty<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(https);
+    let req = http::Request::get(format!("https://localhost:{port}{path}"))
+        .body(Empty::new())
+        .unwrap();
+    let resp = client.request(req).await.ok()?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.ok()?.to_bytes();
+    Some((status, body))
+}
+
+/// Whether `/health` answers 200 to a client that trusts only `root`: a
+/// handshake with any other certificate fails.
+async fn tls_serves(port: u16, root: &rustls_pki_types::CertificateDer<'static>) -> bool {
+    matches!(tls_get(port, root, "/health").await, Some((200, _)))
+}
+
+/// `/health/detailed` over TLS, trusting `root`.
+async fn tls_detailed(
+    port: u16,
+    root: &rustls_pki_types::CertificateDer<'static>,
+) -> serde_json::Value {
+    let (status, body) = tls_get(port, root, "/health/detailed")
+        .await
+        .expect("served");
+    assert_eq!(status, 200);
+    serde_json::from_slice(&body).unwrap()
+}
+
+async fn wait_until_served(
+    port: u16,
+    root: &rustls_pki_types::CertificateDer<'static>,
+    what: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !tls_serves(port, root).await {
+        assert!(Instant::now() < deadline, "{what}: not served within 2 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The API's certificate mounted from a Kubernetes TLS Secret
+/// (`tls.crt -> ..data/tls.crt`): the kubelet's `..data` swap is served
+/// within 2 s, and the old certificate no longer is.
+#[tokio::test]
+async fn tls_certificate_follows_a_kubernetes_secret_swap() {
+    use std::os::unix::fs::symlink;
+    let secret = tempfile::tempdir().unwrap();
+    let root = secret.path();
+    let (cert_a, key_a, der_a) = localhost_cert();
+    std::fs::create_dir(root.join("..2026_11_25_01")).unwrap();
+    std::fs::write(root.join("..2026_11_25_01/tls.crt"), cert_a).unwrap();
+    std::fs::write(root.join("..2026_11_25_01/tls.key"), key_a).unwrap();
+    symlink("..2026_11_25_01", root.join("..data")).unwrap();
+    symlink("..data/tls.crt", root.join("tls.crt")).unwrap();
+    symlink("..data/tls.key", root.join("tls.key")).unwrap();
+    let files = verdict::config::TlsFiles {
+        cert: root.join("tls.crt"),
+        key: root.join("tls.key"),
+    };
+    let s = TestServer::start_with(|c| c.api.tls = Some(files.clone())).await;
+    let port = s.addr.port();
+    assert!(tls_serves(port, &der_a).await);
+
+    let (cert_b, key_b, der_b) = localhost_cert();
+    assert!(!tls_serves(port, &der_b).await);
+    std::fs::create_dir(root.join("..2026_11_25_02")).unwrap();
+    std::fs::write(root.join("..2026_11_25_02/tls.crt"), cert_b).unwrap();
+    std::fs::write(root.join("..2026_11_25_02/tls.key"), key_b).unwrap();
+    symlink("..2026_11_25_02", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(root.join("..2026_11_25_01")).unwrap();
+    wait_until_served(port, &der_b, "the swapped certificate").await;
+    assert!(
+        !tls_serves(port, &der_a).await,
+        "the old certificate is gone"
+    );
+    let h = tls_detailed(port, &der_b).await;
+    assert_eq!(h["components"]["api_tls"]["status"], "ok", "{h}");
+    s.shutdown().await;
+}
+
+/// Certificate files replaced by renames or rewritten in place: a good pair
+/// is served within 2 s; a broken one keeps the last good certificate
+/// serving, and `/health/detailed` says `degraded` with the error until a
+/// good pair is back.
+#[tokio::test]
+async fn tls_certificate_reloads_on_renames_and_writes_and_keeps_the_last_good_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = verdict::config::TlsFiles {
+        cert: dir.path().join("cert.pem"),
+        key: dir.path().join("key.pem"),
+    };
+    let (cert_a, key_a, der_a) = localhost_cert();
+    std::fs::write(&files.cert, cert_a).unwrap();
+    std::fs::write(&files.key, key_a).unwrap();
+    let s = TestServer::start_with(|c| c.api.tls = Some(files.clone())).await;
+    let port = s.addr.port();
+    assert!(tls_serves(port, &der_a).await);
+
+    // Both files renamed into place, key first.
+    let (cert_b, key_b, der_b) = localhost_cert();
+    replace(&files.key, &key_b);
+    replace(&files.cert, &cert_b);
+    wait_until_served(port, &der_b, "the renamed certificate").await;
+
+    // A certificate written in place that does not match the key: the last
+    // good pair still serves, and health says why it did not change.
+    let (cert_c, key_c, der_c) = localhost_cert();
+    std::fs::write(&files.cert, &cert_c).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let h = loop {
+        let h = tls_detailed(port, &der_b).await;
+        if h["components"]["api_tls"]["status"] == "degraded" {
+            break h;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broken pair was not reported: {h}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(h["status"], "degraded", "{h}");
+    let tls = &h["components"]["api_tls"];
+    assert!(
+        tls["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cert.pem")),
+        "{h}"
+    );
+    assert!(
+        tls_serves(port, &der_b).await,
+        "the last good certificate serves"
+    );
+    assert!(!tls_serves(port, &der_c).await);
+    // Garbage in place: the same.
+    std::fs::write(&files.key, "-----BEGIN PRIVATE KEY-----\nnot base64\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        tls_serves(port, &der_b).await,
+        "the last good certificate serves"
+    );
+
+    // The matching key written in place: served, and health is ok again.
+    std::fs::write(&files.key, &key_c).unwrap();
+    wait_until_served(port, &der_c, "the repaired pair").await;
+    let h = tls_detailed(port, &der_c).await;
+    assert_eq!(h["components"]["api_tls"]["status"], "ok", "{h}");
+    assert!(
+        h["components"]["api_tls"].get("last_error").is_none(),
+        "{h}"
+    );
+    s.shutdown().await;
+}

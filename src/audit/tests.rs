@@ -1505,3 +1505,18 @@ async fn a_split_log_with_a_lost_hash_row_is_refused_and_left_as_it_was() {
         Err(VerifyError::StoredHash { .. })
     ));
 }
+
+/// No audit connection writes temporary files (a pod's root filesystem,
+/// and so its temp dir, may be read-only): `temp_store` is MEMORY (2).
+#[test]
+fn audit_connections_keep_temp_data_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("verdict.db");
+    let temp_store = |c: &rusqlite::Connection| -> i64 {
+        c.query_row("PRAGMA temp_store", [], |r| r.get(0)).unwrap()
+    };
+    let writer = store::open_writer(&path).unwrap();
+    assert_eq!(temp_store(&writer), 2);
+    assert_eq!(temp_store(&store::open_reader(&path).unwrap()), 2);
+    assert_eq!(temp_store(&store::open_checkpointer(&path).unwrap()), 2);
+}

@@ -711,3 +711,17 @@ fn another_writer_gets_the_lock_between_the_chunks_of_a_submit() {
     assert!(during > 0, "no other write got in during the submit");
     assert_eq!(count_rows(&db, "jobs_items"), items.len() as i64);
 }
+
+/// Job store connections write no temporary files: `temp_store` is MEMORY.
+#[test]
+fn job_connections_keep_temp_data_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store::Store::open(&dir.path().join("verdict.db")).unwrap();
+    for d in [store::Durability::Full, store::Durability::Normal] {
+        let conn = s.connect(d).unwrap();
+        let mode: i64 = conn
+            .query_row("PRAGMA temp_store", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, 2);
+    }
+}

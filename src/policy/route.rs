@@ -80,6 +80,9 @@ pub struct Route {
     pub failure_mode: FailureMode,
     /// The file that defined the route, for diagnostics.
     pub file: String,
+    /// Where the route's `name` is written, `policies/x.toml:12:8`, for
+    /// diagnostics that concern the whole route.
+    pub defined_at: String,
     /// The media type of the bodies this route gates, lowercase, e.g.
     /// `application/json`; a body of any other type is refused.
     pub content_type: String,
@@ -232,6 +235,57 @@ impl Pattern {
                     (Segment::Literal(a), Segment::Literal(b)) => a.eq_ignore_ascii_case(b),
                     _ => true,
                 })
+    }
+
+    /// Whether every path `other` matches, this pattern matches too.
+    pub(super) fn covers(&self, other: &Pattern) -> bool {
+        self.segments.len() == other.segments.len()
+            && self
+                .segments
+                .iter()
+                .zip(&other.segments)
+                .all(|pair| match pair {
+                    (Segment::Param(_), _) => true,
+                    (Segment::Literal(a), Segment::Literal(b)) => a.eq_ignore_ascii_case(b),
+                    (Segment::Literal(_), Segment::Param(_)) => false,
+                })
+    }
+
+    /// A path both patterns match, for messages, when they [overlap]: each
+    /// segment is a literal where either has one, else `{name}`.
+    ///
+    /// [overlap]: Pattern::overlaps
+    pub(super) fn shared_example(&self, other: &Pattern) -> String {
+        let mut out = String::new();
+        for pair in self.segments.iter().zip(&other.segments) {
+            out.push('/');
+            match pair {
+                (Segment::Literal(l), _) | (Segment::Param(_), Segment::Literal(l)) => {
+                    out.push_str(l)
+                }
+                (Segment::Param(p), Segment::Param(_)) => {
+                    out.push('{');
+                    out.push_str(p);
+                    out.push('}');
+                }
+            }
+        }
+        if out.is_empty() {
+            out.push('/');
+        }
+        out
+    }
+
+    /// The pattern of the paths a `suffixes` entry adds: the last segment
+    /// with `suffix` appended. `None` when the last segment is a `{param}`,
+    /// which captures `1001.json` whole, so a suffix adds no path to it.
+    pub(super) fn with_suffix(&self, suffix: &str) -> Option<Pattern> {
+        let mut segments = self.segments.clone();
+        match segments.last_mut()? {
+            Segment::Literal(l) => l.push_str(suffix),
+            Segment::Param(_) => return None,
+        }
+        Some(Pattern { segments })
     }
 
     fn capture(&self, segments: &[String]) -> Option<PathParams> {
@@ -533,5 +587,23 @@ mod tests {
         assert!(p("/A/{x}").overlaps(&p("/a/{y}")));
         assert_eq!(p("/a//b/"), p("/a/b"));
         assert_eq!(p("/").specificity(), Vec::<u8>::new());
+    }
+
+    #[test]
+    fn covers_examples_and_suffixes() {
+        let p = |s: &str| Pattern::parse(s).unwrap();
+        assert!(p("/a/{x}").covers(&p("/a/b")));
+        assert!(p("/a/{x}").covers(&p("/A/{y}")));
+        assert!(!p("/a/b").covers(&p("/a/{x}")));
+        assert!(!p("/{x}/b").covers(&p("/a/{y}")));
+        assert!(!p("/a/{x}").covers(&p("/a/{x}/c")));
+        assert_eq!(p("/{x}/b").shared_example(&p("/a/{y}")), "/a/b");
+        assert_eq!(
+            p("/api/orders/{id}").shared_example(&p("/api/orders/export")),
+            "/api/orders/export"
+        );
+        assert_eq!(p("/").shared_example(&p("/")), "/");
+        assert_eq!(p("/a/b").with_suffix(".json"), Some(p("/a/b.json")));
+        assert_eq!(p("/a/{x}").with_suffix(".json"), None);
     }
 }

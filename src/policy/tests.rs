@@ -272,7 +272,7 @@ fn duplicate_and_overlapping_routes_across_files() {
     assert_eq!(
         errors_of(&[("b.toml", &b), ("a.toml", &a)]),
         vec![
-            "b.toml:4:8: route \"two\" overlaps route \"one\" (a.toml:6:8) with equal specificity",
+            "b.toml:4:8: route \"two\" (POST /o/{order}/r) matches exactly the paths of route \"one\" (POST /o/{id}/r, a.toml:6:8): one of them could never be reached",
             "b.toml:17:8: duplicate route name \"one\" (first defined at a.toml:4:8)",
         ]
     );
@@ -557,7 +557,7 @@ fn check_dir_output() {
     let rev = load_dir(dir.path()).unwrap().revision;
     assert_eq!(
         out,
-        format!("ok: 1 files, 1 actions, 1 routes, revision {rev}\n")
+        format!("ok: 1 files, 1 actions, 1 routes, revision {rev}\nhold_timeout checked against review.ttl 24h (the default; --config FILE checks against a config's)\n")
     );
 
     std::fs::write(
@@ -855,4 +855,135 @@ fn warnings_name_what_the_author_probably_did_not_mean() {
     );
     let (code, out) = check_dir_with(dir.path(), true);
     assert_eq!(code, 1, "{out}");
+}
+
+#[test]
+fn a_hold_longer_than_the_review_ttl_is_an_error() {
+    let long = DESIGN_EXAMPLE.replace("hold_timeout = \"30s\"", "hold_timeout = \"48h\"");
+    let set = PolicySet::from_sources(&[("refunds.toml", &long)]).unwrap();
+    let errors = set.errors_against(crate::config::DEFAULT_REVIEW_TTL, "the default");
+    assert_eq!(
+        errors,
+        ["refunds.toml:17:8: route \"create-refund\" holds a call for up to hold_timeout 48h, longer than review.ttl 24h (the default): the review would expire, and count as rejected, while the caller still waits"]
+    );
+    assert!(set
+        .errors_against(Duration::from_secs(72 * 3600), "from c.toml")
+        .is_empty());
+    // A route that answers 403 instead of holding never outlives a review.
+    let deny = long.replace("on_review = \"hold\"", "on_review = \"deny\"");
+    let set = PolicySet::from_sources(&[("refunds.toml", &deny)]).unwrap();
+    assert!(set.errors_against(Duration::from_secs(60), "x").is_empty());
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("refunds.toml"), &long).unwrap();
+    let (code, out) = check_dir(dir.path());
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "longer than review.ttl 24h (the default; --config FILE checks against a config's)"
+        ),
+        "{out}"
+    );
+    let opts = CheckOptions {
+        review_ttl: Duration::from_secs(72 * 3600),
+        config: Some("c.toml".into()),
+        ..CheckOptions::default()
+    };
+    let (code, out) = check(dir.path(), &opts);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.ends_with("hold_timeout checked against review.ttl 72h (from c.toml)\n"),
+        "{out}"
+    );
+}
+
+/// Routes of one method sharing paths: a partial overlap or a subset is a
+/// warning naming the route that wins; a suffix another route takes first
+/// is an error.
+#[test]
+fn routes_that_share_paths() {
+    let r = |name: &str, method: &str, path: &str, extra: &str| {
+        format!("[[route]]\nname = \"{name}\"\nmethod = \"{method}\"\npath = \"{path}\"\naction = \"x\"\n{extra}")
+    };
+    let head = "[[action]]\ntype = \"x\"\n";
+    let set = PolicySet::from_sources(&[(
+        "a.toml",
+        &[
+            head.to_string(),
+            r("get-order", "POST", "/api/orders/{id}", ""),
+            r("export", "POST", "/api/orders/export", ""),
+            r("other-method", "GET", "/api/orders/export", ""),
+            r("left", "PUT", "/{a}/x", ""),
+            r("right", "PUT", "/y/{b}", ""),
+        ]
+        .concat(),
+    )])
+    .unwrap();
+    assert_eq!(
+        set.warnings(),
+        [
+            "a.toml:9:8: route \"export\" (POST /api/orders/export) and route \"get-order\" (POST /api/orders/{id}, a.toml:4:8) both match paths such as /api/orders/export; the more specific \"export\" gets them",
+            "a.toml:24:8: route \"right\" (PUT /y/{b}) and route \"left\" (PUT /{a}/x, a.toml:19:8) both match paths such as /y/x; the more specific \"right\" gets them",
+        ]
+    );
+    assert!(set
+        .errors_against(Duration::from_secs(3600), "x")
+        .is_empty());
+
+    // `/api/orders/export.json` is matched by `{id}` as written before the
+    // suffix is ever stripped, so the suffix never reaches "export".
+    let set = PolicySet::from_sources(&[(
+        "a.toml",
+        &[
+            head.to_string(),
+            r("get-order", "POST", "/api/orders/{id}", ""),
+            r(
+                "export",
+                "POST",
+                "/api/orders/export",
+                "suffixes = [\".json\"]\n",
+            ),
+        ]
+        .concat(),
+    )])
+    .unwrap();
+    let errors = set.errors_against(Duration::from_secs(3600), "x");
+    assert_eq!(
+        errors,
+        ["a.toml:9:8: route \"export\" (POST /api/orders/export) lists suffix \".json\", but route \"get-order\" (POST /api/orders/{id}, a.toml:4:8) matches every path it adds, such as /api/orders/export.json, as written and takes it first: the suffix never reaches \"export\""]
+    );
+    assert_eq!(
+        set.match_route("POST", "/api/orders/export.json")
+            .unwrap()
+            .0
+            .name,
+        "get-order"
+    );
+    // Where the other route matches only some of them, a warning.
+    let set = PolicySet::from_sources(&[(
+        "a.toml",
+        &[
+            head.to_string(),
+            r("one-export", "POST", "/api/7/export.json", ""),
+            r(
+                "export",
+                "POST",
+                "/api/{id}/export",
+                "suffixes = [\".json\"]\n",
+            ),
+        ]
+        .concat(),
+    )])
+    .unwrap();
+    assert!(set
+        .errors_against(Duration::from_secs(3600), "x")
+        .is_empty());
+    let w = set.warnings();
+    assert!(
+        w.iter().any(
+            |w| w.contains("lists suffix \".json\", but route \"one-export\"")
+                && w.contains("matches some paths it adds, such as /api/7/export.json")
+        ),
+        "{w:?}"
+    );
 }

@@ -191,6 +191,9 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
                 );
                 continue;
             }
+            // Equal specificity and an overlap mean the same literals in
+            // the same places: both patterns match exactly the same paths,
+            // and nothing could say which route a request gets.
             if let Some(i) = routes.iter().position(|o| {
                 o.method == r.method
                     && o.pattern.specificity() == r.pattern.specificity()
@@ -199,8 +202,8 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
                 cx.err(
                     path_start,
                     format!(
-                        "route {:?} overlaps route {:?} ({}) with equal specificity",
-                        r.name, routes[i].name, route_at[i].1
+                        "route {:?} ({} {}) matches exactly the paths of route {:?} ({} {}, {}): one of them could never be reached",
+                        r.name, r.method, r.path, routes[i].name, routes[i].method, routes[i].path, route_at[i].1
                     ),
                 );
                 continue;
@@ -598,6 +601,7 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
             Some(file::FileFailureMode::Open) => FailureMode::Open,
         },
         file: file_name.to_string(),
+        defined_at: cx.at(fr.name.span().start),
         content_type,
         suffixes,
         pinned: fr.pinned,

@@ -46,8 +46,8 @@ impl std::fmt::Debug for WatchHandle {
 ///   entry in it (not recursive).
 /// - `path` is a file: its parent directory is watched and only events that
 ///   name the file, or a Kubernetes `..data`-style entry, count, so atomic
-///   renames over it and a Secret's symlink swap are seen (use this for the
-///   keys file).
+///   renames over it, writes in place and a Secret's symlink swap are seen
+///   (use this for the keys file and the TLS certificate and key).
 ///
 /// Reads (open/close events) never count, so a callback that reads the
 /// watched files does not trigger itself.

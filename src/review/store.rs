@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS review_reviews (
     req_body              BLOB NOT NULL,
     req_hash              TEXT NOT NULL,     -- HeldRequest::hash, checked on claim
     req_creds             TEXT NOT NULL DEFAULT '', -- HeldRequest::credentials
+    rules                 TEXT NOT NULL DEFAULT '[]', -- JSON array of rule messages
     status                TEXT NOT NULL
         CHECK (status IN ('pending', 'approved', 'rejected', 'expired')),
     reviewer              TEXT,
@@ -68,7 +69,7 @@ CREATE TABLE IF NOT EXISTS review_request_headers (
 /// [`Row::read`] expects.
 const COLUMNS: &str = "review_id, created_at, expires_at, owner, route, action, reason, \
      record_id, req_method, req_path, status, reviewer, note, resolved_at, forward_state, \
-     upstream_status, req_hash";
+     upstream_status, req_hash, rules";
 
 /// One stored review, without the held headers and body (which only a
 /// forward claim reads, so they never travel into views by accident).
@@ -85,6 +86,8 @@ pub(super) struct Row {
     pub method: String,
     pub path: String,
     pub request_hash: String,
+    /// The messages of the rules that fired.
+    pub rules: Vec<String>,
     pub status: ReviewStatus,
     pub reviewer: Option<String>,
     pub note: Option<String>,
@@ -148,6 +151,15 @@ impl Store {
                 "ALTER TABLE review_reviews ADD COLUMN req_creds TEXT NOT NULL DEFAULT ''",
             )?;
         }
+        // Databases from before rule messages: their reviews list none.
+        let has_rules: bool = conn
+            .prepare("SELECT 1 FROM pragma_table_info('review_reviews') WHERE name = 'rules'")?
+            .exists([])?;
+        if !has_rules {
+            conn.execute_batch(
+                "ALTER TABLE review_reviews ADD COLUMN rules TEXT NOT NULL DEFAULT '[]'",
+            )?;
+        }
         let mut store = Store { conn, sealer };
         let recovered = store.recover()?;
         Ok((store, recovered))
@@ -193,8 +205,8 @@ impl Store {
         tx.execute(
             "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, action, \
              reason, record_id, req_method, req_path, req_body, req_hash, status, forward_state, \
-             req_creds) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+             req_creds, rules) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             params![
                 review_id,
                 micros(created_at),
@@ -211,6 +223,8 @@ impl Store {
                 ReviewStatus::Pending,
                 ForwardState::NotStarted,
                 new.request.credentials(),
+                serde_json::to_string(&new.rules)
+                    .map_err(|e| ReviewError::Storage(format!("rule messages: {e}")))?,
             ],
         )?;
         {
@@ -599,6 +613,11 @@ impl Row {
             resolved_at: r.get::<_, Option<i64>>(13)?.map(from_micros),
             forward,
             request_hash: r.get(16)?,
+            rules: {
+                let text: String = r.get(17)?;
+                serde_json::from_str(&text)
+                    .map_err(|e| corrupt(17, Type::Text, format!("bad rule messages: {e}")))?
+            },
         })
     }
 }
@@ -644,6 +663,14 @@ pub(super) fn from_micros(us: i64) -> SystemTime {
 #[cfg(test)]
 pub(super) mod tests_support {
     use super::Store;
+
+    /// The connection's `PRAGMA temp_store` (2 is MEMORY).
+    pub fn temp_store(store: &Store) -> i64 {
+        store
+            .conn
+            .query_row("PRAGMA temp_store", [], |r| r.get(0))
+            .unwrap()
+    }
 
     /// Flips the stored body of a review, as a disk error might.
     pub fn corrupt_body(store: &Store, review_id: &str) {

@@ -40,7 +40,8 @@ fn new_review(owner: &str) -> NewReview {
         owner: owner.into(),
         route: "create-refund".into(),
         action: "refund.create".into(),
-        reason: "refunds above 500 need a second pair of eyes".into(),
+        reason: "review_required".into(),
+        rules: vec!["refunds above 500 need a second pair of eyes".into()],
         record_id: Some("rec-1".into()),
         request: held(),
     }
@@ -597,10 +598,15 @@ async fn view_json_never_shows_the_held_request() {
             "request",
             "review_id",
             "route",
+            "rules",
             "status"
         ]
     );
     assert_eq!(json["status"], "pending");
+    assert_eq!(
+        json["rules"],
+        serde_json::json!(["refunds above 500 need a second pair of eyes"])
+    );
     assert_eq!(json["forward"], serde_json::json!({"state": "not_started"}));
     assert_eq!(
         json["request"],
@@ -914,4 +920,34 @@ async fn held_credentials_are_sealed_at_rest() {
     let r = Reviews::open(&db(&dir), HOUR, [9; 32]).unwrap();
     assert!(r.claim_forward(&v2).await.is_err());
     assert!(r.claim_forward(&v2).await.is_err(), "still not forwardable");
+}
+
+/// A database from before reviews kept rule messages gains the column on
+/// open; its reviews list none, and new ones keep theirs.
+#[tokio::test]
+async fn a_database_without_rule_messages_is_upgraded() {
+    let dir = TempDir::new().unwrap();
+    let path = db(&dir);
+    let id = {
+        let r = Reviews::open(&path, HOUR, TEST_SEAL).unwrap();
+        r.create(new_review("refund-app")).await.unwrap().review_id
+    };
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("ALTER TABLE review_reviews DROP COLUMN rules")
+            .unwrap();
+    }
+    let r = Reviews::open(&path, HOUR, TEST_SEAL).unwrap();
+    let old = r.get(&id, &admin()).await.unwrap().unwrap();
+    assert!(old.rules.is_empty());
+    let new = r.create(new_review("other-app")).await.unwrap();
+    assert_eq!(new.rules, ["refunds above 500 need a second pair of eyes"]);
+}
+
+/// The review store writes no temporary files: `temp_store` is MEMORY.
+#[tokio::test]
+async fn the_review_store_keeps_temp_data_in_memory() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    assert_eq!(store::tests_support::temp_store(&lock(&r.inner.store)), 2);
 }

@@ -421,6 +421,22 @@ pub fn spawn_binary_logged(
     String,
     std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
 ) {
+    spawn_binary_with(bin, dir, filter, &[], &[])
+}
+
+/// [`spawn_binary_logged`] with more `serve` arguments and environment
+/// variables for the child.
+pub fn spawn_binary_with(
+    bin: &str,
+    dir: &std::path::Path,
+    filter: &str,
+    args: &[&str],
+    envs: &[(&str, &std::path::Path)],
+) -> (
+    std::process::Child,
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+) {
     use std::io::Read;
     std::fs::create_dir_all(dir.join("policies")).expect("policies dir");
     if !dir.join("keys.toml").exists() {
@@ -433,6 +449,8 @@ pub fn spawn_binary_logged(
         .arg(dir.join("policies"))
         .arg("--data-dir")
         .arg(dir.join("data"))
+        .args(args)
+        .envs(envs.iter().map(|(k, v)| (*k, *v)))
         .env("RUST_LOG", filter)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -475,6 +493,55 @@ pub fn spawn_binary_logged(
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     (child, addr, log)
+}
+
+/// Stops a spawned server with SIGTERM and waits (up to 15 s) for it to
+/// drain and exit, so every buffered log line is written.
+pub fn terminate(child: &mut std::process::Child) {
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the server did not stop on SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The pipe readers drain what is left.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+}
+
+/// One request to `base` (e.g. `http://127.0.0.1:1234`) on a new client.
+pub async fn call(
+    base: &str,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Resp {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(format!("{base}{path}"));
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = client()
+        .request(b.body(Full::new(body.into())).expect("request"))
+        .await
+        .expect("response");
+    let (parts, body) = resp.into_parts();
+    Resp {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: body.collect().await.expect("body").to_bytes(),
+    }
 }
 
 /// A DELETE route next to the shipped refund route, for the gate tests: any
