@@ -659,6 +659,18 @@ fn part_missing(a: &Analysis, idx: &Index<'_>, set: &EvidenceSet) -> bool {
     })
 }
 
+/// Whether some quantity of the claim ("twice", "$100", "March") is backed
+/// by no quantity of the evidence set.
+fn specific_missing(a: &Analysis, idx: &Index<'_>, set: &EvidenceSet) -> bool {
+    a.qty.iter().any(|cq| {
+        !set.units.iter().any(|&u| {
+            idx.unit_qty(&idx.units[u])
+                .iter()
+                .any(|e| numbers::backs(&cq.q, e))
+        })
+    })
+}
+
 /// Whether the claim's capitalised first word is a name rather than a
 /// capital the sentence start gives any word: a source capitalises it
 /// inside a sentence ("... ; Priya is still waiting"), or no source has it
@@ -1010,7 +1022,16 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
         ranked = r;
         best = ranked.first().map(|&(p, _)| complete(&mut lv, p, &cands));
     }
-    let cov = round4(calibrate(best.as_ref().map_or(0.0, |(_, c)| *c)));
+    // Calibration credits the paraphrase a lexical match misses. A number,
+    // amount, date or count is never paraphrased past `numbers::backs`, so
+    // a claim with one the evidence set does not back keeps its raw share.
+    let cov = round4(best.as_ref().map_or(0.0, |(set, raw)| {
+        if specific_missing(&a, idx, set) {
+            *raw
+        } else {
+            calibrate(*raw)
+        }
+    }));
 
     if best.is_none() && a.total > 0.0 && !reasons.contains(&Reason::CitationNotFound) {
         reasons.push(Reason::NoEvidence);
