@@ -307,6 +307,12 @@ fn ragtruth(rows: &[Value], params: Params, ids: &str, sweep: bool) {
                             c.reasons.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
                             c.claim_text
                         );
+                        for k in &c.conflicts {
+                            println!(
+                                "     conflict: claim '{}' / evidence '{}'",
+                                k.claim_quote, k.evidence_quote
+                            );
+                        }
                         if let Some(e) = c.evidence.first() {
                             println!(
                                 "     ev: {}",

@@ -128,6 +128,17 @@ fn unit_word(norm: &str) -> Option<QtyKind> {
 
 /// The value of a spelled-out number word ("three", "forty"), if `norm` is
 /// one.
+/// A frequency adverb and the count it states: "charged twice" says what
+/// "charged two times" says. "once" is left out: it is far more often the
+/// conjunction ("once the return is received").
+pub(crate) fn frequency_word(norm: &str) -> Option<f64> {
+    match norm {
+        "twice" => Some(2.0),
+        "thrice" => Some(3.0),
+        _ => None,
+    }
+}
+
 pub(crate) fn small_word(norm: &str) -> Option<f64> {
     Some(match norm {
         "zero" => 0.0,
@@ -487,6 +498,21 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                 i = end;
                 continue;
             }
+            i += 1;
+            continue;
+        }
+        // "twice", "thrice": a soft count, like a lone number word.
+        if let Some(value) = frequency_word(norm(i)) {
+            out.push(Quantity {
+                kind: QtyKind::Count,
+                value,
+                date: DateParts::default(),
+                approx: approx_at(i),
+                soft: true,
+                tok_start: i,
+                tok_end: i + 1,
+                currency: None,
+            });
             i += 1;
             continue;
         }

@@ -66,7 +66,8 @@ pub struct Lex {
     /// A modal, future or pending marker ("may", "will", "expected",
     /// "scheduled"): the event it governs has not happened.
     pub hedge: bool,
-    /// `numbers::small_word(norm)` is some: a spelled-out number.
+    /// A spelled-out number (`numbers::small_word`) or a frequency adverb
+    /// (`numbers::frequency_word`).
     pub number_word: bool,
 }
 
@@ -79,7 +80,8 @@ impl Lex {
             only: norm == "only",
             content_negator: matches!(norm, "fail" | "fails" | "failed" | "denied" | "refused"),
             hedge: is_hedge(norm),
-            number_word: super::numbers::small_word(norm).is_some(),
+            number_word: super::numbers::small_word(norm).is_some()
+                || super::numbers::frequency_word(norm).is_some(),
         }
     }
 }
@@ -738,7 +740,6 @@ pub fn is_hedge(norm: &str) -> bool {
             | "once"
             | "if"
             | "unless"
-            | "until"
             | "awaiting"
             | "likely"
             | "possibly"

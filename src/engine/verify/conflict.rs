@@ -48,7 +48,16 @@ const STATE_GROUPS: &[&[&str]] = &[
         "closed",
         "terminated",
         "deactivated",
+        "revoked",
+        "expired",
     ],
+    &["satisfied", "dissatisfied", "unsatisfied"],
+    &["full", "partial"],
+    &["refunded", "charged"],
+    &["refund", "charge"],
+    &["fully", "partially"],
+    &["primary", "secondary"],
+    &["subscribed", "unsubscribed"],
     &["activated", "deactivated", "suspended"],
     &["paid", "unpaid", "overdue", "outstanding"],
     &["delivered", "undelivered", "lost", "returned", "missing"],
@@ -58,7 +67,7 @@ const STATE_GROUPS: &[&[&str]] = &[
     &["eligible", "ineligible"],
     &["open", "resolved", "closed"],
     &["opened", "closed"],
-    &["shipped", "unshipped"],
+    &["shipped", "unshipped", "cancelled", "canceled"],
     &["locked", "unlocked"],
     &["verified", "unverified"],
     &["completed", "incomplete"],
@@ -147,6 +156,13 @@ fn exclusive(a: &str, b: &str) -> bool {
                 }
             }
         }
+        for (a, b) in super::antonyms::PAIRS {
+            let (x, y) = (stemmer.stem(a).into_owned(), stemmer.stem(b).into_owned());
+            if x != y {
+                out.insert((x.clone(), y.clone()));
+                out.insert((y, x));
+            }
+        }
         out
     });
     a != b && pairs.contains(&(a.to_string(), b.to_string()))
@@ -201,6 +217,15 @@ fn is_role(norm: &str) -> bool {
                 | "auditor"
                 | "landlord"
                 | "tenant"
+                | "sender"
+                | "recipient"
+                | "buyer"
+                | "payer"
+                | "payee"
+                | "cardholder"
+                | "user"
+                | "requester"
+                | "approver"
         )
 }
 
@@ -208,7 +233,7 @@ fn is_role(norm: &str) -> bool {
 /// "whereas", "however", "although", "though" and "yet", and at a comma
 /// before "and" or "so". "Access was granted to Bob; Alice's request was
 /// denied" is two statements about two parties.
-fn clauses<'t>(body: &str, toks: &'t [Token], vocab: &text::Vocab) -> Vec<&'t [Token]> {
+pub(super) fn clauses<'t>(body: &str, toks: &'t [Token], vocab: &text::Vocab) -> Vec<&'t [Token]> {
     let mut out = Vec::new();
     let mut start = 0;
     for i in 1..toks.len() {
@@ -233,7 +258,29 @@ struct Sentence<'a> {
     body: &'a str,
     source_id: &'a str,
     toks: &'a [Token],
+    /// Distinct claim terms the clause holds.
     overlap: usize,
+    /// Those terms' stems, sorted.
+    seen: Vec<u32>,
+}
+
+impl Sentence<'_> {
+    /// How many of one claim clause's terms this clause holds: a claim
+    /// word is judged against the evidence clause that carries the claim
+    /// clause it sits in, not the whole claim ("X can be made, while Y
+    /// cannot be produced" has two statements).
+    fn overlap_in(&self, clause: &[u32]) -> usize {
+        self.seen.iter().filter(|s| clause.contains(s)).count()
+    }
+}
+
+/// The stems of the claim clause that holds `stem` (the whole claim's
+/// terms when no clause does).
+fn claim_clause(a: &Analysis, stem: u32) -> &[u32] {
+    a.clauses
+        .iter()
+        .find(|c| c.contains(&stem))
+        .map_or(&a.clause_all[..], |c| &c[..])
 }
 
 /// Which claim word a conflict is about.
@@ -284,17 +331,21 @@ pub(super) fn find(
                 source_id: src.id,
                 toks: clause,
                 overlap: seen.len(),
+                seen,
             });
         }
     }
     let mut hit = None;
     if coverage >= super::tune::NEG_MIN_COV {
-        hit = negation(a, &sentences, vocab).or_else(|| hedged(a, &sentences, vocab));
+        hit = negation(a, &sentences, vocab)
+            .or_else(|| denied_predicate(a, &sentences, vocab))
+            .or_else(|| hedged(a, &sentences, vocab));
     }
     if hit.is_none() && coverage >= STATUS_MIN_COV {
-        hit = status(a, &sentences, vocab)
+        hit = counted(&sentences, vocab, &claim_toks)
+            .or_else(|| status(a, &sentences, vocab))
             .or_else(|| scope(a, &sentences, vocab))
-            .or_else(|| party(a, &sentences, vocab));
+            .or_else(|| party(a, &sentences, vocab, claim, &claim_toks));
     }
     let hit = hit?;
     let claim_tok = claim_toks.iter().find(|t| match hit.claim {
@@ -325,7 +376,9 @@ fn negation(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Op
     for &(stem, negated) in &a.polarity {
         let (mut same, mut opposite) = (0, 0);
         let mut at = (0, 0);
+        let clause = claim_clause(a, stem);
         for (si, s) in sentences.iter().enumerate() {
+            let overlap = s.overlap_in(clause);
             for (i, t) in s.toks.iter().enumerate() {
                 if t.stem_id != stem || negates(s.toks, vocab, i) {
                     continue;
@@ -334,9 +387,9 @@ fn negation(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Op
                 // conflict.
                 let pol = polarity_of(s.body, s.toks, vocab, i);
                 if pol == Polarity::Unclear || (pol == Polarity::Negated) == negated {
-                    same = same.max(s.overlap);
-                } else if s.overlap > opposite {
-                    opposite = s.overlap;
+                    same = same.max(overlap);
+                } else if overlap > opposite {
+                    opposite = overlap;
                     at = (si, i);
                 }
             }
@@ -352,6 +405,60 @@ fn negation(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Op
     None
 }
 
+/// The claim asserts without a negator, and every clause that carries
+/// most of it denies its predicate ("was not granted", "has never been
+/// paid", "did not ship"), even when the claim words the predicate
+/// differently ("Bob was given access" against "access was not granted to
+/// Bob"): `negation_conflict`.
+fn denied_predicate(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
+    if a.negated {
+        return None;
+    }
+    let best = sentences.iter().map(|s| s.overlap).max().unwrap_or(0);
+    // One of the claim's words is enough: a denied predicate fails closed.
+    if best == 0 {
+        return None;
+    }
+    let mut first = None;
+    for (si, s) in sentences
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.overlap == best)
+    {
+        let norm = |k: usize| s.toks.get(k).map_or("", |t| vocab.norm(t.norm_id));
+        let at = (1..s.toks.len()).find(|&k| {
+            matches!(norm(k), "not" | "never")
+                && matches!(
+                    norm(k - 1),
+                    "was"
+                        | "were"
+                        | "is"
+                        | "are"
+                        | "has"
+                        | "have"
+                        | "had"
+                        | "did"
+                        | "does"
+                        | "do"
+                        | "been"
+                        | "be"
+                )
+        })?;
+        let word = s.toks[at..]
+            .iter()
+            .chain(s.toks[..at].iter())
+            .map(|t| t.stem_id)
+            .find(|st| a.terms.iter().any(|t| t.stem == Some(*st)))?;
+        first.get_or_insert((word, (si, at)));
+    }
+    let (word, at) = first?;
+    Some(Hit {
+        reason: Reason::NegationConflict,
+        claim: ClaimSide::Stem(word),
+        at,
+    })
+}
+
 /// A claim word whose exclusive state the passage asserts with the same
 /// polarity, where the claim's own word is not stated as strongly:
 /// `status_conflict` ("denied" against "approved", "not approved" against
@@ -359,9 +466,21 @@ fn negation(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Op
 fn status(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
     for &(stem, negated) in &a.polarity {
         let c = vocab.stem(stem);
+        // A claim that names both states ("before and after", "first and
+        // last name") compares them; it does not assert one of them.
+        if a.polarity
+            .iter()
+            .any(|&(other, _)| exclusive(c, vocab.stem(other)))
+        {
+            continue;
+        }
         let (mut own, mut rival) = (0, 0);
         let mut at = (0, 0);
+        let clause = claim_clause(a, stem);
         for (si, s) in sentences.iter().enumerate() {
+            let overlap = s.overlap_in(clause);
+            let mut has_own = false;
+            let mut rival_here = None;
             for (i, t) in s.toks.iter().enumerate() {
                 if negates(s.toks, vocab, i) {
                     continue;
@@ -371,10 +490,17 @@ fn status(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
                     continue;
                 }
                 if t.stem_id == stem {
-                    own = own.max(s.overlap);
-                } else if exclusive(c, vocab.stem(t.stem_id)) && s.overlap + 1 > rival {
-                    // The rival word stands in for the claim's own word.
-                    rival = s.overlap + 1;
+                    has_own = true;
+                } else if rival_here.is_none() && exclusive(c, vocab.stem(t.stem_id)) {
+                    rival_here = Some(i);
+                }
+            }
+            if has_own {
+                own = own.max(overlap);
+            } else if let Some(i) = rival_here {
+                // The rival word stands in for the claim's own word.
+                if overlap + 1 > rival {
+                    rival = overlap + 1;
                     at = (si, i);
                 }
             }
@@ -390,34 +516,197 @@ fn status(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
     None
 }
 
-/// Whether a token is a hedge that governs the clause: "may" before a
+/// How far a hedge reaches: a modal or a conditional governs the words
+/// after it ("could take up to 10 days to reach"); a state word ("pending",
+/// "requested", "scheduled") the words beside it ("a reset was requested",
+/// "deletion is scheduled").
+enum HedgeReach {
+    After(usize),
+    Around(usize),
+}
+
+/// Whether token `k` is a hedge, and how far it reaches: "may" before a
 /// number is a month, and a hedge the claim itself uses is not one.
-fn is_hedge_in(toks: &[Token], vocab: &text::Vocab, k: usize, claim_terms: &[u32]) -> bool {
+fn hedge_at(
+    toks: &[Token],
+    vocab: &text::Vocab,
+    k: usize,
+    claim_terms: &[u32],
+) -> Option<HedgeReach> {
     let t = &toks[k];
-    if !t.lex.hedge || claim_terms.contains(&t.stem_id) {
-        return false;
+    let norm = vocab.norm(t.norm_id);
+    // "the request to waive the fee", "an attempt to charge the card".
+    let asked = matches!(
+        norm,
+        "request" | "requests" | "attempt" | "attempts" | "application"
+    ) && toks
+        .get(k + 1)
+        .is_some_and(|n| vocab.norm(n.norm_id) == "to");
+    if asked && !claim_terms.contains(&t.stem_id) {
+        return Some(HedgeReach::After(3));
     }
-    let date = vocab.norm(t.norm_id) == "may"
-        && toks
-            .get(k + 1)
-            .is_some_and(|n| n.kind == text::TokenKind::Number);
-    !date
+    if !t.lex.hedge || claim_terms.contains(&t.stem_id) {
+        return None;
+    }
+    // "I can confirm that ...", "we can see that ...": a speaker's
+    // preamble, not doubt about what follows.
+    if matches!(norm, "can" | "could")
+        && toks.get(k + 1).is_some_and(|n| {
+            matches!(
+                vocab.norm(n.norm_id),
+                "confirm" | "see" | "tell" | "verify" | "assure" | "report" | "say"
+            )
+        })
+    {
+        return None;
+    }
+    // "May 5", "2 May", "in May": the month.
+    if norm == "may"
+        && (t.capitalized
+            || toks
+                .get(k + 1)
+                .is_some_and(|n| n.kind == text::TokenKind::Number)
+            || k.checked_sub(1)
+                .is_some_and(|j| toks[j].kind == text::TokenKind::Number))
+    {
+        return None;
+    }
+    Some(match norm {
+        "expected" | "expect" | "expects" | "scheduled" | "pending" | "planned" | "plans"
+        | "requested" | "requests" | "awaiting" | "intends" | "intended" => HedgeReach::Around(3),
+        _ => HedgeReach::After(8),
+    })
 }
 
 /// Whether the claim states anything under a hedge.
 pub(super) fn claim_hedged(toks: &[Token], vocab: &text::Vocab) -> bool {
-    (0..toks.len()).any(|k| is_hedge_in(toks, vocab, k, &[]))
+    (0..toks.len()).any(|k| hedge_at(toks, vocab, k, &[]).is_some())
 }
 
-/// The clauses that carry most of the claim all state it under a hedge
-/// ("will be issued", "could take 10 days to reach", "a reset was
-/// requested", "deletion is scheduled") while the claim states it as done:
-/// `hedged_evidence`.
+/// Irregular past forms that report an event as done.
+fn irregular_past(norm: &str) -> bool {
+    matches!(
+        norm,
+        "sent"
+            | "paid"
+            | "made"
+            | "took"
+            | "taken"
+            | "gave"
+            | "given"
+            | "got"
+            | "gotten"
+            | "went"
+            | "gone"
+            | "came"
+            | "brought"
+            | "bought"
+            | "sold"
+            | "told"
+            | "left"
+            | "held"
+            | "kept"
+            | "built"
+            | "won"
+            | "lost"
+            | "found"
+            | "spent"
+            | "began"
+            | "begun"
+            | "wrote"
+            | "written"
+            | "ran"
+            | "met"
+            | "rang"
+            | "saw"
+            | "seen"
+            | "did"
+            | "done"
+            | "shipped"
+            | "hit"
+            | "cut"
+            | "set"
+            | "put"
+            | "shut"
+            | "reset"
+            | "cost"
+            | "quit"
+            | "split"
+            | "spread"
+            | "read"
+            | "let"
+            | "upset"
+            | "froze"
+            | "frozen"
+            | "chose"
+            | "chosen"
+            | "drove"
+            | "driven"
+            | "flew"
+            | "flown"
+            | "arose"
+            | "became"
+            | "broke"
+            | "broken"
+            | "rose"
+            | "fell"
+            | "fallen"
+    )
+}
+
+/// Whether the claim reports an event as done ("the refund was issued",
+/// "the order shipped", "the courier picked up the return"), as opposed
+/// to an instruction ("click Apply"), a general statement ("it is designed
+/// to keep food warm") or a plan. Only such a claim can be contradicted by
+/// evidence that puts the event in the future or in doubt.
+/// Whether token `k` is a past form of a verb ("approved", "sent").
+pub(super) fn reports_event_at(toks: &[Token], vocab: &text::Vocab, k: usize) -> bool {
+    toks.get(k).is_some_and(|t| {
+        let w = vocab.norm(t.norm_id);
+        irregular_past(w) || (w.len() > 4 && w.ends_with("ed") && t.kind == text::TokenKind::Word)
+    })
+}
+
+pub(super) fn claim_reports_done(toks: &[Token], vocab: &text::Vocab) -> bool {
+    let norm = |i: usize| vocab.norm(toks[i].norm_id);
+    let past = |i: usize| {
+        let w = norm(i);
+        irregular_past(w)
+            || (w.len() > 4 && w.ends_with("ed") && toks[i].kind == text::TokenKind::Word)
+    };
+    (0..toks.len()).any(|i| {
+        match norm(i) {
+            "did" => return true,
+            // "was issued", "was $19.99", "has been processed".
+            "was" | "were" => return true,
+            "been" => return (i + 1..(i + 3).min(toks.len())).any(past),
+            _ => {}
+        }
+        // "The order shipped", "the courier picked up": a past form right
+        // after the subject near the start. A past form elsewhere is
+        // usually an adjective ("installed programs", "a wounded arm").
+        i > 0 && i <= 5 && past(i) && !toks[i - 1].lex.stopword
+    })
+}
+
+/// The clauses that carry most of the claim all put the claim's words
+/// under a hedge ("will be issued", "could take 10 days to reach", "a
+/// reset was requested", "deletion is scheduled") while the claim reports
+/// the event as done: `hedged_evidence`. A hedge elsewhere in the clause
+/// ("you may find it says: the drawer is designed ...") governs other
+/// words and does not count.
 fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
-    if a.hedge {
+    if a.hedge || !a.done {
         return None;
     }
-    let terms: Vec<u32> = a.terms.iter().filter_map(|t| t.stem).collect();
+    // The claim's words and its numbers: "will be refunded $40" governs
+    // the claim's "$40" even when it words the event differently.
+    let terms: Vec<u32> = a
+        .terms
+        .iter()
+        .filter_map(|t| t.stem)
+        .chain(a.qty_stems.iter().copied())
+        .collect();
     let best = sentences.iter().map(|s| s.overlap).max().unwrap_or(0);
     if best == 0 {
         return None;
@@ -428,15 +717,26 @@ fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
         .enumerate()
         .filter(|(_, s)| s.overlap == best)
     {
-        let hedge = (0..s.toks.len()).find(|&k| is_hedge_in(s.toks, vocab, k, &terms))?;
-        if first.is_none() {
-            // The claim's word this clause states under the hedge.
-            let word = s
-                .toks
+        let governed = (0..s.toks.len()).find_map(|k| {
+            let range = match hedge_at(s.toks, vocab, k, &terms)? {
+                HedgeReach::After(n) => k + 1..(k + 1 + n).min(s.toks.len()),
+                HedgeReach::Around(n) => k.saturating_sub(n)..(k + 1 + n).min(s.toks.len()),
+            };
+            let word = s.toks[range]
                 .iter()
                 .map(|t| t.stem_id)
-                .find(|st| a.polarity.iter().any(|&(p, _)| p == *st));
-            first = word.map(|w| (w, (si, hedge)));
+                .find(|st| terms.contains(st))?;
+            Some((word, k))
+        });
+        match governed {
+            Some((word, k)) => {
+                first.get_or_insert((word, (si, k)));
+            }
+            // A clause with a hedge over other words ("will be flagged by
+            // the risk team") neither asserts nor hedges the claim's; a
+            // clause with no hedge at all asserts it.
+            None if (0..s.toks.len()).any(|k| hedge_at(s.toks, vocab, k, &terms).is_some()) => {}
+            None => return None,
         }
     }
     let (word, at) = first?;
@@ -445,6 +745,56 @@ fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
         claim: ClaimSide::Stem(word),
         at,
     })
+}
+
+/// The value of a count token: a small number word ("two") or digits.
+fn count_value(t: &Token, vocab: &text::Vocab) -> Option<f64> {
+    let norm = vocab.norm(t.norm_id);
+    match t.kind {
+        text::TokenKind::Number => norm.parse().ok(),
+        _ => crate::engine::numbers::small_word(norm),
+    }
+}
+
+/// A spelled-out count in the claim ("two of the three items") that the
+/// evidence states with another count in the same place ("one of the
+/// three items"), and never with the claim's: `number_mismatch`. Small
+/// number words are everyday language, so the number check does not hold
+/// them to the evidence on their own; the same following word makes the
+/// other count a rival for the same slot.
+fn counted(sentences: &[Sentence<'_>], vocab: &text::Vocab, claim_toks: &[Token]) -> Option<Hit> {
+    for (k, ct) in claim_toks.iter().enumerate() {
+        if ct.kind == text::TokenKind::Number {
+            continue;
+        }
+        let (Some(v), Some(next)) = (
+            crate::engine::numbers::small_word(vocab.norm(ct.norm_id)),
+            claim_toks.get(k + 1),
+        ) else {
+            continue;
+        };
+        let mut rival = None;
+        let mut same = false;
+        for (si, s) in sentences.iter().enumerate() {
+            for (j, et) in s.toks.iter().enumerate() {
+                match count_value(et, vocab) {
+                    Some(e) if e == v => same = true,
+                    Some(_) if s.toks.get(j + 1).is_some_and(|n| n.norm_id == next.norm_id) => {
+                        rival.get_or_insert((si, j));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let (false, Some(at)) = (same, rival) {
+            return Some(Hit {
+                reason: Reason::NumberMismatch,
+                claim: ClaimSide::Stem(ct.stem_id),
+                at,
+            });
+        }
+    }
+    None
 }
 
 /// Whether token `t` of `body` is a possessive ("Casey's").
@@ -463,7 +813,16 @@ pub(super) fn possessive(body: &str, t: &Token) -> bool {
 /// party instead: "The agent approved the refund; the manager was not
 /// consulted" does not support "The manager approved the refund":
 /// `party_conflict`.
-fn party(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
+fn party(
+    a: &Analysis,
+    sentences: &[Sentence<'_>],
+    vocab: &text::Vocab,
+    claim: &str,
+    claim_toks: &[Token],
+) -> Option<Hit> {
+    if let Some(hit) = designated_party(sentences, vocab, claim, claim_toks) {
+        return Some(hit);
+    }
     let is_party_term = |t: &super::Term| t.name || t.surf.is_some_and(|s| is_role(vocab.norm(s)));
     let parties: Vec<u32> = a
         .terms
@@ -538,9 +897,18 @@ fn party(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Optio
                 // Lee", "reset by Emma"). Any other capitalised word is too
                 // common in prose to stand for a party.
                 let at = s.toks.iter().position(|x| std::ptr::eq(x, t));
-                let slot = at
-                    .and_then(|k| k.checked_sub(1))
-                    .is_some_and(|k| matches!(vocab.norm(s.toks[k].norm_id), "to" | "by" | "for"));
+                let norm_at = |k: usize| s.toks.get(k).map_or("", |x| vocab.norm(x.norm_id));
+                let slot = at.is_some_and(|k| {
+                    let agent = |j: usize| matches!(norm_at(j), "to" | "by" | "for");
+                    // "granted to Lee", "reset by Emma"; "Globex was
+                    // invoiced" (the subject of the clause's verb).
+                    (k > 0 && agent(k - 1))
+                        || ((k == 0 || norm_at(k - 1) == "the")
+                            && matches!(
+                                norm_at(k + 1),
+                                "was" | "were" | "is" | "are" | "has" | "had" | "have"
+                            ))
+                });
                 // "Casey's account" owns the claim's thing; "the World's
                 // Fair" owns nothing the claim is about.
                 let owns_claim_thing = possessive(s.body, t)
@@ -563,6 +931,73 @@ fn party(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Optio
             at: (*si, k),
         })
     })
+}
+
+/// A one-letter or numeric designator after a capitalised word or a role
+/// ("Team A", "Agent 7", "Warehouse B"): the designator, if token `k+1`
+/// is one.
+fn designator<'b>(body: &'b str, toks: &[Token], vocab: &text::Vocab, k: usize) -> Option<&'b str> {
+    let (head, next) = (toks.get(k)?, toks.get(k + 1)?);
+    // "May 5" is a date; a number after a plain capitalised word is more
+    // often a date, a model or a count than a designator.
+    let role = is_role(vocab.norm(head.norm_id));
+    if head.lex.month.is_some() || !(head.capitalized || role) {
+        return None;
+    }
+    let gap = body.get(head.end..next.start)?;
+    let d = body.get(next.start..next.end)?;
+    let one_letter = d.len() == 1 && d.bytes().all(|b| b.is_ascii_uppercase());
+    let numeric = !d.is_empty() && d.len() <= 4 && d.bytes().all(|b| b.is_ascii_digit());
+    (gap == " " && (one_letter || (numeric && role))).then_some(d)
+}
+
+/// The claim names a designated party ("Team A was granted write access")
+/// and the clause that carries the predicate names the same head with
+/// another designator ("granted to Team B"), while no carrying clause
+/// names the claim's: `party_conflict`. Designators are stopwords or
+/// numbers to the matcher, so coverage cannot tell "Team A" from "Team B".
+fn designated_party(
+    sentences: &[Sentence<'_>],
+    vocab: &text::Vocab,
+    claim: &str,
+    claim_toks: &[Token],
+) -> Option<Hit> {
+    let best = sentences.iter().map(|s| s.overlap).max().unwrap_or(0);
+    if best == 0 {
+        return None;
+    }
+    for k in 0..claim_toks.len() {
+        let Some(d) = designator(claim, claim_toks, vocab, k) else {
+            continue;
+        };
+        let head = claim_toks[k].stem_id;
+        let mut other = None;
+        let mut same = false;
+        for (si, s) in sentences
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.overlap == best)
+        {
+            for j in 0..s.toks.len() {
+                if s.toks[j].stem_id != head {
+                    continue;
+                }
+                match designator(s.body, s.toks, vocab, j) {
+                    Some(e) if e == d => same = true,
+                    Some(_) if other.is_none() => other = Some((si, j + 1)),
+                    _ => {}
+                }
+            }
+        }
+        if let (false, Some(at)) = (same, other) {
+            return Some(Hit {
+                reason: Reason::PartyConflict,
+                claim: ClaimSide::Stem(head),
+                at,
+            });
+        }
+    }
+    None
 }
 
 /// "All" in the claim against "except", "only" or "some" in the sentence
