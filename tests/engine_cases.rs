@@ -248,12 +248,12 @@ const CASES: &[Case] = &[
         U,
     ),
     c(ANSWER_SRC, "About 7 million people visit it every year.", S),
-    // A paraphrase past lexical reach ("it" → "the tower", "every" → "each")
-    // lands in review rather than passing: a known limit, not a goal.
+    // A paraphrase of every fact ("roughly" for "about", "the tower" for
+    // "it", "each" for "every"): calibrated coverage passes it.
     c(
         ANSWER_SRC,
         "Roughly 7 million people visit the tower each year.",
-        A,
+        S,
     ),
     c(ANSWER_SRC, "About 9 million people visit it every year.", U),
     c(

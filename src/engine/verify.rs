@@ -58,6 +58,15 @@ mod tune {
     pub const CALIBRATION_KNEE: f64 = 0.52;
     /// The default `min_coverage`, where the knee lands.
     pub const CALIBRATION_TARGET: f64 = 0.85;
+    /// Raw coverage that reports as the default `review_floor` (0.5): a
+    /// claim less than this share of which the evidence holds is mostly
+    /// unstated. The binary figures do not depend on it, and real data
+    /// does not pin it down (on WiCE dev, moving it from 0.31 to 0.46 turns
+    /// 10 partially supported and 3 supported claims from ambiguous to
+    /// unsupported), so it is set by the product's cases
+    /// (`tests/engine_cases.rs`): a claim whose point is absent ("refunds
+    /// are issued as store credit") is unsupported, not a review.
+    pub const REVIEW_KNEE: f64 = 0.45;
     /// Share of a claim part's weight the evidence set must hold for the
     /// claim to be supported.
     pub const MIN_PART: f64 = 0.2;
@@ -1104,17 +1113,23 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
 /// default `min_coverage` (0.85) sits at the raw share that separates
 /// supported from unsupported claims best on held-out real data (WiCE dev,
 /// RAGTruth even ids; see docs/accuracy.md), and the default
-/// `review_floor` (0.5) below it. 0 stays 0, 1 stays 1, and a higher raw
+/// `review_floor` (0.5) at `tune::REVIEW_KNEE`. 0 stays 0, 1 stays 1, and a higher raw
 /// share always reports higher.
 pub(super) fn calibrate(raw: f64) -> f64 {
     let raw = raw.clamp(0.0, 1.0);
+    let (low, floor) = (tune::REVIEW_KNEE, REVIEW_FLOOR);
     let (knee, at) = (tune::CALIBRATION_KNEE, tune::CALIBRATION_TARGET);
-    if raw <= knee {
-        raw * at / knee
+    if raw <= low {
+        raw * floor / low
+    } else if raw <= knee {
+        floor + (raw - low) * (at - floor) / (knee - low)
     } else {
         at + (raw - knee) * (1.0 - at) / (1.0 - knee)
     }
 }
+
+/// The default `review_floor` that `tune::REVIEW_KNEE` reports as.
+const REVIEW_FLOOR: f64 = 0.5;
 
 fn resolve_citation(
     cc: &CallerCitation,
