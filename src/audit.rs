@@ -12,6 +12,7 @@
 //! - [`redaction`]: the data dir's HMAC key that redacted params are tagged with.
 //! - [`merkle`]: RFC 6962 hashes, proofs, Go `tlog` stored-hash layout.
 //! - [`note`]: C2SP signed notes and checkpoints.
+//! - [`cosign`]: C2SP cosignatures, which witnesses sign and the log collects.
 //! - [`keys`]: Ed25519 keys on disk, key documents, rotation.
 //! - [`store`]: the `audit_*` SQLite tables.
 //! - `writer`: the single writer thread and the group commit.
@@ -34,6 +35,7 @@
 
 pub mod canonical;
 mod checkpointer;
+pub mod cosign;
 pub mod keys;
 pub mod merkle;
 pub mod note;

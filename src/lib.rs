@@ -25,6 +25,8 @@
 //!   resolutions, expiry, and the exactly-once forward claim.
 //! - [`audit`]: the tamper-evident audit log (Merkle tree, signed checkpoints, SQLite).
 //! - [`jobs`]: durable batch jobs: SQLite queue, worker threads, retention.
+//! - [`witness`]: `verdict witness serve`, a C2SP witness that cosigns only
+//!   checkpoints consistent with those it cosigned before.
 //! - `sqlite`: how the connections to the shared database wait for its write lock.
 
 pub mod api;
@@ -47,3 +49,4 @@ pub mod review;
 pub mod server;
 mod sqlite;
 pub mod telemetry;
+pub mod witness;

@@ -50,10 +50,9 @@ pub fn verifier_key(name: &str, public_key: &[u8]) -> String {
 
 /// Parses a verifier key string into `(name, public key)`.
 pub fn parse_verifier_key(vkey: &str) -> Result<(String, [u8; 32]), NoteError> {
-    let mut parts = vkey.split('+');
-    let (Some(name), Some(id), Some(key), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+    // The base64 key may itself hold '+': split at the first two only.
+    let mut parts = vkey.splitn(3, '+');
+    let (Some(name), Some(id), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
         return err("verifier key: expected name+id+key");
     };
     let raw = B64
