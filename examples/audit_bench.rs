@@ -88,6 +88,7 @@ async fn run(
         origin: Some("verdict/bench".into()),
         max_wait,
         max_batch: 512,
+        witnesses: Vec::new(),
     };
     let log = AuditLog::open(&db, &keys, &cfg)?;
     let mut registry = prometheus_client::registry::Registry::default();

@@ -55,6 +55,8 @@ enum Endpoint {
     AuditRecord,
     AuditProof,
     AuditKey,
+    AuditCheckpoint,
+    AuditConsistency,
 }
 
 /// Who may call an endpoint.
@@ -148,6 +150,19 @@ static ROUTES: &[RouteDef] = &[
         Method::POST,
         Endpoint::ReviewReject,
         Access::Scope(Scope::Review),
+    ),
+    // Before `/v2/audit/{record_id}`: the first matching route wins.
+    route(
+        "/v2/audit/checkpoint",
+        Method::GET,
+        Endpoint::AuditCheckpoint,
+        Access::Public,
+    ),
+    route(
+        "/v2/audit/consistency",
+        Method::GET,
+        Endpoint::AuditConsistency,
+        Access::Public,
     ),
     route(
         "/v2/audit/{record_id}",
@@ -307,6 +322,8 @@ impl Api {
             Endpoint::AuditRecord => self.audit_record(param).await,
             Endpoint::AuditProof => self.audit_proof(param).await,
             Endpoint::AuditKey => self.audit_key(param),
+            Endpoint::AuditCheckpoint => self.audit_checkpoint().await,
+            Endpoint::AuditConsistency => self.audit_consistency(req.uri().query()).await,
         };
         (def.template, result)
     }
@@ -480,6 +497,63 @@ impl Api {
             "application/json",
             proof.to_json(),
         ))
+    }
+
+    /// The newest checkpoint as a signed note, with every cosignature its
+    /// witnesses returned for it.
+    async fn audit_checkpoint(&self) -> Result<Response<RespBody>, ApiError> {
+        let note = self
+            .app
+            .audit
+            .checkpoint()
+            .await?
+            .ok_or_else(|| ApiError::Unavailable("the audit log has no checkpoint yet".into()))?;
+        Ok(bytes_response(
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            note,
+        ))
+    }
+
+    /// `?first=N&second=M`: the RFC 6962 consistency proof between two tree
+    /// sizes, `0 < N <= M <=` the newest checkpoint's size.
+    async fn audit_consistency(&self, query: Option<&str>) -> Result<Response<RespBody>, ApiError> {
+        let (mut first, mut second) = (None, None);
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let n = v.parse::<u64>().map_err(|_| {
+                ApiError::BadRequest(format!("{k}: expected a tree size, got {v:?}"))
+            });
+            match k {
+                "first" => first = Some(n?),
+                "second" => second = Some(n?),
+                other => {
+                    return Err(ApiError::BadRequest(format!(
+                        "unknown query parameter {other:?} (first, second)"
+                    )))
+                }
+            }
+        }
+        let (Some(first), Some(second)) = (first, second) else {
+            return Err(ApiError::BadRequest(
+                "first and second (tree sizes) are required".into(),
+            ));
+        };
+        let proof = self
+            .app
+            .audit
+            .consistency(first, second)
+            .await?
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "no proof from size {first} to {second}: need 0 < first <= second <= \
+                     the newest checkpoint's size"
+                ))
+            })?;
+        json_response(
+            StatusCode::OK,
+            &crate::audit::ConsistencyDocument::new(first, second, &proof),
+        )
     }
 
     fn audit_key(&self, key_id: &str) -> Result<Response<RespBody>, ApiError> {

@@ -245,10 +245,18 @@ async fn open_audit(config: &Config) -> Result<AuditLog, StartError> {
     let db = db_path(config);
     let cfg = config.audit.clone();
     let key_dir = config.data_dir.clone();
-    tokio::task::spawn_blocking(move || AuditLog::open(&db, &key_dir, &cfg))
+    let witnesses = cfg.witnesses.clone();
+    let log = tokio::task::spawn_blocking(move || AuditLog::open(&db, &key_dir, &cfg))
         .await
         .map_err(|e| data_err(config, format!("audit open task failed: {e}")))?
-        .map_err(StartError::Audit)
+        .map_err(StartError::Audit)?;
+    // A witness that cosigned a larger tree than the log holds stops
+    // start-up here (a rollback); an unreachable one does not.
+    if let Err(e) = log.start_witnessing(witnesses).await {
+        log.shutdown().await;
+        return Err(StartError::Audit(e));
+    }
+    Ok(log)
 }
 
 /// Loads (or, when absent, creates) the redaction key, off the runtime.

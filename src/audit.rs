@@ -18,6 +18,7 @@
 //! - `writer`: the single writer thread and the group commit.
 //! - `checkpointer`: background WAL checkpoints beside the writer.
 //! - [`verify`]: proof documents, offline proof check, whole-log check.
+//! - `witnessing`: sending checkpoints to witnesses, keeping their cosignatures.
 //!
 //! # Use
 //! - Startup: [`AuditLog::open`]`(data_dir/verdict.db, data_dir, &cfg.audit)`;
@@ -43,6 +44,7 @@ pub mod record;
 pub mod redaction;
 pub mod store;
 pub mod verify;
+mod witnessing;
 mod writer;
 
 #[cfg(test)]
@@ -56,6 +58,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use rusqlite::Connection;
@@ -70,9 +73,11 @@ pub use merkle::Position;
 pub use record::{redact, AuditRecord, RecordKind, SCHEMA};
 pub use redaction::{RedactionKey, RedactionKeyError};
 pub use verify::{
-    verify_log, verify_proof, verify_record, ProofDocument, VerifyError, VerifyReport,
+    verify_consistency_documents, verify_log, verify_proof, verify_record, ConsistencyDocument,
+    ProofDocument, VerifyError, VerifyReport,
 };
 
+pub use witnessing::WitnessStatus;
 use writer::{Msg, Pending, Writer};
 
 /// Why the audit log could not do what was asked. Cloneable so that one
@@ -158,6 +163,9 @@ pub struct AuditHealth {
     /// True while the last group commit failed.
     pub failing: bool,
     pub last_error: Option<String>,
+    /// Each configured witness: the size it cosigned and the lag behind.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub witnesses: Vec<WitnessStatus>,
 }
 
 #[derive(Clone)]
@@ -166,6 +174,7 @@ struct Metrics {
     commit_seconds: Histogram,
     records: Counter,
     failures: Counter,
+    witness_submissions: Family<witnessing::SubmissionLabels, Counter>,
 }
 
 impl Metrics {
@@ -175,6 +184,7 @@ impl Metrics {
             commit_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 14)),
             records: Counter::default(),
             failures: Counter::default(),
+            witness_submissions: Family::default(),
         }
     }
 }
@@ -186,6 +196,7 @@ struct Shared {
     keys: RwLock<Vec<KeyDocument>>,
     inject_failure: AtomicBool,
     metrics: Metrics,
+    witnesses: Mutex<Vec<WitnessStatus>>,
 }
 
 struct Inner {
@@ -198,6 +209,8 @@ struct Inner {
     /// Idle read connections, reused across `spawn_blocking` reads.
     readers: Mutex<Vec<Connection>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Turns true on shutdown; background tasks (witnessing) stop.
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 /// Handle to the audit log. Cheap to clone; all clones share one writer.
@@ -212,6 +225,7 @@ fn new_shared() -> Arc<Shared> {
         keys: RwLock::new(Vec::new()),
         inject_failure: AtomicBool::new(false),
         metrics: Metrics::new(),
+        witnesses: Mutex::new(Vec::new()),
     })
 }
 
@@ -237,6 +251,7 @@ impl AuditLog {
                 db_path: db_path.to_path_buf(),
                 readers: Mutex::new(Vec::new()),
                 thread: Mutex::new(Some(thread)),
+                stop: tokio::sync::watch::channel(false).0,
             }),
         })
     }
@@ -293,6 +308,7 @@ impl AuditLog {
                 db_path: PathBuf::from("/nonexistent/verdict-noop-audit.db"),
                 readers: Mutex::new(Vec::new()),
                 thread: Mutex::new(Some(thread)),
+                stop: tokio::sync::watch::channel(false).0,
             }),
         })
     }
@@ -410,6 +426,15 @@ impl AuditLog {
             h.failing = true;
             h.last_error = Some("audit writer is not running".into());
         }
+        if let Ok(w) = self.inner.shared.witnesses.lock() {
+            h.witnesses = w
+                .iter()
+                .map(|w| WitnessStatus {
+                    lag: h.size.saturating_sub(w.cosigned_size),
+                    ..w.clone()
+                })
+                .collect();
+        }
         h
     }
 
@@ -449,6 +474,11 @@ impl AuditLog {
             "Audit group commits that failed and were rolled back",
             m.failures.clone(),
         );
+        registry.register(
+            "verdict_audit_witness_submissions",
+            "Checkpoints submitted to witnesses, by witness and outcome (ok, failed, rolled_back)",
+            m.witness_submissions.clone(),
+        );
     }
 
     /// Rotates the signing key while running (see [`rotate_key`]).
@@ -466,6 +496,7 @@ impl AuditLog {
     /// Commits every queued record, then stops the writer. Later appends
     /// fail with `Unavailable`. Safe to call more than once.
     pub async fn shutdown(&self) {
+        self.inner.stop.send_replace(true);
         let (ack, done) = oneshot::channel();
         if self.inner.tx.send(Msg::Shutdown(ack)).is_ok() {
             let _ = done.await;

@@ -157,6 +157,20 @@ pub struct AuditConfig {
     /// charge per flush.
     pub max_wait: Duration,
     pub max_batch: usize,
+    /// `[[audit.witnesses]]`: witnesses the log sends its checkpoints to
+    /// (C2SP tlog-witness), and whose cosignatures it keeps.
+    pub witnesses: Vec<WitnessConfig>,
+}
+
+/// One witness of the audit log.
+#[derive(Debug, Clone)]
+pub struct WitnessConfig {
+    /// Submission prefix: `add-checkpoint` is posted to `<url>/add-checkpoint`.
+    pub url: String,
+    /// The witness's key name, from its verifier key.
+    pub name: String,
+    /// Its Ed25519 cosigning key.
+    pub key: [u8; 32],
 }
 
 #[derive(Debug, Clone)]
@@ -186,6 +200,19 @@ pub struct ServerConfig {
     /// for this long is closed, so idle connections cannot hold every
     /// `max_connections` slot.
     pub idle_timeout: Duration,
+}
+
+impl ServerConfig {
+    /// Limits for `verdict witness serve`, which has no config file: the
+    /// API's defaults.
+    pub fn witness_defaults() -> ServerConfig {
+        ServerConfig {
+            header_read_timeout: Duration::from_secs(10),
+            max_connections: 256,
+            shutdown_grace: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -313,6 +340,14 @@ struct FileAudit {
     origin: Option<String>,
     max_wait: Option<String>,
     max_batch: Option<usize>,
+    witnesses: Option<Vec<FileWitness>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWitness {
+    url: String,
+    vkey: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -485,6 +520,7 @@ impl Config {
                 origin: f.audit.origin,
                 max_wait: duration("audit.max_wait", f.audit.max_wait, "0ms")?,
                 max_batch,
+                witnesses: witnesses(f.audit.witnesses.unwrap_or_default())?,
             },
             review_ttl: match f.review.ttl {
                 None => DEFAULT_REVIEW_TTL,
@@ -592,6 +628,38 @@ fn tls_pair(
             "{section}: tls_cert and tls_key must be set together"
         ))),
     }
+}
+
+/// `[[audit.witnesses]]`: each an http(s) URL and a cosigner verifier key
+/// (`verdict witness vkey` prints one); names must differ.
+fn witnesses(list: Vec<FileWitness>) -> Result<Vec<WitnessConfig>, ConfigError> {
+    let mut out: Vec<WitnessConfig> = Vec::with_capacity(list.len());
+    for (i, w) in list.into_iter().enumerate() {
+        let at = format!("audit.witnesses[{i}]");
+        let uri: http::Uri = w
+            .url
+            .parse()
+            .map_err(|e| ConfigError::Invalid(format!("{at}.url: {e}")))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            return Err(ConfigError::Invalid(format!(
+                "{at}.url: must be an http:// or https:// URL, got {:?}",
+                w.url
+            )));
+        }
+        let (name, key) = crate::audit::cosign::parse_verifier_key(&w.vkey)
+            .map_err(|e| ConfigError::Invalid(format!("{at}.vkey: {e}")))?;
+        if out.iter().any(|o| o.name == name) {
+            return Err(ConfigError::Invalid(format!(
+                "{at}: a second witness named {name:?}"
+            )));
+        }
+        out.push(WitnessConfig {
+            url: w.url.trim_end_matches('/').to_string(),
+            name,
+            key,
+        });
+    }
+    Ok(out)
 }
 
 fn duration(key: &str, value: Option<String>, default: &str) -> Result<Duration, ConfigError> {

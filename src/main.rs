@@ -62,6 +62,41 @@ enum Command {
     /// Check and maintain the tamper-evident audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Run a witness that cosigns another verdict's audit checkpoints.
+    #[command(subcommand)]
+    Witness(WitnessCommand),
+}
+
+#[derive(Subcommand)]
+enum WitnessCommand {
+    /// Serve the C2SP tlog-witness protocol (POST /add-checkpoint): cosign
+    /// each checkpoint of the listed logs that is consistent with the last
+    /// one cosigned, refuse any other.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8282")]
+        listen: std::net::SocketAddr,
+        /// Where the witness keeps its key (witness.key) and state
+        /// (witness.db).
+        #[arg(long, default_value = "witness-data")]
+        data_dir: PathBuf,
+        /// The witness's key name, e.g. witness.example.com/w1.
+        #[arg(long)]
+        name: String,
+        /// A log to cosign for: a verifier key as `verdict audit vkey`
+        /// prints it. Repeat for more logs, or for a log's older keys.
+        #[arg(long = "log", required = true)]
+        logs: Vec<String>,
+    },
+    /// Print the witness's verifier key (creating its key on first use),
+    /// for a log's `[[audit.witnesses]]` entry.
+    Vkey {
+        #[arg(long, default_value = "witness-data")]
+        data_dir: PathBuf,
+        /// The witness's key name, e.g. witness.example.com/w1.
+        #[arg(long)]
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -82,6 +117,27 @@ enum AuditCommand {
         /// claimed to prove; without it only the proof itself is checked.
         #[arg(long)]
         record: Option<PathBuf>,
+    },
+    /// Check offline that a newer checkpoint extends an older one: both
+    /// signed by KEY, and the proof (GET /v2/audit/consistency) holds.
+    /// Exit 0 valid, 1 invalid, 2 usage error.
+    VerifyConsistency {
+        /// The older checkpoint note (GET /v2/audit/checkpoint, saved).
+        old: PathBuf,
+        /// The newer checkpoint note.
+        new: PathBuf,
+        /// The proof from GET /v2/audit/consistency?first=OLD&second=NEW.
+        #[arg(long)]
+        proof: PathBuf,
+        /// The log's public key (GET /v2/audit/keys/{kid}).
+        #[arg(long)]
+        key: PathBuf,
+    },
+    /// Print the log's verifier keys (`origin+id+key`, active first), for
+    /// a witness's `--log`.
+    Vkey {
+        #[arg(long, default_value = "data")]
+        data_dir: PathBuf,
     },
     /// Publish a new signing key, retire the old one (still published) and
     /// sign one checkpoint with both. Run with the server stopped.
@@ -160,6 +216,7 @@ fn main() -> ExitCode {
             strict,
         } => check(policies, config, strict),
         Command::Audit(cmd) => audit(cmd),
+        Command::Witness(cmd) => witness(cmd),
         Command::Keys(KeysCommand::New { name, scopes }) => {
             match verdict::auth::new_key(&name, &scopes) {
                 Ok(k) => {
@@ -235,6 +292,60 @@ fn audit(cmd: AuditCommand) -> ExitCode {
                 }
             }
         }
+        AuditCommand::VerifyConsistency {
+            old,
+            new,
+            proof,
+            key,
+        } => {
+            let read = |p: &PathBuf| {
+                std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
+            };
+            let files = (|| Ok::<_, String>((read(&old)?, read(&new)?, read(&proof)?, read(&key)?)))();
+            let (old, new, proof, key) = match files {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("verdict: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match verdict::audit::verify_consistency_documents(&old, &new, &proof, &key) {
+                Ok(summary) => {
+                    println!("{summary}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("verdict: INVALID: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        AuditCommand::Vkey { data_dir } => match verdict::audit::keys::load_docs(&data_dir) {
+            Ok(docs) if !docs.is_empty() => {
+                let mut docs = docs;
+                docs.sort_by_key(|d| d.status != verdict::audit::KeyStatus::Active);
+                for d in &docs {
+                    match (d.note_name(), d.public_key()) {
+                        (Some(name), Ok(pk)) => {
+                            println!("{}", verdict::audit::note::verifier_key(name, &pk));
+                        }
+                        _ => {
+                            eprintln!("verdict: key {} has no origin or key", d.kid);
+                            return ExitCode::FAILURE;
+                        }
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Ok(_) => {
+                eprintln!("verdict: no audit keys in {}", data_dir.display());
+                ExitCode::from(2)
+            }
+            Err(e) => {
+                eprintln!("verdict: {e}");
+                ExitCode::FAILURE
+            }
+        },
         AuditCommand::VerifyProof { proof, key, record } => {
             let read = |p: &PathBuf| {
                 std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
@@ -303,6 +414,81 @@ fn audit(cmd: AuditCommand) -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+fn witness(cmd: WitnessCommand) -> ExitCode {
+    use verdict::witness::{TrustedLog, Witness};
+    match cmd {
+        WitnessCommand::Vkey { data_dir, name } => match Witness::open(&data_dir, &name, Vec::new()) {
+            Ok(w) => {
+                println!("{}", w.vkey());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("verdict: {e}");
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
+        WitnessCommand::Serve {
+            listen,
+            data_dir,
+            name,
+            logs,
+        } => {
+            // Keys of one origin form one trusted log.
+            let mut grouped: Vec<(String, Vec<String>)> = Vec::new();
+            for v in logs {
+                let origin = v.split('+').next().unwrap_or("").to_string();
+                match grouped.iter_mut().find(|(o, _)| *o == origin) {
+                    Some((_, keys)) => keys.push(v),
+                    None => grouped.push((origin, vec![v])),
+                }
+            }
+            let trusted: Result<Vec<TrustedLog>, _> = grouped
+                .iter()
+                .map(|(_, keys)| TrustedLog::from_vkeys(keys))
+                .collect();
+            let witness = match trusted.and_then(|t| Witness::open(&data_dir, &name, t)) {
+                Ok(w) => std::sync::Arc::new(w),
+                Err(e) => {
+                    eprintln!("verdict: {e}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            verdict::telemetry::init(LogFormat::Json);
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("verdict: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            runtime.block_on(async move {
+                let listener = match tokio::net::TcpListener::bind(listen).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        eprintln!("verdict: witness: cannot listen on {listen}: {e}");
+                        return ExitCode::from(EXIT_CONFIG);
+                    }
+                };
+                let addr = listener.local_addr().map_or(listen, |a| a);
+                tracing::info!(%addr, vkey = %witness.vkey(), "witness listening");
+                let (stop, stopped) = tokio::sync::watch::channel(false);
+                let server = tokio::spawn(verdict::server::serve(
+                    "witness",
+                    listener,
+                    None,
+                    std::sync::Arc::new(verdict::witness::WitnessHandler { witness }),
+                    verdict::config::ServerConfig::witness_defaults(),
+                    stopped,
+                ));
+                verdict::telemetry::shutdown_signal().await;
+                stop.send_replace(true);
+                let _ = server.await;
+                ExitCode::SUCCESS
+            })
         }
     }
 }

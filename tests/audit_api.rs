@@ -15,6 +15,7 @@ fn cfg() -> AuditConfig {
         origin: None,
         max_wait: Duration::from_millis(2),
         max_batch: 512,
+        witnesses: Vec::new(),
     }
 }
 

@@ -42,6 +42,13 @@ CREATE TABLE IF NOT EXISTS audit_checkpoints (
     note       TEXT NOT NULL,
     created_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS audit_cosignatures (
+    witness     TEXT NOT NULL,
+    tree_size   INTEGER NOT NULL,
+    line        TEXT NOT NULL,
+    cosigned_at INTEGER NOT NULL,
+    PRIMARY KEY (witness, tree_size)
+);
 ";
 
 fn flags() -> OpenFlags {
@@ -379,4 +386,92 @@ impl SubtreeHashes for SqlHashes<'_> {
                 AuditError::Corrupt(format!("stored hashes of leaf {leaf} lack level {level}"))
             })
     }
+}
+
+// === cosignatures (see `witnessing`) ===
+
+/// The connection that stores witnesses' cosignatures: it writes rarely and
+/// waits for the writer's lock like a reader does.
+pub fn open_cosigner(path: &Path) -> Result<Connection, AuditError> {
+    let conn = Connection::open_with_flags(path, flags())?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    Ok(conn)
+}
+
+/// Stores a verified cosignature of the checkpoint of `tree_size`.
+pub fn insert_cosignature(
+    conn: &Connection,
+    witness: &str,
+    tree_size: u64,
+    line: &str,
+    cosigned_at: u64,
+) -> Result<(), AuditError> {
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO audit_cosignatures (witness, tree_size, line, cosigned_at)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![
+        witness,
+        to_i64(tree_size)?,
+        line,
+        i64::try_from(cosigned_at).unwrap_or(i64::MAX)
+    ])?;
+    Ok(())
+}
+
+/// The largest tree size each witness cosigned, by witness name. A log
+/// opened before this table existed has none.
+pub fn cosigned_sizes(conn: &Connection) -> Result<Vec<(String, u64)>, AuditError> {
+    let exists: bool = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master
+             WHERE type = 'table' AND name = 'audit_cosignatures')",
+        )?
+        .query_row([], |r| r.get(0))?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT witness, MAX(tree_size) FROM audit_cosignatures GROUP BY witness ORDER BY witness",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        let size: i64 = r.get(1)?;
+        Ok((r.get::<_, String>(0)?, u64::try_from(size).unwrap_or(0)))
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The cosignature lines stored for the checkpoint of `tree_size`.
+pub fn cosignatures_at(conn: &Connection, tree_size: u64) -> Result<Vec<String>, AuditError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT line FROM audit_cosignatures WHERE tree_size = ?1 ORDER BY witness",
+    )?;
+    let rows = stmt.query_map([to_i64(tree_size)?], |r| r.get(0))?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The checkpoint of exactly `tree_size`, if one was signed.
+pub fn checkpoint_at(conn: &Connection, tree_size: u64) -> Result<Option<CheckpointRow>, AuditError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT tree_size, note, created_at FROM audit_checkpoints WHERE tree_size = ?1",
+        )?
+        .query_row([to_i64(tree_size)?], checkpoint_row)
+        .optional()?)
+}
+
+/// Refuses a log smaller than a tree a witness cosigned: records (and their
+/// checkpoints) were removed after the witness saw them.
+pub fn check_not_rolled_back(conn: &Connection, size: u64) -> Result<(), AuditError> {
+    for (witness, cosigned) in cosigned_sizes(conn)? {
+        if cosigned > size {
+            return Err(AuditError::Corrupt(format!(
+                "witness {witness} cosigned tree size {cosigned}, but the log holds only \
+                 {size} records: the newest records were removed (rollback)"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -610,6 +610,7 @@ fn cfg(max_wait_ms: u64) -> crate::config::AuditConfig {
         origin: Some("verdict/test".into()),
         max_wait: Duration::from_millis(max_wait_ms),
         max_batch: 512,
+        witnesses: Vec::new(),
     }
 }
 

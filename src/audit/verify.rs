@@ -19,6 +19,7 @@ use super::merkle::{
     consistency_proof, empty_root, leaf_hash, verify_consistency, verify_inclusion, Frontier, Hash,
     Position,
 };
+use super::merkle;
 use super::note::{self, Checkpoint};
 use super::record::{hash_string, parse_hash_string, record_hash, AuditRecord};
 use super::store::{self, SqlHashes};
@@ -78,6 +79,83 @@ pub fn verify_proof(proof_json: &str, key_json: &str) -> Result<(), String> {
     let doc: ProofDocument = serde_json::from_str(proof_json).map_err(|e| format!("proof: {e}"))?;
     let (pk, kid) = keys::parse_key_json(key_json)?;
     verify_document(&doc, &pk, &kid)
+}
+
+/// `GET /v2/audit/consistency?first=N&second=M`: an RFC 6962 consistency
+/// proof between two tree sizes, hashes in standard base64.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsistencyDocument {
+    pub first: u64,
+    pub second: u64,
+    pub proof: Vec<String>,
+}
+
+impl ConsistencyDocument {
+    pub fn new(first: u64, second: u64, proof: &[merkle::Hash]) -> ConsistencyDocument {
+        ConsistencyDocument {
+            first,
+            second,
+            proof: proof.iter().map(|h| B64.encode(h)).collect(),
+        }
+    }
+}
+
+/// Checks offline that the checkpoint note `new_note` extends `old_note`:
+/// both are signed by the key in `key_json` (a JWK or key document), and
+/// `proof_json` (a [`ConsistencyDocument`]) proves the newer tree holds the
+/// older one unchanged. Returns a one-line summary.
+pub fn verify_consistency_documents(
+    old_note: &str,
+    new_note: &str,
+    proof_json: &str,
+    key_json: &str,
+) -> Result<String, String> {
+    let (pk, kid) = keys::parse_key_json(key_json)?;
+    let read = |what: &str, text: &str| -> Result<Checkpoint, String> {
+        let n = note::parse(text).map_err(|e| format!("{what} checkpoint: {e}"))?;
+        let c = Checkpoint::parse(n.text).map_err(|e| format!("{what} checkpoint: {e}"))?;
+        match n.verified_by(&c.origin, &pk) {
+            Ok(Some(_)) => Ok(c),
+            Ok(None) => Err(format!("{what} checkpoint: not signed by key {kid}")),
+            Err(e) => Err(format!("{what} checkpoint: {e}")),
+        }
+    };
+    let (old, new) = (read("old", old_note)?, read("new", new_note)?);
+    if old.origin != new.origin {
+        return Err(format!(
+            "the checkpoints are of two logs: {:?} and {:?}",
+            old.origin, new.origin
+        ));
+    }
+    let doc: ConsistencyDocument =
+        serde_json::from_str(proof_json).map_err(|e| format!("proof: {e}"))?;
+    if (doc.first, doc.second) != (old.size, new.size) {
+        return Err(format!(
+            "the proof is from size {} to {}, the checkpoints are of sizes {} and {}",
+            doc.first, doc.second, old.size, new.size
+        ));
+    }
+    let mut proof = Vec::with_capacity(doc.proof.len());
+    for h in &doc.proof {
+        let raw = B64
+            .decode(h)
+            .map_err(|_| format!("proof: {h:?} is not base64"))?;
+        let h: merkle::Hash = raw
+            .try_into()
+            .map_err(|_| "proof: a hash is not 32 bytes".to_string())?;
+        proof.push(h);
+    }
+    if !merkle::verify_consistency(old.size, new.size, &old.root, &new.root, &proof) {
+        return Err(format!(
+            "the tree of size {} does not extend the tree of size {}",
+            new.size, old.size
+        ));
+    }
+    Ok(format!(
+        "ok: {} at size {} extends size {} (key {kid})",
+        new.origin, new.size, old.size
+    ))
 }
 
 /// Checks that `record_json` (a record as `GET /v2/audit/{id}` returns it)
@@ -236,6 +314,15 @@ pub enum VerifyError {
     StoredHash { leaf: u64, level: u32 },
     #[error("checkpoints {from} and {to} are not consistent")]
     Consistency { from: u64, to: u64 },
+    #[error(
+        "witness {witness} cosigned tree size {cosigned}, but the log holds only {size} \
+         records: the newest records were removed (rollback)"
+    )]
+    RolledBack {
+        witness: String,
+        cosigned: u64,
+        size: u64,
+    },
 }
 
 fn open_err(e: impl std::fmt::Display) -> VerifyError {
@@ -300,6 +387,15 @@ pub fn verify_log(
     }
 
     let total = store::record_count(&conn).map_err(open_err)?;
+    for (witness, cosigned) in store::cosigned_sizes(&conn).map_err(open_err)? {
+        if cosigned > total {
+            return Err(VerifyError::RolledBack {
+                witness,
+                cosigned,
+                size: total,
+            });
+        }
+    }
     let layout = store::layout(&conn).map_err(open_err)?;
     let record_rows: i64 = conn
         .query_row("SELECT COUNT(*) FROM audit_records", [], |r| r.get(0))

@@ -216,6 +216,7 @@ impl Writer {
         let conn = store::open_writer(db_path)?;
         let newest = store::newest_checkpoint(&conn)?;
         let count = store::record_count(&conn)?;
+        store::check_not_rolled_back(&conn, count)?;
         let parsed = match &newest {
             None => None,
             Some(row) => {
