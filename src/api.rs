@@ -502,12 +502,10 @@ impl Api {
     /// The newest checkpoint as a signed note, with every cosignature its
     /// witnesses returned for it.
     async fn audit_checkpoint(&self) -> Result<Response<RespBody>, ApiError> {
-        let note = self
-            .app
-            .audit
-            .checkpoint()
-            .await?
-            .ok_or_else(|| ApiError::Unavailable("the audit log has no checkpoint yet".into()))?;
+        let note =
+            self.app.audit.checkpoint().await?.ok_or_else(|| {
+                ApiError::Unavailable("the audit log has no checkpoint yet".into())
+            })?;
         Ok(bytes_response(
             StatusCode::OK,
             "text/plain; charset=utf-8",
@@ -521,9 +519,9 @@ impl Api {
         let (mut first, mut second) = (None, None);
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let n = v.parse::<u64>().map_err(|_| {
-                ApiError::BadRequest(format!("{k}: expected a tree size, got {v:?}"))
-            });
+            let n = v
+                .parse::<u64>()
+                .map_err(|_| ApiError::BadRequest(format!("{k}: expected a tree size, got {v:?}")));
             match k {
                 "first" => first = Some(n?),
                 "second" => second = Some(n?),

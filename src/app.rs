@@ -185,14 +185,24 @@ impl Component for AuditComponent {
 
     fn report(&self) -> health::Report {
         let h = self.0.health();
+        // A witness that cannot cosign delays no decision: degraded, not
+        // failing.
         let status = if h.failing {
             health::Status::Failing
+        } else if h.witnesses.iter().any(|w| w.last_error.is_some()) {
+            health::Status::Degraded
         } else {
             health::Status::Ok
         };
         let mut r = health::Report::new(status)
             .fact("size", h.size)
             .fact("key_id", h.key_id);
+        if !h.witnesses.is_empty() {
+            r = r.fact(
+                "witnesses",
+                serde_json::to_value(&h.witnesses).unwrap_or_default(),
+            );
+        }
         if let Some(at) = h.last_checkpoint_at {
             r = r.fact("last_checkpoint", at);
         }

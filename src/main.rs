@@ -301,7 +301,8 @@ fn audit(cmd: AuditCommand) -> ExitCode {
             let read = |p: &PathBuf| {
                 std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
             };
-            let files = (|| Ok::<_, String>((read(&old)?, read(&new)?, read(&proof)?, read(&key)?)))();
+            let files =
+                (|| Ok::<_, String>((read(&old)?, read(&new)?, read(&proof)?, read(&key)?)))();
             let (old, new, proof, key) = match files {
                 Ok(f) => f,
                 Err(e) => {
@@ -421,16 +422,18 @@ fn audit(cmd: AuditCommand) -> ExitCode {
 fn witness(cmd: WitnessCommand) -> ExitCode {
     use verdict::witness::{TrustedLog, Witness};
     match cmd {
-        WitnessCommand::Vkey { data_dir, name } => match Witness::open(&data_dir, &name, Vec::new()) {
-            Ok(w) => {
-                println!("{}", w.vkey());
-                ExitCode::SUCCESS
+        WitnessCommand::Vkey { data_dir, name } => {
+            match Witness::open(&data_dir, &name, Vec::new()) {
+                Ok(w) => {
+                    println!("{}", w.vkey());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("verdict: {e}");
+                    ExitCode::from(EXIT_CONFIG)
+                }
             }
-            Err(e) => {
-                eprintln!("verdict: {e}");
-                ExitCode::from(EXIT_CONFIG)
-            }
-        },
+        }
         WitnessCommand::Serve {
             listen,
             data_dir,

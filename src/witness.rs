@@ -38,9 +38,9 @@ use ring::rand::SystemRandom;
 use ring::signature::{Ed25519KeyPair, KeyPair as _};
 use rusqlite::{params, Connection, OptionalExtension as _, TransactionBehavior};
 
+use crate::audit::cosign;
 use crate::audit::merkle::{self, Hash};
 use crate::audit::note::{self, Checkpoint};
-use crate::audit::cosign;
 use crate::http_util::{bytes_response, RespBody};
 use crate::server::{ConnInfo, Handler};
 
@@ -119,7 +119,11 @@ pub struct Witness {
 impl Witness {
     /// Opens the witness in `data_dir` (created 0700 if missing), creating
     /// its Ed25519 key (`witness.key`, 0600) on first start.
-    pub fn open(data_dir: &Path, name: &str, logs: Vec<TrustedLog>) -> Result<Witness, WitnessError> {
+    pub fn open(
+        data_dir: &Path,
+        name: &str,
+        logs: Vec<TrustedLog>,
+    ) -> Result<Witness, WitnessError> {
         if !note::valid_name(name) {
             return Err(WitnessError(format!(
                 "bad witness name {name:?}: no spaces or '+'"
@@ -262,7 +266,9 @@ struct AddCheckpoint<'a> {
 fn parse_request(body: &str) -> Result<AddCheckpoint<'_>, Refusal> {
     let bad = |m: &str| Refusal::Malformed(m.to_string());
     let Some((head, note)) = body.split_once("\n\n") else {
-        return Err(bad("expected an old size line, proof lines, a blank line and a checkpoint"));
+        return Err(bad(
+            "expected an old size line, proof lines, a blank line and a checkpoint",
+        ));
     };
     let mut lines = head.split('\n');
     let old = lines

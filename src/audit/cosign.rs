@@ -187,7 +187,10 @@ mod tests {
             })
             .find(|(_, v)| v.splitn(3, '+').nth(2).is_some_and(|b| b.contains('+')))
             .unwrap();
-        assert_eq!(parse_verifier_key(&vkey).unwrap().1, k.public_key().as_ref());
+        assert_eq!(
+            parse_verifier_key(&vkey).unwrap().1,
+            k.public_key().as_ref()
+        );
         let (k, log_key) = (0..200)
             .map(|_| {
                 let k = pair();

@@ -453,7 +453,10 @@ pub fn cosignatures_at(conn: &Connection, tree_size: u64) -> Result<Vec<String>,
 }
 
 /// The checkpoint of exactly `tree_size`, if one was signed.
-pub fn checkpoint_at(conn: &Connection, tree_size: u64) -> Result<Option<CheckpointRow>, AuditError> {
+pub fn checkpoint_at(
+    conn: &Connection,
+    tree_size: u64,
+) -> Result<Option<CheckpointRow>, AuditError> {
     Ok(conn
         .prepare_cached(
             "SELECT tree_size, note, created_at FROM audit_checkpoints WHERE tree_size = ?1",

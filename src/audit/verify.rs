@@ -15,11 +15,11 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::keys::{self, KeyDocument};
+use super::merkle;
 use super::merkle::{
     consistency_proof, empty_root, leaf_hash, verify_consistency, verify_inclusion, Frontier, Hash,
     Position,
 };
-use super::merkle;
 use super::note::{self, Checkpoint};
 use super::record::{hash_string, parse_hash_string, record_hash, AuditRecord};
 use super::store::{self, SqlHashes};

@@ -53,6 +53,9 @@ pub struct WitnessStatus {
     /// Records the log holds beyond `cosigned_size`.
     pub lag: u64,
     pub last_error: Option<String>,
+    /// The size whose cosignature by this witness is stored.
+    #[serde(skip)]
+    pub(super) stored: Option<u64>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -114,6 +117,7 @@ impl AuditLog {
                     .iter()
                     .find(|(n, _)| *n == w.name)
                     .map_or(0, |(_, s)| *s),
+                stored: known.iter().find(|(n, _)| *n == w.name).map(|(_, s)| *s),
                 ..WitnessStatus::default()
             })
             .collect();
@@ -204,7 +208,7 @@ impl AuditLog {
         };
         let size = row.tree_size;
         st.lag = size.saturating_sub(st.cosigned_size);
-        if st.cosigned_size == size && size > 0 {
+        if st.stored == Some(size) {
             return Ok(false);
         }
         let text = note::parse(&row.note)
@@ -244,6 +248,7 @@ impl AuditLog {
                     .map_err(|e| Failure::Other(e.to_string()))?
                     .map_err(other)?;
                     st.cosigned_size = size;
+                    st.stored = Some(size);
                     st.lag = 0;
                     return Ok(true);
                 }
@@ -298,7 +303,11 @@ impl AuditLog {
     /// The RFC 6962 consistency proof from tree size `first` to `second`
     /// (`0 < first <= second <=` the newest checkpoint's size); `None` for
     /// sizes outside that range.
-    pub async fn consistency(&self, first: u64, second: u64) -> Result<Option<Vec<Hash>>, AuditError> {
+    pub async fn consistency(
+        &self,
+        first: u64,
+        second: u64,
+    ) -> Result<Option<Vec<Hash>>, AuditError> {
         self.read(move |conn, _| {
             let newest = store::newest_checkpoint(conn)?.map_or(0, |r| r.tree_size);
             if first == 0 || first > second || second > newest {
@@ -352,7 +361,8 @@ async fn post(
             .await
             .map_err(|e| format!("reading the answer: {e}"))?
             .to_bytes();
-        let text = String::from_utf8(bytes.to_vec()).map_err(|_| "answer is not UTF-8".to_string())?;
+        let text =
+            String::from_utf8(bytes.to_vec()).map_err(|_| "answer is not UTF-8".to_string())?;
         Ok::<_, String>((status, size_header, text))
     };
     tokio::time::timeout(TIMEOUT, exchange)

@@ -1,0 +1,322 @@
+//! Witnessing from the outside: a log sends its checkpoints to a real
+//! `verdict` witness over HTTP, serves them cosigned, and is caught when
+//! its newest records and checkpoints are deleted (a rollback), whether or
+//! not the local copies of the cosignatures go with them. Also: the public
+//! checkpoint and consistency endpoints, checked offline by the CLI.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{test_config, TestServer, APP_KEY};
+use verdict::audit::{cosign, keys, note};
+use verdict::config::{Config, WitnessConfig};
+use verdict::witness::{TrustedLog, Witness, WitnessHandler};
+
+const WITNESS: &str = "verdict.test/witness";
+
+struct RunningWitness {
+    url: String,
+    vkey: String,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningWitness {
+    async fn start(dir: &std::path::Path, log_vkeys: &[String]) -> RunningWitness {
+        let trusted = TrustedLog::from_vkeys(log_vkeys).unwrap();
+        let witness = Arc::new(Witness::open(dir, WITNESS, vec![trusted]).unwrap());
+        let vkey = witness.vkey();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(verdict::server::serve(
+            "witness",
+            listener,
+            None,
+            Arc::new(WitnessHandler { witness }),
+            verdict::config::ServerConfig::witness_defaults(),
+            stopped,
+        ));
+        RunningWitness {
+            url,
+            vkey,
+            stop,
+            task,
+        }
+    }
+
+    fn config(&self) -> WitnessConfig {
+        let (name, key) = cosign::parse_verifier_key(&self.vkey).unwrap();
+        WitnessConfig {
+            url: self.url.clone(),
+            name,
+            key,
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.send_replace(true);
+        self.task.await.unwrap();
+    }
+}
+
+fn body(i: usize) -> String {
+    json!({"action": {"type": "refund", "params": {"amount": i}},
+           "claims": [{"text": "The customer paid $100 for the blender."}],
+           "sources": [{"source_id": "inv", "text": "Invoice: blender, amount charged $100.00."}],
+           "requirements": {"citations": "optional"}})
+    .to_string()
+}
+
+fn log_vkeys(config: &Config) -> Vec<String> {
+    keys::load_docs(&config.data_dir)
+        .unwrap()
+        .iter()
+        .map(|d| note::verifier_key(d.note_name().unwrap(), &d.public_key().unwrap()))
+        .collect()
+}
+
+/// Serves until the witness has cosigned the newest checkpoint; returns
+/// the tree size then.
+async fn decide_and_wait_for_cosignature(s: &TestServer, n: usize) -> u64 {
+    for i in 0..n {
+        let r = s.post_json("/v2/authorize", &body(i), Some(APP_KEY)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let checkpoint = s.get("/v2/audit/checkpoint", None).await.text();
+        if checkpoint.contains(&format!("\u{2014} {WITNESS} ")) {
+            return checkpoint.lines().nth(1).unwrap().parse().unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no cosignature within 10 s: {checkpoint}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Deletes the newest records and their checkpoints, keeping the log
+/// internally consistent (the newest remaining checkpoint covers every
+/// remaining record): what someone with the data dir can do.
+fn roll_back(config: &Config, keep_cosignatures: bool) -> (u64, u64) {
+    let conn = rusqlite::Connection::open(config.data_dir.join("verdict.db")).unwrap();
+    let newest: i64 = conn
+        .query_row("SELECT MAX(tree_size) FROM audit_checkpoints", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let cut: i64 = conn
+        .query_row(
+            "SELECT MAX(tree_size) FROM audit_checkpoints WHERE tree_size <= ?1",
+            [newest - 3],
+            |r| r.get(0),
+        )
+        .unwrap();
+    conn.execute("DELETE FROM audit_records WHERE leaf >= ?1", [cut])
+        .unwrap();
+    conn.execute("DELETE FROM audit_checkpoints WHERE tree_size > ?1", [cut])
+        .unwrap();
+    if !keep_cosignatures {
+        conn.execute("DELETE FROM audit_cosignatures", []).unwrap();
+    }
+    (u64::try_from(newest).unwrap(), u64::try_from(cut).unwrap())
+}
+
+#[tokio::test]
+async fn a_witnessed_log_that_rolls_back_refuses_to_start() {
+    // First start: the log creates its key, which the witness must trust.
+    let dir = tempfile::tempdir().unwrap();
+    let config = test_config(&dir);
+    let s = TestServer::attach(verdict::app::start(config.clone()).await.unwrap(), dir);
+    let dir = s.shutdown().await;
+    let wdir = tempfile::tempdir().unwrap();
+    let witness = RunningWitness::start(wdir.path(), &log_vkeys(&config)).await;
+
+    let mut with_witness = config.clone();
+    with_witness.audit.witnesses = vec![witness.config()];
+    let s = TestServer::attach(
+        verdict::app::start(with_witness.clone()).await.unwrap(),
+        dir,
+    );
+    let cosigned = decide_and_wait_for_cosignature(&s, 8).await;
+    assert!(cosigned >= 8, "{cosigned}");
+    // The cosignature verifies with the witness's key.
+    let note_text = s.get("/v2/audit/checkpoint", None).await.text();
+    let parsed = note::parse(&note_text).unwrap();
+    let (name, key) = cosign::parse_verifier_key(&witness.vkey).unwrap();
+    let lines: String = note_text
+        .lines()
+        .filter(|l| l.starts_with(&format!("\u{2014} {name} ")))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        cosign::verify_lines(parsed.text, &lines, &name, &key)
+            .unwrap()
+            .len(),
+        1
+    );
+    let h = s.get("/health/detailed", None).await.text();
+    assert!(h.contains(WITNESS), "{h}");
+    let dir = s.shutdown().await;
+
+    // Rollback with the local cosignatures left in place: the log itself
+    // refuses, and so does `audit verify`.
+    let (newest, cut) = roll_back(&with_witness, true);
+    assert!(cut < newest);
+    let err = verdict::app::start(with_witness.clone())
+        .await
+        .err()
+        .unwrap();
+    let msg = err.to_string();
+    assert!(msg.contains(WITNESS) && msg.contains("rollback"), "{msg}");
+    let verify = verdict::audit::verify_log(
+        &with_witness.data_dir.join("verdict.db"),
+        &with_witness.data_dir,
+        |_, _| {},
+    );
+    assert!(
+        matches!(verify, Err(verdict::audit::VerifyError::RolledBack { ref witness, cosigned: c, size })
+            if witness == WITNESS && c >= cosigned && size == cut),
+        "{verify:?}"
+    );
+
+    // The local cosignatures deleted too: the witness still remembers, and
+    // its 409 at start-up refuses the log.
+    let (_, cut) = roll_back(&with_witness, false);
+    let err = verdict::app::start(with_witness.clone())
+        .await
+        .err()
+        .unwrap();
+    let msg = err.to_string();
+    assert!(
+        msg.contains(WITNESS)
+            && msg.contains("rollback")
+            && msg.contains(&format!("holds only {cut}")),
+        "{msg}"
+    );
+    // Without the witness configured the rolled-back log starts: the limit
+    // of a log nobody outside watches (docs/audit.md).
+    let alone = verdict::app::start(config.clone()).await.unwrap();
+    alone.shutdown().await;
+    witness.stop().await;
+    drop(dir);
+}
+
+#[tokio::test]
+async fn a_dead_witness_never_delays_a_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(&dir);
+    // Nothing listens here: every submission fails.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let k =
+        ring::signature::Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new()).unwrap();
+    let pair = ring::signature::Ed25519KeyPair::from_pkcs8(k.as_ref()).unwrap();
+    let vkey = cosign::verifier_key(
+        WITNESS,
+        ring::signature::KeyPair::public_key(&pair).as_ref(),
+    );
+    let (name, key) = cosign::parse_verifier_key(&vkey).unwrap();
+    config.audit.witnesses = vec![WitnessConfig { url, name, key }];
+    let s = TestServer::attach(verdict::app::start(config).await.unwrap(), dir);
+    let t = Instant::now();
+    for i in 0..5 {
+        let r = s.post_json("/v2/authorize", &body(i), Some(APP_KEY)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let h = s.get("/health/detailed", None).await.text();
+        if h.contains("last_error") && h.contains(WITNESS) && !h.contains("\"last_error\":null") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{h}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = s.get("/metrics", None).await.text();
+    assert!(
+        m.contains("verdict_audit_witness_submissions_total{witness=\"verdict.test/witness\",outcome=\"failed\"}"),
+        "{m}"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn consistency_proofs_between_served_checkpoints_verify_offline() {
+    let s = TestServer::start().await;
+    let save = |name: &str, text: &str| {
+        let p = s.path(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    s.post_json("/v2/authorize", &body(0), Some(APP_KEY)).await;
+    let old = s.get("/v2/audit/checkpoint", None).await.text();
+    for i in 1..6 {
+        s.post_json("/v2/authorize", &body(i), Some(APP_KEY)).await;
+    }
+    let new = s.get("/v2/audit/checkpoint", None).await.text();
+    let size = |t: &str| t.lines().nth(1).unwrap().to_string();
+    let (m, n) = (size(&old), size(&new));
+    let proof = s
+        .get(&format!("/v2/audit/consistency?first={m}&second={n}"), None)
+        .await;
+    assert_eq!(proof.status, 200, "{}", proof.text());
+    let kid = keys::load_docs(&s.path("data")).unwrap()[0].kid.clone();
+    let key = s.get(&format!("/v2/audit/keys/{kid}"), None).await.text();
+    let (old_p, new_p, proof_p, key_p) = (
+        save("old.note", &old),
+        save("new.note", &new),
+        save("proof.json", &proof.text()),
+        save("key.json", &key),
+    );
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let run = |old: &std::path::Path, new: &std::path::Path, proof: &std::path::Path| {
+        std::process::Command::new(bin)
+            .args(["audit", "verify-consistency"])
+            .arg(old)
+            .arg(new)
+            .arg("--proof")
+            .arg(proof)
+            .arg("--key")
+            .arg(&key_p)
+            .output()
+            .unwrap()
+    };
+    let ok = run(&old_p, &new_p, &proof_p);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    // A flipped proof hash, or the checkpoints swapped, fail with exit 1.
+    let mut doc: serde_json::Value = proof.json();
+    let first = doc["proof"][0].as_str().unwrap().to_string();
+    let flipped = if first.starts_with('A') { "B" } else { "A" };
+    doc["proof"][0] = json!(format!("{flipped}{}", &first[1..]));
+    let bad = save("bad.json", &doc.to_string());
+    assert_eq!(run(&old_p, &new_p, &bad).status.code(), Some(1));
+    assert_eq!(run(&new_p, &old_p, &proof_p).status.code(), Some(1));
+
+    // Bad queries are 400 with a JSON error.
+    for q in [
+        "",
+        "?first=0&second=1",
+        "?first=3&second=2",
+        "?first=1&second=999999",
+        "?first=x&second=1",
+        "?first=1&second=2&third=3",
+    ] {
+        s.get(&format!("/v2/audit/consistency{q}"), None)
+            .await
+            .assert_error(400, "invalid_request");
+    }
+    s.shutdown().await;
+}
