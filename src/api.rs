@@ -57,6 +57,7 @@ enum Endpoint {
     AuditKey,
     AuditCheckpoint,
     AuditConsistency,
+    AuditRecords,
 }
 
 /// Who may call an endpoint.
@@ -163,6 +164,12 @@ static ROUTES: &[RouteDef] = &[
         Method::GET,
         Endpoint::AuditConsistency,
         Access::Public,
+    ),
+    route(
+        "/v2/audit/records",
+        Method::GET,
+        Endpoint::AuditRecords,
+        Access::Scope(Scope::Audit),
     ),
     route(
         "/v2/audit/{record_id}",
@@ -324,6 +331,7 @@ impl Api {
             Endpoint::AuditKey => self.audit_key(param),
             Endpoint::AuditCheckpoint => self.audit_checkpoint().await,
             Endpoint::AuditConsistency => self.audit_consistency(req.uri().query()).await,
+            Endpoint::AuditRecords => self.audit_records(req.uri().query()).await,
         };
         (def.template, result)
     }
@@ -552,6 +560,39 @@ impl Api {
             StatusCode::OK,
             &crate::audit::ConsistencyDocument::new(first, second, &proof),
         )
+    }
+
+    /// Records matching the query's filters (`since`, `until`, `kind`,
+    /// `action`, `decision`, `would_decide`, `route`, `principal`), oldest
+    /// first; `limit` (1..=1000, default 100) per page, `cursor` from the
+    /// previous page's `next_cursor`.
+    async fn audit_records(&self, query: Option<&str>) -> Result<Response<RespBody>, ApiError> {
+        let mut filter = crate::audit::export::Filter::default();
+        let (mut cursor, mut limit) = (0u64, 100usize);
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = crate::evidence::percent_decode(v)
+                .ok_or_else(|| ApiError::BadRequest(format!("{k}: bad percent-encoding")))?;
+            match k {
+                "cursor" => {
+                    cursor = v.parse().map_err(|_| {
+                        ApiError::BadRequest(format!("cursor: {v:?} is not a cursor"))
+                    })?
+                }
+                "limit" => {
+                    limit = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=1000).contains(n))
+                        .ok_or_else(|| {
+                            ApiError::BadRequest(format!("limit: {v:?} is not in 1..=1000"))
+                        })?
+                }
+                _ => filter.set(k, &v).map_err(ApiError::BadRequest)?,
+            }
+        }
+        let page = self.app.audit.search(filter, cursor, limit).await?;
+        json_response(StatusCode::OK, &page)
     }
 
     fn audit_key(&self, key_id: &str) -> Result<Response<RespBody>, ApiError> {

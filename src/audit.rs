@@ -18,6 +18,7 @@
 //! - `writer`: the single writer thread and the group commit.
 //! - `checkpointer`: background WAL checkpoints beside the writer.
 //! - [`verify`]: proof documents, offline proof check, whole-log check.
+//! - [`export`]: search by filter, export with proofs, offline check of an export.
 //! - `witnessing`: sending checkpoints to witnesses, keeping their cosignatures.
 //!
 //! # Use
@@ -37,6 +38,7 @@
 pub mod canonical;
 mod checkpointer;
 pub mod cosign;
+pub mod export;
 pub mod keys;
 pub mod merkle;
 pub mod note;
@@ -175,6 +177,16 @@ struct Metrics {
     records: Counter,
     failures: Counter,
     witness_submissions: Family<witnessing::SubmissionLabels, Counter>,
+    checkpoints: Counter,
+    /// Records of audit-mode decisions (`enforced: false`), by what was
+    /// answered and what would have been.
+    unenforced: Family<UnenforcedLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct UnenforcedLabels {
+    decision: String,
+    would_decide: String,
 }
 
 impl Metrics {
@@ -185,6 +197,8 @@ impl Metrics {
             records: Counter::default(),
             failures: Counter::default(),
             witness_submissions: Family::default(),
+            checkpoints: Counter::default(),
+            unenforced: Family::default(),
         }
     }
 }
@@ -321,6 +335,13 @@ impl AuditLog {
         let canonical = record
             .canonical()
             .map_err(|e| AuditError::InvalidRecord(e.to_string()))?;
+        let unenforced = match (&record.enforced, &record.decision, &record.would_decide) {
+            (Some(false), Some(d), Some(w)) => Some(UnenforcedLabels {
+                decision: d.clone(),
+                would_decide: w.clone(),
+            }),
+            _ => None,
+        };
         let record_hash = record::record_hash(&canonical);
         let permit = self
             .inner
@@ -346,10 +367,19 @@ impl AuditLog {
         // in-memory hashes fails only on a bug in the tree math; the caller
         // then gets an error and withholds the decision (fail closed), while
         // the log keeps the record, as after a crash between commit and reply.
-        answer
+        let receipt = answer
             .await
             .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))??
-            .receipt(record.record_id, &record_hash)
+            .receipt(record.record_id, &record_hash)?;
+        if let Some(labels) = unenforced {
+            self.inner
+                .shared
+                .metrics
+                .unenforced
+                .get_or_create(&labels)
+                .inc();
+        }
+        Ok(receipt)
     }
 
     /// Runs `f` with a read connection on the blocking pool.
@@ -473,6 +503,16 @@ impl AuditLog {
             "verdict_audit_commit_failures",
             "Audit group commits that failed and were rolled back",
             m.failures.clone(),
+        );
+        registry.register(
+            "verdict_audit_checkpoints_signed",
+            "Checkpoints signed (one per group commit)",
+            m.checkpoints.clone(),
+        );
+        registry.register(
+            "verdict_audit_unenforced_decisions",
+            "Audit-mode decisions recorded, by the decision answered and the one that would have been enforced",
+            m.unenforced.clone(),
         );
         registry.register(
             "verdict_audit_witness_submissions",

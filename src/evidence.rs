@@ -379,7 +379,9 @@ fn join_location(base: &Uri, location: &str) -> Option<Uri> {
     Uri::from_parts(parts).ok()
 }
 
-fn percent_decode(s: &str) -> Option<String> {
+/// Decodes `%XX` escapes (`+` stays a `+`); `None` for a bad escape or
+/// bytes that are not UTF-8.
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -679,6 +679,7 @@ impl Writer {
             return Err(AuditError::WriteFailed("injected write failure".into()));
         }
         tx.commit()?;
+        self.shared.metrics.checkpoints.inc();
         self.checkpointer.committed();
         let group = Arc::new(Group {
             old: std::mem::replace(&mut self.frontier, next),
