@@ -142,6 +142,10 @@ pub struct EvidenceConfig {
     pub allow_origins: Vec<String>,
     pub fetch_timeout: Duration,
     pub max_source_bytes: usize,
+    /// `[evidence] date_order`: how "03/05/2024" is read, in sources and
+    /// claims alike ("mdy", "dmy"; unset: both readings, which back only
+    /// the same literal).
+    pub date_order: crate::engine::DateOrder,
 }
 
 #[derive(Debug, Clone)]
@@ -332,6 +336,7 @@ struct FileEvidence {
     allow_origins: Option<Vec<String>>,
     fetch_timeout: Option<String>,
     max_source_bytes: Option<usize>,
+    date_order: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -515,6 +520,16 @@ impl Config {
                 allow_origins: f.evidence.allow_origins.unwrap_or_default(),
                 fetch_timeout: duration("evidence.fetch_timeout", f.evidence.fetch_timeout, "5s")?,
                 max_source_bytes: f.evidence.max_source_bytes.unwrap_or(4 << 20),
+                date_order: match f.evidence.date_order.as_deref() {
+                    None => crate::engine::DateOrder::Ambiguous,
+                    Some("mdy") => crate::engine::DateOrder::Mdy,
+                    Some("dmy") => crate::engine::DateOrder::Dmy,
+                    Some(other) => {
+                        return Err(ConfigError::Invalid(format!(
+                            "evidence.date_order: {other:?} is not \"mdy\" or \"dmy\""
+                        )))
+                    }
+                },
             },
             audit: AuditConfig {
                 origin: f.audit.origin,

@@ -66,6 +66,22 @@ pub struct Params {
     pub review_floor: f64,
     /// Maximum number of evidence snippets per check.
     pub evidence_limit: usize,
+    /// How a numeric date that reads both ways ("03/05/2024") is read.
+    pub date_order: DateOrder,
+}
+
+/// The reading of a numeric date whose first two parts could each be the
+/// month (`[evidence] date_order`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DateOrder {
+    /// Unknown: such a date backs only the same literal, and conflicts
+    /// only with a date neither reading can be.
+    #[default]
+    Ambiguous,
+    /// Month first (US): 03/05/2024 is March 5.
+    Mdy,
+    /// Day first: 03/05/2024 is 3 May.
+    Dmy,
 }
 
 impl Default for Params {
@@ -74,6 +90,7 @@ impl Default for Params {
             min_coverage: 0.85,
             review_floor: 0.5,
             evidence_limit: 5,
+            date_order: DateOrder::Ambiguous,
         }
     }
 }

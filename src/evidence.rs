@@ -69,6 +69,7 @@ struct Inner {
     origins: Vec<String>,
     timeout: Duration,
     max_bytes: usize,
+    date_order: crate::engine::DateOrder,
     client: Option<Client<HttpsConnector<HttpConnector>, Empty<Bytes>>>,
 }
 
@@ -103,9 +104,16 @@ impl Resolver {
                 origins,
                 timeout: cfg.fetch_timeout,
                 max_bytes: cfg.max_source_bytes,
+                date_order: cfg.date_order,
                 client,
             }),
         }
+    }
+
+    /// How ambiguous numeric dates are read (`[evidence] date_order`): the
+    /// engine reads sources and claims alike with it.
+    pub fn date_order(&self) -> crate::engine::DateOrder {
+        self.inner.date_order
     }
 
     /// Resolves every source; uri sources are fetched concurrently.
@@ -408,6 +416,7 @@ mod tests {
             allow_origins: origins,
             fetch_timeout: Duration::from_secs(2),
             max_source_bytes: 64,
+            date_order: crate::engine::DateOrder::Ambiguous,
         }
     }
 

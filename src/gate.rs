@@ -225,6 +225,7 @@ pub async fn authorize(
     let params = engine::Params {
         min_coverage: effective.min_coverage,
         evidence_limit: effective.evidence_limit,
+        date_order: app.resolver.date_order(),
         ..engine::Params::default()
     };
     let work = sources

@@ -202,3 +202,35 @@ async fn uri_sources_inside_and_outside_the_fences() {
     assert_eq!(v["checks"][0]["status"], "unsupported");
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn evidence_date_order_reads_numeric_dates_one_way() {
+    let body = |claim: &str| {
+        json!({"claims": [{"text": claim}],
+               "sources": [{"source_id": "s", "text": "The refund was issued on 03/05/2024."}]})
+    };
+    let status = |v: Value| v["checks"][0]["status"].as_str().unwrap().to_string();
+    let march = "The refund was issued on March 5, 2024.";
+    let may = "The refund was issued on 3 May 2024.";
+    let ambiguous = TestServer::start().await;
+    assert_ne!(status(verify(&ambiguous, &body(may)).await), "supported");
+    ambiguous.shutdown().await;
+    let day_first = TestServer::start_with(|c| {
+        c.evidence.date_order = verdict::engine::DateOrder::Dmy;
+    })
+    .await;
+    assert_eq!(status(verify(&day_first, &body(may)).await), "supported");
+    assert_eq!(
+        status(verify(&day_first, &body(march)).await),
+        "unsupported"
+    );
+    day_first.shutdown().await;
+    let err = verdict::config::Config::from_toml(
+        "c.toml",
+        "[evidence]\ndate_order = \"ymd\"\n",
+        &verdict::config::Overrides::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("evidence.date_order"), "{err}");
+}

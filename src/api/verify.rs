@@ -87,9 +87,10 @@ pub async fn run(
     let Prepared {
         claims,
         sources,
-        params,
+        mut params,
         mode,
     } = prepared;
+    params.date_order = resolver.date_order();
     let resolved = resolver.resolve(&sources).await;
     let engine_sources = wire::engine_sources(&resolved);
     let sources_total = engine_sources.len();

@@ -42,6 +42,22 @@ impl DateParts {
     }
 }
 
+/// Reads every ambiguous numeric date in `qty` in the given order; with
+/// `DateOrder::Ambiguous` they stay ambiguous.
+pub fn resolve_dates(qty: &mut [Quantity], order: super::DateOrder) {
+    for q in qty.iter_mut().filter(|q| q.date.ambiguous) {
+        q.date = match order {
+            super::DateOrder::Ambiguous => continue,
+            // `month`/`day` already hold the month-first reading.
+            super::DateOrder::Mdy => DateParts {
+                ambiguous: false,
+                ..q.date
+            },
+            super::DateOrder::Dmy => q.date.swapped(),
+        };
+    }
+}
+
 /// One quantity and the token range it came from.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Quantity {

@@ -232,6 +232,7 @@ fn thresholds_follow_design() {
         min_coverage: 0.0,
         review_floor: 0.0,
         evidence_limit: 5,
+        ..Params::default()
     };
     let v = verify(
         &[claim("c1", "Refunds are available within 30 days.")],
@@ -507,7 +508,7 @@ proptest! {
         let sources = [src("s", &body)];
         let mut c = claim("c", &core);
         c.citations = vec![CallerCitation { source_id: "s".into(), quote: Some(core.clone()) }];
-        let v = verify(&[c, claim("d", &core)], &sources, &Params { min_coverage: 0.0, review_floor: 0.0, evidence_limit: 5 });
+        let v = verify(&[c, claim("d", &core)], &sources, &Params { min_coverage: 0.0, review_floor: 0.0, evidence_limit: 5, ..Params::default() });
         for check in &v {
             for cit in &check.citations {
                 prop_assert_eq!(py_slice(&body, cit.start, cit.end), cit.quote.clone());
@@ -646,4 +647,31 @@ fn conflicts_name_the_two_words_that_disagree() {
         assert_eq!(py(evidence, x.evidence_start, x.evidence_end), evidence_word);
         assert_eq!(x.source_id, "s1");
     }
+}
+
+#[test]
+fn date_order_reads_an_ambiguous_numeric_date_one_way() {
+    use crate::engine::DateOrder;
+    let sources = [Source {
+        id: "s".into(),
+        text: Some("The refund was issued on 03/05/2024.".into()),
+    }];
+    let run = |claim_text: &str, order: DateOrder| {
+        let params = Params {
+            date_order: order,
+            ..Params::default()
+        };
+        verify(&[claim("c", claim_text)], &sources, &params)[0].status
+    };
+    let march = "The refund was issued on March 5, 2024.";
+    let may = "The refund was issued on 3 May 2024.";
+    // Unknown order: neither reading is supported.
+    assert_ne!(run(march, DateOrder::Ambiguous), ClaimStatus::Supported);
+    assert_ne!(run(may, DateOrder::Ambiguous), ClaimStatus::Supported);
+    // Month first: March 5; 3 May is another date.
+    assert_eq!(run(march, DateOrder::Mdy), ClaimStatus::Supported);
+    assert_eq!(run(may, DateOrder::Mdy), ClaimStatus::Unsupported);
+    // Day first: 3 May; March 5 is another date.
+    assert_eq!(run(may, DateOrder::Dmy), ClaimStatus::Supported);
+    assert_eq!(run(march, DateOrder::Dmy), ClaimStatus::Unsupported);
 }

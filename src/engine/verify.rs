@@ -139,11 +139,13 @@ struct Index<'a> {
     /// (names, not sentence starts), sorted; computed on first use, by
     /// `capitalised_inside`.
     capitalised: std::cell::OnceCell<Vec<u32>>,
+    /// How ambiguous numeric dates are read, in sources and claims.
+    date_order: super::DateOrder,
     stemmer: text::Stems,
 }
 
 impl<'a> Index<'a> {
-    fn build(sources: &'a [Source]) -> Index<'a> {
+    fn build(sources: &'a [Source], date_order: super::DateOrder) -> Index<'a> {
         let stemmer = text::stemmer();
         let mut order: Vec<&'a Source> = sources.iter().collect();
         order.sort_by(|a, b| a.id.cmp(&b.id).then_with(|| a.text.cmp(&b.text)));
@@ -166,6 +168,7 @@ impl<'a> Index<'a> {
             values_finite: true,
             names_party: std::cell::OnceCell::new(),
             capitalised: std::cell::OnceCell::new(),
+            date_order,
             stemmer,
         };
         // Reused for each unit's ids before they are sorted and deduplicated.
@@ -176,7 +179,8 @@ impl<'a> Index<'a> {
                 continue;
             };
             let tokens = text::tokenize(body, &idx.stemmer);
-            let qty = numbers::extract(&tokens, &idx.stemmer.vocab());
+            let mut qty = numbers::extract(&tokens, &idx.stemmer.vocab());
+            numbers::resolve_dates(&mut qty, date_order);
             let si = idx.sources.len();
             let unit_start = idx.units.len();
             let mut t = 0;
@@ -441,7 +445,8 @@ struct Analysis {
 fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     let tokens = text::tokenize(claim, &idx.stemmer);
     let vocab = idx.stemmer.vocab();
-    let qty = numbers::extract(&tokens, &vocab);
+    let mut qty = numbers::extract(&tokens, &vocab);
+    numbers::resolve_dates(&mut qty, idx.date_order);
     let mut in_qty = vec![false; tokens.len()];
     for q in &qty {
         for flag in in_qty.iter_mut().take(q.tok_end).skip(q.tok_start) {
@@ -994,7 +999,7 @@ fn complete(lv: &mut Levels<'_, '_>, best: Passage, cands: &[usize]) -> (Evidenc
 /// Checks every claim against the sources: one [`Check`] per claim, in order.
 /// The sources are indexed once for the whole call.
 pub fn verify(claims: &[Claim], sources: &[Source], params: &Params) -> Vec<Check> {
-    let idx = Index::build(sources);
+    let idx = Index::build(sources, params.date_order);
     claims
         .iter()
         .map(|c| check_claim(c, &idx, params))
@@ -1525,7 +1530,7 @@ mod tests {
                 id: "a".into(),
                 text: Some(text.into()),
             }];
-            let idx = Index::build(&sources);
+            let idx = Index::build(&sources, crate::engine::DateOrder::Ambiguous);
             // The second text's huge amount is infinite: scans only.
             assert_eq!(idx.values_finite, t == 0);
             let allowed = vec![true; idx.sources.len()];
