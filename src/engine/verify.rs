@@ -423,6 +423,9 @@ struct Analysis {
     hedge: bool,
     /// The claim reports an event as done ("the refund was issued").
     done: bool,
+    /// The stem of that event's participle, when "was"/"were"/"been"
+    /// introduces it ("was issued" → issu).
+    event: Option<u32>,
     /// The stems of each clause of the claim's content words, sorted.
     clauses: Vec<Vec<u32>>,
     /// All of them, sorted.
@@ -567,6 +570,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         terms.iter().map(|t| t.weight).sum::<f64>() + qty.iter().map(|q| q.weight).sum::<f64>();
     let hedge = conflict::claim_hedged(&tokens, &vocab);
     let done = conflict::claim_reports_done(&tokens, &vocab);
+    let event = conflict::reported_event(&tokens, &vocab);
     let clauses: Vec<Vec<u32>> = conflict::clauses(claim, &tokens, &vocab)
         .into_iter()
         .map(|c| {
@@ -606,6 +610,7 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         polarity,
         hedge,
         done,
+        event,
         clauses,
         clause_all,
         parts,
@@ -1404,7 +1409,17 @@ fn gates(
             break;
         }
     }
-    let found = conflict::find(a, idx, primary, coverage, &a.text);
+    // A claim of two or more parts ("the courier tried twice, and the
+    // parcel is at the depot") may rest on a sentence the completion added
+    // for one part; every sentence of the evidence set is read then. A
+    // one-part claim is judged on the passage that carries it.
+    let primary_units: Vec<usize> = primary.units().collect();
+    let units = if a.parts.is_empty() {
+        &primary_units
+    } else {
+        &set.units
+    };
+    let found = conflict::find(a, idx, units, coverage, &a.text);
     if let Some((r, _)) = &found {
         reasons.push(*r);
     }
@@ -1450,8 +1465,20 @@ fn is_explicit_negator(norm: &str) -> bool {
 /// word order differs from the source ("no risk of spring frost" against
 /// "all danger of spring frost has passed").
 fn polarity_of(text: &str, toks: &[Token], vocab: &text::Vocab, i: usize) -> Polarity {
-    for k in (i.saturating_sub(tune::NEG_WINDOW)..i).rev() {
+    // Adverbs of time between a negator and its word ("is not now at the
+    // depot", "was not yet shipped") neither end its scope nor use it up.
+    let mut budget = tune::NEG_WINDOW;
+    let mut k = i;
+    while budget > 0 && k > 0 {
+        k -= 1;
         let norm = vocab.norm(toks[k].norm_id);
+        if matches!(
+            norm,
+            "now" | "yet" | "still" | "currently" | "already" | "ever"
+        ) {
+            continue;
+        }
+        budget -= 1;
         // "out of stock", "out of warranty"; "rather than the card",
         // "instead of a refund": the word is what is not the case.
         let pair = k

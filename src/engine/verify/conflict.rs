@@ -14,7 +14,7 @@
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
-use super::{negates, polarity_of, Analysis, Index, Passage, Polarity};
+use super::{negates, polarity_of, Analysis, Index, Polarity};
 use crate::engine::text::{self, Token};
 use crate::engine::{Conflict, Reason};
 
@@ -299,12 +299,12 @@ struct Hit {
     at: (usize, usize),
 }
 
-/// The first contradiction in `primary` that coverage cannot see, if any,
+/// The first contradiction in `units` that coverage cannot see, if any,
 /// with the two spans that disagree.
 pub(super) fn find(
     a: &Analysis,
     idx: &Index<'_>,
-    primary: Passage,
+    units: &[usize],
     coverage: f64,
     claim: &str,
 ) -> Option<(Reason, Option<Conflict>)> {
@@ -314,7 +314,7 @@ pub(super) fn find(
     let vocab = &*vocab;
     let term_stems: Vec<u32> = a.terms.iter().filter_map(|t| t.stem).collect();
     let mut sentences: Vec<Sentence<'_>> = Vec::new();
-    for u in primary.units() {
+    for &u in units {
         let unit = &idx.units[u];
         let src = &idx.sources[unit.source];
         let toks = src.tokens.get(unit.tok_start..unit.tok_end).unwrap_or(&[]);
@@ -578,9 +578,21 @@ fn hedge_at(
     })
 }
 
-/// Whether the claim states anything under a hedge.
+/// Whether the claim states anything under a hedge. A marker that is the
+/// claim's own reported event ("a password reset was requested", "the
+/// call was scheduled") is not one: the claim says that it happened.
 pub(super) fn claim_hedged(toks: &[Token], vocab: &text::Vocab) -> bool {
-    (0..toks.len()).any(|k| hedge_at(toks, vocab, k, &[]).is_some())
+    let norm = |k: usize| toks.get(k).map_or("", |t| vocab.norm(t.norm_id));
+    let reported = |k: usize| {
+        matches!(norm(k), "requested" | "scheduled" | "planned" | "expected")
+            && norm(k + 1) != "to"
+            && k.checked_sub(1).is_some_and(|j| {
+                matches!(norm(j), "was" | "were")
+                    || norm(j) == "been"
+                        && matches!(norm(j.wrapping_sub(1)), "has" | "have" | "had")
+            })
+    };
+    (0..toks.len()).any(|k| !reported(k) && hedge_at(toks, vocab, k, &[]).is_some())
 }
 
 /// Irregular past forms that report an event as done.
@@ -667,6 +679,16 @@ pub(super) fn reports_event_at(toks: &[Token], vocab: &text::Vocab, k: usize) ->
     })
 }
 
+/// The stem of the past participle right after the claim's "was", "were"
+/// or "been" ("the customer was charged" → charge), if there is one.
+pub(super) fn reported_event(toks: &[Token], vocab: &text::Vocab) -> Option<u32> {
+    (1..toks.len()).find_map(|i| {
+        let prev = vocab.norm(toks[i - 1].norm_id);
+        (matches!(prev, "was" | "were" | "been") && reports_event_at(toks, vocab, i))
+            .then_some(toks[i].stem_id)
+    })
+}
+
 pub(super) fn claim_reports_done(toks: &[Token], vocab: &text::Vocab) -> bool {
     let norm = |i: usize| vocab.norm(toks[i].norm_id);
     let past = |i: usize| {
@@ -711,21 +733,42 @@ fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
     if best == 0 {
         return None;
     }
+    // The event the claim reports with "was"/"were"/"been" ("was
+    // charged"): when some clause names it, those clauses decide, not the
+    // ones that share most of the claim's other words ("The customer
+    // returned an opened camera. A fee will be charged for it.").
+    let names_event = |s: &Sentence<'_>| {
+        a.event
+            .is_some_and(|e| s.toks.iter().any(|t| t.stem_id == e))
+    };
+    let by_event = sentences.iter().any(names_event);
     let mut first = None;
-    for (si, s) in sentences
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.overlap == best)
-    {
+    for (si, s) in sentences.iter().enumerate().filter(|(_, s)| {
+        if by_event {
+            names_event(s)
+        } else {
+            s.overlap == best
+        }
+    }) {
         let governed = (0..s.toks.len()).find_map(|k| {
             let range = match hedge_at(s.toks, vocab, k, &terms)? {
                 HedgeReach::After(n) => k + 1..(k + 1 + n).min(s.toks.len()),
                 HedgeReach::Around(n) => k.saturating_sub(n)..(k + 1 + n).min(s.toks.len()),
             };
-            let word = s.toks[range]
+            let governed = s.toks.get(range).unwrap_or(&[]);
+            let word = governed
                 .iter()
                 .map(|t| t.stem_id)
-                .find(|st| terms.contains(st))?;
+                .find(|st| terms.contains(st))
+                .or_else(|| {
+                    // "will be $19.99" governs the claim's "USD 19.99":
+                    // compared as quantities, not surfaces.
+                    let qty = crate::engine::numbers::extract(governed, vocab);
+                    let backed = qty
+                        .iter()
+                        .any(|e| a.qty.iter().any(|c| crate::engine::numbers::backs(&c.q, e)));
+                    backed.then(|| a.qty_stems.first().copied()).flatten()
+                })?;
             Some((word, k))
         });
         match governed {
