@@ -19,6 +19,7 @@
 pub mod bind;
 pub mod decide;
 pub mod extract;
+pub mod model;
 pub mod numbers;
 pub mod spelling;
 pub mod text;

@@ -198,7 +198,10 @@ pub async fn authorize(
     let defaults = policy
         .is_none()
         .then(|| defaults_policy(&app.config.defaults, &action_type));
-    let effective = decide::effective(policy.or(defaults.as_ref()), &requested);
+    let effective = decide::effective(
+        policy.or(defaults.as_ref()).map(ActionPolicy::floor),
+        &requested,
+    );
     let unknown_action = match (policy, app.config.authorize.unknown_action) {
         (Some(_), _) | (None, UnknownAction::Allow) => None,
         (None, UnknownAction::Deny) => Some(Outcome::Deny),

@@ -20,7 +20,9 @@
 //! - [`policy`]: `policies/*.toml` → validated [`policy::PolicySet`]; route matching,
 //!   extractors, param rules, the `ArcSwap` store and the hot-reload watcher.
 //! - [`proxy`]: the reverse proxy: route match, decide, forward / block / hold.
-//! - [`engine`]: PURE claim verification: claims + sources → checks, and LLM answers → claims.
+//! - [`engine`]: PURE claim verification: claims + sources → checks, and LLM answers → claims;
+//!   the decision table and its vocabulary (`engine::model`). It imports no other module
+//!   (`scripts/check-layers.sh` checks this and the other parts' imports in CI).
 //! - [`review`]: held requests and their review: durable store, single-use
 //!   resolutions, expiry, and the exactly-once forward claim.
 //! - [`audit`]: the tamper-evident audit log (Merkle tree, signed checkpoints, SQLite).

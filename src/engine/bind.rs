@@ -35,7 +35,7 @@ impl BindValue {
     /// plain decimal notation.
     pub fn text(s: &str) -> BindValue {
         BindValue {
-            number: crate::policy::parse_decimal(s.trim()),
+            number: super::numbers::parse_decimal(s.trim()),
             text: Some(s.to_string()),
         }
     }

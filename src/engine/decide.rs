@@ -6,7 +6,7 @@
 //! reason. The table lives in [`decide`] as one ordered `if` chain so that it
 //! can be read against the design row by row.
 
-use crate::policy::{ActionPolicy, Citations, DecisionMode, Effect, RuleHit};
+use super::model::{Citations, DecisionMode, Effect, Floor, RuleHit};
 
 use super::{Check, ClaimStatus};
 
@@ -87,10 +87,10 @@ fn tighten<T: PartialOrd + Copy>(
 
 /// Defaults, then the policy (a floor), then the request, which may tighten
 /// the floor but never loosen it.
-pub fn effective(policy: Option<&ActionPolicy>, req: &Requested) -> Effective {
+pub fn effective(floor: Option<Floor<'_>>, req: &Requested) -> Effective {
     let mut applied = Vec::new();
-    let (reqs, opts, require_claims) = match policy {
-        Some(p) => (Some(&p.requirements), Some(&p.options), p.require_claims),
+    let (reqs, opts, require_claims) = match floor {
+        Some(f) => (Some(f.requirements), Some(f.options), f.require_claims),
         None => (None, None, true),
     };
     let floor_cov = reqs
@@ -328,7 +328,7 @@ pub fn decide(f: &Facts<'_>) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{Options, Requirements};
+    use crate::engine::model::{Options, Requirements};
     use DecisionMode::{Audit, Balanced, Strict};
     use DecisionReason as R;
     use Outcome::{Allow, Deny, NeedsReview};
@@ -540,25 +540,28 @@ mod tests {
         }
     }
 
+    /// An action policy's floors: requirements and options.
     fn policy(
         mode: Option<DecisionMode>,
         cov: Option<f64>,
         cit: Option<Citations>,
-    ) -> ActionPolicy {
-        ActionPolicy {
-            type_: "refund.create".into(),
-            requirements: Requirements {
+    ) -> (Requirements, Options) {
+        (
+            Requirements {
                 decision_mode: mode,
                 min_coverage: cov,
                 citations: cit,
             },
-            options: Options::default(),
+            Options::default(),
+        )
+    }
+
+    fn floor(p: &(Requirements, Options)) -> Option<Floor<'_>> {
+        Some(Floor {
+            requirements: &p.0,
+            options: &p.1,
             require_claims: true,
-            redact: vec![],
-            rules: vec![],
-            param_types: Default::default(),
-            bind: vec![],
-        }
+        })
     }
 
     #[test]
@@ -588,7 +591,7 @@ mod tests {
         );
         // A strict policy is a floor.
         let p = policy(Some(Strict), Some(0.9), Some(Citations::Required));
-        let e = effective(Some(&p), &loose);
+        let e = effective(floor(&p), &loose);
         assert_eq!(
             (e.decision_mode, e.min_coverage, e.citations),
             (Strict, 0.9, Citations::Required)
@@ -604,7 +607,7 @@ mod tests {
             deny_if_any_unsupported: Some(true),
             evidence_limit: Some(2),
         };
-        let e = effective(Some(&p), &tight);
+        let e = effective(floor(&p), &tight);
         assert_eq!(
             (e.decision_mode, e.min_coverage, e.citations),
             (Strict, 0.95, Citations::Required)
@@ -613,7 +616,7 @@ mod tests {
         assert_eq!(e.evidence_limit, 2);
         assert!(e.floors_applied.is_empty());
         // Policy values apply when the request is silent.
-        let e = effective(Some(&p), &Requested::default());
+        let e = effective(floor(&p), &Requested::default());
         assert_eq!(
             (e.decision_mode, e.min_coverage, e.citations),
             (Balanced, 0.7, Citations::Optional)

@@ -58,6 +58,23 @@ pub fn resolve_dates(qty: &mut [Quantity], order: super::DateOrder) {
     }
 }
 
+/// Plain decimal notation: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`, finite. Nothing
+/// that one parser reads as a number and another as something else.
+pub fn parse_decimal(s: &str) -> Option<f64> {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    let (int, frac) = match digits.split_once('.') {
+        Some((i, f)) => (i, Some(f)),
+        None => (digits, None),
+    };
+    let int_ok = int == "0"
+        || (!int.is_empty() && !int.starts_with('0') && int.bytes().all(|b| b.is_ascii_digit()));
+    let frac_ok = frac.is_none_or(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()));
+    if !(int_ok && frac_ok) {
+        return None;
+    }
+    s.parse::<f64>().ok().filter(|n| n.is_finite())
+}
+
 /// One quantity and the token range it came from.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Quantity {

@@ -14,47 +14,10 @@ use std::collections::BTreeMap;
 
 use regex::Regex;
 
-/// How strictly the engine treats a decision (§5). Ordered loosest first so
-/// that `max` picks the tighter of two modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum DecisionMode {
-    Audit,
-    Balanced,
-    Strict,
-}
-
-/// Whether every claim must cite a source. Ordered loosest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Citations {
-    Optional,
-    Required,
-}
-
-/// What a matching rule asks for. Ordered weakest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Effect {
-    Review,
-    Deny,
-}
-
-/// The `requirements` floor of an action policy. `None` means the policy sets
-/// no floor for that field and the default or the request decides.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Requirements {
-    pub decision_mode: Option<DecisionMode>,
-    pub min_coverage: Option<f64>,
-    pub citations: Option<Citations>,
-}
-
-/// The `options` floor of an action policy.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Options {
-    pub deny_if_any_unsupported: Option<bool>,
-    pub evidence_limit: Option<u32>,
-    /// Always equal to `requirements.min_coverage` when both are set: the
-    /// loader rejects a policy where they differ.
-    pub min_coverage: Option<f64>,
-}
+pub use crate::engine::model::{
+    Citations, DecisionMode, Effect, Floor, Options, Requirements, RuleHit,
+};
+pub use crate::engine::numbers::parse_decimal;
 
 /// One `[[action]]` table: the floors and rules for one action type.
 #[derive(Debug, Clone)]
@@ -142,16 +105,6 @@ pub enum Op {
     Matches(Regex),
 }
 
-/// A rule that matched.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RuleHit {
-    pub effect: Effect,
-    /// Index into [`ActionPolicy::rules`].
-    pub rule: usize,
-    pub param: String,
-    pub message: String,
-}
-
 /// A param value: the JSON data model without the JSON.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ParamValue {
@@ -172,6 +125,16 @@ pub struct ParamLookup {
 // === impl ActionPolicy ===
 
 impl ActionPolicy {
+    /// The floors the decision reads: `requirements`, `options` and
+    /// `require_claims`, in the engine's terms.
+    pub fn floor(&self) -> Floor<'_> {
+        Floor {
+            requirements: &self.requirements,
+            options: &self.options,
+            require_claims: self.require_claims,
+        }
+    }
+
     /// Every rule that matches `params`, in rule order, and every param whose
     /// type a declaration or a rule cannot read. Pure and total.
     pub fn evaluate(&self, params: &ParamLookup) -> Evaluation {
@@ -247,23 +210,6 @@ fn view(v: &ParamValue, declared: Option<ParamType>) -> Result<View<'_>, String>
             .ok_or_else(|| format!("declared decimal_string, {}", got())),
         (Some(ParamType::DecimalString), _) => Err(format!("declared decimal_string, {}", got())),
     }
-}
-
-/// Plain decimal notation: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`, finite. Nothing
-/// that one parser reads as a number and another as something else.
-pub fn parse_decimal(s: &str) -> Option<f64> {
-    let digits = s.strip_prefix('-').unwrap_or(s);
-    let (int, frac) = match digits.split_once('.') {
-        Some((i, f)) => (i, Some(f)),
-        None => (digits, None),
-    };
-    let int_ok = int == "0"
-        || (!int.is_empty() && !int.starts_with('0') && int.bytes().all(|b| b.is_ascii_digit()));
-    let frac_ok = frac.is_none_or(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()));
-    if !(int_ok && frac_ok) {
-        return None;
-    }
-    s.parse::<f64>().ok().filter(|n| n.is_finite())
 }
 
 // === impl Rule ===
