@@ -3,6 +3,8 @@
 # every .rs file of a part), so that the layering stays true:
 #
 #   engine    nothing: the pure core (claims, evidence, decisions)
+#   decide    audit, config, engine, evidence, metrics, policy: the one
+#             decision path; never api, proxy or app, which call it
 #   policy    config, engine
 #   audit     config, sqlite
 #   evidence  config, engine
@@ -10,13 +12,14 @@
 #   review    error, health, metrics, sqlite
 #   witness   audit, http_util, server
 #
-# The HTTP face and start-up (api, app, gate, proxy, server) are not
-# constrained here yet. Exits 1 naming every import a rule forbids.
+# The HTTP face and start-up (api, app, proxy, server) are not constrained
+# here yet. Exits 1 naming every import a rule forbids.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 declare -A ALLOWED=(
     [engine]=""
+    [decide]="audit config engine evidence metrics policy"
     [policy]="config engine"
     [audit]="config sqlite"
     [evidence]="config engine"

@@ -373,16 +373,18 @@ impl Api {
         let body = self
             .json_body(req, self.app.config.limits.max_body_bytes)
             .await?;
-        let typed: crate::gate::AuthorizeRequest = http_util::typed(&body.value)?;
+        let typed: authorize::AuthorizeRequest = http_util::typed(&body.value)?;
+        let (mode, input) = typed.into_input()?;
         let set = self.app.policies.load_full();
-        let gate_ctx = crate::gate::GateCtx {
-            principal: &ctx.principal,
+        let decide_ctx = crate::decide::Ctx {
+            principal: &ctx.principal.name,
             request_id: &ctx.request_id,
             request_hash: &body.hash,
             route: None,
         };
-        let outcome = crate::gate::authorize(&self.app, &set, typed, &gate_ctx).await?;
-        let resp = authorize::response(&outcome, &ctx.request_id, &body.hash, ctx.started);
+        let outcome =
+            crate::decide::authorize(&self.app.decide_handles(), &set, input, &decide_ctx).await?;
+        let resp = authorize::response(&outcome, mode, &ctx.request_id, &body.hash, ctx.started);
         json_response(StatusCode::OK, &resp)
     }
 

@@ -49,6 +49,21 @@ pub struct App {
     pub reviews: crate::review::Reviews,
 }
 
+impl App {
+    /// What a decision needs of this process (see [`crate::decide::Handles`]).
+    pub fn decide_handles(&self) -> crate::decide::Handles<'_> {
+        crate::decide::Handles {
+            resolver: &self.resolver,
+            audit: &self.audit,
+            redaction: &self.redaction,
+            defaults: &self.config.defaults,
+            unknown_action: self.config.authorize.unknown_action,
+            metrics: &self.decision_metrics,
+            clock: std::time::SystemTime::now,
+        }
+    }
+}
+
 /// The SQLite file that holds every durable table (audit, reviews, jobs).
 pub fn db_path(config: &Config) -> std::path::PathBuf {
     config.data_dir.join("verdict.db")
@@ -166,7 +181,7 @@ impl Component for PoliciesComponent {
             r = r.fact("removed_routes", st.unacknowledged_removals.clone());
         }
         if let Some(at) = st.last_reload_at {
-            r = r.fact("last_reload", crate::gate::rfc3339(at));
+            r = r.fact("last_reload", crate::decide::rfc3339(at));
         }
         if let Some(e) = st.last_error {
             r = r.fact("last_error", e);

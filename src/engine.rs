@@ -29,6 +29,7 @@ pub mod verify;
 mod tests;
 
 pub use extract::extract_claims;
+pub use model::{Citations, DecisionMode, Effect, Floor, Options, Requirements, RuleHit};
 pub use verify::verify;
 
 /// A claim to check.

@@ -213,6 +213,18 @@ impl From<serde_path_to_error::Error<serde_json::Error>> for ApiError {
     }
 }
 
+impl From<crate::decide::DecideError> for ApiError {
+    fn from(e: crate::decide::DecideError) -> Self {
+        use crate::decide::DecideError;
+        match e {
+            DecideError::Malformed(m) => ApiError::BadRequest(m),
+            DecideError::Invalid(m) => ApiError::Unprocessable(m),
+            DecideError::Unavailable(m) => ApiError::Unavailable(m),
+            DecideError::Internal(m) => ApiError::Internal(m),
+        }
+    }
+}
+
 impl From<crate::audit::AuditError> for ApiError {
     /// Anything that keeps the log from recording is a 503: the gated action
     /// must not happen. A record the log refuses is our bug, hence a 500.

@@ -11,7 +11,8 @@
 //! - [`api`]: the native JSON API: routing table, request pipeline, handlers.
 //! - [`error`]: every client-visible error and its one mapping to HTTP.
 //! - [`evidence`]: reading `file://` and `http(s)://` sources inside the operator's fences.
-//! - [`gate`]: one authorize decision end to end, shared by the API and the proxy.
+//! - [`decide`]: the one-way decision path: domain input and narrow handles in, a typed
+//!   decision (durably audited) out; shared by the API and the proxy, and imports neither.
 //! - [`http_util`]: body reading with limits, request ids, request hashes.
 //! - [`auth`]: API keys, scopes, constant-time lookup, protected mode.
 //! - [`health`]: `/health` and the component registry of `/health/detailed`.
@@ -37,10 +38,10 @@ pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod datalock;
+pub mod decide;
 pub mod engine;
 pub mod error;
 pub mod evidence;
-pub mod gate;
 pub mod health;
 pub mod http_util;
 pub mod jobs;

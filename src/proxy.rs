@@ -39,11 +39,11 @@ use serde_json::{json, Value};
 use tracing::Instrument;
 
 use crate::app::App;
-use crate::auth::Principal;
 use crate::config::{MethodOverride, ProxyConfig, Unmatched};
+use crate::decide::input::{from_json, Claims};
+use crate::decide::{self, DecideError, Input, Refusal};
 use crate::engine::decide::{DecisionReason, Outcome};
 use crate::error::ApiError;
-use crate::gate::{AuthorizeRequest, GateCtx, Refusal};
 use crate::health::{self, Component};
 use crate::http_util::{self, full, BoxError, RespBody, REQUEST_ID};
 use crate::policy::{
@@ -450,12 +450,8 @@ impl Proxy {
             Ok(h) => h,
             Err(e) => return e.into_response(request_id),
         };
-        let principal = Principal {
-            name: PROXY_PRINCIPAL.to_string(),
-            scopes: vec![],
-        };
-        let ctx = GateCtx {
-            principal: &principal,
+        let ctx = decide::Ctx {
+            principal: PROXY_PRINCIPAL,
             request_id,
             request_hash: &request_hash,
             route: Some(&route.name),
@@ -471,8 +467,8 @@ impl Proxy {
                 body: None,
             })
             .params;
-        let outcome = crate::gate::refuse(
-            &self.app,
+        let outcome = decide::refuse(
+            &self.app.decide_handles(),
             set,
             Refusal {
                 action_type: &route.action,
@@ -663,18 +659,6 @@ impl Proxy {
             headers: &parts.headers,
             body: json_body.as_ref(),
         });
-        let mut authz = json!({
-            "action": {"type": route.action, "params": Value::Object(extracted.params)},
-        });
-        if let Some(c) = extracted.claims {
-            authz["claims"] = c;
-        }
-        if let Some(s) = extracted.sources {
-            authz["sources"] = s;
-        }
-        if let Some(a) = extracted.answer {
-            authz["answer"] = a;
-        }
         // The request as the upstream gets it once allowed (or approved):
         // its hash is the decision record's request_hash and, when the call
         // is held, the review's, which an approval is bound to.
@@ -692,8 +676,32 @@ impl Proxy {
             body: bytes.clone(),
         };
         let request_hash = held.hash();
-        let typed: AuthorizeRequest = match http_util::typed(&authz) {
-            Ok(t) => t,
+        // The decision's input, read from the parts the extractors found.
+        let input = (|| {
+            Ok::<_, DecideError>(Input {
+                action_type: route.action.clone(),
+                params: extracted.params,
+                // A JSON null is no claims or no answer, as in an API body.
+                claims: extracted
+                    .claims
+                    .filter(|c| !c.is_null())
+                    .map(|c| from_json::<Claims>("claims", c).map(|c| c.0))
+                    .transpose()?,
+                answer: extracted
+                    .answer
+                    .filter(|a| !a.is_null())
+                    .map(|a| from_json("answer", a))
+                    .transpose()?,
+                sources: extracted
+                    .sources
+                    .map(|s| from_json("sources", s))
+                    .transpose()?
+                    .unwrap_or_default(),
+                requested: Default::default(),
+            })
+        })();
+        let input = match input {
+            Ok(i) => i,
             Err(e) => {
                 let r = refuse(
                     DecisionReason::PolicyViolation,
@@ -704,20 +712,16 @@ impl Proxy {
             }
         };
 
-        // Decide (and audit) through the same gate as /v2/authorize.
-        let principal = Principal {
-            name: PROXY_PRINCIPAL.to_string(),
-            scopes: vec![],
-        };
-        let ctx = GateCtx {
-            principal: &principal,
+        // Decide (and audit) on the same path as /v2/authorize.
+        let ctx = decide::Ctx {
+            principal: PROXY_PRINCIPAL,
             request_id,
             request_hash: &request_hash,
             route: Some(&route.name),
         };
-        let outcome = match crate::gate::authorize(&self.app, set, typed, &ctx).await {
+        let outcome = match decide::authorize(&self.app.decide_handles(), set, input, &ctx).await {
             Ok(o) => o,
-            Err(e @ (ApiError::Unavailable(_) | ApiError::Internal(_))) => {
+            Err(e @ (DecideError::Unavailable(_) | DecideError::Internal(_))) => {
                 if route.failure_mode == FailureMode::Open {
                     tracing::warn!(route = %route.name, error = %e, "gate failed; route is fail-open, forwarding");
                     self.stats.count(&route.name, "fail_open");
@@ -739,13 +743,13 @@ impl Proxy {
                     "the gate cannot decide, failing closed: {e}"
                 )));
             }
-            Err(e @ (ApiError::BadRequest(_) | ApiError::Unprocessable(_))) => {
-                // A justification the gate cannot use is a refusal like any
-                // other, and on record.
-                let r = refuse(DecisionReason::PolicyViolation, e.status(), e.to_string());
+            Err(e @ (DecideError::Malformed(_) | DecideError::Invalid(_))) => {
+                // A justification the decision cannot use is a refusal like
+                // any other, and on record.
+                let status = ApiError::from(e.clone()).status();
+                let r = refuse(DecisionReason::PolicyViolation, status, e.to_string());
                 return Ok(self.refuse(set, &probe, r, request_id).await);
             }
-            Err(e) => return Err(e),
         };
         let record_id = outcome.receipt.record_id.to_string();
         // The caller (and the reviewer's 202 poller) learn which rules fired.

@@ -1,15 +1,106 @@
 //! `POST /v2/authorize`: the decision artifact, compact or verbose.
 //!
-//! The decision itself is made by [`crate::gate`], shared with the proxy; this
-//! module only shapes it. Compact responses hold exactly the six fields of
+//! The body is read here into the decision's domain input; the decision
+//! itself is made by [`crate::decide`], shared with the proxy; this module
+//! only reads the request and shapes the answer. Compact responses hold exactly the six fields of
 //! spec §2.7; verbose adds `reason`, `diagnostics`, `requirements`, `rules`
 //! and, in audit mode, `enforced` and `would_decide`.
 
 use serde::Serialize;
 
-use super::wire::{self, CheckOut, MetricsOut, Mode};
-use crate::engine::decide;
-use crate::gate::GateOutcome;
+use serde::Deserialize;
+
+use super::wire::{self, CheckOut, MetricsOut, Mode, OptionsIn, RequirementsIn, ResponseIn};
+use crate::decide::input::{AnswerIn, Claims, SourceIn};
+use crate::decide::{Decided, Input};
+use crate::engine::decide::{self, Requested};
+use crate::engine::{Citations, DecisionMode};
+use crate::error::ApiError;
+
+/// `action: {type, params?}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ActionIn {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub params: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The body of `POST /v2/authorize`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AuthorizeRequest {
+    pub action: ActionIn,
+    #[serde(default)]
+    pub claims: Option<Claims>,
+    #[serde(default)]
+    pub answer: Option<AnswerIn>,
+    #[serde(default)]
+    pub sources: Vec<SourceIn>,
+    #[serde(default)]
+    pub requirements: Option<RequirementsIn>,
+    #[serde(default)]
+    pub options: Option<OptionsIn>,
+    #[serde(default)]
+    pub response: Option<ResponseIn>,
+}
+
+impl AuthorizeRequest {
+    /// The response mode and the decision's input; 422 on values the
+    /// request may not ask for.
+    pub fn into_input(self) -> Result<(Mode, Input), ApiError> {
+        let mode = wire::response_mode(self.response.as_ref())?;
+        let requested = requested(self.requirements.as_ref(), self.options.as_ref())?;
+        Ok((
+            mode,
+            Input {
+                action_type: self.action.kind,
+                params: self.action.params,
+                claims: self.claims.map(|c| c.0),
+                answer: self.answer,
+                sources: self.sources,
+                requested,
+            },
+        ))
+    }
+}
+
+pub fn parse_mode(s: &str) -> Result<DecisionMode, ApiError> {
+    match s {
+        "strict" => Ok(DecisionMode::Strict),
+        "balanced" => Ok(DecisionMode::Balanced),
+        "audit" => Ok(DecisionMode::Audit),
+        other => Err(ApiError::Unprocessable(format!(
+            "requirements.decision_mode: unknown mode {other:?} (strict, balanced, audit)"
+        ))),
+    }
+}
+
+pub fn parse_citations(s: &str) -> Result<Citations, ApiError> {
+    match s {
+        "required" => Ok(Citations::Required),
+        "optional" => Ok(Citations::Optional),
+        other => Err(ApiError::Unprocessable(format!(
+            "requirements.citations: unknown value {other:?} (required, optional)"
+        ))),
+    }
+}
+
+/// What the request asks for, validated (422 on bad values).
+pub fn requested(r: Option<&RequirementsIn>, o: Option<&OptionsIn>) -> Result<Requested, ApiError> {
+    Ok(Requested {
+        decision_mode: r
+            .and_then(|r| r.decision_mode.as_deref())
+            .map(parse_mode)
+            .transpose()?,
+        min_coverage: wire::min_coverage(r, o)?,
+        citations: r
+            .and_then(|r| r.citations.as_deref())
+            .map(parse_citations)
+            .transpose()?,
+        deny_if_any_unsupported: o.and_then(|o| o.deny_if_any_unsupported),
+        evidence_limit: wire::evidence_limit(o)?,
+    })
+}
 
 #[derive(Debug, Serialize)]
 pub struct AuthorizeResponse {
@@ -85,12 +176,13 @@ pub struct UnavailableOut {
 
 /// Shapes a gate outcome as the decision artifact.
 pub fn response(
-    o: &GateOutcome,
+    o: &Decided,
+    mode: Mode,
     request_id: &str,
     request_hash: &str,
     started: std::time::Instant,
 ) -> AuthorizeResponse {
-    let verbose = (o.mode == Mode::Verbose).then(|| {
+    let verbose = (mode == Mode::Verbose).then(|| {
         let e = &o.effective;
         let audit_mode = !o.decision.enforced;
         Verbose {

@@ -53,10 +53,10 @@ pub fn prepare(req: VerifyRequest, field_prefix: &str) -> Result<Prepared, ApiEr
     // the schema does not allow is refused here as authorize refuses it.
     if let Some(r) = req.requirements.as_ref() {
         if let Some(m) = r.decision_mode.as_deref() {
-            crate::gate::parse_mode(m)?;
+            super::authorize::parse_mode(m)?;
         }
         if let Some(c) = r.citations.as_deref() {
-            crate::gate::parse_citations(c)?;
+            super::authorize::parse_citations(c)?;
         }
     }
     let mut params = engine::Params::default();

@@ -1,5 +1,7 @@
-//! Wire types shared by verify, authorize and batch: claims, sources,
-//! requirements, options and the check objects of responses.
+//! Wire types shared by verify, authorize and batch: requirements, options,
+//! response modes and the check objects of responses. Claims and sources
+//! are the decision's input and live in [`crate::decide::input`]; they are
+//! re-exported here for the handlers.
 //!
 //! This is the boundary where JSON becomes engine types. Shape errors (a
 //! missing field, a wrong type) come out of serde with their field path and
@@ -7,113 +9,17 @@
 //! `min_coverage` of 1.7, a duplicate source id) are checked here and are
 //! `422`, each naming the field.
 
-use std::collections::HashSet;
-use std::fmt;
-
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+pub use crate::decide::input::{
+    engine_claims, engine_sources, run_engine, source_refs, CitationIn, ClaimIn, Claims, SourceIn,
+};
 use crate::engine;
 use crate::error::ApiError;
-use crate::evidence::{Content, Resolved, SourceRef};
 
 /// Upper bound for `evidence_limit`: more snippets than this per claim is a
 /// mistake, not a need.
 pub const MAX_EVIDENCE_LIMIT: u64 = 100;
-
-/// A claim: `{text, id?, citations?}`, or a bare string.
-#[derive(Debug, Clone)]
-pub struct ClaimIn {
-    pub text: String,
-    pub id: Option<String>,
-    pub citations: Vec<CitationIn>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct ClaimObject {
-    text: String,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    citations: Option<Vec<CitationIn>>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct CitationIn {
-    pub source_id: String,
-    #[serde(default)]
-    pub quote: Option<String>,
-}
-
-impl<'de> Deserialize<'de> for ClaimIn {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ClaimIn;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a claim object {text, id?, citations?} or a string")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<ClaimIn, E> {
-                Ok(ClaimIn {
-                    text: v.to_string(),
-                    id: None,
-                    citations: Vec::new(),
-                })
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ClaimIn, A::Error> {
-                let o = ClaimObject::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(ClaimIn {
-                    text: o.text,
-                    id: o.id,
-                    citations: o.citations.unwrap_or_default(),
-                })
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// A list of claims, deserialised element by element so that errors keep
-/// their index (`claims[2].text`).
-#[derive(Debug, Clone, Default)]
-pub struct Claims(pub Vec<ClaimIn>);
-
-impl<'de> Deserialize<'de> for Claims {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Claims;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array of claims")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Claims, A::Error> {
-                let mut out = Vec::new();
-                while let Some(c) = seq.next_element::<ClaimIn>()? {
-                    out.push(c);
-                }
-                Ok(Claims(out))
-            }
-        }
-        d.deserialize_seq(V)
-    }
-}
-
-/// A source: `{source_id | id, type = "text", text | uri, checksum?}`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SourceIn {
-    #[serde(default)]
-    pub source_id: Option<String>,
-    #[serde(default)]
-    pub id: Option<String>,
-    #[serde(default, rename = "type")]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub text: Option<String>,
-    #[serde(default)]
-    pub uri: Option<String>,
-    #[serde(default)]
-    pub checksum: Option<String>,
-}
 
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ResponseIn {
@@ -195,109 +101,6 @@ pub fn evidence_limit(opt: Option<&OptionsIn>) -> Result<Option<usize>, ApiError
             "options.evidence_limit: {n} is above the maximum of {MAX_EVIDENCE_LIMIT}"
         ))),
     }
-}
-
-/// Validates claims and gives them ids (`c1`, `c2`, … for claims without one).
-pub fn engine_claims(field: &str, claims: Vec<ClaimIn>) -> Result<Vec<engine::Claim>, ApiError> {
-    if claims.is_empty() {
-        return Err(ApiError::Unprocessable(format!(
-            "{field}: must not be empty"
-        )));
-    }
-    let mut seen = HashSet::new();
-    let mut out = Vec::with_capacity(claims.len());
-    for (i, c) in claims.into_iter().enumerate() {
-        if c.text.trim().is_empty() {
-            return Err(ApiError::Unprocessable(format!(
-                "{field}[{i}].text: must not be empty"
-            )));
-        }
-        let id = c.id.unwrap_or_else(|| format!("c{}", i + 1));
-        if id.is_empty() || !seen.insert(id.clone()) {
-            return Err(ApiError::Unprocessable(format!(
-                "{field}[{i}].id: {id:?} is empty or a duplicate"
-            )));
-        }
-        for (j, cit) in c.citations.iter().enumerate() {
-            if cit.source_id.is_empty() {
-                return Err(ApiError::Unprocessable(format!(
-                    "{field}[{i}].citations[{j}].source_id: must not be empty"
-                )));
-            }
-        }
-        out.push(engine::Claim {
-            id,
-            text: c.text,
-            citations: c
-                .citations
-                .into_iter()
-                .map(|c| engine::CallerCitation {
-                    source_id: c.source_id,
-                    quote: c.quote,
-                })
-                .collect(),
-        });
-    }
-    Ok(out)
-}
-
-/// Validates sources: an id (`source_id` or `id`), unique; exactly one of
-/// `text` or `uri`; `type` absent or `text`; a well-formed checksum.
-pub fn source_refs(field: &str, sources: Vec<SourceIn>) -> Result<Vec<SourceRef>, ApiError> {
-    let mut seen = HashSet::new();
-    let mut out = Vec::with_capacity(sources.len());
-    for (i, s) in sources.into_iter().enumerate() {
-        let bad = |m: String| ApiError::Unprocessable(format!("{field}[{i}]{m}"));
-        let id = match (s.source_id, s.id) {
-            (Some(a), Some(b)) if a != b => return Err(bad(": source_id and id differ".into())),
-            (Some(a), _) | (None, Some(a)) => a,
-            (None, None) => return Err(bad(".source_id: missing (source_id or id)".into())),
-        };
-        if id.is_empty() {
-            return Err(bad(".source_id: must not be empty".into()));
-        }
-        if !seen.insert(id.clone()) {
-            return Err(bad(format!(".source_id: duplicate {id:?}")));
-        }
-        if let Some(kind) = &s.kind {
-            if kind != "text" {
-                return Err(bad(format!(".type: unsupported {kind:?} (only \"text\")")));
-            }
-        }
-        let content = match (s.text, s.uri) {
-            (Some(t), None) => Content::Inline(t),
-            (None, Some(u)) => Content::Uri(u),
-            _ => return Err(bad(": exactly one of text or uri is required".into())),
-        };
-        if let Some(c) = &s.checksum {
-            let ok = c
-                .strip_prefix("sha256:")
-                .map(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-                .unwrap_or(false);
-            if !ok {
-                return Err(bad(
-                    ".checksum: must look like sha256:<64 hex digits>".into()
-                ));
-            }
-        }
-        out.push(SourceRef {
-            id,
-            content,
-            checksum: s.checksum,
-        });
-    }
-    Ok(out)
-}
-
-/// Engine sources from resolved ones; unavailable sources carry no text.
-pub fn engine_sources(resolved: &[Resolved]) -> Vec<engine::Source> {
-    resolved
-        .iter()
-        .map(|r| engine::Source {
-            id: r.id.clone(),
-            text: r.text.as_ref().ok().cloned(),
-        })
-        .collect()
 }
 
 // === responses ===
@@ -435,23 +238,6 @@ impl MetricsOut {
     }
 }
 
-/// Runs the engine off the async workers when the input is large, so a big
-/// request cannot stall other connections.
-pub async fn run_engine<T, F>(work_bytes: usize, f: F) -> Result<T, ApiError>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    const INLINE_LIMIT: usize = 32 * 1024;
-    if work_bytes <= INLINE_LIMIT {
-        Ok(f())
-    } else {
-        tokio::task::spawn_blocking(f)
-            .await
-            .map_err(|e| ApiError::Internal(format!("engine task failed: {e}")))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -511,7 +297,7 @@ mod tests {
         ] {
             assert!(matches!(
                 source_refs("sources", bad),
-                Err(ApiError::Unprocessable(_))
+                Err(crate::decide::DecideError::Invalid(_))
             ));
         }
         let mut alias = s(None, Some("t"), None);

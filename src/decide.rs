@@ -1,99 +1,114 @@
-//! The gate: one authorize decision, end to end, for the API and the proxy.
+//! The one-way decision path: one authorize decision, end to end, for every
+//! door (the API's `/v2/authorize`, the proxy's gated routes, and what
+//! comes next: the review console, `verdict test`, explain, replay).
 //!
-//! `POST /v2/authorize` and an intercepted proxy route both come here, so a
-//! refund is judged the same way whichever door it came through. The steps
-//! run in a fixed order on one policy snapshot: effective requirements (the
-//! action policy is a floor), param rules, evidence, claims (explicit, or
-//! extracted from an answer), verification, the decision table, and then the
-//! audit record, which must be durable before the decision is returned.
+//! It takes validated domain input ([`Input`]: the action, its claims or an
+//! answer, its sources, what the request asked for) and narrow handles
+//! ([`Handles`]: the evidence resolver, the audit log, the clock, the
+//! config's floors), and returns a typed [`Decided`] or a [`DecideError`].
+//! It imports nothing of `api`, `proxy` or `app`; they call it the same way.
+//! The steps run in a fixed order on one policy snapshot: effective
+//! requirements (the action policy is a floor), param rules, evidence,
+//! claims (explicit, or extracted from an answer), verification, the
+//! decision table, and then the audit record, which must be durable before
+//! the decision is returned.
 
-use serde::Deserialize;
+pub mod input;
 
-use crate::api::wire::{self, Claims, OptionsIn, RequirementsIn, ResponseIn, SourceIn};
-use crate::app::App;
-use crate::audit::{AuditRecord, Receipt, RecordKind};
-use crate::auth::Principal;
+use std::time::SystemTime;
+
+use crate::audit::{AuditError, AuditLog, AuditRecord, Receipt, RecordKind, RedactionKey};
 use crate::config::{DefaultFloors, UnknownAction};
 use crate::engine::bind::BindValue;
 use crate::engine::decide::{self, Decision, DecisionReason, Effective, Outcome, Requested};
 use crate::engine::{self, Check};
-use crate::error::ApiError;
+use crate::evidence::Resolver;
+use crate::metrics::DecisionMetrics;
 use crate::policy::{
-    ActionPolicy, Citations, DecisionMode, Options, ParamLookup, ParamMismatch, ParamValue,
-    PolicySet, Requirements, RuleHit,
+    ActionPolicy, Citations, Options, ParamLookup, ParamMismatch, ParamValue, PolicySet,
+    Requirements, RuleHit,
 };
+use input::{AnswerIn, ClaimIn, SourceIn};
 
-/// `action: {type, params?}`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ActionIn {
-    #[serde(rename = "type")]
-    pub kind: String,
-    #[serde(default)]
-    pub params: serde_json::Map<String, serde_json::Value>,
+/// Why a decision could not be made. Every door maps these the same way:
+/// `Malformed` 400, `Invalid` 422 (the proxy records both as refusals),
+/// `Unavailable` 503 and `Internal` 500 (the gated action does not happen).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DecideError {
+    /// The input's shape is wrong (a claim that is a number, say).
+    #[error("{0}")]
+    Malformed(String),
+    /// The input parses but cannot be decided (an empty claim, a duplicate
+    /// source id, claims and an answer both).
+    #[error("{0}")]
+    Invalid(String),
+    /// The audit log cannot record the decision.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug: a record the log refuses, an engine task that died.
+    #[error("{0}")]
+    Internal(String),
 }
 
-/// An answer for output mode: a string, or `{text, citations?}`.
-#[derive(Debug, Clone)]
-pub struct AnswerIn {
-    pub text: String,
-    pub citations: Vec<wire::CitationIn>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum AnswerShape {
-    Text(String),
-    Object {
-        text: String,
-        #[serde(default)]
-        citations: Vec<wire::CitationIn>,
-    },
-}
-
-impl<'de> Deserialize<'de> for AnswerIn {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match AnswerShape::deserialize(d) {
-            Ok(AnswerShape::Text(text)) => Ok(AnswerIn {
-                text,
-                citations: vec![],
-            }),
-            Ok(AnswerShape::Object { text, citations }) => Ok(AnswerIn { text, citations }),
-            Err(_) => Err(serde::de::Error::custom(
-                "expected a string or an object {text, citations?}",
+impl From<AuditError> for DecideError {
+    /// Anything that keeps the log from recording fails closed; a record the
+    /// log refuses is our bug.
+    fn from(e: AuditError) -> Self {
+        match e {
+            AuditError::InvalidRecord(m) => {
+                DecideError::Internal(format!("audit record rejected: {m}"))
+            }
+            other => DecideError::Unavailable(format!(
+                "the audit log cannot record this decision: {other}"
             )),
         }
     }
 }
 
-/// The body of `POST /v2/authorize`; the proxy builds the same struct.
-#[derive(Debug, Clone, Deserialize)]
-pub struct AuthorizeRequest {
-    pub action: ActionIn,
-    #[serde(default)]
-    pub claims: Option<Claims>,
-    #[serde(default)]
+/// One authorize request as the decision reads it.
+#[derive(Debug, Clone, Default)]
+pub struct Input {
+    pub action_type: String,
+    /// The action's params as sent (the proxy: as extracted).
+    pub params: serde_json::Map<String, serde_json::Value>,
+    /// Actions mode: the claims, validated here.
+    pub claims: Option<Vec<ClaimIn>>,
+    /// Output mode: an LLM answer, split into claims here.
     pub answer: Option<AnswerIn>,
-    #[serde(default)]
     pub sources: Vec<SourceIn>,
-    #[serde(default)]
-    pub requirements: Option<RequirementsIn>,
-    #[serde(default)]
-    pub options: Option<OptionsIn>,
-    #[serde(default)]
-    pub response: Option<ResponseIn>,
+    /// What the request asked for (already validated by its door).
+    pub requested: Requested,
 }
 
 /// Who asks and how the request is named.
-pub struct GateCtx<'a> {
-    pub principal: &'a Principal,
+pub struct Ctx<'a> {
+    /// The API key's name, or `proxy`.
+    pub principal: &'a str,
     pub request_id: &'a str,
     pub request_hash: &'a str,
     /// The proxy route's name, when the request came through the proxy.
     pub route: Option<&'a str>,
 }
 
+/// What a decision needs from the running process, and nothing more.
+pub struct Handles<'a> {
+    /// Reads `uri` sources within the operator's fences.
+    pub resolver: &'a Resolver,
+    /// Every decision is appended here before it is returned.
+    pub audit: &'a AuditLog,
+    /// Keys the HMAC that replaces `redact`ed params in records.
+    pub redaction: &'a RedactionKey,
+    /// `[defaults]`: the floors of action types no policy names.
+    pub defaults: &'a DefaultFloors,
+    /// `[authorize] unknown_action`.
+    pub unknown_action: UnknownAction,
+    pub metrics: &'a DecisionMetrics,
+    /// The time a decision is stamped with.
+    pub clock: fn() -> SystemTime,
+}
+
 /// Everything a decision produced, for the API response or the proxy.
-pub struct GateOutcome {
+pub struct Decided {
     pub decision: Decision,
     pub effective: Effective,
     pub checks: Vec<Check>,
@@ -112,49 +127,8 @@ pub struct GateOutcome {
     pub policy_revision: String,
     /// RFC 3339 UTC time of the decision.
     pub evaluated_at: String,
-    pub mode: wire::Mode,
     /// The durable audit record of this decision.
     pub receipt: Receipt,
-}
-
-pub fn parse_mode(s: &str) -> Result<DecisionMode, ApiError> {
-    match s {
-        "strict" => Ok(DecisionMode::Strict),
-        "balanced" => Ok(DecisionMode::Balanced),
-        "audit" => Ok(DecisionMode::Audit),
-        other => Err(ApiError::Unprocessable(format!(
-            "requirements.decision_mode: unknown mode {other:?} (strict, balanced, audit)"
-        ))),
-    }
-}
-
-pub fn parse_citations(s: &str) -> Result<Citations, ApiError> {
-    match s {
-        "required" => Ok(Citations::Required),
-        "optional" => Ok(Citations::Optional),
-        other => Err(ApiError::Unprocessable(format!(
-            "requirements.citations: unknown value {other:?} (required, optional)"
-        ))),
-    }
-}
-
-/// What the request asks for, validated (422 on bad values).
-pub fn requested(req: &AuthorizeRequest) -> Result<Requested, ApiError> {
-    let r = req.requirements.as_ref();
-    let o = req.options.as_ref();
-    Ok(Requested {
-        decision_mode: r
-            .and_then(|r| r.decision_mode.as_deref())
-            .map(parse_mode)
-            .transpose()?,
-        min_coverage: wire::min_coverage(r, o)?,
-        citations: r
-            .and_then(|r| r.citations.as_deref())
-            .map(parse_citations)
-            .transpose()?,
-        deny_if_any_unsupported: o.and_then(|o| o.deny_if_any_unsupported),
-        evidence_limit: wire::evidence_limit(o)?,
-    })
 }
 
 pub fn now_rfc3339() -> String {
@@ -170,65 +144,64 @@ pub fn rfc3339(t: std::time::SystemTime) -> String {
 
 /// Decides one authorize request on one policy snapshot.
 pub async fn authorize(
-    app: &App,
+    h: &Handles<'_>,
     set: &PolicySet,
-    req: AuthorizeRequest,
-    ctx: &GateCtx<'_>,
-) -> Result<GateOutcome, ApiError> {
-    let mode = wire::response_mode(req.response.as_ref())?;
-    let requested = requested(&req)?;
-    if req.claims.is_some() && req.answer.is_some() {
-        return Err(ApiError::Unprocessable(
+    input: Input,
+    ctx: &Ctx<'_>,
+) -> Result<Decided, DecideError> {
+    let requested = input.requested;
+    if input.claims.is_some() && input.answer.is_some() {
+        return Err(DecideError::Invalid(
             "send either claims (actions mode) or answer (output mode), not both".into(),
         ));
     }
-    if req.action.kind.trim().is_empty() {
-        return Err(ApiError::Unprocessable(
+    if input.action_type.trim().is_empty() {
+        return Err(DecideError::Invalid(
             "action.type: must not be empty".into(),
         ));
     }
-    let policy = set.action(&req.action.kind);
-    let action_type = req.action.kind.clone();
-    let mut audited_params = serde_json::Value::Object(req.action.params.clone());
+    let policy = set.action(&input.action_type);
+    let action_type = input.action_type;
+    let mut audited_params = serde_json::Value::Object(input.params.clone());
     if let Some(p) = policy {
-        crate::audit::redact(&mut audited_params, &p.redact, &app.redaction);
+        crate::audit::redact(&mut audited_params, &p.redact, h.redaction);
     }
     // An action type no policy names gets the `[defaults]` floors, and what
     // `[authorize] unknown_action` says.
     let defaults = policy
         .is_none()
-        .then(|| defaults_policy(&app.config.defaults, &action_type));
+        .then(|| defaults_policy(h.defaults, &action_type));
     let effective = decide::effective(
         policy.or(defaults.as_ref()).map(ActionPolicy::floor),
         &requested,
     );
-    let unknown_action = match (policy, app.config.authorize.unknown_action) {
+    let unknown_action = match (policy, h.unknown_action) {
         (Some(_), _) | (None, UnknownAction::Allow) => None,
         (None, UnknownAction::Deny) => Some(Outcome::Deny),
         (None, UnknownAction::Review) => Some(Outcome::NeedsReview),
     };
-    let lookup = ParamLookup::from(&req.action.params);
+    let lookup = ParamLookup::from(&input.params);
     let evaluation = policy.map(|p| p.evaluate(&lookup)).unwrap_or_default();
     let rule_hits = evaluation.hits;
     let mismatches = evaluation.mismatches;
 
-    let source_refs = wire::source_refs("sources", req.sources)?;
-    let resolved = app.resolver.resolve(&source_refs).await;
+    let source_refs = input::source_refs("sources", input.sources)?;
+    let resolved = h.resolver.resolve(&source_refs).await;
     let unavailable: Vec<(String, String)> = resolved
         .iter()
         .filter_map(|r| r.text.as_ref().err().map(|e| (r.id.clone(), e.clone())))
         .collect();
-    let sources = wire::engine_sources(&resolved);
+    let sources = input::engine_sources(&resolved);
 
-    let answer = req.answer;
-    let explicit = match req.claims {
-        Some(c) if !c.0.is_empty() => Some(wire::engine_claims("claims", c.0)?),
+    let answer = input.answer;
+    let explicit = match input.claims {
+        Some(c) if !c.is_empty() => Some(input::engine_claims("claims", c)?),
         _ => None,
     };
     let params = engine::Params {
         min_coverage: effective.min_coverage,
         evidence_limit: effective.evidence_limit,
-        date_order: app.resolver.date_order(),
+        date_order: h.resolver.date_order(),
         ..engine::Params::default()
     };
     let work = sources
@@ -240,7 +213,7 @@ pub async fn authorize(
             .as_ref()
             .map_or(0, |c| c.iter().map(|c| c.text.len()).sum());
     let sources_total = sources.len();
-    let (checks, coverage_score, uncited) = wire::run_engine(work, move || {
+    let (checks, coverage_score, uncited) = input::run_engine(work, move || {
         let claims = match (explicit, answer) {
             (Some(c), _) => c,
             (None, Some(a)) => {
@@ -307,11 +280,11 @@ pub async fn authorize(
         unbound_params: unbound.len(),
         unknown_action,
     });
-    let evaluated_at = now_rfc3339();
+    let evaluated_at = rfc3339((h.clock)());
     let mut record = AuditRecord::new(RecordKind::Decision);
     record.request_id = Some(ctx.request_id.to_string());
     record.request_hash = Some(ctx.request_hash.to_string());
-    record.principal = Some(ctx.principal.name.clone());
+    record.principal = Some(ctx.principal.to_string());
     record.action = Some(serde_json::json!({"type": action_type, "params": audited_params}));
     record.decision = Some(decision.outcome.as_str().to_string());
     record.reason = Some(decision.reason.as_str().to_string());
@@ -324,22 +297,22 @@ pub async fn authorize(
     record.route = ctx.route.map(str::to_string);
     record.detail = decision_detail(&rule_hits, &mismatches, &unbound);
     // A decision is never returned before its record is durable.
-    let receipt = app.audit.append(record).await?;
-    app.decision_metrics.observe(
+    let receipt = h.audit.append(record).await?;
+    h.metrics.observe(
         if ctx.route.is_some() { "proxy" } else { "api" },
         decision.outcome.as_str(),
         decision.reason.as_str(),
     );
     tracing::info!(
         request_id = ctx.request_id,
-        principal = %ctx.principal.name,
+        principal = %ctx.principal,
         action = %action_type,
         record_id = %receipt.record_id,
         decision = decision.outcome.as_str(),
         reason = decision.reason.as_str(),
         "authorize decided"
     );
-    Ok(GateOutcome {
+    Ok(Decided {
         decision,
         effective,
         checks,
@@ -352,7 +325,6 @@ pub async fn authorize(
         unavailable,
         policy_revision: set.revision.clone(),
         evaluated_at,
-        mode,
         receipt,
     })
 }
@@ -403,27 +375,27 @@ pub struct Refusal<'a> {
 
 /// Records a refusal as a `deny` decision and returns its receipt.
 pub async fn refuse(
-    app: &App,
+    h: &Handles<'_>,
     set: &PolicySet,
     refusal: Refusal<'_>,
-    ctx: &GateCtx<'_>,
-) -> Result<Receipt, ApiError> {
+    ctx: &Ctx<'_>,
+) -> Result<Receipt, DecideError> {
     let mut params = serde_json::Value::Object(refusal.params);
     if let Some(p) = set.action(refusal.action_type) {
-        crate::audit::redact(&mut params, &p.redact, &app.redaction);
+        crate::audit::redact(&mut params, &p.redact, h.redaction);
     }
     let mut record = AuditRecord::new(RecordKind::Decision);
     record.request_id = Some(ctx.request_id.to_string());
     record.request_hash = Some(ctx.request_hash.to_string());
-    record.principal = Some(ctx.principal.name.clone());
+    record.principal = Some(ctx.principal.to_string());
     record.action = Some(serde_json::json!({"type": refusal.action_type, "params": params}));
     record.decision = Some(Outcome::Deny.as_str().to_string());
     record.reason = Some(refusal.reason.as_str().to_string());
     record.enforced = Some(true);
     record.policy_revision = Some(set.revision.clone());
     record.route = ctx.route.map(str::to_string);
-    let receipt = app.audit.append(record).await?;
-    app.decision_metrics.observe(
+    let receipt = h.audit.append(record).await?;
+    h.metrics.observe(
         if ctx.route.is_some() { "proxy" } else { "api" },
         Outcome::Deny.as_str(),
         refusal.reason.as_str(),
