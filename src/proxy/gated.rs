@@ -1,0 +1,428 @@
+//! A gated route: buffer the body, check its media type and keys, extract
+//! the params and the justification, decide on the one decision path
+//! ([`crate::decide`]), then forward, block or hold; and the refusals that
+//! are recorded before any decision.
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+
+use super::upstream::Outbound;
+use super::{forward_headers, guard, Proxy, PROXY_PRINCIPAL};
+use crate::decide::input::{from_json, Claims};
+use crate::decide::{self, DecideError, Input, Refusal};
+use crate::engine::decide::{DecisionReason, Outcome};
+use crate::error::ApiError;
+use crate::http_util::{self, full, RespBody};
+use crate::policy::{Extractor, FailureMode, OnReview, PathParams, PolicySet, RequestParts, Route};
+use crate::review::HeldRequest;
+use crate::server::ConnInfo;
+
+/// A refusal before any decision: which route it concerns (when it could
+/// reach one), and what the caller is told.
+pub(super) struct RefuseWith<'a> {
+    pub(super) route: Option<&'a Route>,
+    pub(super) reason: DecisionReason,
+    pub(super) status: StatusCode,
+    pub(super) message: String,
+}
+
+/// The JSON pointers of a route's `body:` extractors.
+pub(super) fn body_pointers(route: &Route) -> Vec<&str> {
+    route
+        .params
+        .iter()
+        .map(|(_, e)| e)
+        .chain(route.claims.iter())
+        .chain(route.sources.iter())
+        .chain(route.answer.iter())
+        .filter_map(|e| match e {
+            Extractor::Body(p) => Some(p.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `403` with the DESIGN §8 deny body.
+pub(super) fn blocked(
+    request_id: &str,
+    decision: &str,
+    reason: &str,
+    record_id: Option<&str>,
+    message: &str,
+) -> Response<RespBody> {
+    let mut body = json!({
+        "error": {"code": "denied", "message": message, "request_id": request_id},
+        "decision": decision,
+        "reason": reason,
+        "request_id": request_id,
+    });
+    if let Some(r) = record_id {
+        body["record_id"] = json!(r);
+    }
+    let mut resp = Response::new(full(body.to_string()));
+    *resp.status_mut() = StatusCode::FORBIDDEN;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(v) = HeaderValue::from_str(decision) {
+        resp.headers_mut().insert("x-verdict-decision", v);
+    }
+    if let Some(v) = record_id.and_then(|r| HeaderValue::from_str(r).ok()) {
+        resp.headers_mut().insert("x-verdict-record-id", v);
+    }
+    resp
+}
+
+/// Adds `rules` (the messages of the policy rules that fired) to a JSON
+/// body verdict itself wrote (a 403 or a 202); any other answer, such as
+/// the upstream's after an approval, is returned as it is.
+pub(super) async fn with_rules(resp: Response<RespBody>, rules: &[String]) -> Response<RespBody> {
+    let ours = matches!(resp.status(), StatusCode::FORBIDDEN | StatusCode::ACCEPTED)
+        && resp.headers().contains_key("x-verdict-decision");
+    if rules.is_empty() || !ours {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    // Our own 403 and 202 bodies are small and already in memory.
+    let Ok(collected) = body.collect().await else {
+        return Response::from_parts(parts, full(Bytes::new()));
+    };
+    let bytes = collected.to_bytes();
+    let body = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(mut v) => {
+            v["rules"] = json!(rules);
+            Bytes::from(v.to_string())
+        }
+        Err(_) => bytes,
+    };
+    let mut parts = parts;
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, full(body))
+}
+
+impl Proxy {
+    /// Refuses a request before it is decided. When it could reach a gated
+    /// route, the refusal is a recorded `deny` decision of that route (and
+    /// fails closed with 503 if the record cannot be written).
+    pub(super) async fn refuse<B>(
+        &self,
+        set: &PolicySet,
+        req: &Request<B>,
+        refusal: RefuseWith<'_>,
+        request_id: &str,
+    ) -> Response<RespBody> {
+        let reason = refusal.reason.as_str();
+        let Some(route) = refusal.route else {
+            self.stats.count("unmatched", reason);
+            let mut resp = blocked(request_id, "deny", reason, None, &refusal.message);
+            *resp.status_mut() = refusal.status;
+            return resp;
+        };
+        self.stats.count(&route.name, "deny");
+        let target = json!({
+            "refused": {
+                "method": req.method().as_str(),
+                "target": req.uri().path_and_query().map(|pq| pq.as_str()).unwrap_or("/"),
+            }
+        });
+        let request_hash = match http_util::canonical_hash(&target) {
+            Ok(h) => h,
+            Err(e) => return e.into_response(request_id),
+        };
+        let ctx = decide::Ctx {
+            principal: PROXY_PRINCIPAL,
+            request_id,
+            request_hash: &request_hash,
+            route: Some(&route.name),
+        };
+        // Params that need no body: path params are unknown (the path is the
+        // problem), query and headers are as sent.
+        let no_path = PathParams::default();
+        let params = route
+            .extract(&RequestParts {
+                path_params: &no_path,
+                query: req.uri().query(),
+                headers: req.headers(),
+                body: None,
+            })
+            .params;
+        let outcome = decide::refuse(
+            &self.app.decide_handles(),
+            set,
+            Refusal {
+                action_type: &route.action,
+                params,
+                reason: refusal.reason,
+            },
+            &ctx,
+        )
+        .await;
+        match outcome {
+            Ok(receipt) => {
+                let record_id = receipt.record_id.to_string();
+                let mut resp = blocked(
+                    request_id,
+                    "deny",
+                    reason,
+                    Some(&record_id),
+                    &refusal.message,
+                );
+                *resp.status_mut() = refusal.status;
+                resp
+            }
+            Err(e) => ApiError::Unavailable(format!(
+                "the refusal cannot be recorded, failing closed: {e}"
+            ))
+            .into_response(request_id),
+        }
+    }
+
+    pub(super) async fn gated(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnInfo,
+        request_id: &str,
+        set: &crate::policy::PolicySet,
+        route: &Route,
+        path_params: &PathParams,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let (parts, body) = req.into_parts();
+        let limit = self.app.config.limits.max_body_bytes;
+        let bytes = http_util::read_body(&parts.headers, body, limit).await?;
+        let refuse = |reason, status, message: String| RefuseWith {
+            route: Some(route),
+            reason,
+            status,
+            message,
+        };
+        let probe = Request::from_parts(parts.clone(), ());
+
+        // The body must be of the media type the route gates, and readable
+        // one way only.
+        if route.reads_body() || !bytes.is_empty() {
+            let problem = match guard::media_type(&parts.headers) {
+                Ok(Some(m)) if m == route.content_type => guard::parameter_problem(&parts.headers),
+                Ok(Some(m)) => Some(format!(
+                    "this route gates {} bodies, not {m}",
+                    route.content_type
+                )),
+                Ok(None) => Some(format!(
+                    "this route gates {} bodies and the request has no Content-Type",
+                    route.content_type
+                )),
+                Err(e) => Some(e),
+            };
+            if let Some(message) = problem {
+                let r = refuse(
+                    DecisionReason::UnsupportedContentType,
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    message,
+                );
+                return Ok(self.refuse(set, &probe, r, request_id).await);
+            }
+        }
+        let json_body = if route.reads_body() {
+            let pointers = body_pointers(route);
+            match guard::parse_json(&bytes, &pointers) {
+                Ok(v) => Some(v),
+                Err(guard::BodyError::Invalid(e)) => {
+                    let r = refuse(
+                        DecisionReason::PolicyViolation,
+                        StatusCode::BAD_REQUEST,
+                        format!("this route reads a JSON body and the body is not valid JSON: {e}"),
+                    );
+                    return Ok(self.refuse(set, &probe, r, request_id).await);
+                }
+                Err(guard::BodyError::Ambiguous(e)) => {
+                    let r = refuse(
+                        DecisionReason::AmbiguousBody,
+                        StatusCode::BAD_REQUEST,
+                        format!("the body is ambiguous: {e}"),
+                    );
+                    return Ok(self.refuse(set, &probe, r, request_id).await);
+                }
+            }
+        } else {
+            None
+        };
+        // A `_method` in the body asks for another route, as the override
+        // headers and query do.
+        if !bytes.is_empty() {
+            if let Some(message) =
+                guard::body_method_override(&route.content_type, &bytes, json_body.as_ref())
+            {
+                let r = refuse(
+                    DecisionReason::MethodOverride,
+                    StatusCode::BAD_REQUEST,
+                    message,
+                );
+                return Ok(self.refuse(set, &probe, r, request_id).await);
+            }
+        }
+        let extracted = route.extract(&RequestParts {
+            path_params,
+            query: parts.uri.query(),
+            headers: &parts.headers,
+            body: json_body.as_ref(),
+        });
+        // The request as the upstream gets it once allowed (or approved):
+        // its hash is the decision record's request_hash and, when the call
+        // is held, the review's, which an approval is bound to.
+        let held = HeldRequest {
+            method: parts.method.as_str().to_string(),
+            path: parts
+                .uri
+                .path_and_query()
+                .map(|pq| pq.as_str().to_string())
+                .unwrap_or_else(|| "/".into()),
+            headers: forward_headers(&parts.headers, conn, request_id)
+                .iter()
+                .map(|(k, v)| (k.as_str().to_string(), Bytes::copy_from_slice(v.as_bytes())))
+                .collect(),
+            body: bytes.clone(),
+        };
+        let request_hash = held.hash();
+        // The decision's input, read from the parts the extractors found.
+        let input = (|| {
+            Ok::<_, DecideError>(Input {
+                action_type: route.action.clone(),
+                params: extracted.params,
+                // A JSON null is no claims or no answer, as in an API body.
+                claims: extracted
+                    .claims
+                    .filter(|c| !c.is_null())
+                    .map(|c| from_json::<Claims>("claims", c).map(|c| c.0))
+                    .transpose()?,
+                answer: extracted
+                    .answer
+                    .filter(|a| !a.is_null())
+                    .map(|a| from_json("answer", a))
+                    .transpose()?,
+                sources: extracted
+                    .sources
+                    .map(|s| from_json("sources", s))
+                    .transpose()?
+                    .unwrap_or_default(),
+                requested: Default::default(),
+            })
+        })();
+        let input = match input {
+            Ok(i) => i,
+            Err(e) => {
+                let r = refuse(
+                    DecisionReason::PolicyViolation,
+                    StatusCode::BAD_REQUEST,
+                    format!("the request's justification is malformed: {e}"),
+                );
+                return Ok(self.refuse(set, &probe, r, request_id).await);
+            }
+        };
+
+        // Decide (and audit) on the same path as /v2/authorize.
+        let ctx = decide::Ctx {
+            principal: PROXY_PRINCIPAL,
+            request_id,
+            request_hash: &request_hash,
+            route: Some(&route.name),
+        };
+        let outcome = match decide::authorize(&self.app.decide_handles(), set, input, &ctx).await {
+            Ok(o) => o,
+            Err(e @ (DecideError::Unavailable(_) | DecideError::Internal(_))) => {
+                if route.failure_mode == FailureMode::Open {
+                    tracing::warn!(route = %route.name, error = %e, "gate failed; route is fail-open, forwarding");
+                    self.stats.count(&route.name, "fail_open");
+                    let body = full(bytes);
+                    let extra = [("x-verdict-decision", "unavailable".to_string())];
+                    return Ok(self
+                        .forward(Outbound {
+                            method: parts.method,
+                            uri: parts.uri,
+                            headers: parts.headers,
+                            body,
+                            conn,
+                            request_id,
+                            extra: &extra,
+                        })
+                        .await);
+                }
+                return Err(ApiError::Unavailable(format!(
+                    "the gate cannot decide, failing closed: {e}"
+                )));
+            }
+            Err(e @ (DecideError::Malformed(_) | DecideError::Invalid(_))) => {
+                // A justification the decision cannot use is a refusal like
+                // any other, and on record.
+                let status = ApiError::from(e.clone()).status();
+                let r = refuse(DecisionReason::PolicyViolation, status, e.to_string());
+                return Ok(self.refuse(set, &probe, r, request_id).await);
+            }
+        };
+        let record_id = outcome.receipt.record_id.to_string();
+        // The caller (and the reviewer's 202 poller) learn which rules fired.
+        let rules: Vec<String> = outcome
+            .rule_hits
+            .iter()
+            .map(|h| h.message.clone())
+            .collect();
+        let decision = outcome.decision;
+        let reason = decision.reason.as_str();
+        self.stats.count(&route.name, decision.outcome.as_str());
+        match decision.outcome {
+            Outcome::Allow => {
+                let extra = [
+                    ("x-verdict-decision", "allow".to_string()),
+                    ("x-verdict-record-id", record_id.clone()),
+                ];
+                let mut resp = self
+                    .forward(Outbound {
+                        method: parts.method,
+                        uri: parts.uri,
+                        headers: parts.headers,
+                        body: full(bytes),
+                        conn,
+                        request_id,
+                        extra: &extra,
+                    })
+                    .await;
+                // The caller learns the decision and its record too.
+                resp.headers_mut()
+                    .insert("x-verdict-decision", HeaderValue::from_static("allow"));
+                if let Ok(v) = HeaderValue::from_str(&record_id) {
+                    resp.headers_mut().insert("x-verdict-record-id", v);
+                }
+                Ok(resp)
+            }
+            Outcome::Deny => Ok(with_rules(
+                blocked(
+                    request_id,
+                    "deny",
+                    reason,
+                    Some(&record_id),
+                    "denied by policy",
+                ),
+                &rules,
+            )
+            .await),
+            Outcome::NeedsReview if route.on_review == OnReview::Deny => Ok(with_rules(
+                blocked(
+                    request_id,
+                    "needs_review",
+                    reason,
+                    Some(&record_id),
+                    "this call needs review and the route does not hold calls",
+                ),
+                &rules,
+            )
+            .await),
+            Outcome::NeedsReview => {
+                let resp = self
+                    .hold(route, held, reason, &rules, &record_id, request_id)
+                    .await?;
+                Ok(with_rules(resp, &rules).await)
+            }
+        }
+    }
+}

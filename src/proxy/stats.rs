@@ -1,0 +1,116 @@
+//! Proxy metrics (requests by route and decision, upstream errors) and the
+//! `upstream` component of `/health/detailed`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use crate::health::{self, Component};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ProxyLabels {
+    route: String,
+    decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ErrorLabels {
+    kind: String,
+}
+
+/// Proxy metrics and upstream reachability.
+#[derive(Clone, Debug, Default)]
+pub struct ProxyStats {
+    requests: Family<ProxyLabels, Counter>,
+    upstream_errors: Family<ErrorLabels, Counter>,
+    /// `requests{route="unmatched",decision="pass"}`, looked up once: the
+    /// pass-through path then counts without building label strings.
+    pub(super) unmatched_pass: Counter,
+    /// Unix ms of the last upstream success and failure.
+    last_ok_ms: Arc<AtomicU64>,
+    last_err_ms: Arc<AtomicU64>,
+}
+
+impl ProxyStats {
+    pub fn register(registry: &mut Registry) -> ProxyStats {
+        let mut s = ProxyStats::default();
+        s.unmatched_pass = s
+            .requests
+            .get_or_create(&ProxyLabels {
+                route: "unmatched".into(),
+                decision: "pass".into(),
+            })
+            .clone();
+        registry.register(
+            "verdict_proxy_requests",
+            "Proxied requests by route (or 'unmatched') and decision",
+            s.requests.clone(),
+        );
+        registry.register(
+            "verdict_proxy_upstream_errors",
+            "Upstream failures by kind (connect, timeout, body)",
+            s.upstream_errors.clone(),
+        );
+        s
+    }
+
+    pub(super) fn count(&self, route: &str, decision: &str) {
+        self.requests
+            .get_or_create(&ProxyLabels {
+                route: route.to_string(),
+                decision: decision.to_string(),
+            })
+            .inc();
+    }
+
+    pub(super) fn upstream(&self, result: Result<(), &'static str>) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        match result {
+            Ok(()) => self.last_ok_ms.store(now, Ordering::Relaxed),
+            Err(kind) => {
+                self.last_err_ms.store(now, Ordering::Relaxed);
+                self.upstream_errors
+                    .get_or_create(&ErrorLabels {
+                        kind: kind.to_string(),
+                    })
+                    .inc();
+            }
+        }
+    }
+}
+
+/// `/health/detailed` `upstream`: degraded while the last call failed.
+pub struct UpstreamComponent {
+    pub upstream: Option<String>,
+    pub stats: ProxyStats,
+}
+
+impl Component for UpstreamComponent {
+    fn name(&self) -> &'static str {
+        "upstream"
+    }
+
+    fn report(&self) -> health::Report {
+        let Some(url) = &self.upstream else {
+            return health::Report::new(health::Status::Ok).fact("configured", false);
+        };
+        let ok = self.stats.last_ok_ms.load(Ordering::Relaxed);
+        let err = self.stats.last_err_ms.load(Ordering::Relaxed);
+        let status = if err > ok {
+            health::Status::Degraded
+        } else {
+            health::Status::Ok
+        };
+        health::Report::new(status)
+            .fact("configured", true)
+            .fact("url", url.clone())
+            .fact("reachable", err <= ok)
+    }
+}

@@ -1,0 +1,90 @@
+//! A request no route gates: stream it through (or block it when
+//! `proxy.unmatched = "deny"`), reading a JSON body only when the path is
+//! gated under another method, to refuse a `_method` in it.
+
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+use super::upstream::Outbound;
+use super::{blocked, guard, Proxy, RefuseWith};
+use crate::config::Unmatched;
+use crate::engine::decide::DecisionReason;
+use crate::http_util::{self, full, BoxError, RespBody};
+use crate::policy::{PolicySet, Route};
+use crate::server::ConnInfo;
+
+impl Proxy {
+    /// Unmatched: stream through, or block when `proxy.unmatched = "deny"`.
+    pub(super) async fn unmatched(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnInfo,
+        request_id: &str,
+    ) -> Response<RespBody> {
+        if self.cfg.unmatched == Unmatched::Deny {
+            self.stats.count("unmatched", "deny");
+            return blocked(
+                request_id,
+                "deny",
+                "unmatched_route",
+                None,
+                "no policy route matches this request",
+            );
+        }
+        self.stats.unmatched_pass.inc();
+        let (parts, body) = req.into_parts();
+        let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
+        self.forward(Outbound {
+            method: parts.method,
+            uri: parts.uri,
+            headers: parts.headers,
+            body,
+            conn,
+            request_id,
+            extra: &[],
+        })
+        .await
+    }
+
+    /// Unmatched, with a JSON body, on a path that `route` gates under
+    /// another method: the body is read (within `limits.max_body_bytes`) and
+    /// refused if it asks for another method with `_method`, else forwarded
+    /// as read.
+    pub(super) async fn unmatched_json(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnInfo,
+        request_id: &str,
+        set: &PolicySet,
+        route: &Route,
+    ) -> Response<RespBody> {
+        let (parts, body) = req.into_parts();
+        let limit = self.app.config.limits.max_body_bytes;
+        let bytes = match http_util::read_body(&parts.headers, body, limit).await {
+            Ok(b) => b,
+            Err(e) => return e.into_response(request_id),
+        };
+        if let Some(message) = guard::body_method_override("application/json", &bytes, None) {
+            let probe = Request::from_parts(parts, ());
+            let refusal = RefuseWith {
+                route: Some(route),
+                reason: DecisionReason::MethodOverride,
+                status: StatusCode::BAD_REQUEST,
+                message: format!("{message} (the path is gated under {})", route.method),
+            };
+            return self.refuse(set, &probe, refusal, request_id).await;
+        }
+        self.stats.unmatched_pass.inc();
+        self.forward(Outbound {
+            method: parts.method,
+            uri: parts.uri,
+            headers: parts.headers,
+            body: full(bytes),
+            conn,
+            request_id,
+            extra: &[],
+        })
+        .await
+    }
+}
