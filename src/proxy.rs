@@ -3,7 +3,7 @@
 //!
 //! A request runs through a fixed order on one policy snapshot, one phase
 //! per file:
-//! - [`guard`]: refuse paths, method overrides and bodies some upstream
+//! - `guard`: refuse paths, method overrides and bodies some upstream
 //!   could read differently from us (here, in `Proxy::route`, before any
 //!   route is matched).
 //! - route classification (`Proxy::route`): a strict match, and a lenient

@@ -51,7 +51,7 @@ pub struct Options {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleHit {
     pub effect: Effect,
-    /// Index into [`ActionPolicy::rules`].
+    /// Index into the action policy's rules, in file order.
     pub rule: usize,
     pub param: String,
     pub message: String,
