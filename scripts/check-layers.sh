@@ -1,47 +1,92 @@
 #!/usr/bin/env bash
 # Checks which parts of src/ may import which (`crate::<module>` paths in
-# every .rs file of a part), so that the layering stays true:
+# their .rs files, test files excepted), so that the layering stays true.
 #
-#   engine    nothing: the pure core (claims, evidence, decisions)
-#   decide    audit, config, engine, evidence, metrics, policy: the one
-#             decision path; never api, proxy or app, which call it
-#   policy    config, engine
-#   audit     config, sqlite
-#   evidence  config, engine
-#   jobs      config, health, metrics, sqlite
-#   review    error, health, metrics, sqlite
-#   witness   audit, http_util, server
-#
-# The HTTP face and start-up (api, app, proxy, server) are not constrained
-# here yet. Exits 1 naming every import a rule forbids.
+# Allowlists (a part may use only these):
+#   engine            nothing: the pure core (claims, evidence, decisions)
+#   decide            audit, config, engine, evidence, policy:
+#                     the one decision path; never api, proxy or app
+#   policy            config, engine
+#   audit             config, sqlite
+#   evidence          config, engine
+#   jobs              config, sqlite, runtime::health, runtime::metrics
+#   review            sqlite, runtime::health, runtime::metrics (its errors
+#                     become HTTP in src/error.rs)
+#   witness           audit, http_util, server
+#   runtime           audit, auth, config, decide, evidence, jobs, policy,
+#                     review (src/runtime.rs: the shared state under the doors)
+#   runtime::health   nothing
+#   runtime::metrics  nothing
+# Denylists (a part may use anything but these):
+#   api               app, proxy: start-up wires the doors, not the reverse
+#   proxy             api, app
+# Start-up (app) may use anything. Exits 1 naming every forbidden import.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 declare -A ALLOWED=(
     [engine]=""
-    [decide]="audit config engine evidence metrics policy"
+    [decide]="audit config engine evidence policy"
     [policy]="config engine"
     [audit]="config sqlite"
     [evidence]="config engine"
-    [jobs]="config health metrics sqlite"
-    [review]="error health metrics sqlite"
+    [jobs]="config sqlite runtime::health runtime::metrics"
+    [review]="sqlite runtime::health runtime::metrics"
     [witness]="audit http_util server"
+    [runtime]="audit auth config decide evidence jobs policy review runtime::health runtime::metrics runtime::telemetry"
+    [runtime::health]=""
+    [runtime::metrics]=""
+)
+declare -A FORBIDDEN=(
+    [api]="app proxy"
+    [proxy]="api app"
 )
 
+# The files of a part: `x` is src/x.rs and src/x/ (but `runtime` is only
+# src/runtime.rs, and `runtime::y` is src/runtime/y.rs).
+files_of() {
+    case "$1" in
+        runtime) echo src/runtime.rs ;;
+        runtime::*) echo "src/runtime/${1#runtime::}.rs" ;;
+        *)
+            [ -f "src/$1.rs" ] && echo "src/$1.rs"
+            [ -d "src/$1" ] && find "src/$1" -name '*.rs' ! -name tests.rs
+            ;;
+    esac
+    return 0
+}
+
+# `file:line:module` for every `crate::` path in the files; the leaf
+# modules of runtime count as themselves.
+imports() {
+    grep -Hno 'crate::[a-z_]*\(::\(health\|metrics\|telemetry\)\b\)\?' "$@" \
+        | sed -E 's/crate::runtime::(health|metrics|telemetry)$/runtime::\1/; s/crate:://' || true
+}
+
 status=0
-for part in "${!ALLOWED[@]}"; do
-    files=()
-    [ -f "src/$part.rs" ] && files+=("src/$part.rs")
-    [ -d "src/$part" ] && while IFS= read -r f; do files+=("$f"); done < <(find "src/$part" -name '*.rs')
-    [ ${#files[@]} -eq 0 ] && { echo "check-layers: no src/$part" >&2; status=1; continue; }
-    # Every `crate::x` a file names, with its file and line.
+check() {
+    local part=$1 mode=$2 list=$3
+    local files
+    mapfile -t files < <(files_of "$part")
+    if [ ${#files[@]} -eq 0 ]; then
+        echo "check-layers: no files for $part" >&2
+        status=1
+        return
+    fi
     while IFS=: read -r file line module; do
+        [ -z "$module" ] && continue
         [ "$module" = "$part" ] && continue
-        if [[ " ${ALLOWED[$part]} " != *" $module "* ]]; then
-            echo "check-layers: $file:$line: $part may not use crate::$module (allowed: ${ALLOWED[$part]:-nothing})"
+        [[ "$part" == runtime && "$module" == runtime::* && "$list" == *"$module"* ]] && continue
+        if [ "$mode" = allow ] && [[ " $list " != *" $module "* ]]; then
+            echo "check-layers: $file:$line: $part may not use crate::$module (allowed: ${list:-nothing})"
+            status=1
+        elif [ "$mode" = deny ] && [[ " $list " == *" $module "* ]]; then
+            echo "check-layers: $file:$line: $part may not use crate::$module"
             status=1
         fi
-    done < <(grep -Hno 'crate::[a-z_]*' "${files[@]}" | sed -E 's/crate:://')
-done
-[ $status -eq 0 ] && echo "check-layers: ok (${#ALLOWED[@]} parts)"
+    done < <(imports "${files[@]}")
+}
+for part in "${!ALLOWED[@]}"; do check "$part" allow "${ALLOWED[$part]}"; done
+for part in "${!FORBIDDEN[@]}"; do check "$part" deny "${FORBIDDEN[$part]}"; done
+[ $status -eq 0 ] && echo "check-layers: ok ($((${#ALLOWED[@]} + ${#FORBIDDEN[@]})) parts)"
 exit $status

@@ -16,11 +16,11 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tracing::Instrument;
 
-use crate::app::App;
 use crate::auth::{AuthFailure, Principal, Scope};
 use crate::error::ApiError;
-use crate::health::Liveness;
 use crate::http_util::{self, bytes_response, json_response, JsonBody, RespBody, REQUEST_ID};
+use crate::runtime::health::Liveness;
+use crate::runtime::App;
 use crate::server::{ConnInfo, Handler};
 
 mod authorize;
@@ -422,7 +422,7 @@ impl Api {
             .jobs
             .get(id, &ctx.principal.name, admin, page)
             .await
-            .map_err(batch::jobs_error)?
+            .map_err(ApiError::from)?
             .ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
         json_response(StatusCode::OK, &view)
     }
@@ -661,7 +661,7 @@ impl Api {
     }
 
     fn metrics(&self) -> Result<Response<RespBody>, ApiError> {
-        let text = crate::metrics::encode(&self.app.registry)
+        let text = crate::runtime::metrics::encode(&self.app.registry)
             .map_err(|e| ApiError::Internal(format!("encode metrics: {e}")))?;
         Ok(bytes_response(
             StatusCode::OK,

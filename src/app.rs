@@ -20,54 +20,11 @@ use crate::audit::{AuditLog, AuditRecord, RecordKind, RedactionKey, RedactionKey
 use crate::auth::{AuthMode, KeyStore, KeysError};
 use crate::config::Config;
 use crate::evidence::Resolver;
-use crate::health::{self, Component, Health};
-use crate::metrics::HttpMetrics;
 use crate::policy::{self, PolicyStore, ReloadOutcome};
+use crate::runtime::health::{self, Component, Health};
+use crate::runtime::metrics::HttpMetrics;
+pub use crate::runtime::{db_path, App};
 use crate::server::{self, TlsError};
-
-/// Shared state of a running sidecar. Built once; subsystems hold `Arc`s.
-pub struct App {
-    pub config: Arc<Config>,
-    pub keys: Arc<KeyStore>,
-    pub health: Arc<Health>,
-    /// Read-only after start-up: every subsystem registers before serving.
-    pub registry: Registry,
-    pub http_metrics: HttpMetrics,
-    pub decision_metrics: crate::metrics::DecisionMetrics,
-    /// Reads `uri` sources within the operator's fences.
-    pub resolver: Resolver,
-    /// The live policy set; each request takes one snapshot.
-    pub policies: Arc<PolicyStore>,
-    /// The tamper-evident log every decision is written to before it returns.
-    pub audit: AuditLog,
-    /// Keys the HMAC that replaces `redact`ed params in audit records; read
-    /// from the data dir at start-up, so the gate does no IO for it.
-    pub redaction: RedactionKey,
-    /// Durable batch verification jobs.
-    pub jobs: crate::jobs::Jobs,
-    /// Held proxy requests and their review.
-    pub reviews: crate::review::Reviews,
-}
-
-impl App {
-    /// What a decision needs of this process (see [`crate::decide::Handles`]).
-    pub fn decide_handles(&self) -> crate::decide::Handles<'_> {
-        crate::decide::Handles {
-            resolver: &self.resolver,
-            audit: &self.audit,
-            redaction: &self.redaction,
-            defaults: &self.config.defaults,
-            unknown_action: self.config.authorize.unknown_action,
-            metrics: &self.decision_metrics,
-            clock: std::time::SystemTime::now,
-        }
-    }
-}
-
-/// The SQLite file that holds every durable table (audit, reviews, jobs).
-pub fn db_path(config: &Config) -> std::path::PathBuf {
-    config.data_dir.join("verdict.db")
-}
 
 /// Why the sidecar could not start. `main` exits 64 on any of these.
 #[derive(Debug, thiserror::Error)]
@@ -418,7 +375,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     };
     let mut registry = Registry::default();
     let http_metrics = HttpMetrics::register(&mut registry);
-    let decision_metrics = crate::metrics::DecisionMetrics::register(&mut registry);
+    let decision_metrics = crate::decide::DecisionMetrics::register(&mut registry);
     audit.register_metrics(&mut registry);
     let resolver = Resolver::new(&config.evidence);
     let jobs = crate::jobs::Jobs::open(

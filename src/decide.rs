@@ -23,12 +23,15 @@ use crate::engine::bind::BindValue;
 use crate::engine::decide::{self, Decision, DecisionReason, Effective, Outcome, Requested};
 use crate::engine::{self, Check};
 use crate::evidence::Resolver;
-use crate::metrics::DecisionMetrics;
 use crate::policy::{
     ActionPolicy, Citations, Options, ParamLookup, ParamMismatch, ParamValue, PolicySet,
     Requirements, RuleHit,
 };
 use input::{AnswerIn, ClaimIn, SourceIn};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 
 /// Why a decision could not be made. Every door maps these the same way:
 /// `Malformed` 400, `Invalid` 422 (the proxy records both as refusals),
@@ -140,6 +143,43 @@ pub fn rfc3339(t: std::time::SystemTime) -> String {
     let t = time::OffsetDateTime::from(t);
     t.format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_else(|_| t.unix_timestamp().to_string())
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `api` or `proxy`.
+    pub source: &'static str,
+    pub decision: &'static str,
+    pub reason: &'static str,
+}
+
+/// Authorize decisions by where they came from, outcome and reason. Action
+/// types are not a label: callers choose them, so they are unbounded.
+#[derive(Clone, Debug, Default)]
+pub struct DecisionMetrics {
+    decisions: Family<DecisionLabels, Counter>,
+}
+
+impl DecisionMetrics {
+    pub fn register(registry: &mut Registry) -> DecisionMetrics {
+        let m = DecisionMetrics::default();
+        registry.register(
+            "verdict_decisions",
+            "Authorize decisions by source (api, proxy), decision and reason",
+            m.decisions.clone(),
+        );
+        m
+    }
+
+    pub fn observe(&self, source: &'static str, decision: &'static str, reason: &'static str) {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                source,
+                decision,
+                reason,
+            })
+            .inc();
+    }
 }
 
 /// Decides one authorize request on one policy snapshot.

@@ -43,6 +43,10 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("content type must be application/json")]
     UnsupportedMediaType,
+    /// A gated call the decision denied (the proxy's 403; its body adds the
+    /// decision, the reason and the record).
+    #[error("{0}")]
+    Denied(String),
     /// Draining, overloaded, or the audit log cannot be written.
     #[error("{0}")]
     Unavailable(String),
@@ -97,6 +101,7 @@ impl ApiError {
             ApiError::IdempotencyConflict(_) | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Denied(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -118,6 +123,7 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::UnsupportedMediaType => "unsupported_media_type",
+            ApiError::Denied(_) => "denied",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::UpstreamUnavailable(_) => "upstream_unavailable",
             ApiError::UpstreamTimeout(_) => "upstream_timeout",
@@ -147,6 +153,23 @@ impl ApiError {
             // Serialising three strings cannot fail; keep a valid body anyway.
             br#"{"error":{"code":"internal","message":"internal error"}}"#.to_vec()
         })
+    }
+
+    /// The body as a JSON value, for an answer that adds fields to it (the
+    /// proxy's deny body).
+    pub fn body_value(&self, request_id: &str) -> serde_json::Value {
+        serde_json::from_slice(&self.body(request_id)).unwrap_or_default()
+    }
+
+    /// The `error` object without a request id (`{"error": {code,
+    /// message}}`), for an error that is one part of a larger answer: a
+    /// batch item's result.
+    pub fn item_value(&self) -> serde_json::Value {
+        let mut v = self.body_value("");
+        if let Some(e) = v.get_mut("error").and_then(|e| e.as_object_mut()) {
+            e.remove("request_id");
+        }
+        v
     }
 
     /// The whole HTTP/1.1 response, as bytes, for the places that answer
@@ -225,6 +248,38 @@ impl From<crate::decide::DecideError> for ApiError {
     }
 }
 
+impl From<crate::review::ReviewError> for ApiError {
+    fn from(e: crate::review::ReviewError) -> ApiError {
+        use crate::review::ReviewError;
+        match e {
+            ReviewError::NotFound => ApiError::NotFound(e.to_string()),
+            ReviewError::AlreadyResolved(_) | ReviewError::Expired => {
+                ApiError::Conflict(e.to_string())
+            }
+            ReviewError::NotForwarding(_)
+            | ReviewError::Corrupt(_)
+            | ReviewError::Storage(_)
+            | ReviewError::NoRuntime => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<crate::jobs::JobsError> for ApiError {
+    fn from(e: crate::jobs::JobsError) -> ApiError {
+        use crate::jobs::JobsError;
+        match e {
+            JobsError::Conflict => ApiError::IdempotencyConflict(
+                "this Idempotency-Key was used with a different request body".into(),
+            ),
+            JobsError::InProgress => ApiError::IdempotencyConflict(
+                "a request with this Idempotency-Key is still being stored; retry shortly".into(),
+            ),
+            JobsError::ShuttingDown => ApiError::Unavailable("batch jobs are shutting down".into()),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
 impl From<crate::audit::AuditError> for ApiError {
     /// Anything that keeps the log from recording is a 503: the gated action
     /// must not happen. A record the log refuses is our bug, hence a 500.
@@ -251,6 +306,7 @@ mod tests {
             (ApiError::BadRequest("x".into()), 400, "invalid_request"),
             (ApiError::Unauthorized, 401, "unauthorized"),
             (ApiError::Forbidden("verify"), 403, "forbidden"),
+            (ApiError::Denied("x".into()), 403, "denied"),
             (ApiError::NotFound("x".into()), 404, "not_found"),
             (
                 ApiError::MethodNotAllowed(vec![Method::POST]),

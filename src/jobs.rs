@@ -34,7 +34,7 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use crate::config::JobsConfig;
-use crate::health::{Component, Report, Status};
+use crate::runtime::health::{Component, Report, Status};
 
 mod queue;
 mod store;

@@ -650,7 +650,7 @@ fn witness(cmd: WitnessCommand) -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
-            verdict::telemetry::init(LogFormat::Json);
+            verdict::runtime::telemetry::init(LogFormat::Json);
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -677,7 +677,7 @@ fn witness(cmd: WitnessCommand) -> ExitCode {
                     verdict::config::ServerConfig::witness_defaults(),
                     stopped,
                 ));
-                verdict::telemetry::shutdown_signal().await;
+                verdict::runtime::telemetry::shutdown_signal().await;
                 stop.send_replace(true);
                 let _ = server.await;
                 ExitCode::SUCCESS
@@ -703,7 +703,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    verdict::telemetry::init(config.log_format);
+    verdict::runtime::telemetry::init(config.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -723,7 +723,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::from(EXIT_CONFIG);
             }
         };
-        verdict::telemetry::shutdown_signal().await;
+        verdict::runtime::telemetry::shutdown_signal().await;
         tracing::info!("signal received; draining");
         running.shutdown().await;
         ExitCode::SUCCESS

@@ -46,11 +46,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use tracing::Instrument;
 
-use crate::app::App;
 use crate::config::{MethodOverride, ProxyConfig, Unmatched};
 use crate::engine::decide::DecisionReason;
 use crate::http_util::{self, RespBody, REQUEST_ID};
 use crate::policy::RouteMatch;
+use crate::runtime::App;
 use crate::server::{ConnInfo, Handler};
 
 /// The principal a proxied decision is recorded under; reserved, so no API

@@ -658,13 +658,13 @@ impl std::fmt::Debug for Reviews {
     }
 }
 
-impl crate::health::Component for Reviews {
+impl crate::runtime::health::Component for Reviews {
     fn name(&self) -> &'static str {
         "reviews"
     }
 
-    fn report(&self) -> crate::health::Report {
-        use crate::health::{Report, Status};
+    fn report(&self) -> crate::runtime::health::Report {
+        use crate::runtime::health::{Report, Status};
         let h = self.health();
         let status = if h.last_error.is_some() {
             Status::Degraded
@@ -922,22 +922,6 @@ impl Metrics {
 impl From<rusqlite::Error> for ReviewError {
     fn from(e: rusqlite::Error) -> ReviewError {
         ReviewError::Storage(e.to_string())
-    }
-}
-
-impl From<ReviewError> for crate::error::ApiError {
-    fn from(e: ReviewError) -> crate::error::ApiError {
-        use crate::error::ApiError;
-        match e {
-            ReviewError::NotFound => ApiError::NotFound(e.to_string()),
-            ReviewError::AlreadyResolved(_) | ReviewError::Expired => {
-                ApiError::Conflict(e.to_string())
-            }
-            ReviewError::NotForwarding(_)
-            | ReviewError::Corrupt(_)
-            | ReviewError::Storage(_)
-            | ReviewError::NoRuntime => ApiError::Internal(e.to_string()),
-        }
     }
 }
 

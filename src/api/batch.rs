@@ -89,20 +89,7 @@ pub fn submitted(
     match outcome {
         Ok(Submitted::Created(s)) => Ok((http::StatusCode::ACCEPTED, to_value(&s)?)),
         Ok(Submitted::Existing(s)) => Ok((http::StatusCode::OK, to_value(&s)?)),
-        Err(e) => Err(jobs_error(e)),
-    }
-}
-
-pub fn jobs_error(e: JobsError) -> ApiError {
-    match e {
-        JobsError::Conflict => ApiError::IdempotencyConflict(
-            "this Idempotency-Key was used with a different request body".into(),
-        ),
-        JobsError::InProgress => ApiError::IdempotencyConflict(
-            "a request with this Idempotency-Key is still being stored; retry shortly".into(),
-        ),
-        JobsError::ShuttingDown => ApiError::Unavailable("batch jobs are shutting down".into()),
-        other => ApiError::Internal(other.to_string()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -159,7 +146,7 @@ pub fn item_fn(resolver: Resolver, rt: tokio::runtime::Handle) -> ItemFn {
         })();
         match result.and_then(|r| to_value(&r)) {
             Ok(v) => v,
-            Err(e) => serde_json::json!({"error": {"code": e.code(), "message": e.to_string()}}),
+            Err(e) => e.item_value(),
         }
     })
 }

@@ -54,12 +54,10 @@ pub(super) fn blocked(
     record_id: Option<&str>,
     message: &str,
 ) -> Response<RespBody> {
-    let mut body = json!({
-        "error": {"code": "denied", "message": message, "request_id": request_id},
-        "decision": decision,
-        "reason": reason,
-        "request_id": request_id,
-    });
+    let mut body = ApiError::Denied(message.to_string()).body_value(request_id);
+    body["decision"] = json!(decision);
+    body["reason"] = json!(reason);
+    body["request_id"] = json!(request_id);
     if let Some(r) = record_id {
         body["record_id"] = json!(r);
     }

@@ -10,11 +10,11 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 
 use super::{blocked, strip_hop_by_hop, Proxy, UpstreamClient, PROXY_PRINCIPAL};
-use crate::app::App;
 use crate::error::ApiError;
 use crate::http_util::{full, RespBody};
 use crate::policy::Route;
 use crate::review::{ForwardOutcome, HeldRequest, NewReview, Resolution, Viewer};
+use crate::runtime::App;
 
 /// The largest upstream answer buffered for a held request's reply.
 pub(super) const MAX_HELD_RESPONSE: usize = 16 << 20;

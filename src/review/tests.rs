@@ -287,7 +287,7 @@ async fn sweeper_expires_and_wakes_waiters() {
     let h = r.health();
     assert_eq!((h.pending, h.oldest_pending_age), (0, None));
 
-    let text = crate::metrics::encode(&registry).unwrap();
+    let text = crate::runtime::metrics::encode(&registry).unwrap();
     assert!(text.contains("verdict_review_held_requests 0"), "{text}");
     assert!(
         text.contains("verdict_review_resolutions_total{outcome=\"expired\"} 1"),
@@ -656,8 +656,8 @@ async fn health_counts_pending_reviews() {
     assert_eq!(r.health().pending, 2);
     approve(&r, &a).await.unwrap();
     assert_eq!(r.health().pending, 1);
-    let report = crate::health::Component::report(&r);
-    assert_eq!(report.status, crate::health::Status::Ok);
+    let report = crate::runtime::health::Component::report(&r);
+    assert_eq!(report.status, crate::runtime::health::Status::Ok);
     assert_eq!(report.facts["pending"], 1);
 }
 

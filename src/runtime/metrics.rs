@@ -73,43 +73,6 @@ impl HttpMetrics {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
-    /// `api` or `proxy`.
-    pub source: &'static str,
-    pub decision: &'static str,
-    pub reason: &'static str,
-}
-
-/// Authorize decisions by where they came from, outcome and reason. Action
-/// types are not a label: callers choose them, so they are unbounded.
-#[derive(Clone, Debug, Default)]
-pub struct DecisionMetrics {
-    decisions: Family<DecisionLabels, Counter>,
-}
-
-impl DecisionMetrics {
-    pub fn register(registry: &mut Registry) -> DecisionMetrics {
-        let m = DecisionMetrics::default();
-        registry.register(
-            "verdict_decisions",
-            "Authorize decisions by source (api, proxy), decision and reason",
-            m.decisions.clone(),
-        );
-        m
-    }
-
-    pub fn observe(&self, source: &'static str, decision: &'static str, reason: &'static str) {
-        self.decisions
-            .get_or_create(&DecisionLabels {
-                source,
-                decision,
-                reason,
-            })
-            .inc();
-    }
-}
-
 /// The registry in Prometheus text format.
 pub fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
