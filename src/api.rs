@@ -475,7 +475,7 @@ impl Api {
     }
 
     /// The stored record with this id. Only `audit` keys get here (the
-    /// routing table, DESIGN §2), and an `audit` key sees every record, so
+    /// routing table), and an `audit` key sees every record, so
     /// there is no per-record check: who caused a record never decides who
     /// may read it.
     async fn stored_record(&self, id: &str) -> Result<(uuid::Uuid, String), ApiError> {

@@ -53,7 +53,8 @@ pub fn check_key_name(name: &str) -> Result<(), String> {
     Err(format!("the name {name:?} is reserved: {why}"))
 }
 
-/// What a key may do. DESIGN §2 maps each endpoint to one scope.
+/// What a key may do. The routing table (`api::ROUTES`) maps each endpoint
+/// to one scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {

@@ -1,5 +1,5 @@
 //! The verification engine: claims plus sources in, one [`Check`] per claim
-//! out, following DESIGN §4.
+//! out, by the rules below.
 //!
 //! It is pure on purpose. No IO: it does not read files, open sockets, read
 //! the clock or use randomness, and it knows nothing about JSON; the API layer
@@ -14,7 +14,7 @@
 //! - [`numbers`]: numbers, amounts, percentages and dates as canonical values.
 //! - [`verify`]: the per-request index and the per-claim scoring and gates.
 //! - [`extract`]: output mode, an LLM answer split into claims.
-//! - [`decide`]: effective requirements and the DESIGN §5 decision table.
+//! - [`decide`]: effective requirements and the decision table.
 
 pub mod bind;
 pub mod decide;

@@ -1,7 +1,8 @@
 //! Errors that reach a client, and their one mapping to HTTP responses.
 //!
 //! Every handler returns `Result<_, ApiError>`; this module is the only place
-//! that turns an error into a status code and the JSON error body of DESIGN §3.
+//! that turns an error into a status code and the JSON error body
+//! `{"error": {"code", "message", "request_id"}}`.
 //! Keeping the mapping here means a status code can be audited in one screen,
 //! and an internal error can never leak its cause: it is logged once, with the
 //! request id, and the client sees a generic message.
@@ -50,10 +51,10 @@ pub enum ApiError {
     /// Draining, overloaded, or the audit log cannot be written.
     #[error("{0}")]
     Unavailable(String),
-    /// The proxy's upstream could not be reached (DESIGN: 502).
+    /// The proxy's upstream could not be reached (502).
     #[error("the upstream could not be reached: {0}")]
     UpstreamUnavailable(String),
-    /// The proxy's upstream did not answer in time (DESIGN: 504).
+    /// The proxy's upstream did not answer in time (504).
     #[error("the upstream did not answer within {0:?}")]
     UpstreamTimeout(std::time::Duration),
     /// A request head hyper could not parse, answered by hyper itself before
@@ -110,7 +111,7 @@ impl ApiError {
         }
     }
 
-    /// The stable machine-readable code of DESIGN §3.
+    /// The stable machine-readable code (docs/openapi.yaml, `Error`).
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::InvalidJson(_) => "invalid_json",
@@ -132,7 +133,7 @@ impl ApiError {
         }
     }
 
-    /// The JSON error body of DESIGN §3. Internal errors are logged here,
+    /// The JSON error body. Internal errors are logged here,
     /// once.
     pub fn body(&self, request_id: &str) -> Vec<u8> {
         let message = match self {

@@ -160,7 +160,7 @@ pub struct Progress {
     pub done: u64,
 }
 
-/// What a poll answers, in the DESIGN §9 shape:
+/// What a poll answers (`GET /v2/jobs/{id}`, docs/openapi.yaml):
 /// `{job_id, status, created_at, started_at?, finished_at?, progress:{total,done}, results?, error?}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobView {

@@ -3,7 +3,7 @@
 //! The body is read here into the decision's domain input; the decision
 //! itself is made by [`crate::decide`], shared with the proxy; this module
 //! only reads the request and shapes the answer. Compact responses hold exactly the six fields of
-//! spec §2.7; verbose adds `reason`, `diagnostics`, `requirements`, `rules`
+//! the interface; verbose adds `reason`, `diagnostics`, `requirements`, `rules`
 //! and, in audit mode, `enforced` and `would_decide`.
 
 use serde::Serialize;

@@ -3,7 +3,7 @@
 //!
 //! Verify applies no citation requirement (that is authorize's job): it
 //! resolves the sources, runs the engine, and answers compact or verbose as
-//! DESIGN §4 says.
+//! docs/openapi.yaml describes.
 
 use serde::{Deserialize, Serialize};
 

@@ -68,13 +68,11 @@ pub fn open_writer(path: &Path) -> Result<Connection, AuditError> {
     conn.busy_handler(Some(crate::sqlite::busy_decision_path))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
-    // 64 MiB of cache was sized for random (v4) record ids, whose index
-    // inserts touch many pages per group. Ids are time-ordered (v7) now and
-    // insert at the index's right edge; a 2 MB cache measured the same
-    // (docs/benchmarks.md, 2026-11-24 (fifth)), so nothing was gained by
-    // changing it. The background checkpointer copies most WAL frames;
-    // this auto-checkpoint, less often than every 1000 pages, finishes the
-    // rest so the WAL can restart (see `checkpointer`).
+    // The cache is a ceiling (pages are allocated as used): time-ordered
+    // record ids insert at the index's right edge, so a group commit's
+    // working set stays small. The background checkpointer copies most WAL
+    // frames; this auto-checkpoint, less often than every 1000 pages,
+    // finishes the rest so the WAL can restart (see `checkpointer`).
     conn.pragma_update(None, "cache_size", -65536)?;
     conn.pragma_update(None, "wal_autocheckpoint", 8192)?;
     // No temp files: the pod's root filesystem may be read-only.

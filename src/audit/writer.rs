@@ -151,14 +151,10 @@ pub(crate) struct Writer {
 /// [`linger_cap`]). Where a commit takes twice `max_wait` or more (a disk
 /// whose fsync takes milliseconds), the full `max_wait` still applies.
 ///
-/// The rules come from measurement (docs/benchmarks.md, 2026-11-24): with 64
-/// clients on 2 cores, the plain 2 ms linger held end-to-end throughput at
-/// 0.61-0.64 of the no-op log, against 0.78-0.87 with no linger, because
-/// while every client waited on a lingering group the cores sat idle. With
-/// these rules 2 ms measures the same as 0 (0.77-0.84 with glibc malloc,
-/// 0.72-0.76 with the mimalloc the binary ships with). Where each
-/// request costs more CPU, the cores are busy during a linger anyway, and
-/// the smaller groups cost 1-5 % more CPU per request.
+/// Why: while every client waits on a lingering group, the cores sit idle,
+/// so a plain linger costs throughput on a fast disk; these two rules keep
+/// a linger only where the flush it saves is dear (docs/benchmarks.md has
+/// the figures).
 fn idle_gap(max_wait: Duration) -> Duration {
     max_wait / 10
 }

@@ -1,5 +1,6 @@
 //! Decisions: effective requirements (defaults, then the action policy as a
-//! floor, then the request), and the DESIGN §5 decision table.
+//! floor, then the request), and the decision table (the first matching row
+//! wins; see [`decide`]).
 //!
 //! Pure like the rest of the engine: it takes the checks the verifier made and
 //! the rule hits the policy produced, and returns one [`Decision`] with its
@@ -10,7 +11,7 @@ use super::model::{Citations, DecisionMode, Effect, Floor, RuleHit};
 
 use super::{Check, ClaimStatus};
 
-/// Defaults when neither policy nor request says otherwise (spec §2.4, §2.5).
+/// Defaults when neither policy nor request says otherwise.
 pub const DEFAULT_MODE: DecisionMode = DecisionMode::Strict;
 pub const DEFAULT_MIN_COVERAGE: f64 = 0.85;
 pub const DEFAULT_CITATIONS: Citations = Citations::Required;
@@ -162,8 +163,8 @@ impl Outcome {
     }
 }
 
-/// Stable reason codes (spec §7 plus `ambiguous_claims`, `review_required`
-/// and `no_claims` from DESIGN §5, and the gate's own refusals).
+/// Stable reason codes: the decision table's, and the refusals of the
+/// proxy's guard and of typed and bound params.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecisionReason {
     CoverageSufficient,
@@ -245,7 +246,7 @@ pub struct Decision {
     pub would_decide: Option<Outcome>,
 }
 
-/// The DESIGN §5 table; the first matching row wins.
+/// The decision table; the first matching row wins.
 pub fn decide(f: &Facts<'_>) -> Decision {
     use DecisionMode::{Audit, Balanced, Strict};
     use DecisionReason as R;
@@ -367,7 +368,7 @@ mod tests {
         }
     }
 
-    /// One situation per row of the DESIGN §5 table, with the expected
+    /// One situation per row of the decision table, with the expected
     /// (strict, balanced, audit-would) outcome and reason.
     #[test]
     fn every_row_in_every_mode() {
@@ -623,7 +624,8 @@ mod tests {
         );
     }
 
-    /// The four cases interface-spec §3.1 shows, at the decision level.
+    /// The four cases the interface's first examples show, at the decision
+    /// level.
     #[test]
     fn spec_cases() {
         use ClaimStatus::{Ambiguous, Supported, Unsupported};

@@ -1,4 +1,4 @@
-//! Output mode: an LLM answer split into checkable claims (DESIGN §4).
+//! Output mode: an LLM answer split into checkable claims.
 //!
 //! An answer is prose with markdown, citation markers and filler. Scoring
 //! "Hope this helps!" or "The passages do not say" as unsupported would flag

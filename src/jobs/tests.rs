@@ -97,7 +97,7 @@ async fn submit_then_poll_gives_results_in_order() {
         assert_eq!(r, &json!({"i": n, "echo": input[n]}));
     }
 
-    // The wire shape of DESIGN §9.
+    // The wire shape of `GET /v2/jobs/{id}` (docs/openapi.yaml).
     let wire = serde_json::to_value(&v).unwrap();
     assert_eq!(wire["job_id"], json!(s.job_id));
     assert_eq!(wire["status"], json!("succeeded"));

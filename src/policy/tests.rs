@@ -5,7 +5,7 @@ use http::HeaderMap;
 use serde_json::json;
 use std::time::Duration;
 
-const DESIGN_EXAMPLE: &str = r#"
+const REFUND_EXAMPLE: &str = r#"
 [[action]]
 type = "refund.create"
 requirements = { decision_mode = "strict", min_coverage = 0.9, citations = "required" }
@@ -41,7 +41,7 @@ fn errors_of(files: &[(&str, &str)]) -> Vec<String> {
 
 #[test]
 fn design_example_parses() {
-    let set = PolicySet::from_sources(&[("refunds.toml", DESIGN_EXAMPLE)]).unwrap();
+    let set = PolicySet::from_sources(&[("refunds.toml", REFUND_EXAMPLE)]).unwrap();
     assert_eq!(set.files, vec!["refunds.toml"]);
     let a = set.action("refund.create").unwrap();
     assert_eq!(a.requirements.decision_mode, Some(DecisionMode::Strict));
@@ -402,7 +402,7 @@ fn most_specific_route_wins() {
 
 #[test]
 fn route_extracts_from_a_request() {
-    let set = PolicySet::from_sources(&[("refunds.toml", DESIGN_EXAMPLE)]).unwrap();
+    let set = PolicySet::from_sources(&[("refunds.toml", REFUND_EXAMPLE)]).unwrap();
     let (route, pp) = set
         .match_route("POST", "/api/orders/A%2D17/refunds?dry=1")
         .unwrap();
@@ -551,7 +551,7 @@ fn load_dir_errors_name_the_path() {
 #[test]
 fn check_dir_output() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("a.toml"), DESIGN_EXAMPLE).unwrap();
+    std::fs::write(dir.path().join("a.toml"), REFUND_EXAMPLE).unwrap();
     let (code, out) = check_dir(dir.path());
     assert_eq!(code, 0, "{out}");
     let rev = load_dir(dir.path()).unwrap().revision;
@@ -663,11 +663,11 @@ action = "b"
 
 #[test]
 fn lenient_readings_are_ambiguous() {
-    let with_suffix = DESIGN_EXAMPLE.replace(
+    let with_suffix = REFUND_EXAMPLE.replace(
         "hold_timeout = \"30s\"",
         "hold_timeout = \"30s\"\nsuffixes = [\".json\"]",
     );
-    let plain = PolicySet::from_sources(&[("refunds.toml", DESIGN_EXAMPLE)]).unwrap();
+    let plain = PolicySet::from_sources(&[("refunds.toml", REFUND_EXAMPLE)]).unwrap();
     let suffixed = PolicySet::from_sources(&[("refunds.toml", &with_suffix)]).unwrap();
     let kind = |set: &PolicySet, path: &str| match set.classify("POST", path) {
         RouteMatch::Matched(r, p) => format!("matched {} {:?}", r.name, p.get("order_id")),
@@ -719,7 +719,7 @@ fn lenient_readings_are_ambiguous() {
 
 #[test]
 fn compatibility_characters_that_reach_a_route_are_ambiguous() {
-    let set = PolicySet::from_sources(&[("refunds.toml", DESIGN_EXAMPLE)]).unwrap();
+    let set = PolicySet::from_sources(&[("refunds.toml", REFUND_EXAMPLE)]).unwrap();
     let kind = |path: &str| match set.classify("POST", path) {
         RouteMatch::Matched(r, p) => format!("matched {} {:?}", r.name, p.get("order_id")),
         RouteMatch::Ambiguous(r) => format!("ambiguous {}", r.name),
@@ -834,7 +834,7 @@ fn warnings_name_what_the_author_probably_did_not_mean() {
         set.warnings(),
         ["the policy set gates nothing: no actions and no routes"]
     );
-    let typo = DESIGN_EXAMPLE.replace("param = \"amount\"", "param = \"amt\"");
+    let typo = REFUND_EXAMPLE.replace("param = \"amount\"", "param = \"amt\"");
     let set = PolicySet::from_sources(&[("refunds.toml", &typo)]).unwrap();
     let w = set.warnings();
     assert_eq!(w.len(), 1, "{w:?}");
@@ -842,7 +842,7 @@ fn warnings_name_what_the_author_probably_did_not_mean() {
         w[0].contains("\"amt\"") && w[0].contains("create-refund"),
         "{w:?}"
     );
-    let set = PolicySet::from_sources(&[("refunds.toml", DESIGN_EXAMPLE)]).unwrap();
+    let set = PolicySet::from_sources(&[("refunds.toml", REFUND_EXAMPLE)]).unwrap();
     assert!(set.warnings().is_empty(), "{:?}", set.warnings());
 
     let dir = tempfile::tempdir().unwrap();
@@ -859,7 +859,7 @@ fn warnings_name_what_the_author_probably_did_not_mean() {
 
 #[test]
 fn a_hold_longer_than_the_review_ttl_is_an_error() {
-    let long = DESIGN_EXAMPLE.replace("hold_timeout = \"30s\"", "hold_timeout = \"48h\"");
+    let long = REFUND_EXAMPLE.replace("hold_timeout = \"30s\"", "hold_timeout = \"48h\"");
     let set = PolicySet::from_sources(&[("refunds.toml", &long)]).unwrap();
     let errors = set.errors_against(crate::config::DEFAULT_REVIEW_TTL, "the default");
     assert_eq!(

@@ -46,7 +46,8 @@ pub(super) fn body_pointers(route: &Route) -> Vec<&str> {
         .collect()
 }
 
-/// `403` with the DESIGN §8 deny body.
+/// `403` with the proxy's deny body: the error object, the decision, the
+/// reason and the record id.
 pub(super) fn blocked(
     request_id: &str,
     decision: &str,
