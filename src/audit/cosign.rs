@@ -11,7 +11,6 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use ring::signature::{Ed25519KeyPair, KeyPair as _};
 
-use super::merkle::sha256;
 use super::note::{self, NoteError};
 
 /// Signature type byte of a timestamped Ed25519 cosignature.
@@ -19,48 +18,17 @@ const ALG_COSIGNATURE: u8 = 0x04;
 
 /// `SHA-256(name ‖ 0x0A ‖ 0x04 ‖ public key)[:4]`.
 pub fn key_hash(name: &str, public_key: &[u8]) -> [u8; 4] {
-    let mut buf = Vec::with_capacity(name.len() + 2 + public_key.len());
-    buf.extend_from_slice(name.as_bytes());
-    buf.push(b'\n');
-    buf.push(ALG_COSIGNATURE);
-    buf.extend_from_slice(public_key);
-    let h = sha256(&buf);
-    [h[0], h[1], h[2], h[3]]
+    note::typed_key_hash(name, ALG_COSIGNATURE, public_key)
 }
 
 /// The cosigner's verifier key `<name>+<hex key hash>+base64(0x04 ‖ key)`.
 pub fn verifier_key(name: &str, public_key: &[u8]) -> String {
-    let mut raw = Vec::with_capacity(33);
-    raw.push(ALG_COSIGNATURE);
-    raw.extend_from_slice(public_key);
-    format!(
-        "{name}+{}+{}",
-        hex::encode(key_hash(name, public_key)),
-        B64.encode(raw)
-    )
+    note::typed_verifier_key(name, ALG_COSIGNATURE, public_key)
 }
 
 /// Parses a cosigner verifier key into `(name, public key)`.
 pub fn parse_verifier_key(vkey: &str) -> Result<(String, [u8; 32]), NoteError> {
-    let bad = |m: &str| NoteError(format!("cosigner key: {m}"));
-    // The base64 key may itself hold '+': split at the first two only.
-    let mut parts = vkey.splitn(3, '+');
-    let (Some(name), Some(id), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(bad("expected name+id+key"));
-    };
-    if !note::valid_name(name) {
-        return Err(bad("bad name"));
-    }
-    let raw = B64.decode(key).map_err(|_| bad("bad base64"))?;
-    if raw.len() != 33 || raw[0] != ALG_COSIGNATURE {
-        return Err(bad("not an Ed25519 cosignature key (type 0x04)"));
-    }
-    let mut pk = [0u8; 32];
-    pk.copy_from_slice(&raw[1..]);
-    if hex::encode(key_hash(name, &pk)) != id {
-        return Err(bad("key hash does not match"));
-    }
-    Ok((name.to_string(), pk))
+    note::parse_typed_verifier_key(vkey, ALG_COSIGNATURE)
 }
 
 /// The signed message: `cosignature/v1\ntime <t>\n` and the checkpoint body.

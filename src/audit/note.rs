@@ -27,10 +27,16 @@ fn err<T>(msg: impl Into<String>) -> Result<T, NoteError> {
 
 /// `SHA-256(name ‖ 0x0A ‖ 0x01 ‖ public key)[:4]`.
 pub fn key_hash(name: &str, public_key: &[u8]) -> [u8; 4] {
+    typed_key_hash(name, ALG_ED25519, public_key)
+}
+
+/// `SHA-256(name ‖ 0x0A ‖ alg ‖ public key)[:4]`: the key id of a signed
+/// note's signature of type `alg`.
+pub(super) fn typed_key_hash(name: &str, alg: u8, public_key: &[u8]) -> [u8; 4] {
     let mut buf = Vec::with_capacity(name.len() + 2 + public_key.len());
     buf.extend_from_slice(name.as_bytes());
     buf.push(b'\n');
-    buf.push(ALG_ED25519);
+    buf.push(alg);
     buf.extend_from_slice(public_key);
     let h = sha256(&buf);
     [h[0], h[1], h[2], h[3]]
@@ -38,32 +44,50 @@ pub fn key_hash(name: &str, public_key: &[u8]) -> [u8; 4] {
 
 /// The verifier key string `<name>+<hex key hash>+base64(0x01 ‖ public key)`.
 pub fn verifier_key(name: &str, public_key: &[u8]) -> String {
+    typed_verifier_key(name, ALG_ED25519, public_key)
+}
+
+/// `<name>+<hex key hash>+base64(alg ‖ public key)`.
+pub(super) fn typed_verifier_key(name: &str, alg: u8, public_key: &[u8]) -> String {
     let mut raw = Vec::with_capacity(33);
-    raw.push(ALG_ED25519);
+    raw.push(alg);
     raw.extend_from_slice(public_key);
     format!(
         "{name}+{}+{}",
-        hex::encode(key_hash(name, public_key)),
+        hex::encode(typed_key_hash(name, alg, public_key)),
         B64.encode(raw)
     )
 }
 
-/// Parses a verifier key string into `(name, public key)`.
+/// Parses a verifier key into `(name, public key)`.
 pub fn parse_verifier_key(vkey: &str) -> Result<(String, [u8; 32]), NoteError> {
+    parse_typed_verifier_key(vkey, ALG_ED25519)
+}
+
+/// Parses a verifier key whose key type must be `alg` (an Ed25519 key).
+pub(super) fn parse_typed_verifier_key(
+    vkey: &str,
+    alg: u8,
+) -> Result<(String, [u8; 32]), NoteError> {
     // The base64 key may itself hold '+': split at the first two only.
     let mut parts = vkey.splitn(3, '+');
     let (Some(name), Some(id), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
         return err("verifier key: expected name+id+key");
     };
+    if !valid_name(name) {
+        return err("verifier key: bad name");
+    }
     let raw = B64
         .decode(key)
         .map_err(|_| NoteError("verifier key: bad base64".into()))?;
-    if raw.len() != 33 || raw[0] != ALG_ED25519 {
-        return err("verifier key: not an Ed25519 key");
+    if raw.len() != 33 || raw[0] != alg {
+        return err(format!(
+            "verifier key: not an Ed25519 key of type {alg:#04x}"
+        ));
     }
     let mut pk = [0u8; 32];
     pk.copy_from_slice(&raw[1..]);
-    if hex::encode(key_hash(name, &pk)) != id {
+    if hex::encode(typed_key_hash(name, alg, &pk)) != id {
         return err("verifier key: key hash does not match");
     }
     Ok((name.to_string(), pk))

@@ -336,15 +336,7 @@ impl Proxy {
                     let body = full(bytes);
                     let extra = [("x-verdict-decision", "unavailable".to_string())];
                     return Ok(self
-                        .forward(Outbound {
-                            method: parts.method,
-                            uri: parts.uri,
-                            headers: parts.headers,
-                            body,
-                            conn,
-                            request_id,
-                            extra: &extra,
-                        })
+                        .forward(Outbound::new(parts, body, conn, request_id, &extra))
                         .await);
                 }
                 return Err(ApiError::Unavailable(format!(
@@ -376,15 +368,7 @@ impl Proxy {
                     ("x-verdict-record-id", record_id.clone()),
                 ];
                 let mut resp = self
-                    .forward(Outbound {
-                        method: parts.method,
-                        uri: parts.uri,
-                        headers: parts.headers,
-                        body: full(bytes),
-                        conn,
-                        request_id,
-                        extra: &extra,
-                    })
+                    .forward(Outbound::new(parts, full(bytes), conn, request_id, &extra))
                     .await;
                 // The caller learns the decision and its record too.
                 resp.headers_mut()

@@ -35,16 +35,8 @@ impl Proxy {
         self.stats.unmatched_pass.inc();
         let (parts, body) = req.into_parts();
         let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
-        self.forward(Outbound {
-            method: parts.method,
-            uri: parts.uri,
-            headers: parts.headers,
-            body,
-            conn,
-            request_id,
-            extra: &[],
-        })
-        .await
+        self.forward(Outbound::new(parts, body, conn, request_id, &[]))
+            .await
     }
 
     /// Unmatched, with a JSON body, on a path that `route` gates under
@@ -76,15 +68,7 @@ impl Proxy {
             return self.refuse(set, &probe, refusal, request_id).await;
         }
         self.stats.unmatched_pass.inc();
-        self.forward(Outbound {
-            method: parts.method,
-            uri: parts.uri,
-            headers: parts.headers,
-            body: full(bytes),
-            conn,
-            request_id,
-            extra: &[],
-        })
-        .await
+        self.forward(Outbound::new(parts, full(bytes), conn, request_id, &[]))
+            .await
     }
 }

@@ -100,6 +100,27 @@ pub(super) struct Outbound<'a> {
     pub(super) extra: &'a [(&'a str, String)],
 }
 
+impl<'a> Outbound<'a> {
+    /// The client's request head and body, forwarded with `extra` headers.
+    pub(super) fn new(
+        parts: http::request::Parts,
+        body: RespBody,
+        conn: ConnInfo,
+        request_id: &'a str,
+        extra: &'a [(&'a str, String)],
+    ) -> Outbound<'a> {
+        Outbound {
+            method: parts.method,
+            uri: parts.uri,
+            headers: parts.headers,
+            body,
+            conn,
+            request_id,
+            extra,
+        }
+    }
+}
+
 /// Why forwarding failed.
 pub(super) enum UpstreamError {
     Connect(String),
