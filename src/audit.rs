@@ -177,6 +177,8 @@ struct Metrics {
     records: Counter,
     failures: Counter,
     witness_submissions: Family<witnessing::SubmissionLabels, Counter>,
+    /// Records the log holds beyond what each witness cosigned.
+    witness_lag: Family<witnessing::WitnessLabels, prometheus_client::metrics::gauge::Gauge>,
     checkpoints: Counter,
     /// Records of audit-mode decisions (`enforced: false`), by what was
     /// answered and what would have been.
@@ -197,6 +199,7 @@ impl Metrics {
             records: Counter::default(),
             failures: Counter::default(),
             witness_submissions: Family::default(),
+            witness_lag: Family::default(),
             checkpoints: Counter::default(),
             unenforced: Family::default(),
         }
@@ -513,6 +516,11 @@ impl AuditLog {
             "verdict_audit_unenforced_decisions",
             "Audit-mode decisions recorded, by the decision answered and the one that would have been enforced",
             m.unenforced.clone(),
+        );
+        registry.register(
+            "verdict_audit_witness_lag",
+            "Records the log holds beyond the tree each witness cosigned last",
+            m.witness_lag.clone(),
         );
         registry.register(
             "verdict_audit_witness_submissions",

@@ -163,6 +163,11 @@ async fn a_witnessed_log_that_rolls_back_refuses_to_start() {
     );
     let h = s.get("/health/detailed", None).await.text();
     assert!(h.contains(WITNESS), "{h}");
+    let m = s.get("/metrics", None).await.text();
+    assert!(
+        m.contains("verdict_audit_witness_lag{witness=\"verdict.test/witness\"}"),
+        "{m}"
+    );
     let dir = s.shutdown().await;
 
     // Rollback with the local cosignatures left in place: the log itself

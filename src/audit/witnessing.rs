@@ -59,6 +59,11 @@ pub struct WitnessStatus {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct WitnessLabels {
+    pub witness: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct SubmissionLabels {
     pub witness: String,
     pub outcome: String,
@@ -147,6 +152,17 @@ impl AuditLog {
     }
 
     fn publish_witnesses(&self, state: &[WitnessStatus]) {
+        let size = self.health().size;
+        for w in state {
+            self.inner
+                .shared
+                .metrics
+                .witness_lag
+                .get_or_create(&WitnessLabels {
+                    witness: w.name.clone(),
+                })
+                .set(i64::try_from(size.saturating_sub(w.cosigned_size)).unwrap_or(i64::MAX));
+        }
         if let Ok(mut w) = self.inner.shared.witnesses.lock() {
             w.clone_from(&state.to_vec());
         }
