@@ -431,11 +431,26 @@ async fn a_running_server_owns_its_data_dir() {
         "{refused:?}"
     );
     let dir = s.shutdown().await;
-    let out = Command::new(bin)
-        .args(["audit", "rotate-key", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .output()
-        .unwrap();
+    // The lock goes with the server's file handle. Other tests of this
+    // binary spawn processes in parallel, and a child forked while the
+    // server ran shares that handle until it execs, so the release may take
+    // a moment to be seen: retry for up to 3 s.
+    let rotate = || {
+        Command::new(bin)
+            .args(["audit", "rotate-key", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .output()
+            .unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let mut out = rotate();
+    while !out.status.success()
+        && String::from_utf8_lossy(&out.stderr).contains("held by another verdict process")
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        out = rotate();
+    }
     assert!(
         out.status.success(),
         "{}",
