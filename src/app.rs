@@ -389,6 +389,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         config.review_ttl,
         redaction.derive(crate::review::SEAL_KEY_LABEL),
     )?;
+    reviews.set_retention(config.review_retention);
     reviews.register_metrics(&mut registry);
     let proxy_stats = crate::proxy::ProxyStats::register(&mut registry);
     let upstream = config

@@ -51,6 +51,9 @@ pub struct Config {
     pub evidence: EvidenceConfig,
     pub audit: AuditConfig,
     pub review_ttl: Duration,
+    /// `[review] retention`: resolved and expired reviews (and their held
+    /// bodies) are deleted this long after they ended (default 30 days).
+    pub review_retention: Duration,
     pub jobs: JobsConfig,
     pub limits: Limits,
     pub server: ServerConfig,
@@ -359,6 +362,7 @@ struct FileWitness {
 #[serde(deny_unknown_fields)]
 struct FileReview {
     ttl: Option<String>,
+    retention: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -541,6 +545,7 @@ impl Config {
                 None => DEFAULT_REVIEW_TTL,
                 ttl => duration("review.ttl", ttl, "24h")?,
             },
+            review_retention: duration("review.retention", f.review.retention, "30d")?,
             jobs: JobsConfig {
                 retention: duration("jobs.retention", f.jobs.retention, "24h")?,
                 workers,

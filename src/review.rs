@@ -27,6 +27,7 @@ mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -57,6 +58,16 @@ pub const MAX_LIST_LIMIT: usize = 1000;
 /// The longest the sweeper sleeps when no deadline is near; a new review
 /// wakes it early.
 const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// `review.retention` when the config does not set it.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+
+/// Reviews deleted per sweep at most.
+const PURGE_BATCH: usize = 500;
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// How long the sweeper waits after a storage error before it tries again.
 const SWEEP_RETRY: Duration = Duration::from_secs(5);
@@ -256,6 +267,8 @@ pub struct UpstreamResponse {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReviewsHealth {
     pub pending: usize,
+    /// Reviews stored in every state (as of the sweeper's last run).
+    pub stored: u64,
     pub oldest_pending_age: Option<Duration>,
     /// The sweeper's last storage error, cleared by its next good run.
     pub last_error: Option<String>,
@@ -301,6 +314,11 @@ struct Inner {
     /// `IMMEDIATE` transactions inside serialise them with other processes.
     store: Mutex<Store>,
     ttl: Duration,
+    /// `review.retention` in milliseconds: resolved and expired reviews,
+    /// and their held bodies, are deleted this long after they ended.
+    retention_ms: AtomicU64,
+    /// Reviews stored in every state, as of the sweeper's last run.
+    stored: AtomicU64,
     /// One `watch` channel per review somebody waits on. An entry lives while
     /// it has receivers; a resolution is sent into it and never changes.
     waiters: Mutex<HashMap<String, watch::Sender<Option<Resolution>>>>,
@@ -362,6 +380,8 @@ impl Reviews {
         let inner = Arc::new(Inner {
             store: Mutex::new(store),
             ttl,
+            retention_ms: AtomicU64::new(duration_ms(DEFAULT_RETENTION)),
+            stored: AtomicU64::new(0),
             waiters: Mutex::new(HashMap::new()),
             pending: Mutex::new(pending),
             last_sweep_error: Mutex::new(None),
@@ -373,6 +393,15 @@ impl Reviews {
         });
         runtime.spawn(sweep(Arc::downgrade(&inner), Arc::clone(&inner.sweeper)));
         Ok(Reviews { inner })
+    }
+
+    /// Sets `review.retention`: how long a resolved or expired review (and
+    /// its held body) is kept before the sweeper deletes it.
+    pub fn set_retention(&self, retention: Duration) {
+        self.inner
+            .retention_ms
+            .store(duration_ms(retention), Ordering::Relaxed);
+        self.inner.sweeper.notify_one();
     }
 
     /// Holds a request: stores a pending review, durable before it returns.
@@ -601,6 +630,7 @@ impl Reviews {
         };
         ReviewsHealth {
             pending,
+            stored: self.inner.stored.load(Ordering::Relaxed),
             oldest_pending_age: oldest
                 .map(|t| SystemTime::now().duration_since(t).unwrap_or_default()),
             last_error: lock(&self.inner.last_sweep_error).clone(),
@@ -671,7 +701,9 @@ impl crate::runtime::health::Component for Reviews {
         } else {
             Status::Ok
         };
-        let mut report = Report::new(status).fact("pending", h.pending);
+        let mut report = Report::new(status)
+            .fact("pending", h.pending)
+            .fact("stored", h.stored);
         if let Some(age) = h.oldest_pending_age {
             report = report.fact("oldest_pending_age_s", age.as_secs());
         }
@@ -779,12 +811,29 @@ async fn sweep(inner: Weak<Inner>, wake: Arc<Notify>) {
         // Not in the middle of a resolution (see `resolution_turn`).
         let turn = strong.resolving.lock().await;
         let swept = on_store(&strong, |s, inner| {
-            let (expired, next) = s.expire_due(SystemTime::now())?;
+            let now = SystemTime::now();
+            let (expired, next) = s.expire_due(now)?;
             for row in &expired {
                 tracing::info!(review_id = %row.review_id, "review expired");
                 inner.resolved(row);
             }
-            Ok(next)
+            // Retention, in bounded batches so a large backlog never holds
+            // the store for long; what is left goes on the next run.
+            let retention = Duration::from_millis(inner.retention_ms.load(Ordering::Relaxed));
+            let mut purged = 0;
+            if let Some(before) = now.checked_sub(retention) {
+                purged = s.purge_resolved(before, PURGE_BATCH)?;
+                if purged > 0 {
+                    tracing::info!(purged, "deleted reviews past review.retention");
+                }
+            }
+            inner.stored.store(s.count()?, Ordering::Relaxed);
+            // A full batch: come back soon for the rest.
+            Ok(if purged == PURGE_BATCH {
+                Some(now)
+            } else {
+                next
+            })
         })
         .await;
         drop(turn);
@@ -802,6 +851,16 @@ async fn sweep(inner: Weak<Inner>, wake: Arc<Notify>) {
                 *lock(&strong.last_sweep_error) = Some(e.to_string());
                 SWEEP_RETRY
             }
+        };
+        // Resolved reviews wait for their retention: with a short one, come
+        // back within it (never more often than every 100 ms).
+        let resolved_stored = strong.stored.load(Ordering::Relaxed)
+            > u64::try_from(lock(&strong.pending).len()).unwrap_or(u64::MAX);
+        let retention = Duration::from_millis(strong.retention_ms.load(Ordering::Relaxed));
+        let pause = if resolved_stored {
+            pause.min(retention.max(Duration::from_millis(100)))
+        } else {
+            pause
         };
         drop(strong);
         tokio::select! {

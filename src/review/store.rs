@@ -482,6 +482,36 @@ impl Store {
 
     /// Stores every pending review at or past its deadline as expired.
     /// Returns those rows and the earliest deadline still pending.
+    /// Deletes up to `limit` reviews that were resolved or expired before
+    /// `before` and whose forward is over (never started, done, or
+    /// `outcome_unknown`), with their held headers and body; pending
+    /// reviews and forwards in flight stay. Returns how many went.
+    pub fn purge_resolved(
+        &mut self,
+        before: SystemTime,
+        limit: usize,
+    ) -> Result<usize, ReviewError> {
+        let n = self.conn.execute(
+            "DELETE FROM review_reviews WHERE review_id IN (
+                 SELECT review_id FROM review_reviews
+                 WHERE status != 'pending'
+                   AND forward_state != 'started'
+                   AND NOT (status = 'approved' AND forward_state = 'not_started')
+                   AND COALESCE(resolved_at, expires_at) < ?1
+                 LIMIT ?2)",
+            rusqlite::params![micros(before), i64::try_from(limit).unwrap_or(i64::MAX)],
+        )?;
+        Ok(n)
+    }
+
+    /// How many reviews are stored, in every state.
+    pub fn count(&self) -> Result<u64, ReviewError> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT COUNT(*) FROM review_reviews", [], |r| r.get(0))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     pub fn expire_due(
         &mut self,
         now: SystemTime,

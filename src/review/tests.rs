@@ -647,6 +647,7 @@ async fn health_counts_pending_reviews() {
         r.health(),
         ReviewsHealth {
             pending: 0,
+            stored: 0,
             oldest_pending_age: None,
             last_error: None
         }
@@ -950,4 +951,49 @@ async fn the_review_store_keeps_temp_data_in_memory() {
     let dir = TempDir::new().unwrap();
     let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     assert_eq!(store::tests_support::temp_store(&lock(&r.inner.store)), 2);
+}
+
+/// Resolved and expired reviews go after `review.retention`, with their
+/// held bodies and headers; pending ones and approvals not yet forwarded
+/// stay.
+#[tokio::test]
+async fn retention_deletes_ended_reviews_and_keeps_pending_ones() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let rejected = r.create(new_review("x")).await.unwrap().review_id;
+    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
+    let headers = |id: &str| -> i64 {
+        conn.query_row(
+            "SELECT COUNT(*) FROM review_request_headers WHERE review_id = ?1",
+            [id],
+            |row| row.get(0),
+        )
+        .unwrap()
+    };
+    assert!(headers(&rejected) > 0, "the held request has headers");
+    let approved = r.create(new_review("x")).await.unwrap().review_id;
+    let pending = r.create(new_review("x")).await.unwrap().review_id;
+    r.resolve(
+        &rejected,
+        false,
+        "alice",
+        Some("no".into()),
+        SystemTime::now(),
+    )
+    .await
+    .unwrap();
+    approve(&r, &approved).await.unwrap();
+    r.set_retention(Duration::from_millis(200));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let all = admin();
+    while r.get(&rejected, &all).await.unwrap().is_some() {
+        assert!(std::time::Instant::now() < deadline, "not purged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The held body and headers went with the review.
+    assert_eq!(headers(&rejected), 0);
+    // An approval whose forward has not run is kept until it has.
+    assert!(r.get(&approved, &all).await.unwrap().is_some());
+    assert!(r.get(&pending, &all).await.unwrap().is_some());
+    assert_eq!(r.health().stored, 2);
 }
