@@ -294,6 +294,11 @@ impl Api {
             .headers()
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
+        if def.access == Access::Scope(Scope::Review)
+            && self.app.keys.mode() == crate::auth::AuthMode::Open
+        {
+            return (def.template, Err(ApiError::ReviewsNeedKeys));
+        }
         let authenticated = match def.access {
             Access::Public => Ok(Principal::anonymous()),
             Access::Scope(scope) => self.app.keys.authenticate(auth, Some(scope)),

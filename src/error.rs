@@ -31,6 +31,10 @@ pub enum ApiError {
     Unauthorized,
     #[error("this API key lacks the {0:?} scope")]
     Forbidden(&'static str),
+    /// Reviews without a keys file: the gated app shares loopback with the
+    /// API and must not approve its own held calls.
+    #[error("reviews need a keys file: without one every loopback caller, the gated app included, could approve its own held calls; configure [auth] keys_file with a review-scoped key")]
+    ReviewsNeedKeys,
     #[error("{0}")]
     NotFound(String),
     #[error("method not allowed")]
@@ -96,7 +100,7 @@ impl ApiError {
             ApiError::InvalidJson(_) | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::ReviewsNeedKeys => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::IdempotencyConflict(_) | ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -117,7 +121,7 @@ impl ApiError {
             ApiError::InvalidJson(_) => "invalid_json",
             ApiError::BadRequest(_) | ApiError::Unprocessable(_) => "invalid_request",
             ApiError::Unauthorized => "unauthorized",
-            ApiError::Forbidden(_) => "forbidden",
+            ApiError::Forbidden(_) | ApiError::ReviewsNeedKeys => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::IdempotencyConflict(_) => "idempotency_conflict",
@@ -308,6 +312,7 @@ mod tests {
             (ApiError::Unauthorized, 401, "unauthorized"),
             (ApiError::Forbidden("verify"), 403, "forbidden"),
             (ApiError::Denied("x".into()), 403, "denied"),
+            (ApiError::ReviewsNeedKeys, 403, "forbidden"),
             (ApiError::NotFound("x".into()), 404, "not_found"),
             (
                 ApiError::MethodNotAllowed(vec![Method::POST]),

@@ -123,6 +123,37 @@ async fn health_turns_503_once_the_audit_writer_has_stopped() {
     s.shutdown().await;
 }
 
+/// Without a keys file every loopback caller is anonymous, the gated app
+/// included: the review API refuses, so nobody approves their own refund.
+#[tokio::test]
+async fn reviews_refuse_without_a_keys_file() {
+    let s = support::TestServer::start_with(|c| c.keys_file = None).await;
+    for (method, path) in [
+        (Method::GET, "/v2/reviews"),
+        (
+            Method::GET,
+            "/v2/reviews/00000000-0000-4000-8000-000000000000",
+        ),
+        (
+            Method::POST,
+            "/v2/reviews/00000000-0000-4000-8000-000000000000/approve",
+        ),
+    ] {
+        let r = s
+            .send(method, path, &[("content-type", "application/json")], "{}")
+            .await;
+        r.assert_error(403, "forbidden");
+        assert!(
+            r.text().contains("reviews need a keys file"),
+            "{}",
+            r.text()
+        );
+    }
+    // The rest of the API still answers without keys on loopback.
+    assert_eq!(s.get("/health", None).await.status, 200);
+    s.shutdown().await;
+}
+
 #[tokio::test]
 async fn refuses_a_public_listener_without_keys() {
     let dir = tempfile::tempdir().unwrap();
