@@ -134,10 +134,6 @@ pub struct Decided {
     pub receipt: Receipt,
 }
 
-pub fn now_rfc3339() -> String {
-    rfc3339(std::time::SystemTime::now())
-}
-
 /// RFC 3339 UTC, e.g. `2026-11-22T21:14:45.296332Z`.
 pub fn rfc3339(t: std::time::SystemTime) -> String {
     let t = time::OffsetDateTime::from(t);

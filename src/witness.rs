@@ -24,7 +24,7 @@ use std::fs::{self, File, OpenOptions};
 use std::future::Future;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -388,11 +388,6 @@ fn refusal(r: Refusal) -> Response<RespBody> {
             text(StatusCode::INTERNAL_SERVER_ERROR, "storage failed\n")
         }
     }
-}
-
-/// Where `verdict witness` keeps its key and state.
-pub fn default_data_dir() -> PathBuf {
-    PathBuf::from("witness-data")
 }
 
 #[cfg(test)]

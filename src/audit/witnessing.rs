@@ -13,7 +13,7 @@
 //! than the log holds stops start-up, even if the local copies of its
 //! cosignatures were deleted with the records.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
@@ -42,6 +42,13 @@ const INTERVAL: Duration = Duration::from_secs(1);
 const MAX_RESPONSE: usize = 64 * 1024;
 
 type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// What the submission task keeps for its whole life: the HTTP client and
+/// the one connection that stores cosignatures.
+struct Submitter {
+    http: HttpClient,
+    cosigner: Arc<Mutex<rusqlite::Connection>>,
+}
 
 /// One witness as `/health/detailed` shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -111,19 +118,26 @@ impl AuditLog {
         if witnesses.is_empty() {
             return Ok(());
         }
-        let client = client().map_err(AuditError::Config)?;
+        let db = self.inner.db_path.clone();
+        let cosigner = tokio::task::spawn_blocking(move || store::open_cosigner(&db))
+            .await
+            .map_err(|e| AuditError::Unavailable(e.to_string()))??;
+        let client = Submitter {
+            http: client().map_err(AuditError::Config)?,
+            cosigner: Arc::new(Mutex::new(cosigner)),
+        };
         let known = self.read(|conn, _| store::cosigned_sizes(conn)).await?;
         let mut state: Vec<WitnessStatus> = witnesses
             .iter()
-            .map(|w| WitnessStatus {
-                name: w.name.clone(),
-                url: w.url.clone(),
-                cosigned_size: known
-                    .iter()
-                    .find(|(n, _)| *n == w.name)
-                    .map_or(0, |(_, s)| *s),
-                stored: known.iter().find(|(n, _)| *n == w.name).map(|(_, s)| *s),
-                ..WitnessStatus::default()
+            .map(|w| {
+                let stored = known.iter().find(|(n, _)| *n == w.name).map(|(_, s)| *s);
+                WitnessStatus {
+                    name: w.name.clone(),
+                    url: w.url.clone(),
+                    cosigned_size: stored.unwrap_or(0),
+                    stored,
+                    ..WitnessStatus::default()
+                }
             })
             .collect();
         for (w, st) in witnesses.iter().zip(state.iter_mut()) {
@@ -172,7 +186,7 @@ impl AuditLog {
     /// cosigned it; on a 409 naming a smaller size, once more from there.
     async fn submit(
         &self,
-        client: &HttpClient,
+        client: &Submitter,
         w: &WitnessConfig,
         st: &mut WitnessStatus,
     ) -> Result<(), Failure> {
@@ -210,7 +224,7 @@ impl AuditLog {
     /// nothing new to submit.
     async fn submit_inner(
         &self,
-        client: &HttpClient,
+        client: &Submitter,
         w: &WitnessConfig,
         st: &mut WitnessStatus,
     ) -> Result<bool, Failure> {
@@ -242,9 +256,10 @@ impl AuditLog {
             } else {
                 Vec::new()
             };
-            let (status, size_header, body) = post(client, w, request_body(old, &proof, &row.note))
-                .await
-                .map_err(Failure::Other)?;
+            let (status, size_header, body) =
+                post(&client.http, w, request_body(old, &proof, &row.note))
+                    .await
+                    .map_err(Failure::Other)?;
             match status {
                 StatusCode::OK => {
                     let sigs = cosign::verify_lines(&text, &body, &w.name, &w.key)
@@ -255,9 +270,11 @@ impl AuditLog {
                         ));
                     };
                     let name = w.name.clone();
-                    let db = self.inner.db_path.clone();
+                    let cosigner = Arc::clone(&client.cosigner);
                     tokio::task::spawn_blocking(move || {
-                        let conn = store::open_cosigner(&db)?;
+                        let conn = cosigner.lock().map_err(|_| {
+                            AuditError::Unavailable("cosigner connection poisoned".into())
+                        })?;
                         store::insert_cosignature(&conn, &name, size, &sig.line, sig.time)
                     })
                     .await
@@ -304,14 +321,9 @@ impl AuditLog {
     /// and every cosignature collected for it.
     pub async fn checkpoint(&self) -> Result<Option<String>, AuditError> {
         self.read(|conn, _| {
-            let Some(row) = store::newest_checkpoint(conn)? else {
-                return Ok(None);
-            };
-            let mut note = row.note;
-            for line in store::cosignatures_at(conn, row.tree_size)? {
-                note.push_str(&line);
-            }
-            Ok(Some(note))
+            store::newest_checkpoint(conn)?
+                .map(|row| cosigned(conn, row))
+                .transpose()
         })
         .await
     }
@@ -338,17 +350,21 @@ impl AuditLog {
     /// signed.
     pub async fn checkpoint_at(&self, size: u64) -> Result<Option<String>, AuditError> {
         self.read(move |conn, _| {
-            let Some(row) = store::checkpoint_at(conn, size)? else {
-                return Ok(None);
-            };
-            let mut note = row.note;
-            for line in store::cosignatures_at(conn, size)? {
-                note.push_str(&line);
-            }
-            Ok(Some(note))
+            store::checkpoint_at(conn, size)?
+                .map(|row| cosigned(conn, row))
+                .transpose()
         })
         .await
     }
+}
+
+/// A stored checkpoint's note with its cosignature lines appended.
+fn cosigned(conn: &rusqlite::Connection, row: store::CheckpointRow) -> Result<String, AuditError> {
+    let mut note = row.note;
+    for line in store::cosignatures_at(conn, row.tree_size)? {
+        note.push_str(&line);
+    }
+    Ok(note)
 }
 
 /// Posts one `add-checkpoint`; the status, whether the answer is a
