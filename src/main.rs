@@ -12,9 +12,9 @@ use verdict::auth::Scope;
 use verdict::config::{Config, LogFormat, Overrides};
 
 /// mimalloc instead of glibc's malloc: the engine's tokenizer and the proxy
-/// allocate many small short-lived objects per request, and malloc/free were
-/// 10 % of pass-through and 28 % of gated CPU in the perf profile
-/// (docs/benchmarks.md, "Where the time goes").
+/// allocate many small short-lived objects per request, and glibc's
+/// malloc/free were 10 % of pass-through and 28 % of gated CPU in a perf
+/// profile of the proxy.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -169,9 +169,8 @@ fn idle_gap(max_wait: Duration) -> Duration {
 /// group and commit next, so the writer finds work as its commit ends. A cap
 /// of one whole commit gathered a closed loop's stragglers into one group,
 /// after which the queue was empty and the writer sat idle a quarter of the
-/// time while every client turned around (docs/benchmarks.md, 2026-11-24
-/// (fourth): `audit_bench` at 2 ms rose from 81-89 k to 90-109 k records/s,
-/// level with `max_wait` 0).
+/// time while every client turned around (with half, `audit_bench` at 2 ms
+/// runs level with `max_wait` 0; see git history for the runs).
 fn linger_cap(max_wait: Duration, last_commit: Duration) -> Duration {
     max_wait.min(last_commit / 2)
 }
