@@ -84,12 +84,20 @@ pub struct AuthorizeConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum UnknownAction {
-    /// Refused in every mode (reason `unknown_action`): the default whenever
-    /// a keys file is configured.
+    /// Every undeclared type is refused in every mode (reason
+    /// `unknown_action`).
     Deny,
-    /// Sent to review in every mode.
+    /// Every undeclared type is sent to review in every mode.
     Review,
-    /// Decided under the `[defaults]` floors: the default without keys.
+    /// An undeclared type that reads as a declared one misspelt
+    /// (`refund.crate` for `refund.create`; see
+    /// [`PolicySet::near_miss`](crate::policy::PolicySet::near_miss)) is
+    /// refused in every mode; any other is decided under the `[defaults]`
+    /// floors. The default whenever a keys file is configured.
+    #[serde(rename = "near_miss")]
+    NearMiss,
+    /// Every undeclared type is decided under the `[defaults]` floors: the
+    /// default without keys.
     Allow,
 }
 
@@ -472,7 +480,7 @@ impl Config {
             .authorize
             .unknown_action
             .unwrap_or(if keys_file.is_some() {
-                UnknownAction::Deny
+                UnknownAction::NearMiss
             } else {
                 UnknownAction::Allow
             });

@@ -215,6 +215,14 @@ pub async fn authorize(
         (Some(_), _) | (None, UnknownAction::Allow) => None,
         (None, UnknownAction::Deny) => Some(Outcome::Deny),
         (None, UnknownAction::Review) => Some(Outcome::NeedsReview),
+        (None, UnknownAction::NearMiss) => set.near_miss(&action_type).map(|declared| {
+            tracing::warn!(
+                action_type = %action_type,
+                declared,
+                "undeclared action type reads as a declared one misspelt: refused"
+            );
+            Outcome::Deny
+        }),
     };
     let lookup = ParamLookup::from(&input.params);
     let evaluation = policy.map(|p| p.evaluate(&lookup)).unwrap_or_default();

@@ -23,6 +23,7 @@ use std::path::Path;
 use std::time::Duration;
 
 mod file;
+mod near_miss;
 mod validate;
 
 pub mod extract;
@@ -127,6 +128,16 @@ impl PolicySet {
     /// The policy for an action type.
     pub fn action(&self, type_: &str) -> Option<&ActionPolicy> {
         self.actions.get(type_)
+    }
+
+    /// The declared action type that an undeclared `type_` reads as,
+    /// misspelt (`refund.crate`, `Refund_Create`, `create.refund` for
+    /// `refund.create`); see [`near_miss::near_miss`].
+    pub fn near_miss(&self, type_: &str) -> Option<&str> {
+        if self.actions.contains_key(type_) {
+            return None;
+        }
+        near_miss::near_miss(type_, self.actions.keys().map(String::as_str))
     }
 
     /// The most specific route for a request. `path` is the request target;

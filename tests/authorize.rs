@@ -392,13 +392,38 @@ async fn unknown_action_types_are_refused_under_keys() {
         .await;
     assert_eq!(rec.json()["reason"], "unknown_action", "{}", rec.text());
 
-    for (setting, want) in [
-        (UnknownAction::Review, "needs_review"),
-        (UnknownAction::Allow, "allow"),
+    // The default refuses near misses of a declared type only: an unrelated
+    // undeclared type is decided under `[defaults]` (none here), so the
+    // caller's audit mode allows it.
+    let mut unrelated = body.clone();
+    unrelated["action"]["type"] = json!("issue_refund");
+    for variant in ["Refund_Create", "create.refund", "refunds.create"] {
+        let mut b = body.clone();
+        b["action"]["type"] = json!(variant);
+        let j = authorize(&s, b).await;
+        assert_eq!(
+            (&j["decision"], &j["reason"]),
+            (&json!("deny"), &json!("unknown_action")),
+            "{variant}: {j}"
+        );
+    }
+    let j = authorize(&s, unrelated.clone()).await;
+    assert_eq!(
+        (&j["decision"], &j["enforced"]),
+        (&json!("allow"), &json!(false)),
+        "{j}"
+    );
+
+    for (setting, near, other) in [
+        (UnknownAction::Deny, "deny", "deny"),
+        (UnknownAction::Review, "needs_review", "needs_review"),
+        (UnknownAction::Allow, "allow", "allow"),
     ] {
         let s = TestServer::start_with(|c| c.authorize.unknown_action = setting).await;
         let j = authorize(&s, body.clone()).await;
-        assert_eq!(j["decision"], want, "{setting:?}: {j}");
+        assert_eq!(j["decision"], near, "{setting:?}: {j}");
+        let j = authorize(&s, unrelated.clone()).await;
+        assert_eq!(j["decision"], other, "{setting:?}: {j}");
     }
 
     // `[defaults]` floors apply to undeclared types: audit mode is lifted to
