@@ -13,6 +13,7 @@
 //! decision table, and then the audit record, which must be durable before
 //! the decision is returned.
 
+pub mod detail;
 pub mod input;
 
 use std::time::SystemTime;
@@ -132,6 +133,11 @@ pub struct Decided {
     pub evaluated_at: String,
     /// The durable audit record of this decision.
     pub receipt: Receipt,
+    /// `(source_id, text)` of every source the engine read, as it read it.
+    pub sources: Vec<(String, String)>,
+    /// The action params as the audit record holds them (the policy's
+    /// `redact` fields replaced).
+    pub params: serde_json::Value,
 }
 
 /// RFC 3339 UTC, e.g. `2026-11-22T21:14:45.296332Z`.
@@ -329,7 +335,8 @@ pub async fn authorize(
     record.request_id = Some(ctx.request_id.to_string());
     record.request_hash = Some(ctx.request_hash.to_string());
     record.principal = Some(ctx.principal.to_string());
-    record.action = Some(serde_json::json!({"type": action_type, "params": audited_params}));
+    record.action =
+        Some(serde_json::json!({"type": action_type, "params": audited_params.clone()}));
     record.decision = Some(decision.outcome.as_str().to_string());
     record.reason = Some(decision.reason.as_str().to_string());
     record.enforced = Some(decision.enforced);
@@ -370,6 +377,11 @@ pub async fn authorize(
         policy_revision: set.revision.clone(),
         evaluated_at,
         receipt,
+        sources: resolved
+            .into_iter()
+            .filter_map(|r| r.text.ok().map(|t| (r.id, t)))
+            .collect(),
+        params: audited_params,
     })
 }
 

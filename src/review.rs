@@ -165,6 +165,23 @@ pub struct NewReview {
     /// The audit record of the original decision.
     pub record_id: Option<String>,
     pub request: HeldRequest,
+    /// What the reviewer is shown of the decision
+    /// ([`crate::decide::detail`]'s snapshot); stored as given.
+    pub detail: Option<serde_json::Value>,
+}
+
+/// A review with what a reviewer needs to judge it: the held request (its
+/// credential headers sealed, shown as `[sealed]`), the decision snapshot,
+/// and the upstream's answer once the forward is done.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    pub view: ReviewView,
+    /// Path and query.
+    pub path: String,
+    pub headers: Vec<(String, Bytes)>,
+    pub body: Bytes,
+    pub detail: Option<serde_json::Value>,
+    pub upstream: Option<UpstreamResponse>,
 }
 
 /// How a review ended, as seen by a waiter. `Expired` counts as rejected.
@@ -588,6 +605,28 @@ impl Reviews {
     ) -> Result<Option<ReviewView>, ReviewError> {
         let row = self.load(id).await?;
         Ok(row.filter(|r| viewer.sees(&r.owner)).map(|r| view(&r, now)))
+    }
+
+    /// One review with its held request and decision snapshot, for a
+    /// reviewer; `None` when unknown or not `viewer`'s.
+    pub async fn inspect(
+        &self,
+        id: &str,
+        viewer: &Viewer,
+    ) -> Result<Option<Inspection>, ReviewError> {
+        let Some(view) = self.get(id, viewer).await? else {
+            return Ok(None);
+        };
+        let review_id = id.to_string();
+        let found = on_store(&self.inner, move |s, _| s.inspect(&review_id)).await?;
+        Ok(found.map(|i| Inspection {
+            view,
+            path: i.path,
+            headers: i.headers,
+            body: i.body,
+            detail: i.detail,
+            upstream: i.upstream,
+        }))
     }
 
     /// The stored upstream answer of a review whose forward is done, so an

@@ -358,7 +358,7 @@ impl Proxy {
             .iter()
             .map(|h| h.message.clone())
             .collect();
-        let decision = outcome.decision;
+        let decision = outcome.decision.clone();
         let reason = decision.reason.as_str();
         self.stats.count(&route.name, decision.outcome.as_str());
         match decision.outcome {
@@ -402,7 +402,15 @@ impl Proxy {
             .await),
             Outcome::NeedsReview => {
                 let resp = self
-                    .hold(route, held, reason, &rules, &record_id, request_id)
+                    .hold(
+                        route,
+                        held,
+                        reason,
+                        &rules,
+                        &record_id,
+                        request_id,
+                        decide::detail::review_detail(&outcome),
+                    )
                     .await?;
                 Ok(with_rules(resp, &rules).await)
             }

@@ -193,6 +193,7 @@ impl Proxy {
         rules: &[String],
         record_id: &str,
         request_id: &str,
+        detail: serde_json::Value,
     ) -> Result<Response<RespBody>, ApiError> {
         let reviews = &self.app.reviews;
         let (view, joined) = reviews
@@ -205,6 +206,7 @@ impl Proxy {
                 rules: rules.to_vec(),
                 record_id: Some(record_id.to_string()),
                 request: held,
+                detail: Some(detail),
             })
             .await
             .map_err(|e| {

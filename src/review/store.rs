@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS review_reviews (
     req_hash              TEXT NOT NULL,     -- HeldRequest::hash, checked on claim
     req_creds             TEXT NOT NULL DEFAULT '', -- HeldRequest::credentials
     rules                 TEXT NOT NULL DEFAULT '[]', -- JSON array of rule messages
+    detail                TEXT,              -- JSON: what the reviewer is shown of the decision
     status                TEXT NOT NULL
         CHECK (status IN ('pending', 'approved', 'rejected', 'expired')),
     reviewer              TEXT,
@@ -94,6 +95,19 @@ pub(super) struct Row {
     pub resolved_at: Option<SystemTime>,
     pub forward: ForwardState,
 }
+
+/// What [`Store::inspect`] reads.
+#[derive(Debug, Clone)]
+pub(super) struct Inspected {
+    pub path: String,
+    pub headers: Vec<(String, Bytes)>,
+    pub body: Bytes,
+    pub detail: Option<serde_json::Value>,
+    pub upstream: Option<UpstreamResponse>,
+}
+
+/// What a reviewer sees in place of a sealed credential's value.
+pub const SEALED_PLACEHOLDER: &str = "[sealed]";
 
 /// What a resolve call did.
 #[derive(Debug)]
@@ -160,6 +174,13 @@ impl Store {
                 "ALTER TABLE review_reviews ADD COLUMN rules TEXT NOT NULL DEFAULT '[]'",
             )?;
         }
+        // Databases from before decision snapshots: their reviews show none.
+        let has_detail: bool = conn
+            .prepare("SELECT 1 FROM pragma_table_info('review_reviews') WHERE name = 'detail'")?
+            .exists([])?;
+        if !has_detail {
+            conn.execute_batch("ALTER TABLE review_reviews ADD COLUMN detail TEXT")?;
+        }
         let mut store = Store { conn, sealer };
         let recovered = store.recover()?;
         Ok((store, recovered))
@@ -205,8 +226,8 @@ impl Store {
         tx.execute(
             "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, action, \
              reason, record_id, req_method, req_path, req_body, req_hash, status, forward_state, \
-             req_creds, rules) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+             req_creds, rules, detail) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             params![
                 review_id,
                 micros(created_at),
@@ -225,6 +246,7 @@ impl Store {
                 new.request.credentials(),
                 serde_json::to_string(&new.rules)
                     .map_err(|e| ReviewError::Storage(format!("rule messages: {e}")))?,
+                new.detail.as_ref().map(|d| d.to_string()),
             ],
         )?;
         {
@@ -572,6 +594,55 @@ impl Store {
             )
             .optional()?;
         Ok(found)
+    }
+
+    /// The held request as a reviewer may see it, and the decision
+    /// snapshot: the credential headers stay sealed (their values are
+    /// replaced by [`SEALED_PLACEHOLDER`]), since a reviewer needs to know
+    /// they were sent, never what they hold.
+    pub fn inspect(&self, review_id: &str) -> Result<Option<Inspected>, ReviewError> {
+        let Some((path, body, detail)) = self
+            .conn
+            .query_row(
+                "SELECT req_path, req_body, detail FROM review_reviews WHERE review_id = ?1",
+                [review_id],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, Vec<u8>>(1)?,
+                        r.get::<_, Option<String>>(2)?,
+                    ))
+                },
+            )
+            .optional()?
+        else {
+            return Ok(None);
+        };
+        let mut stmt = self.conn.prepare(
+            "SELECT name, value FROM review_request_headers WHERE review_id = ?1 ORDER BY position",
+        )?;
+        let rows = stmt.query_map([review_id], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+        })?;
+        let mut headers = Vec::new();
+        for row in rows {
+            let (name, value) = row?;
+            let value = if super::seal::Sealer::applies(&name.to_ascii_lowercase()) {
+                Bytes::from_static(SEALED_PLACEHOLDER.as_bytes())
+            } else {
+                Bytes::from(value)
+            };
+            headers.push((name, value));
+        }
+        let detail = detail.and_then(|d| serde_json::from_str(&d).ok());
+        let upstream = self.upstream(review_id)?.map(|(_, u)| u);
+        Ok(Some(Inspected {
+            path,
+            headers,
+            body: Bytes::from(body),
+            detail,
+            upstream,
+        }))
     }
 
     /// `(created_at, review_id)` of every review stored as pending.

@@ -44,6 +44,7 @@ fn new_review(owner: &str) -> NewReview {
         rules: vec!["refunds above 500 need a second pair of eyes".into()],
         record_id: Some("rec-1".into()),
         request: held(),
+        detail: None,
     }
 }
 
@@ -996,4 +997,37 @@ async fn retention_deletes_ended_reviews_and_keeps_pending_ones() {
     assert!(r.get(&approved, &all).await.unwrap().is_some());
     assert!(r.get(&pending, &all).await.unwrap().is_some());
     assert_eq!(r.health().stored, 2);
+}
+
+/// A reviewer sees the held request with its credentials sealed, and the
+/// decision snapshot as it was stored.
+#[tokio::test]
+async fn inspection_shows_the_request_without_its_credentials() {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let mut new = with_creds(Some("Bearer s3cret"), Some("session=abc"));
+    new.detail = Some(serde_json::json!({"v": 1, "reason": "review_required"}));
+    let v = r.create(new.clone()).await.unwrap();
+    let i = r.inspect(&v.review_id, &admin()).await.unwrap().unwrap();
+    assert_eq!(i.body, new.request.body);
+    assert_eq!(i.path, new.request.path);
+    assert_eq!(i.detail, new.detail);
+    assert!(i.upstream.is_none());
+    let shown = |name: &str| {
+        i.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    assert_eq!(shown("authorization"), "[sealed]");
+    assert_eq!(shown("cookie"), "[sealed]");
+    assert_eq!(i.headers.len(), new.request.headers.len());
+    // Another app's key does not see it; an unknown id is None.
+    let other = Viewer {
+        name: "someone-else".into(),
+        sees_all: false,
+    };
+    assert!(r.inspect(&v.review_id, &other).await.unwrap().is_none());
+    assert!(r.inspect("nope", &admin()).await.unwrap().is_none());
 }
