@@ -166,7 +166,7 @@ pub struct NewReview {
     pub record_id: Option<String>,
     pub request: HeldRequest,
     /// What the reviewer is shown of the decision
-    /// ([`crate::decide::detail`]'s snapshot); stored as given.
+    /// (the decision path's `detail` snapshot); stored as given.
     pub detail: Option<serde_json::Value>,
 }
 

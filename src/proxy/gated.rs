@@ -401,17 +401,7 @@ impl Proxy {
             )
             .await),
             Outcome::NeedsReview => {
-                let resp = self
-                    .hold(
-                        route,
-                        held,
-                        reason,
-                        &rules,
-                        &record_id,
-                        request_id,
-                        decide::detail::review_detail(&outcome),
-                    )
-                    .await?;
+                let resp = self.hold(route, held, &outcome, request_id).await?;
                 Ok(with_rules(resp, &rules).await)
             }
         }

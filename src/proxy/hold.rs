@@ -10,6 +10,7 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 
 use super::{blocked, strip_hop_by_hop, Proxy, UpstreamClient, PROXY_PRINCIPAL};
+use crate::decide::Decided;
 use crate::error::ApiError;
 use crate::http_util::{full, RespBody};
 use crate::policy::Route;
@@ -189,24 +190,27 @@ impl Proxy {
         &self,
         route: &Route,
         held: HeldRequest,
-        reason: &str,
-        rules: &[String],
-        record_id: &str,
+        decided: &Decided,
         request_id: &str,
-        detail: serde_json::Value,
     ) -> Result<Response<RespBody>, ApiError> {
         let reviews = &self.app.reviews;
+        let record_id = decided.receipt.record_id.to_string();
+        let record_id = record_id.as_str();
         let (view, joined) = reviews
             .create_or_join(NewReview {
                 review_id: None,
                 owner: PROXY_PRINCIPAL.to_string(),
                 route: route.name.clone(),
                 action: route.action.clone(),
-                reason: reason.to_string(),
-                rules: rules.to_vec(),
+                reason: decided.decision.reason.as_str().to_string(),
+                rules: decided
+                    .rule_hits
+                    .iter()
+                    .map(|h| h.message.clone())
+                    .collect(),
                 record_id: Some(record_id.to_string()),
                 request: held,
-                detail: Some(detail),
+                detail: Some(crate::decide::detail::review_detail(decided)),
             })
             .await
             .map_err(|e| {
