@@ -25,6 +25,7 @@ use crate::server::{ConnInfo, Handler};
 
 mod authorize;
 mod batch;
+pub mod console;
 mod reviews;
 mod verify;
 pub mod wire;
@@ -271,11 +272,15 @@ pub struct Ctx {
 /// The native API as a [`Handler`].
 pub struct Api {
     app: Arc<App>,
+    console: console::Console,
 }
 
 impl Api {
     pub fn new(app: Arc<App>) -> Api {
-        Api { app }
+        Api {
+            console: console::Console::new(app.clone()),
+            app,
+        }
     }
 
     async fn dispatch(
@@ -285,6 +290,9 @@ impl Api {
         started: Instant,
     ) -> (&'static str, Result<Response<RespBody>, ApiError>) {
         let path = req.uri().path().to_string();
+        if console::Console::owns(&path) {
+            return ("/console/", Ok(self.console.handle(req, request_id).await));
+        }
         let routed = match resolve(req.method(), &path) {
             Ok(r) => r,
             Err((template, e)) => return (template.unwrap_or("unmatched"), Err(e)),
@@ -466,7 +474,7 @@ impl Api {
         let body = self
             .json_body(req, self.app.config.limits.max_body_bytes)
             .await?;
-        let view = reviews::resolve(
+        let view = reviews::resolve_json(
             &self.app.reviews,
             &self.app.audit,
             &ctx.principal,

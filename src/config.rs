@@ -54,6 +54,9 @@ pub struct Config {
     /// `[review] retention`: resolved and expired reviews (and their held
     /// bodies) are deleted this long after they ended (default 30 days).
     pub review_retention: Duration,
+    /// `[review] console_session_ttl`: how long a review console sign-in
+    /// lasts (default 8 hours).
+    pub console_session_ttl: Duration,
     pub jobs: JobsConfig,
     pub limits: Limits,
     pub server: ServerConfig,
@@ -371,6 +374,7 @@ struct FileWitness {
 struct FileReview {
     ttl: Option<String>,
     retention: Option<String>,
+    console_session_ttl: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -474,6 +478,17 @@ impl Config {
                 "proxy.listen is set but proxy.upstream is not: the proxy runs only in front of an upstream; set proxy.upstream (or --upstream), or remove proxy.listen".into(),
             ));
         }
+        let console_session_ttl = duration(
+            "review.console_session_ttl",
+            f.review.console_session_ttl,
+            "8h",
+        )?;
+        if console_session_ttl.is_zero() {
+            return Err(ConfigError::Invalid(
+                "review.console_session_ttl: must be longer than 0 (a sign-in that lasts no time)"
+                    .into(),
+            ));
+        }
         let defaults = default_floors(&f.defaults)?;
         let keys_file = o.keys.clone().or(f.auth.keys_file);
         let unknown_action = f
@@ -554,6 +569,7 @@ impl Config {
                 ttl => duration("review.ttl", ttl, "24h")?,
             },
             review_retention: duration("review.retention", f.review.retention, "30d")?,
+            console_session_ttl,
             jobs: JobsConfig {
                 retention: duration("jobs.retention", f.jobs.retention, "24h")?,
                 workers,

@@ -137,16 +137,22 @@ impl ApiError {
         }
     }
 
-    /// The JSON error body. Internal errors are logged here,
-    /// once.
-    pub fn body(&self, request_id: &str) -> Vec<u8> {
-        let message = match self {
+    /// What a client is told: the error's text, except for internal errors,
+    /// whose cause is logged here, once, and never sent.
+    pub fn public_message(&self, request_id: &str) -> String {
+        match self {
             ApiError::Internal(cause) => {
                 tracing::error!(request_id, error = %cause, "internal error");
                 "internal error".to_string()
             }
             other => other.to_string(),
-        };
+        }
+    }
+
+    /// The JSON error body. Internal errors are logged here,
+    /// once.
+    pub fn body(&self, request_id: &str) -> Vec<u8> {
+        let message = self.public_message(request_id);
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.code(),

@@ -60,9 +60,24 @@ pub fn list_query(query: Option<&str>) -> Result<(Option<ReviewStatus>, usize), 
     Ok((status, limit))
 }
 
-/// Approves or rejects a review: audit first, then resolve, one resolution
-/// at a time.
-pub async fn resolve(
+/// One resolution as a reviewer asked for it, validated.
+pub struct Resolve<'a> {
+    pub id: &'a str,
+    pub approve: bool,
+    /// Who resolves, as recorded (the Review API's `reviewer`; the console's
+    /// key name).
+    pub reviewer: &'a str,
+    pub note: Option<String>,
+    /// The `request_hash` of the resolution's audit record.
+    pub request_hash: String,
+}
+
+/// The longest `note` a resolution keeps.
+pub const MAX_NOTE_BYTES: usize = 4096;
+
+/// `POST /v2/reviews/{id}/approve|reject`: reads `{reviewer, note?}` and
+/// resolves.
+pub async fn resolve_json(
     reviews: &Reviews,
     audit: &AuditLog,
     principal: &Principal,
@@ -78,9 +93,37 @@ pub async fn resolve(
             "reviewer: must be 1 to 200 characters".into(),
         ));
     }
-    if req.note.as_ref().is_some_and(|n| n.len() > 4096) {
-        return Err(ApiError::Unprocessable("note: at most 4096 bytes".into()));
+    if req.note.as_ref().is_some_and(|n| n.len() > MAX_NOTE_BYTES) {
+        return Err(ApiError::Unprocessable(format!(
+            "note: at most {MAX_NOTE_BYTES} bytes"
+        )));
     }
+    let r = Resolve {
+        id,
+        approve,
+        reviewer,
+        note: req.note,
+        request_hash: body.hash,
+    };
+    resolve(reviews, audit, principal, request_id, r).await
+}
+
+/// Approves or rejects a review: audit first, then resolve, one resolution
+/// at a time.
+pub async fn resolve(
+    reviews: &Reviews,
+    audit: &AuditLog,
+    principal: &Principal,
+    request_id: &str,
+    r: Resolve<'_>,
+) -> Result<ReviewView, ApiError> {
+    let Resolve {
+        id,
+        approve,
+        reviewer,
+        note,
+        request_hash,
+    } = r;
     let view = viewer(principal);
     // Held until the resolution is stored: check, audit and resolve are one
     // step for racing resolvers.
@@ -101,7 +144,7 @@ pub async fn resolve(
     let verdict = if approve { "approved" } else { "rejected" };
     let mut record = AuditRecord::new(RecordKind::ReviewResolution);
     record.request_id = Some(request_id.to_string());
-    record.request_hash = Some(body.hash);
+    record.request_hash = Some(request_hash);
     record.principal = Some(principal.name.clone());
     record.review_id = Some(id.to_string());
     record.route = Some(current.route.clone());
@@ -109,15 +152,13 @@ pub async fn resolve(
     record.reason = Some(format!("review_{verdict}"));
     record.detail = Some(serde_json::json!({
         "reviewer": reviewer,
-        "note": req.note,
+        "note": note,
         "original_record_id": current.record_id,
         "action": current.action,
     }));
     // A resolution is never acted on before its record is durable.
     audit.append(record).await?;
-    let resolved = reviews
-        .resolve(id, approve, reviewer, req.note, now)
-        .await?;
+    let resolved = reviews.resolve(id, approve, reviewer, note, now).await?;
     tracing::info!(
         review_id = id,
         reviewer,
