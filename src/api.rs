@@ -53,6 +53,7 @@ enum Endpoint {
     ReviewGet,
     ReviewApprove,
     ReviewReject,
+    ReviewResult,
     AuditRecord,
     AuditProof,
     AuditKey,
@@ -152,6 +153,13 @@ static ROUTES: &[RouteDef] = &[
         Method::POST,
         Endpoint::ReviewReject,
         Access::Scope(Scope::Review),
+    ),
+    // The held caller's own link: the token in the path is the capability.
+    route(
+        "/v2/reviews/{review_id}/result/{token}",
+        Method::GET,
+        Endpoint::ReviewResult,
+        Access::Public,
     ),
     // Before `/v2/audit/{record_id}`: the first matching route wins.
     route(
@@ -339,6 +347,10 @@ impl Api {
             Endpoint::ReviewGet => self.review_get(param, &ctx).await,
             Endpoint::ReviewApprove => self.review_resolve(req, param, true, &ctx).await,
             Endpoint::ReviewReject => self.review_resolve(req, param, false, &ctx).await,
+            Endpoint::ReviewResult => {
+                let token = routed.params.get(1).copied().unwrap_or_default();
+                self.review_result(param, token).await
+            }
             Endpoint::AuditRecord => self.audit_record(param).await,
             Endpoint::AuditProof => self.audit_proof(param).await,
             Endpoint::AuditKey => self.audit_key(param),
@@ -462,6 +474,22 @@ impl Api {
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("no review {id}")))?;
         json_response(StatusCode::OK, &view)
+    }
+
+    /// What a held caller learns of its call: the status, and once
+    /// forwarded the upstream's answer. A wrong token is a 404, like an
+    /// unknown id.
+    async fn review_result(&self, id: &str, token: &str) -> Result<Response<RespBody>, ApiError> {
+        let (view, upstream) = self
+            .app
+            .reviews
+            .result(id, token)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("no review {id} with this token")))?;
+        json_response(
+            StatusCode::OK,
+            &reviews::result_body(&view, upstream.as_ref()),
+        )
     }
 
     async fn review_resolve(

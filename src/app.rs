@@ -390,6 +390,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         redaction.derive(crate::review::SEAL_KEY_LABEL),
     )?;
     reviews.set_retention(config.review_retention);
+    reviews.set_approvals(config.review_approvals);
     reviews.register_metrics(&mut registry);
     let proxy_stats = crate::proxy::ProxyStats::register(&mut registry);
     let upstream = config

@@ -18,6 +18,9 @@ pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8181";
 pub const DEFAULT_POLICIES_DIR: &str = "policies";
 /// Default proxy listener address.
 pub const DEFAULT_PROXY_LISTEN: &str = "127.0.0.1:8080";
+/// The most distinct approvers `review.approvals` may ask for.
+pub const MAX_REVIEW_APPROVALS: u32 = 10;
+
 /// Default `review.ttl`: how long a review stays pending before it expires.
 pub const DEFAULT_REVIEW_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -57,6 +60,9 @@ pub struct Config {
     /// `[review] console_session_ttl`: how long a review console sign-in
     /// lasts (default 8 hours).
     pub console_session_ttl: Duration,
+    /// `[review] approvals`: how many distinct reviewers (API keys) must
+    /// approve a held call before it is forwarded (default 1).
+    pub review_approvals: u32,
     pub jobs: JobsConfig,
     pub limits: Limits,
     pub server: ServerConfig,
@@ -375,6 +381,7 @@ struct FileReview {
     ttl: Option<String>,
     retention: Option<String>,
     console_session_ttl: Option<String>,
+    approvals: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -489,6 +496,12 @@ impl Config {
                     .into(),
             ));
         }
+        let review_approvals = f.review.approvals.unwrap_or(1);
+        if !(1..=MAX_REVIEW_APPROVALS).contains(&review_approvals) {
+            return Err(ConfigError::Invalid(format!(
+                "review.approvals: must be 1 to {MAX_REVIEW_APPROVALS} (distinct reviewers per held call), got {review_approvals}"
+            )));
+        }
         let defaults = default_floors(&f.defaults)?;
         let keys_file = o.keys.clone().or(f.auth.keys_file);
         let unknown_action = f
@@ -570,6 +583,7 @@ impl Config {
             },
             review_retention: duration("review.retention", f.review.retention, "30d")?,
             console_session_ttl,
+            review_approvals,
             jobs: JobsConfig {
                 retention: duration("jobs.retention", f.jobs.retention, "24h")?,
                 workers,

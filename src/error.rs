@@ -31,6 +31,9 @@ pub enum ApiError {
     Unauthorized,
     #[error("this API key lacks the {0:?} scope")]
     Forbidden(&'static str),
+    /// The key has the scope but may not do this (four eyes).
+    #[error("{0}")]
+    Refused(String),
     /// Reviews without a keys file: the gated app shares loopback with the
     /// API and must not approve its own held calls.
     #[error("reviews need a keys file: without one every loopback caller, the gated app included, could approve its own held calls; configure [auth] keys_file with a review-scoped key")]
@@ -100,7 +103,9 @@ impl ApiError {
             ApiError::InvalidJson(_) | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) | ApiError::ReviewsNeedKeys => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::Refused(_) | ApiError::ReviewsNeedKeys => {
+                StatusCode::FORBIDDEN
+            }
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::IdempotencyConflict(_) | ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -121,7 +126,9 @@ impl ApiError {
             ApiError::InvalidJson(_) => "invalid_json",
             ApiError::BadRequest(_) | ApiError::Unprocessable(_) => "invalid_request",
             ApiError::Unauthorized => "unauthorized",
-            ApiError::Forbidden(_) | ApiError::ReviewsNeedKeys => "forbidden",
+            ApiError::Forbidden(_) | ApiError::Refused(_) | ApiError::ReviewsNeedKeys => {
+                "forbidden"
+            }
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::IdempotencyConflict(_) => "idempotency_conflict",
@@ -264,9 +271,10 @@ impl From<crate::review::ReviewError> for ApiError {
         use crate::review::ReviewError;
         match e {
             ReviewError::NotFound => ApiError::NotFound(e.to_string()),
-            ReviewError::AlreadyResolved(_) | ReviewError::Expired => {
-                ApiError::Conflict(e.to_string())
-            }
+            ReviewError::AlreadyResolved(_)
+            | ReviewError::Expired
+            | ReviewError::AlreadyApprovedBy => ApiError::Conflict(e.to_string()),
+            ReviewError::OwnCall => ApiError::Refused(e.to_string()),
             ReviewError::NotForwarding(_)
             | ReviewError::Corrupt(_)
             | ReviewError::Storage(_)

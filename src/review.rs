@@ -168,6 +168,9 @@ pub struct NewReview {
     /// What the reviewer is shown of the decision
     /// (the decision path's `detail` snapshot); stored as given.
     pub detail: Option<serde_json::Value>,
+    /// The API key name behind the held call (its bearer token is a
+    /// verdict key), who may not resolve it: four eyes.
+    pub requester: Option<String>,
 }
 
 /// A review with what a reviewer needs to judge it: the held request (its
@@ -245,9 +248,28 @@ pub struct ReviewView {
     pub resolved_at: Option<SystemTime>,
     pub forward: ForwardView,
     pub request: RequestView,
+    /// Approvals so far (one per API key), oldest first.
+    pub approvals: Vec<ApprovalView>,
+    /// Distinct approvals the review needs (`review.approvals`).
+    pub approvals_required: u32,
     /// The tenant, for the caller's audit records; not part of the JSON.
     #[serde(skip)]
     pub owner: String,
+    /// The API key behind the held call, if any; not part of the JSON.
+    #[serde(skip)]
+    pub requester: Option<String>,
+}
+
+/// One approval of a review.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApprovalView {
+    /// The API key name that approved.
+    pub by: String,
+    pub reviewer: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    #[serde(serialize_with = "ser_time")]
+    pub at: SystemTime,
 }
 
 /// The forward part of a [`ReviewView`].
@@ -300,6 +322,14 @@ pub enum ReviewError {
     /// A second resolution (the Review API answers 409).
     #[error("review is already {0}")]
     AlreadyResolved(ReviewStatus),
+    /// The key behind the held call tried to resolve it (the Review API
+    /// answers 403): four eyes.
+    #[error("the key that made a held call cannot resolve it; another reviewer must")]
+    OwnCall,
+    /// This key approved the review before and more approvers are needed
+    /// (the Review API answers 409).
+    #[error("this key already approved the review; another reviewer must approve it")]
+    AlreadyApprovedBy,
     /// The review expired before anyone resolved it (the Review API answers
     /// 409); an expired review counts as rejected.
     #[error("review expired before it was resolved")]
@@ -334,6 +364,8 @@ struct Inner {
     /// `review.retention` in milliseconds: resolved and expired reviews,
     /// and their held bodies, are deleted this long after they ended.
     retention_ms: AtomicU64,
+    /// `review.approvals`: distinct approvers a review needs.
+    approvals_required: std::sync::atomic::AtomicU32,
     /// Reviews stored in every state, as of the sweeper's last run.
     stored: AtomicU64,
     /// One `watch` channel per review somebody waits on. An entry lives while
@@ -354,7 +386,12 @@ struct Inner {
     /// Serialises resolutions (check pending, audit, resolve) in this
     /// process; see [`Reviews::resolution_turn`].
     resolving: tokio::sync::Mutex<()>,
+    /// Signs the capability tokens of result links.
+    result_key: ring::hmac::Key,
 }
+
+/// The label the result-link key is derived under from the seal key.
+const RESULT_KEY_LABEL: &[u8] = b"verdict/review-result/v1";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
@@ -398,6 +435,7 @@ impl Reviews {
             store: Mutex::new(store),
             ttl,
             retention_ms: AtomicU64::new(duration_ms(DEFAULT_RETENTION)),
+            approvals_required: std::sync::atomic::AtomicU32::new(1),
             stored: AtomicU64::new(0),
             waiters: Mutex::new(HashMap::new()),
             pending: Mutex::new(pending),
@@ -407,9 +445,60 @@ impl Reviews {
             metrics,
             sweeper: Arc::new(Notify::new()),
             resolving: tokio::sync::Mutex::new(()),
+            result_key: {
+                let base = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &seal_key);
+                let derived = ring::hmac::sign(&base, RESULT_KEY_LABEL);
+                ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref())
+            },
         });
         runtime.spawn(sweep(Arc::downgrade(&inner), Arc::clone(&inner.sweeper)));
         Ok(Reviews { inner })
+    }
+
+    /// The capability token of a review's result link: an HMAC of its id
+    /// under a key derived from the data dir's secret, so every 202 for the
+    /// same review (a retried call joins it) carries the same link, and
+    /// nobody without the secret can forge one.
+    pub fn result_token(&self, id: &str) -> String {
+        hex::encode(ring::hmac::sign(&self.inner.result_key, id.as_bytes()))
+    }
+
+    /// What the held caller may learn of its call, given its result token:
+    /// the review (status, forward) and, once forwarded, the upstream's
+    /// stored answer. `None` for an unknown id or a wrong token.
+    pub async fn result(
+        &self,
+        id: &str,
+        token: &str,
+    ) -> Result<Option<(ReviewView, Option<UpstreamResponse>)>, ReviewError> {
+        let Ok(tag) = hex::decode(token) else {
+            return Ok(None);
+        };
+        if ring::hmac::verify(&self.inner.result_key, id.as_bytes(), &tag).is_err() {
+            return Ok(None);
+        }
+        let Some(row) = self.load(id).await? else {
+            return Ok(None);
+        };
+        let review_id = id.to_string();
+        let upstream = on_store(&self.inner, move |s, _| s.upstream(&review_id)).await?;
+        Ok(Some((
+            view(&row, SystemTime::now(), self.approvals_required()),
+            upstream.map(|(_, u)| u),
+        )))
+    }
+
+    /// `review.approvals`: how many distinct people (API keys) must approve
+    /// a review before it is approved and forwarded (at least 1).
+    pub fn set_approvals(&self, required: u32) {
+        self.inner
+            .approvals_required
+            .store(required.max(1), Ordering::Relaxed);
+    }
+
+    /// Distinct approvals a review needs.
+    pub fn approvals_required(&self) -> u32 {
+        self.inner.approvals_required.load(Ordering::Relaxed)
     }
 
     /// Sets `review.retention`: how long a resolved or expired review (and
@@ -432,7 +521,7 @@ impl Reviews {
             Ok(row)
         })
         .await?;
-        Ok(view(&row, now))
+        Ok(view(&row, now, self.approvals_required()))
     }
 
     /// Holds a request unless the same call is already held: when a pending
@@ -456,7 +545,7 @@ impl Reviews {
             Ok((row, false))
         })
         .await?;
-        Ok((view(&row, now), joined))
+        Ok((view(&row, now, self.approvals_required()), joined))
     }
 
     /// A turn to resolve a review. The Review API checks that the review is
@@ -525,6 +614,7 @@ impl Reviews {
         &self,
         id: &str,
         approve: bool,
+        by: &str,
         reviewer: &str,
         note: Option<String>,
         now: SystemTime,
@@ -534,10 +624,20 @@ impl Reviews {
         } else {
             Verdict::Reject
         };
-        let (review_id, reviewer_name) = (id.to_string(), reviewer.to_string());
+        let (review_id, reviewer_name, by) = (id.to_string(), reviewer.to_string(), by.to_string());
+        let required = self.approvals_required();
         let resolved = on_store(&self.inner, move |s, inner| {
-            let resolved = s.resolve(&review_id, verdict, &reviewer_name, note.as_deref(), now)?;
+            let who = store::Resolver {
+                by: &by,
+                reviewer: &reviewer_name,
+                note: note.as_deref(),
+                required,
+            };
+            let resolved = s.resolve(&review_id, verdict, &who, now)?;
             match &resolved {
+                Resolved::Partial(row) => {
+                    tracing::info!(review_id = %row.review_id, approvals = row.approvals.len(), required, by = %by, "approval recorded; more approvers needed");
+                }
                 Resolved::Stored(row) => {
                     tracing::info!(review_id = %row.review_id, status = %row.status, reviewer = %reviewer_name, "review resolved");
                     inner.resolved(row);
@@ -551,7 +651,7 @@ impl Reviews {
         })
         .await?;
         match resolved {
-            Resolved::Stored(row) => Ok(view(&row, now)),
+            Resolved::Stored(row) | Resolved::Partial(row) => Ok(view(&row, now, required)),
             Resolved::ExpiredNow(_) => Err(ReviewError::Expired),
         }
     }
@@ -604,7 +704,9 @@ impl Reviews {
         now: SystemTime,
     ) -> Result<Option<ReviewView>, ReviewError> {
         let row = self.load(id).await?;
-        Ok(row.filter(|r| viewer.sees(&r.owner)).map(|r| view(&r, now)))
+        Ok(row
+            .filter(|r| viewer.sees(&r.owner))
+            .map(|r| view(&r, now, self.approvals_required())))
     }
 
     /// One review with its held request and decision snapshot, for a
@@ -654,11 +756,12 @@ impl Reviews {
         let owner = (!viewer.sees_all).then(|| viewer.name.clone());
         let limit = limit.min(MAX_LIST_LIMIT);
         let now = SystemTime::now();
+        let required = self.approvals_required();
         let rows = on_store(&self.inner, move |s, _| {
             s.list(status, owner.as_deref(), now, limit)
         })
         .await?;
-        Ok(rows.iter().map(|r| view(r, now)).collect())
+        Ok(rows.iter().map(|r| view(r, now, required)).collect())
     }
 
     /// Pending count and the age of the oldest, from memory.
@@ -1025,7 +1128,7 @@ impl From<rusqlite::Error> for ReviewError {
 
 /// The view of a stored row at `now`: a pending review past its deadline
 /// reads as expired (at its deadline) before the sweeper writes it down.
-fn view(row: &Row, now: SystemTime) -> ReviewView {
+fn view(row: &Row, now: SystemTime, approvals_required: u32) -> ReviewView {
     let status = state::effective_status(row.status, row.expires_at, now);
     let resolved_at = match (row.resolved_at, status) {
         (None, ReviewStatus::Expired) => Some(row.expires_at),
@@ -1057,7 +1160,19 @@ fn view(row: &Row, now: SystemTime) -> ReviewView {
             path: row.path.split('?').next().unwrap_or_default().to_string(),
             hash: row.request_hash.clone(),
         },
+        approvals: row
+            .approvals
+            .iter()
+            .map(|a| ApprovalView {
+                by: a.by.clone(),
+                reviewer: a.reviewer.clone(),
+                note: a.note.clone(),
+                at: store::from_micros(a.at),
+            })
+            .collect(),
+        approvals_required,
         owner: row.owner.clone(),
+        requester: row.requester.clone(),
     }
 }
 

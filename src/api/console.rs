@@ -321,6 +321,7 @@ impl Console {
         let flash = match q.get("resolved") {
             Some("approved") => Some(Flash::Resolved("approved")),
             Some("rejected") => Some(Flash::Resolved("rejected")),
+            Some("approval_recorded") => Some(Flash::Recorded),
             _ => None,
         };
         let pending = inspection.view.status == ReviewStatus::Pending;
@@ -376,10 +377,23 @@ impl Console {
         )
         .await
         {
-            Ok(_) => redirect_ok(&format!(
+            Ok(view) => redirect_ok(&format!(
                 "/console/reviews/{id}?resolved={}",
-                if approve { "approved" } else { "rejected" }
+                match (approve, view.status) {
+                    (true, ReviewStatus::Pending) => "approval_recorded",
+                    (true, _) => "approved",
+                    (false, _) => "rejected",
+                }
             )),
+            Err(ApiError::Refused(why)) => {
+                self.refused(
+                    id,
+                    me,
+                    &format!("Not resolved: {why}."),
+                    StatusCode::FORBIDDEN,
+                )
+                .await
+            }
             Err(ApiError::Conflict(why)) => {
                 self.refused(
                     id,

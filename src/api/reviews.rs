@@ -11,7 +11,7 @@ use crate::audit::{AuditLog, AuditRecord, RecordKind};
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::http_util::JsonBody;
-use crate::review::{ReviewStatus, ReviewView, Reviews, Viewer};
+use crate::review::{ReviewError, ReviewStatus, ReviewView, Reviews, UpstreamResponse, Viewer};
 
 /// The most reviews one list call returns.
 const MAX_LIST: usize = 1000;
@@ -141,24 +141,49 @@ pub async fn resolve(
             current.status.as_str()
         )));
     }
-    let verdict = if approve { "approved" } else { "rejected" };
+    // Four eyes, checked before anything is recorded (the store checks
+    // again): the key behind the held call never resolves it, and one key
+    // counts as one approver.
+    if current.requester.as_deref() == Some(principal.name.as_str()) {
+        return Err(ReviewError::OwnCall.into());
+    }
+    if approve && current.approvals.iter().any(|a| a.by == principal.name) {
+        return Err(ReviewError::AlreadyApprovedBy.into());
+    }
+    let partial = approve && current.approvals.len() + 1 < current.approvals_required as usize;
+    let verdict = match (approve, partial) {
+        (true, true) => "approval_recorded",
+        (true, false) => "approved",
+        (false, _) => "rejected",
+    };
     let mut record = AuditRecord::new(RecordKind::ReviewResolution);
     record.request_id = Some(request_id.to_string());
     record.request_hash = Some(request_hash);
     record.principal = Some(principal.name.clone());
     record.review_id = Some(id.to_string());
     record.route = Some(current.route.clone());
-    record.decision = Some(if approve { "allow" } else { "deny" }.to_string());
+    record.decision = Some(
+        match (approve, partial) {
+            (true, false) => "allow",
+            (true, true) => "needs_review",
+            (false, _) => "deny",
+        }
+        .to_string(),
+    );
     record.reason = Some(format!("review_{verdict}"));
     record.detail = Some(serde_json::json!({
         "reviewer": reviewer,
         "note": note,
         "original_record_id": current.record_id,
         "action": current.action,
+        "approvals": current.approvals.len() + usize::from(approve),
+        "approvals_required": current.approvals_required,
     }));
     // A resolution is never acted on before its record is durable.
     audit.append(record).await?;
-    let resolved = reviews.resolve(id, approve, reviewer, note, now).await?;
+    let resolved = reviews
+        .resolve(id, approve, &principal.name, reviewer, note, now)
+        .await?;
     tracing::info!(
         review_id = id,
         reviewer,
@@ -166,6 +191,34 @@ pub async fn resolve(
         "review resolved"
     );
     Ok(resolved)
+}
+
+/// The body of a held caller's result link.
+pub fn result_body(view: &ReviewView, upstream: Option<&UpstreamResponse>) -> serde_json::Value {
+    use base64::Engine as _;
+    let response = upstream.map(|u| {
+        let mut r = serde_json::json!({
+            "status": u.status,
+            "headers": {"content-type": u.content_type},
+            "truncated": u.body.len() >= crate::review::MAX_STORED_UPSTREAM_BODY,
+        });
+        match std::str::from_utf8(&u.body) {
+            Ok(text) => r["body"] = text.into(),
+            Err(_) => {
+                r["body_base64"] = base64::engine::general_purpose::STANDARD
+                    .encode(&u.body)
+                    .into()
+            }
+        }
+        r
+    });
+    serde_json::json!({
+        "review_id": view.review_id,
+        "status": view.status,
+        "expires_at": crate::decide::rfc3339(view.expires_at),
+        "forward": view.forward,
+        "response": response,
+    })
 }
 
 #[cfg(test)]

@@ -165,12 +165,15 @@ pub async fn run_background_forwarder(
     }
 }
 
-/// `202` for a hold that outlived its timeout.
-pub(super) fn pending(review_id: &str, request_id: &str) -> Response<RespBody> {
+/// `202` for a hold that outlived its timeout. `result_url` is the held
+/// caller's own link to its outcome (no key needed: the token in it is the
+/// capability); `poll` is the Review API's, for reviewers.
+pub(super) fn pending(review_id: &str, result_token: &str, request_id: &str) -> Response<RespBody> {
     let body = json!({
         "review_id": review_id,
         "status": "pending",
         "poll": format!("/v2/reviews/{review_id}"),
+        "result_url": format!("/v2/reviews/{review_id}/result/{result_token}"),
         "request_id": request_id,
     });
     let mut resp = Response::new(full(body.to_string()));
@@ -185,6 +188,24 @@ pub(super) fn pending(review_id: &str, request_id: &str) -> Response<RespBody> {
 }
 
 impl Proxy {
+    /// The API key behind a held call, when its `Authorization` carries a
+    /// verdict key: that key may not resolve the review (four eyes).
+    fn requester(&self, held: &HeldRequest) -> Option<String> {
+        if self.app.keys.mode() != crate::auth::AuthMode::Keys {
+            return None;
+        }
+        let auth = held
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("authorization"))
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())?;
+        self.app
+            .keys
+            .authenticate(Some(auth), None)
+            .ok()
+            .map(|p| p.name)
+    }
+
     /// Stores the call for a reviewer and waits up to the route's hold timeout.
     pub(super) async fn hold(
         &self,
@@ -209,6 +230,7 @@ impl Proxy {
                     .map(|h| h.message.clone())
                     .collect(),
                 record_id: Some(record_id.to_string()),
+                requester: self.requester(&held),
                 request: held,
                 detail: Some(crate::decide::detail::review_detail(decided)),
             })
@@ -224,8 +246,19 @@ impl Proxy {
         }
         match reviews.wait(&id, route.hold_timeout).await {
             Ok(Some(Resolution::Approved)) => match forward_held(&self.app, self, &id).await {
-                Some(resp) => Ok(resp),
-                None => Ok(pending(&id, request_id)),
+                Some(mut resp) => {
+                    // The caller learns it was decided, like any forward.
+                    let h = resp.headers_mut();
+                    h.insert("x-verdict-decision", HeaderValue::from_static("allow"));
+                    if let Ok(v) = HeaderValue::from_str(&id) {
+                        h.insert("x-verdict-review-id", v);
+                    }
+                    if let Ok(v) = HeaderValue::from_str(record_id) {
+                        h.insert("x-verdict-record-id", v);
+                    }
+                    Ok(resp)
+                }
+                None => Ok(pending(&id, &reviews.result_token(&id), request_id)),
             },
             Ok(Some(Resolution::Rejected | Resolution::Expired)) => Ok(blocked(
                 request_id,
@@ -234,7 +267,7 @@ impl Proxy {
                 Some(record_id),
                 "a reviewer rejected this call",
             )),
-            Ok(None) => Ok(pending(&id, request_id)),
+            Ok(None) => Ok(pending(&id, &reviews.result_token(&id), request_id)),
             Err(e) => Err(ApiError::Unavailable(format!("review store failed: {e}"))),
         }
     }

@@ -49,6 +49,34 @@ pub enum ResolveRefusal {
     AlreadyResolved(ReviewStatus),
     /// The review was pending but its deadline has passed: it is expired now.
     Expired,
+    /// This approver approved it before; another person must.
+    AlreadyApprovedBy,
+}
+
+/// What an approval does to a review that needs `required` distinct
+/// approvers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approval {
+    /// Recorded; the review stays pending until `required` people approved.
+    Partial { approvals: u32 },
+    /// This was the last approval needed: the review is approved.
+    Complete,
+}
+
+/// Counts approval `by` against the approvers so far: each person counts
+/// once, and the `required`-th distinct one completes the review.
+pub fn approve(so_far: &[&str], by: &str, required: u32) -> Result<Approval, ResolveRefusal> {
+    if so_far.contains(&by) {
+        return Err(ResolveRefusal::AlreadyApprovedBy);
+    }
+    let approvals = u32::try_from(so_far.len())
+        .unwrap_or(u32::MAX)
+        .saturating_add(1);
+    Ok(if approvals >= required {
+        Approval::Complete
+    } else {
+        Approval::Partial { approvals }
+    })
 }
 
 /// Why a forward claim was refused.
@@ -217,6 +245,21 @@ mod tests {
 
     fn t(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn approvals_count_distinct_people() {
+        assert_eq!(approve(&[], "a", 1), Ok(Approval::Complete));
+        assert_eq!(approve(&[], "a", 2), Ok(Approval::Partial { approvals: 1 }));
+        assert_eq!(approve(&["a"], "b", 2), Ok(Approval::Complete));
+        assert_eq!(
+            approve(&["a"], "a", 2),
+            Err(ResolveRefusal::AlreadyApprovedBy)
+        );
+        assert_eq!(
+            approve(&["a", "b"], "c", 4),
+            Ok(Approval::Partial { approvals: 3 })
+        );
     }
 
     #[test]

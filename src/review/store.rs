@@ -39,6 +39,8 @@ CREATE TABLE IF NOT EXISTS review_reviews (
     req_creds             TEXT NOT NULL DEFAULT '', -- HeldRequest::credentials
     rules                 TEXT NOT NULL DEFAULT '[]', -- JSON array of rule messages
     detail                TEXT,              -- JSON: what the reviewer is shown of the decision
+    requester             TEXT,              -- API key name behind the held call, if any
+    approvals             TEXT NOT NULL DEFAULT '[]', -- JSON: approvals so far
     status                TEXT NOT NULL
         CHECK (status IN ('pending', 'approved', 'rejected', 'expired')),
     reviewer              TEXT,
@@ -70,7 +72,7 @@ CREATE TABLE IF NOT EXISTS review_request_headers (
 /// [`Row::read`] expects.
 const COLUMNS: &str = "review_id, created_at, expires_at, owner, route, action, reason, \
      record_id, req_method, req_path, status, reviewer, note, resolved_at, forward_state, \
-     upstream_status, req_hash, rules";
+     upstream_status, req_hash, rules, requester, approvals";
 
 /// One stored review, without the held headers and body (which only a
 /// forward claim reads, so they never travel into views by accident).
@@ -94,6 +96,34 @@ pub(super) struct Row {
     pub note: Option<String>,
     pub resolved_at: Option<SystemTime>,
     pub forward: ForwardState,
+    /// The API key name behind the held call, who may not resolve it.
+    pub requester: Option<String>,
+    /// Approvals so far, oldest first.
+    pub approvals: Vec<StoredApproval>,
+}
+
+/// One approval of a review.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredApproval {
+    /// The API key name: who counts as one person.
+    pub by: String,
+    /// The reviewer as they named themselves.
+    pub reviewer: String,
+    pub note: Option<String>,
+    /// Unix microseconds.
+    pub at: i64,
+}
+
+/// Who resolves a review, and how many approvers it needs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Resolver<'a> {
+    /// The API key name: one person for four eyes.
+    pub by: &'a str,
+    /// The reviewer as they named themselves.
+    pub reviewer: &'a str,
+    pub note: Option<&'a str>,
+    /// Distinct approvals that approve the review.
+    pub required: u32,
 }
 
 /// What [`Store::inspect`] reads.
@@ -117,6 +147,8 @@ pub(super) enum Resolved {
     /// The review was pending past its deadline: it is stored as expired now
     /// and the verdict is refused.
     ExpiredNow(Row),
+    /// An approval is recorded; the review waits for more approvers.
+    Partial(Row),
 }
 
 /// The open database connection.
@@ -174,12 +206,19 @@ impl Store {
                 "ALTER TABLE review_reviews ADD COLUMN rules TEXT NOT NULL DEFAULT '[]'",
             )?;
         }
-        // Databases from before decision snapshots: their reviews show none.
-        let has_detail: bool = conn
-            .prepare("SELECT 1 FROM pragma_table_info('review_reviews') WHERE name = 'detail'")?
-            .exists([])?;
-        if !has_detail {
-            conn.execute_batch("ALTER TABLE review_reviews ADD COLUMN detail TEXT")?;
+        // Databases from before decision snapshots and four eyes: their
+        // reviews show no snapshot, have no requester and no approvals yet.
+        for (column, ddl) in [
+            ("detail", "detail TEXT"),
+            ("requester", "requester TEXT"),
+            ("approvals", "approvals TEXT NOT NULL DEFAULT '[]'"),
+        ] {
+            let has: bool = conn
+                .prepare("SELECT 1 FROM pragma_table_info('review_reviews') WHERE name = ?1")?
+                .exists([column])?;
+            if !has {
+                conn.execute_batch(&format!("ALTER TABLE review_reviews ADD COLUMN {ddl}"))?;
+            }
         }
         let mut store = Store { conn, sealer };
         let recovered = store.recover()?;
@@ -226,8 +265,9 @@ impl Store {
         tx.execute(
             "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, action, \
              reason, record_id, req_method, req_path, req_body, req_hash, status, forward_state, \
-             req_creds, rules, detail) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+             req_creds, rules, detail, requester) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
+             ?18)",
             params![
                 review_id,
                 micros(created_at),
@@ -247,6 +287,7 @@ impl Store {
                 serde_json::to_string(&new.rules)
                     .map_err(|e| ReviewError::Storage(format!("rule messages: {e}")))?,
                 new.detail.as_ref().map(|d| d.to_string()),
+                new.requester,
             ],
         )?;
         {
@@ -343,20 +384,47 @@ impl Store {
     }
 
     /// Applies a reviewer's verdict, or stores the expiry that refuses it.
+    /// An approval counts once per `who.by`, and approves the review only
+    /// when it is the `required`-th distinct one.
     pub fn resolve(
         &mut self,
         review_id: &str,
         verdict: Verdict,
-        reviewer: &str,
-        note: Option<&str>,
+        who: &Resolver<'_>,
         now: SystemTime,
     ) -> Result<Resolved, ReviewError> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
+        let (reviewer, note) = (who.reviewer, who.note);
         match state::resolve(row.status, row.expires_at, now, verdict) {
+            // Four eyes: whoever made the held call never resolves it.
+            Ok(_) if row.requester.as_deref() == Some(who.by) => Err(ReviewError::OwnCall),
             Ok(to) => {
+                if verdict == Verdict::Approve {
+                    let so_far: Vec<&str> = row.approvals.iter().map(|a| a.by.as_str()).collect();
+                    let approval = state::approve(&so_far, who.by, who.required)
+                        .map_err(|_| ReviewError::AlreadyApprovedBy)?;
+                    let mut approvals = row.approvals.clone();
+                    approvals.push(StoredApproval {
+                        by: who.by.to_string(),
+                        reviewer: reviewer.to_string(),
+                        note: note.map(str::to_string),
+                        at: micros(now),
+                    });
+                    let text = serde_json::to_string(&approvals)
+                        .map_err(|e| ReviewError::Storage(format!("approvals: {e}")))?;
+                    tx.execute(
+                        "UPDATE review_reviews SET approvals = ?2 WHERE review_id = ?1 AND status = 'pending'",
+                        params![review_id, text],
+                    )?;
+                    if let state::Approval::Partial { .. } = approval {
+                        let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
+                        tx.commit()?;
+                        return Ok(Resolved::Partial(row));
+                    }
+                }
                 tx.execute(
                     "UPDATE review_reviews SET status = ?2, reviewer = ?3, note = ?4, resolved_at = ?5 \
                      WHERE review_id = ?1 AND status = 'pending'",
@@ -373,6 +441,7 @@ impl Store {
                 Ok(Resolved::ExpiredNow(row))
             }
             Err(state::ResolveRefusal::Expired) => Err(ReviewError::Expired),
+            Err(state::ResolveRefusal::AlreadyApprovedBy) => Err(ReviewError::AlreadyApprovedBy),
             Err(state::ResolveRefusal::AlreadyResolved(status)) => {
                 Err(ReviewError::AlreadyResolved(status))
             }
@@ -718,6 +787,12 @@ impl Row {
                 let text: String = r.get(17)?;
                 serde_json::from_str(&text)
                     .map_err(|e| corrupt(17, Type::Text, format!("bad rule messages: {e}")))?
+            },
+            requester: r.get(18)?,
+            approvals: {
+                let text: String = r.get(19)?;
+                serde_json::from_str(&text)
+                    .map_err(|e| corrupt(19, Type::Text, format!("bad approvals: {e}")))?
             },
         })
     }

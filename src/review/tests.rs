@@ -45,6 +45,7 @@ fn new_review(owner: &str) -> NewReview {
         record_id: Some("rec-1".into()),
         request: held(),
         detail: None,
+        requester: None,
     }
 }
 
@@ -66,6 +67,7 @@ async fn approve(r: &Reviews, id: &str) -> Result<ReviewView, ReviewError> {
     r.resolve(
         id,
         true,
+        "alice",
         "alice",
         Some("looks fine".into()),
         SystemTime::now(),
@@ -173,7 +175,7 @@ async fn second_resolution_is_a_conflict() {
     let again = approve(&r, &id).await.unwrap_err();
     assert_eq!(again, ReviewError::AlreadyResolved(ReviewStatus::Approved));
     let reject = r
-        .resolve(&id, false, "bob", None, SystemTime::now())
+        .resolve(&id, false, "bob", "bob", None, SystemTime::now())
         .await
         .unwrap_err();
     assert_eq!(reject, ReviewError::AlreadyResolved(ReviewStatus::Approved));
@@ -209,7 +211,7 @@ async fn rejected_review_is_never_forwarded() {
     let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     let v = r
-        .resolve(&id, false, "bob", None, SystemTime::now())
+        .resolve(&id, false, "bob", "bob", None, SystemTime::now())
         .await
         .unwrap();
     assert_eq!(v.status, ReviewStatus::Rejected);
@@ -246,7 +248,7 @@ async fn wait_returns_as_soon_as_another_task_resolves() {
         .collect();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(lock(&r.inner.waiters).len(), 1, "one channel per review");
-    r.resolve(&id, false, "bob", None, SystemTime::now())
+    r.resolve(&id, false, "bob", "bob", None, SystemTime::now())
         .await
         .unwrap();
     for w in waiters {
@@ -312,7 +314,10 @@ async fn the_sweeper_waits_for_a_resolution_in_progress() {
     assert_eq!(v.status, ReviewStatus::Pending);
     // The deadline passes while the resolution is being audited.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let v = r.resolve(&id, true, "alice", None, now).await.unwrap();
+    let v = r
+        .resolve(&id, true, "alice", "alice", None, now)
+        .await
+        .unwrap();
     assert_eq!(v.status, ReviewStatus::Approved);
     drop(turn);
     // The sweeper ran after the turn and found nothing left to expire.
@@ -331,14 +336,18 @@ async fn resolving_past_the_deadline_stores_the_expiry() {
         tokio::spawn(async move { r.wait(&id, Duration::from_secs(30)).await })
     };
     let late = SystemTime::now() + 2 * HOUR;
-    let err = r.resolve(&id, true, "alice", None, late).await.unwrap_err();
+    let err = r
+        .resolve(&id, true, "alice", "alice", None, late)
+        .await
+        .unwrap_err();
     assert_eq!(err, ReviewError::Expired);
     assert_eq!(err.to_string(), "review expired before it was resolved");
     assert_eq!(waiter.await.unwrap().unwrap(), Some(Resolution::Expired));
     let v = r.get(&id, &admin()).await.unwrap().unwrap();
     assert_eq!((v.status, v.reviewer), (ReviewStatus::Expired, None));
     assert_eq!(
-        r.resolve(&id, true, "alice", None, SystemTime::now()).await,
+        r.resolve(&id, true, "alice", "alice", None, SystemTime::now())
+            .await,
         Err(ReviewError::Expired)
     );
 }
@@ -592,6 +601,8 @@ async fn view_json_never_shows_the_held_request() {
         keys,
         vec![
             "action",
+            "approvals",
+            "approvals_required",
             "created_at",
             "expires_at",
             "forward",
@@ -748,7 +759,7 @@ async fn approvals_go_to_the_live_hold_or_else_to_the_background_queue() {
 
     // Rejected after the hold timed out: nothing to forward.
     let no = r.create(new_review("refund-app")).await.unwrap().review_id;
-    r.resolve(&no, false, "bob", None, SystemTime::now())
+    r.resolve(&no, false, "bob", "bob", None, SystemTime::now())
         .await
         .unwrap();
 
@@ -977,6 +988,7 @@ async fn retention_deletes_ended_reviews_and_keeps_pending_ones() {
     r.resolve(
         &rejected,
         false,
+        "alice",
         "alice",
         Some("no".into()),
         SystemTime::now(),

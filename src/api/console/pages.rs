@@ -202,6 +202,8 @@ pub fn queue(
 /// A flash line on the detail page, from the resolve that redirected here.
 pub enum Flash<'a> {
     Resolved(&'a str),
+    /// An approval counted, and more reviewers must approve.
+    Recorded,
     Refused(&'a str),
 }
 
@@ -222,6 +224,10 @@ pub fn detail(
         h1 { "Review " code { (v.review_id) } }
         @match flash {
             Some(Flash::Resolved(what)) => p.flash role="status" { "You " (what) " this review." },
+            Some(Flash::Recorded) => p.flash role="status" {
+                "Your approval is recorded. " (v.approvals_required as usize - v.approvals.len().min(v.approvals_required as usize))
+                " more reviewer(s) must approve before the call is forwarded."
+            },
             Some(Flash::Refused(why)) => p.error role="alert" { (why) },
             None => {},
         }
@@ -237,6 +243,15 @@ pub fn detail(
             @if let Some(r) = &v.reviewer {
                 dt { "Resolved by" } dd { (r) " at " (v.resolved_at.map(crate::decide::rfc3339).unwrap_or_default()) }
                 dt { "Note" } dd.note { (v.note.as_deref().unwrap_or("")) }
+            }
+            @if v.approvals_required > 1 || !v.approvals.is_empty() {
+                dt { "Approvals" } dd {
+                    (v.approvals.len()) " of " (v.approvals_required)
+                    @for a in &v.approvals {
+                        br; (a.by) " (" (a.reviewer) ") at " (crate::decide::rfc3339(a.at))
+                        @if let Some(n) = &a.note { ": " (n) }
+                    }
+                }
             }
             dt { "Forward" } dd #forward { (forward_text(v)) }
             @if let Some(rec) = &v.record_id {

@@ -1,0 +1,284 @@
+//! Who may resolve a held call and what the held caller learns: four eyes
+//! (the key behind a held call cannot resolve it), `review.approvals = N`
+//! distinct approvers before one forward, and the caller's own result link.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use http::Method;
+use serde_json::{json, Value};
+use support::{sha, MockUpstream, Resp, TestServer, REVIEW_KEY};
+
+const POLICY: &str = r#"
+[[action]]
+type = "refund.create"
+requirements = { decision_mode = "strict", min_coverage = 0.85, citations = "optional" }
+
+  [[action.rule]]
+  param = "amount"
+  op = "gt"
+  value = 500
+  effect = "review"
+
+[[route]]
+name = "create-refund"
+method = "POST"
+path = "/api/orders/{order_id}/refunds"
+action = "refund.create"
+params = { order_id = "path:order_id", amount = "body:/amount" }
+claims = "body:/claims"
+sources = "body:/evidence"
+on_review = "hold"
+hold_timeout = "50ms"
+"#;
+
+const SECOND_REVIEWER: &str = "test-second-reviewer-key-0123456789";
+
+async fn env(approvals: u32) -> (TestServer, MockUpstream) {
+    let up = MockUpstream::start().await;
+    let url = up.url();
+    let s = TestServer::start_with(|c| {
+        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
+        let keys = c.keys_file.clone().unwrap();
+        let mut text = std::fs::read_to_string(&keys).unwrap();
+        text.push_str(&format!(
+            "\n[[key]]\nname = \"second-reviewer\"\nhash = \"{}\"\nscopes = [\"review\"]\n",
+            sha(SECOND_REVIEWER)
+        ));
+        std::fs::write(&keys, text).unwrap();
+        c.proxy.upstream = Some(url);
+        c.review_approvals = approvals;
+    })
+    .await;
+    (s, up)
+}
+
+/// A held refund through the proxy, sent with `authorization`; its 202 body.
+async fn hold(s: &TestServer, authorization: Option<&str>) -> Value {
+    hold_order(s, authorization, 7).await
+}
+
+/// The same for another order (an identical call would join the first
+/// review).
+async fn hold_order(s: &TestServer, authorization: Option<&str>, order: u32) -> Value {
+    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
+    let body = json!({
+        "amount": 900,
+        "claims": ["The customer was charged $100.00."],
+        "evidence": [{"source_id": "inv", "text": "Invoice 7: amount charged $100.00."}],
+    })
+    .to_string();
+    let mut headers = vec![("content-type", "application/json")];
+    if let Some(a) = authorization {
+        headers.push(("authorization", a));
+    }
+    let path = format!("/api/orders/{order}/refunds");
+    let r = support::call(&proxy, Method::POST, &path, &headers, body).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    r.json()
+}
+
+async fn resolve(s: &TestServer, id: &str, verb: &str, key: &str) -> Resp {
+    s.post_json(
+        &format!("/v2/reviews/{id}/{verb}"),
+        r#"{"reviewer":"someone","note":"checked"}"#,
+        Some(key),
+    )
+    .await
+}
+
+async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_key_that_made_a_held_call_cannot_resolve_it() {
+    let (s, up) = env(1).await;
+    let held = hold(&s, Some(&format!("Bearer {REVIEW_KEY}"))).await;
+    let id = held["review_id"].as_str().unwrap();
+    for verb in ["approve", "reject"] {
+        let r = resolve(&s, id, verb, REVIEW_KEY).await;
+        r.assert_error(403, "forbidden");
+        assert!(r.text().contains("cannot resolve it"), "{}", r.text());
+    }
+    assert_eq!(up.count(), 0);
+    // Nothing was recorded for the refused attempts: another key resolves.
+    assert_eq!(
+        resolve(&s, id, "approve", SECOND_REVIEWER).await.status,
+        200
+    );
+    wait_until("the forward", || up.count() == 1).await;
+    // A call made without a verdict key has no requester.
+    let held = hold(&s, Some("Bearer some-customer-token")).await;
+    let id = held["review_id"].as_str().unwrap();
+    assert_eq!(resolve(&s, id, "approve", REVIEW_KEY).await.status, 200);
+}
+
+#[tokio::test]
+async fn two_approvals_means_two_people_and_one_forward() {
+    let (s, up) = env(2).await;
+    let held = hold(&s, None).await;
+    let id = held["review_id"].as_str().unwrap();
+    let r = resolve(&s, id, "approve", REVIEW_KEY).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(
+        (&v["status"], &v["approvals_required"]),
+        (&json!("pending"), &json!(2)),
+        "{v}"
+    );
+    assert_eq!(v["approvals"][0]["by"], "reviewer");
+    // The same key again does not count twice.
+    resolve(&s, id, "approve", REVIEW_KEY)
+        .await
+        .assert_error(409, "conflict");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(up.count(), 0, "one approval of two forwards nothing");
+    let r = resolve(&s, id, "approve", SECOND_REVIEWER).await;
+    assert_eq!(r.json()["status"], "approved", "{}", r.text());
+    wait_until("the forward", || up.count() == 1).await;
+    resolve(&s, id, "approve", SECOND_REVIEWER)
+        .await
+        .assert_error(409, "conflict");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(up.count(), 1, "exactly once");
+
+    // Both approvals and the final one are on record, in order.
+    let page = s
+        .get(
+            "/v2/audit/records?kind=review_resolution",
+            Some(support::APP_KEY),
+        )
+        .await
+        .json();
+    let reasons: Vec<&str> = page["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["review_id"] == id)
+        .map(|r| r["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        ["review_approval_recorded", "review_approved"],
+        "{page}"
+    );
+
+    // One rejection is enough.
+    let held = hold_order(&s, None, 8).await;
+    let id = held["review_id"].as_str().unwrap();
+    assert_eq!(
+        resolve(&s, id, "reject", REVIEW_KEY).await.json()["status"],
+        "rejected"
+    );
+}
+
+#[tokio::test]
+async fn the_held_caller_polls_its_result_without_a_key() {
+    let (s, up) = env(1).await;
+    let held = hold(&s, None).await;
+    let id = held["review_id"].as_str().unwrap();
+    let url = held["result_url"].as_str().unwrap().to_string();
+    assert!(
+        url.starts_with(&format!("/v2/reviews/{id}/result/")),
+        "{url}"
+    );
+    let r = s.get(&url, None).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let j = r.json();
+    assert_eq!(
+        (&j["status"], &j["response"]),
+        (&json!("pending"), &Value::Null),
+        "{j}"
+    );
+
+    // A wrong token, a token of another review, or no token: 404.
+    let other = hold_order(&s, None, 8).await;
+    let other_token = other["result_url"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap();
+    for bad in [
+        format!("/v2/reviews/{id}/result/{}", "0".repeat(64)),
+        format!("/v2/reviews/{id}/result/{other_token}"),
+        format!("/v2/reviews/{id}/result/not-hex"),
+        format!("/v2/reviews/nope/result/{other_token}"),
+    ] {
+        s.get(&bad, None).await.assert_error(404, "not_found");
+    }
+
+    assert_eq!(resolve(&s, id, "approve", REVIEW_KEY).await.status, 200);
+    wait_until("the forward", || up.count() == 1).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let j = loop {
+        let j = s.get(&url, None).await.json();
+        if !j["response"].is_null() || Instant::now() > deadline {
+            break j;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(j["status"], "approved", "{j}");
+    assert_eq!(j["forward"]["state"], "done", "{j}");
+    assert_eq!(j["response"]["status"], 200, "{j}");
+    assert!(j["response"]["body"].is_string(), "{j}");
+}
+
+/// A call approved while its client still waits gets the upstream's answer
+/// with verdict's decision headers, like any forward.
+#[tokio::test]
+async fn an_approval_within_the_hold_timeout_carries_the_decision_headers() {
+    let up = MockUpstream::start().await;
+    let url = up.url();
+    let s = TestServer::start_with(|c| {
+        std::fs::write(
+            c.policies_dir.join("refunds.toml"),
+            POLICY.replace("hold_timeout = \"50ms\"", "hold_timeout = \"10s\""),
+        )
+        .unwrap();
+        c.proxy.upstream = Some(url);
+    })
+    .await;
+    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
+    let call = tokio::spawn(async move {
+        let body = json!({
+            "amount": 900,
+            "claims": ["The customer was charged $100.00."],
+            "evidence": [{"source_id": "inv", "text": "Invoice 7: amount charged $100.00."}],
+        })
+        .to_string();
+        support::call(
+            &proxy,
+            Method::POST,
+            "/api/orders/7/refunds",
+            &[("content-type", "application/json")],
+            body,
+        )
+        .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let id = loop {
+        let list = s
+            .get("/v2/reviews?status=pending", Some(REVIEW_KEY))
+            .await
+            .json();
+        if let Some(id) = list["reviews"][0]["review_id"].as_str() {
+            break id.to_string();
+        }
+        assert!(Instant::now() < deadline, "no review held");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(resolve(&s, &id, "approve", REVIEW_KEY).await.status, 200);
+    let r = call.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-verdict-decision"), Some("allow"));
+    assert_eq!(r.header("x-verdict-review-id"), Some(id.as_str()));
+    assert!(r.header("x-verdict-record-id").is_some());
+}
