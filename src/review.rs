@@ -641,6 +641,9 @@ impl Reviews {
                 Resolved::Stored(row) => {
                     tracing::info!(review_id = %row.review_id, status = %row.status, reviewer = %reviewer_name, "review resolved");
                     inner.resolved(row);
+                    // Its retention starts now: the sweeper plans its next
+                    // run again (it may have planned for pending ones only).
+                    inner.sweeper.notify_one();
                 }
                 Resolved::ExpiredNow(row) => {
                     tracing::info!(review_id = %row.review_id, "review expired");

@@ -282,3 +282,58 @@ async fn an_approval_within_the_hold_timeout_carries_the_decision_headers() {
     assert_eq!(r.header("x-verdict-review-id"), Some(id.as_str()));
     assert!(r.header("x-verdict-record-id").is_some());
 }
+
+/// With a short `review.retention`, ended reviews and their held bodies go
+/// after the sweep, pending ones stay, and the audit log still verifies
+/// (its records never held the bodies).
+#[tokio::test]
+async fn retention_purges_ended_reviews_and_the_log_still_verifies() {
+    let up = MockUpstream::start().await;
+    let url = up.url();
+    let s = TestServer::start_with(|c| {
+        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
+        c.proxy.upstream = Some(url);
+        c.review_retention = Duration::from_millis(200);
+    })
+    .await;
+    let ended = hold_order(&s, None, 1).await;
+    let ended = ended["review_id"].as_str().unwrap().to_string();
+    let pending = hold_order(&s, None, 2).await;
+    let pending = pending["review_id"].as_str().unwrap().to_string();
+    assert_eq!(resolve(&s, &ended, "reject", REVIEW_KEY).await.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s
+        .get(&format!("/v2/reviews/{ended}"), Some(REVIEW_KEY))
+        .await
+        .status
+        != 404
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the rejected review was never purged"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let p = s
+        .get(&format!("/v2/reviews/{pending}"), Some(REVIEW_KEY))
+        .await;
+    assert_eq!(p.json()["status"], "pending", "{}", p.text());
+    let health = s.get("/health/detailed", None).await.json();
+    assert_eq!(health["components"]["reviews"]["stored"], 1, "{health}");
+
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let dir = s.shutdown().await;
+    let data = dir.path().join("data");
+    // The held body is gone from the database file's live rows.
+    let db = rusqlite::Connection::open(data.join("verdict.db")).unwrap();
+    let rows: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM review_reviews WHERE review_id = ?1",
+            [&ended],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(rows, 0);
+    let out = support::cli(bin, &["audit", "verify", "--data-dir"], &data);
+    support::assert_exit(&out, 0);
+}
