@@ -6,6 +6,9 @@
 //! a misspelt limit that silently falls back to a default is how a sidecar ends
 //! up guarding money with the wrong settings.
 
+mod keys;
+pub use keys::file_keys;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,0 +1,91 @@
+//! The docs hold what the code does: docs/configuration.md names every key
+//! the config file accepts, and nothing else; every relative link in README
+//! and docs/ points at a file in the repository; no doc sends a reader
+//! outside the repository for something it should say itself.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The user-facing Markdown: README and docs/*.md.
+fn markdown_files() -> Vec<PathBuf> {
+    let mut files = vec![repo().join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(repo().join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    files
+}
+
+#[test]
+fn configuration_doc_names_every_key_and_only_real_ones() {
+    let doc = read(&repo().join("docs/configuration.md"));
+    // Rows of the key tables start with "| `section.key` |".
+    let documented: BTreeSet<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once("` |"))
+        .map(|(k, _)| k.to_string())
+        .filter(|k| k.contains('.') && !k.starts_with('-'))
+        .collect();
+    let code: BTreeSet<String> = verdict::config::file_keys().into_iter().collect();
+    let undocumented: Vec<_> = code.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&code).collect();
+    assert!(
+        undocumented.is_empty() && unknown.is_empty(),
+        "docs/configuration.md is out of date:\n  keys the config accepts but the doc does not name: {undocumented:?}\n  keys the doc names that the config does not accept: {unknown:?}"
+    );
+}
+
+#[test]
+fn relative_links_resolve_and_nothing_points_outside_the_repo() {
+    let mut broken = Vec::new();
+    for file in markdown_files() {
+        let text = read(&file);
+        let dir = file.parent().unwrap();
+        for (n, line) in text.lines().enumerate() {
+            for outside in ["../shared", "DESIGN.md", "DESIGN §"] {
+                if line.contains(outside) {
+                    broken.push(format!(
+                        "{}:{}: points outside the repo ({outside})",
+                        file.display(),
+                        n + 1
+                    ));
+                }
+            }
+            let mut rest = line;
+            while let Some(at) = rest.find("](") {
+                rest = &rest[at + 2..];
+                let Some(end) = rest.find(')') else { break };
+                let target = &rest[..end];
+                rest = &rest[end..];
+                if target.starts_with("http://")
+                    || target.starts_with("https://")
+                    || target.starts_with('#')
+                    || target.starts_with("mailto:")
+                {
+                    continue;
+                }
+                let path = target.split('#').next().unwrap_or(target);
+                if !dir.join(path).exists() {
+                    broken.push(format!(
+                        "{}:{}: broken link {target}",
+                        file.display(),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
