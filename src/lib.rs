@@ -29,6 +29,8 @@
 //!   resolutions, expiry, and the exactly-once forward claim.
 //! - [`audit`]: the tamper-evident audit log (Merkle tree, signed checkpoints, SQLite).
 //! - [`jobs`]: durable batch jobs: SQLite queue, worker threads, retention.
+//! - [`backup`]: `verdict backup`, a consistent copy of the data dir while the
+//!   server runs.
 //! - [`config`]: the TOML file, defaults and flags merged into one [`config::Config`].
 //! - [`witness`]: `verdict witness serve`, a C2SP witness that cosigns only
 //!   checkpoints consistent with those it cosigned before.
@@ -43,6 +45,7 @@ pub mod api;
 pub mod app;
 pub mod audit;
 pub mod auth;
+pub mod backup;
 pub mod config;
 pub mod datalock;
 pub mod decide;
