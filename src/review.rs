@@ -712,6 +712,18 @@ impl Reviews {
             .map(|r| view(&r, now, self.approvals_required())))
     }
 
+    /// The decision snapshots of the reviews in `views` (which the caller
+    /// was allowed to see), by review id; without the held requests, so a
+    /// list page never reads held bodies.
+    pub async fn details(
+        &self,
+        views: &[ReviewView],
+    ) -> Result<HashMap<String, serde_json::Value>, ReviewError> {
+        let ids: Vec<String> = views.iter().map(|v| v.review_id.clone()).collect();
+        let found = on_store(&self.inner, move |s, _| s.details(&ids)).await?;
+        Ok(found.into_iter().collect())
+    }
+
     /// One review with its held request and decision snapshot, for a
     /// reviewer; `None` when unknown or not `viewer`'s.
     pub async fn inspect(

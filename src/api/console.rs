@@ -280,20 +280,23 @@ impl Console {
             list.sort();
             list.dedup();
         }
-        let mut rows = Vec::new();
-        for view in all.into_iter().filter(|v| {
-            filter.route.as_ref().is_none_or(|r| *r == v.route)
-                && filter.action.as_ref().is_none_or(|a| *a == v.action)
-        }) {
-            let params = self
-                .app
-                .reviews
-                .inspect(&view.review_id, &viewer)
-                .await?
-                .and_then(|i| i.detail)
-                .and_then(|d| d.get("params").cloned());
-            rows.push(QueueRow { view, params });
-        }
+        let shown: Vec<_> = all
+            .into_iter()
+            .filter(|v| {
+                filter.route.as_ref().is_none_or(|r| *r == v.route)
+                    && filter.action.as_ref().is_none_or(|a| *a == v.action)
+            })
+            .collect();
+        let mut details = self.app.reviews.details(&shown).await?;
+        let rows: Vec<QueueRow> = shown
+            .into_iter()
+            .map(|view| {
+                let params = details
+                    .remove(&view.review_id)
+                    .and_then(|mut d| d.get_mut("params").map(serde_json::Value::take));
+                QueueRow { view, params }
+            })
+            .collect();
         let html = pages::queue(
             &me.nav(),
             tab,

@@ -665,6 +665,22 @@ impl Store {
         Ok(found)
     }
 
+    /// The decision snapshots of these reviews (those that have one), read
+    /// without their held requests.
+    pub fn details(&self, ids: &[String]) -> Result<Vec<(String, serde_json::Value)>, ReviewError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT detail FROM review_reviews WHERE review_id = ?1")?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let detail: Option<Option<String>> = stmt.query_row([id], |r| r.get(0)).optional()?;
+            if let Some(v) = detail.flatten().and_then(|d| serde_json::from_str(&d).ok()) {
+                out.push((id.clone(), v));
+            }
+        }
+        Ok(out)
+    }
+
     /// The held request as a reviewer may see it, and the decision
     /// snapshot: the credential headers stay sealed (their values are
     /// replaced by [`SEALED_PLACEHOLDER`]), since a reviewer needs to know
