@@ -101,55 +101,55 @@ fn ct_hash_vectors() {
 
 #[test]
 fn ct_inclusion_proofs_with_sides() {
+    use Position::{Left, Right};
     let leaves = ct_leaves();
-    let (mut mem, _) = MemoryHashes::from_leaves(&leaves);
-    let p = inclusion_proof(&mut mem, 0, 8).unwrap();
-    let want = [
+    // (tree size, leaf, the proof's steps)
+    let cases = [
         (
-            "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
-            Position::Right,
+            8,
+            0,
+            [
+                (
+                    "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+                    Right,
+                ),
+                (
+                    "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+                    Right,
+                ),
+                (
+                    "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+                    Right,
+                ),
+            ],
         ),
         (
-            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            Position::Right,
-        ),
-        (
-            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
-            Position::Right,
+            7,
+            5,
+            [
+                (
+                    "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+                    Left,
+                ),
+                (
+                    "b08693ec2e721597130641e8211e7eedccb4c26413963eee6c1e2ed16ffb1a5f",
+                    Right,
+                ),
+                (
+                    "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+                    Left,
+                ),
+            ],
         ),
     ];
-    let got: Vec<(String, Position)> = p.iter().map(|(h, s)| (hex::encode(h), *s)).collect();
-    assert_eq!(
-        got,
-        want.iter()
-            .map(|(h, s)| (h.to_string(), *s))
-            .collect::<Vec<_>>()
-    );
-
-    let (mut mem7, f7) = MemoryHashes::from_leaves(&leaves[..7]);
-    let p = inclusion_proof(&mut mem7, 5, 7).unwrap();
-    let want = [
-        (
-            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
-            Position::Left,
-        ),
-        (
-            "b08693ec2e721597130641e8211e7eedccb4c26413963eee6c1e2ed16ffb1a5f",
-            Position::Right,
-        ),
-        (
-            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
-            Position::Left,
-        ),
-    ];
-    let got: Vec<(String, Position)> = p.iter().map(|(h, s)| (hex::encode(h), *s)).collect();
-    assert_eq!(
-        got,
-        want.iter()
-            .map(|(h, s)| (h.to_string(), *s))
-            .collect::<Vec<_>>()
-    );
-    verify_inclusion(5, 7, &leaves[5], &p, &f7.root()).unwrap();
+    for (size, leaf, want) in cases {
+        let (mut mem, f) = MemoryHashes::from_leaves(&leaves[..size as usize]);
+        let p = inclusion_proof(&mut mem, leaf, size).unwrap();
+        let got: Vec<(String, Position)> = p.iter().map(|(h, s)| (hex::encode(h), *s)).collect();
+        let want: Vec<(String, Position)> = want.iter().map(|(h, s)| (h.to_string(), *s)).collect();
+        assert_eq!(got, want, "leaf {leaf} of {size}");
+        verify_inclusion(leaf, size, &leaves[leaf as usize], &p, &f.root()).unwrap();
+    }
 }
 
 #[test]
