@@ -264,6 +264,24 @@ async fn open_redaction_key(config: &Config) -> Result<RedactionKey, StartError>
     Ok(key)
 }
 
+/// A listener's reloading certificate and the rustls config that serves
+/// through it, when the listener is configured for TLS.
+type ListenerTls = (
+    Option<Arc<server::ReloadingCert>>,
+    Option<Arc<rustls::ServerConfig>>,
+);
+
+fn open_tls(
+    name: &'static str,
+    files: Option<&crate::config::TlsFiles>,
+) -> Result<ListenerTls, StartError> {
+    let cert = files
+        .map(|f| server::ReloadingCert::open(name, f))
+        .transpose()?;
+    let tls = cert.as_ref().map(|c| c.server_config()).transpose()?;
+    Ok((cert, tls))
+}
+
 /// Opens the policy store. A missing directory is an empty set only when it
 /// is the default `policies` (so zero-config `serve` works anywhere); an
 /// explicitly configured directory must exist.
@@ -353,13 +371,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
             "no API keys configured: authentication is OFF because the API listens on loopback only"
         );
     }
-    let api_cert = config
-        .api
-        .tls
-        .as_ref()
-        .map(|f| server::ReloadingCert::open("api_tls", f))
-        .transpose()?;
-    let api_tls = api_cert.as_ref().map(|c| c.server_config()).transpose()?;
+    let (api_cert, api_tls) = open_tls("api_tls", config.api.tls.as_ref())?;
     let policies = Arc::new(open_policies(&config)?);
     {
         let set = policies.load_full();
@@ -402,13 +414,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
                 .map_err(|e| StartError::Upstream(format!("{u:?}: {e}")))
         })
         .transpose()?;
-    let proxy_cert = config
-        .proxy
-        .tls
-        .as_ref()
-        .map(|f| server::ReloadingCert::open("proxy_tls", f))
-        .transpose()?;
-    let proxy_tls = proxy_cert.as_ref().map(|c| c.server_config()).transpose()?;
+    let (proxy_cert, proxy_tls) = open_tls("proxy_tls", config.proxy.tls.as_ref())?;
     let mut components: Vec<Arc<dyn Component>> = vec![
         Arc::new(AuthComponent(keys.clone())),
         Arc::new(PoliciesComponent(policies.clone())),

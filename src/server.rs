@@ -28,7 +28,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{oneshot, watch, Semaphore};
@@ -276,14 +276,7 @@ async fn serve_shared<H: Handler>(
                                 return;
                             }
                         };
-                    let conn = watcher.watch(builder.serve_connection(
-                        TokioIo::new(framing::Watched::new(tls, ambiguous)),
-                        service,
-                    ));
-                    tokio::select! {
-                        r = conn => r,
-                        r = idle => r,
-                    }
+                    serve_until_idle(&builder, watcher, tls, ambiguous, service, idle).await
                 }
                 None => {
                     // The auto builder waits for the first bytes to pick
@@ -294,14 +287,7 @@ async fn serve_shared<H: Handler>(
                         Ok(Ok(n)) if n > 0 => {}
                         _ => return,
                     }
-                    let conn = watcher.watch(builder.serve_connection(
-                        TokioIo::new(framing::Watched::new(stream, ambiguous)),
-                        service,
-                    ));
-                    tokio::select! {
-                        r = conn => r,
-                        r = idle => r,
-                    }
+                    serve_until_idle(&builder, watcher, stream, ambiguous, service, idle).await
                 }
             };
             if let Err(e) = result {
@@ -322,6 +308,37 @@ async fn serve_shared<H: Handler>(
         _ = tokio::time::sleep(limits.shutdown_grace) => {
             tracing::warn!(listener = name, grace = ?limits.shutdown_grace, "grace period over; closing remaining connections");
         }
+    }
+}
+
+type ConnError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Serves HTTP on one accepted stream, plain or after its TLS handshake,
+/// until the connection ends, goes idle or is drained at shutdown.
+async fn serve_until_idle<T, S>(
+    builder: &auto::Builder<TokioExecutor>,
+    watcher: Watcher,
+    stream: T,
+    ambiguous: Arc<AtomicBool>,
+    service: S,
+    idle: impl Future<Output = Result<(), ConnError>>,
+) -> Result<(), ConnError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+    S: hyper::service::Service<
+        Request<Incoming>,
+        Response = Response<RespBody>,
+        Error = std::convert::Infallible,
+    >,
+    S::Future: Send + 'static,
+{
+    let conn = watcher.watch(builder.serve_connection(
+        TokioIo::new(framing::Watched::new(stream, ambiguous)),
+        service,
+    ));
+    tokio::select! {
+        r = conn => r,
+        r = idle => r,
     }
 }
 

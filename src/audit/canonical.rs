@@ -98,34 +98,32 @@ impl Members<'_> {
         self.out.extend_from_slice(b"\":");
     }
 
-    fn str(&mut self, name: &str, v: Option<&str>) -> Result<(), RecordError> {
-        match v {
-            None => Ok(()),
-            Some(s) => {
-                self.key(name);
-                string(self.out, s)
-            }
-        }
-    }
-
-    fn num(&mut self, name: &str, v: Option<f64>) -> Result<(), RecordError> {
-        match v {
-            None => Ok(()),
-            Some(f) => {
-                self.key(name);
-                number(self.out, f)
-            }
-        }
-    }
-
-    fn json(&mut self, name: &str, v: Option<&Value>) -> Result<(), RecordError> {
+    /// Writes `name` and `v` with `write`, or nothing when `v` is absent.
+    fn member<T>(
+        &mut self,
+        name: &str,
+        v: Option<T>,
+        write: impl FnOnce(&mut Vec<u8>, T) -> Result<(), RecordError>,
+    ) -> Result<(), RecordError> {
         match v {
             None => Ok(()),
             Some(v) => {
                 self.key(name);
-                value(self.out, v)
+                write(self.out, v)
             }
         }
+    }
+
+    fn str(&mut self, name: &str, v: Option<&str>) -> Result<(), RecordError> {
+        self.member(name, v, string)
+    }
+
+    fn num(&mut self, name: &str, v: Option<f64>) -> Result<(), RecordError> {
+        self.member(name, v, number)
+    }
+
+    fn json(&mut self, name: &str, v: Option<&Value>) -> Result<(), RecordError> {
+        self.member(name, v, value)
     }
 
     fn finish(self) {

@@ -160,21 +160,25 @@ fn sync_dir(dir: &Path) -> Result<(), AuditError> {
 fn write_docs(dir: &Path, docs: &[KeyDocument]) -> Result<(), AuditError> {
     let path = dir.join(KEYS_FILE);
     let tmp = dir.join(format!("{KEYS_FILE}.tmp"));
-    let text = serde_json::to_string_pretty(docs).map_err(|e| key_err(&path, e.to_string()))?;
-    let write = || -> std::io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        fs::rename(&tmp, &path)
-    };
-    write().map_err(|e| key_err(&path, e.to_string()))?;
+    let mut text = serde_json::to_string_pretty(docs).map_err(|e| key_err(&path, e.to_string()))?;
+    text.push('\n');
+    write_synced(&tmp, 0o644, text.as_bytes())
+        .and_then(|()| fs::rename(&tmp, &path))
+        .map_err(|e| key_err(&path, e.to_string()))?;
     sync_dir(dir)
+}
+
+/// Writes `bytes` to `path` with `mode` (replacing what was there) and syncs
+/// them, so that a key file moved into place afterwards is whole.
+pub(super) fn write_synced(path: &Path, mode: u32, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
 }
 
 fn generate(dir: &Path, origin: &str, now: String) -> Result<SigningKey, AuditError> {

@@ -15,9 +15,8 @@
 //! record matches.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write as _};
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::fs::{self, File};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use ring::hmac;
@@ -132,17 +131,8 @@ fn create(dir: &Path, path: &Path) -> Result<RedactionKey, RedactionKeyError> {
         .fill(&mut raw)
         .map_err(|_| key_err(path, "the system random number generator failed"))?;
     let tmp: PathBuf = dir.join(format!("{REDACTION_KEY_FILE}.{}.tmp", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&raw)?;
-        f.sync_all()
-    };
-    let linked = write().and_then(|()| fs::hard_link(&tmp, path));
+    let linked =
+        super::keys::write_synced(&tmp, 0o600, &raw).and_then(|()| fs::hard_link(&tmp, path));
     let _ = fs::remove_file(&tmp);
     match linked {
         Ok(()) => {}

@@ -101,55 +101,55 @@ fn ct_hash_vectors() {
 
 #[test]
 fn ct_inclusion_proofs_with_sides() {
+    use Position::{Left, Right};
     let leaves = ct_leaves();
-    let (mut mem, _) = MemoryHashes::from_leaves(&leaves);
-    let p = inclusion_proof(&mut mem, 0, 8).unwrap();
-    let want = [
+    // (tree size, leaf, the proof's steps)
+    let cases = [
         (
-            "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
-            Position::Right,
+            8,
+            0,
+            [
+                (
+                    "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+                    Right,
+                ),
+                (
+                    "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+                    Right,
+                ),
+                (
+                    "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+                    Right,
+                ),
+            ],
         ),
         (
-            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            Position::Right,
-        ),
-        (
-            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
-            Position::Right,
+            7,
+            5,
+            [
+                (
+                    "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+                    Left,
+                ),
+                (
+                    "b08693ec2e721597130641e8211e7eedccb4c26413963eee6c1e2ed16ffb1a5f",
+                    Right,
+                ),
+                (
+                    "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+                    Left,
+                ),
+            ],
         ),
     ];
-    let got: Vec<(String, Position)> = p.iter().map(|(h, s)| (hex::encode(h), *s)).collect();
-    assert_eq!(
-        got,
-        want.iter()
-            .map(|(h, s)| (h.to_string(), *s))
-            .collect::<Vec<_>>()
-    );
-
-    let (mut mem7, f7) = MemoryHashes::from_leaves(&leaves[..7]);
-    let p = inclusion_proof(&mut mem7, 5, 7).unwrap();
-    let want = [
-        (
-            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
-            Position::Left,
-        ),
-        (
-            "b08693ec2e721597130641e8211e7eedccb4c26413963eee6c1e2ed16ffb1a5f",
-            Position::Right,
-        ),
-        (
-            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
-            Position::Left,
-        ),
-    ];
-    let got: Vec<(String, Position)> = p.iter().map(|(h, s)| (hex::encode(h), *s)).collect();
-    assert_eq!(
-        got,
-        want.iter()
-            .map(|(h, s)| (h.to_string(), *s))
-            .collect::<Vec<_>>()
-    );
-    verify_inclusion(5, 7, &leaves[5], &p, &f7.root()).unwrap();
+    for (size, leaf, want) in cases {
+        let (mut mem, f) = MemoryHashes::from_leaves(&leaves[..size as usize]);
+        let p = inclusion_proof(&mut mem, leaf, size).unwrap();
+        let got: Vec<(String, Position)> = p.iter().map(|(h, s)| (hex::encode(h), *s)).collect();
+        let want: Vec<(String, Position)> = want.iter().map(|(h, s)| (h.to_string(), *s)).collect();
+        assert_eq!(got, want, "leaf {leaf} of {size}");
+        verify_inclusion(leaf, size, &leaves[leaf as usize], &p, &f.root()).unwrap();
+    }
 }
 
 #[test]
@@ -628,6 +628,32 @@ fn key_json(log: &AuditLog, kid: &str) -> String {
     serde_json::to_string(&log.key(kid).unwrap()).unwrap()
 }
 
+/// A log holding `decision(0..n)`, their record ids, and the JSON of the
+/// key that signed them.
+async fn log_with_decisions(e: &Env, n: u64) -> (AuditLog, Vec<uuid::Uuid>, String) {
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let rec = decision(i);
+        ids.push(rec.record_id);
+        log.append(rec).await.unwrap();
+    }
+    let key = key_json(&log, &log.health().key_id);
+    (log, ids, key)
+}
+
+/// The proof document of record `id`, as served.
+async fn proof_json(log: &AuditLog, id: uuid::Uuid) -> String {
+    log.proof(id).await.unwrap().unwrap().to_json()
+}
+
+/// Stops the writer and verifies what it left, as `verdict audit verify`
+/// does offline.
+async fn shut_and_verify(log: &AuditLog, e: &Env) -> VerifyReport {
+    log.shutdown().await;
+    verify_log(&e.db, &e.keys, |_, _| {}).unwrap()
+}
+
 fn check_receipt(r: &Receipt) {
     let leaf = leaf_hash(&record::parse_hash_string(&r.record_hash).unwrap());
     let steps: Vec<(Hash, Position)> = r
@@ -691,14 +717,7 @@ async fn append_proof_record_and_restart() {
     assert_eq!(p.merkle_root, receipts[2].merkle_root);
     assert_eq!(p.proof, receipts[2].proof);
     let bytes = p.to_json();
-    assert_eq!(
-        log.proof(receipts[2].record_id)
-            .await
-            .unwrap()
-            .unwrap()
-            .to_json(),
-        bytes
-    );
+    assert_eq!(proof_json(&log, receipts[2].record_id).await, bytes);
     verify_proof(&bytes, &key_json(&log, &kid)).unwrap();
     assert!(log.proof(uuid::Uuid::new_v4()).await.unwrap().is_none());
     assert!(log.record(uuid::Uuid::new_v4()).await.unwrap().is_none());
@@ -718,14 +737,7 @@ async fn append_proof_record_and_restart() {
     let r = log.append(decision(5)).await.unwrap();
     assert_eq!(r.leaf_index, 5);
     check_receipt(&r);
-    assert_eq!(
-        log.proof(receipts[2].record_id)
-            .await
-            .unwrap()
-            .unwrap()
-            .to_json(),
-        bytes
-    );
+    assert_eq!(proof_json(&log, receipts[2].record_id).await, bytes);
     log.shutdown().await;
     let mut other = cfg(0);
     other.origin = Some("verdict/other".into());
@@ -773,15 +785,7 @@ fn flip_char(s: &str, i: usize) -> String {
 #[tokio::test]
 async fn proof_mutations_fail() {
     let e = env();
-    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
-    let mut ids = Vec::new();
-    for i in 0..11 {
-        let rec = decision(i);
-        ids.push(rec.record_id);
-        log.append(rec).await.unwrap();
-    }
-    let kid = log.health().key_id;
-    let key = key_json(&log, &kid);
+    let (log, ids, key) = log_with_decisions(&e, 11).await;
     let good = log.proof(ids[9]).await.unwrap().unwrap();
     assert_eq!(good.tree_size, 10);
     verify_proof(&good.to_json(), &key).unwrap();
@@ -885,15 +889,7 @@ print("ok")
 #[tokio::test]
 async fn proofs_cross_check_with_python_reference() {
     let e = env();
-    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
-    let mut ids = Vec::new();
-    for i in 0..23 {
-        let rec = decision(i);
-        ids.push(rec.record_id);
-        log.append(rec).await.unwrap();
-    }
-    let kid = log.health().key_id;
-    let key = key_json(&log, &kid);
+    let (log, ids, key) = log_with_decisions(&e, 23).await;
     let docs: Vec<ProofDocument> = {
         let mut v = Vec::new();
         for id in &ids {
@@ -961,8 +957,7 @@ async fn group_commit_with_many_concurrent_appends() {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &reg).unwrap();
     assert!(text.contains("verdict_audit_records_total 400"), "{text}");
-    log.shutdown().await;
-    let report = verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+    let report = shut_and_verify(&log, &e).await;
     assert_eq!(report.records, 400);
     // Far fewer checkpoints than records: records were grouped.
     assert!(report.checkpoints < 200, "{report:?}");
@@ -988,8 +983,7 @@ async fn wal_frames_reach_the_database_file_beside_the_writer() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(db_len() > before, "database file still {before} bytes");
-    log.shutdown().await;
-    assert_eq!(verify_log(&e.db, &e.keys, |_, _| {}).unwrap().records, 60);
+    assert_eq!(shut_and_verify(&log, &e).await.records, 60);
 }
 
 #[tokio::test]
@@ -1031,8 +1025,7 @@ async fn a_quiet_queue_closes_the_group_before_max_wait() {
         "the group lingered: {:?}",
         started.elapsed()
     );
-    log.shutdown().await;
-    assert!(verify_log(&e.db, &e.keys, |_, _| {}).unwrap().checkpoints <= 22);
+    assert!(shut_and_verify(&log, &e).await.checkpoints <= 22);
 }
 
 #[tokio::test]
@@ -1062,8 +1055,7 @@ async fn write_failure_fails_every_waiter_and_recovers() {
     assert_eq!(r.leaf_index, 3);
     check_receipt(&r);
     assert!(!log.health().failing);
-    log.shutdown().await;
-    assert_eq!(verify_log(&e.db, &e.keys, |_, _| {}).unwrap().records, 4);
+    assert_eq!(shut_and_verify(&log, &e).await.records, 4);
 }
 
 #[tokio::test]
@@ -1108,25 +1100,21 @@ async fn duplicate_record_id_fails_alone() {
     leaves.sort_unstable();
     assert_eq!(refused, 2);
     assert_eq!(leaves, (2..13).collect::<Vec<_>>());
-    log.shutdown().await;
-    assert_eq!(verify_log(&e.db, &e.keys, |_, _| {}).unwrap().records, 13);
+    assert_eq!(shut_and_verify(&log, &e).await.records, 13);
 }
 
 #[tokio::test]
 async fn key_rotation_signs_with_both_and_keeps_old_published() {
     let e = env();
-    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
-    let first = decision(0);
-    log.append(first.clone()).await.unwrap();
+    let (log, ids, old_key) = log_with_decisions(&e, 1).await;
     let old_kid = log.health().key_id;
-    let old_key = key_json(&log, &old_kid);
     let new = log.rotate_key().await.unwrap();
     assert_ne!(new.kid, old_kid);
     assert_eq!(log.health().key_id, new.kid);
     assert_eq!(log.key(&old_kid).unwrap().status, KeyStatus::Retired);
     assert_eq!(log.key(&new.kid).unwrap().status, KeyStatus::Active);
     // The old proof still verifies with the old key.
-    let p = log.proof(first.record_id).await.unwrap().unwrap();
+    let p = log.proof(ids[0]).await.unwrap().unwrap();
     verify_proof(&p.to_json(), &old_key).unwrap();
     // The key-change checkpoint carries both signatures.
     let conn = rusqlite::Connection::open(&e.db).unwrap();
@@ -1208,8 +1196,7 @@ async fn a_rotation_whose_record_failed_is_committed_before_the_next_group() {
     assert_eq!((r.leaf_index, r.tree_size), (2, 3));
     assert_eq!(r.key_id, new_kid);
     assert_key_change_at_leaf_1(&e, &old_kid, &new_kid);
-    log.shutdown().await;
-    verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+    shut_and_verify(&log, &e).await;
 }
 
 #[tokio::test]
@@ -1228,8 +1215,7 @@ async fn a_rotation_cut_off_before_its_record_is_completed_at_start() {
     assert_key_change_at_leaf_1(&e, &old_kid, &new_kid);
     let r = log.append(decision(1)).await.unwrap();
     assert_eq!((r.leaf_index, r.key_id.as_str()), (2, new_kid.as_str()));
-    log.shutdown().await;
-    verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+    shut_and_verify(&log, &e).await;
     // A clean reopen finds nothing to resume.
     let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
     assert_eq!(log.health().size, 3);
@@ -1251,23 +1237,43 @@ fn sql(e: &Env, stmt: &str, params: impl rusqlite::Params) {
     conn.execute(stmt, params).unwrap();
 }
 
-/// Flips bits of byte `at` in the stored hashes of `leaf`, in `table`
-/// (`audit_records`, or `audit_hashes` in the earlier layout).
-fn flip_stored_hash(e: &Env, table: &str, leaf: u64, at: usize, mask: u8) {
+/// Rewrites `column` of the one row of `table` that `row` (an SQL
+/// condition) selects with `edit`, behind the log's back.
+fn edit_stored<T: rusqlite::types::FromSql + rusqlite::ToSql>(
+    e: &Env,
+    table: &str,
+    column: &str,
+    row: &str,
+    edit: impl FnOnce(T) -> T,
+) {
     let conn = rusqlite::Connection::open(&e.db).unwrap();
-    let mut blob: Vec<u8> = conn
+    let old: T = conn
         .query_row(
-            &format!("SELECT hashes FROM {table} WHERE leaf = ?1"),
-            [leaf as i64],
+            &format!("SELECT {column} FROM {table} WHERE {row}"),
+            [],
             |r| r.get(0),
         )
         .unwrap();
-    blob[at] ^= mask;
     conn.execute(
-        &format!("UPDATE {table} SET hashes = ?1 WHERE leaf = ?2"),
-        rusqlite::params![blob, leaf as i64],
+        &format!("UPDATE {table} SET {column} = ?1 WHERE {row}"),
+        [edit(old)],
     )
     .unwrap();
+}
+
+/// Flips bits of byte `at` in the stored hashes of `leaf`, in `table`
+/// (`audit_records`, or `audit_hashes` in the earlier layout).
+fn flip_stored_hash(e: &Env, table: &str, leaf: u64, at: usize, mask: u8) {
+    edit_stored(
+        e,
+        table,
+        "hashes",
+        &format!("leaf = {leaf}"),
+        |mut blob: Vec<u8>| {
+            blob[at] ^= mask;
+            blob
+        },
+    );
 }
 
 #[tokio::test]
@@ -1276,22 +1282,17 @@ async fn tampered_record_is_named_by_verify_log() {
     let receipts = build_log(&e, 12).await;
     verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
     // Change one digit inside record 5: still valid JSON, different hash.
-    let conn = rusqlite::Connection::open(&e.db).unwrap();
-    let text: String = conn
-        .query_row(
-            "SELECT canonical FROM audit_records WHERE leaf = 5",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    let changed = text.replace("\"amount\":5", "\"amount\":6");
-    assert_ne!(changed, text);
-    conn.execute(
-        "UPDATE audit_records SET canonical = ?1 WHERE leaf = 5",
-        [&changed],
-    )
-    .unwrap();
-    drop(conn);
+    edit_stored(
+        &e,
+        "audit_records",
+        "canonical",
+        "leaf = 5",
+        |text: String| {
+            let changed = text.replace("\"amount\":5", "\"amount\":6");
+            assert_ne!(changed, text);
+            changed
+        },
+    );
     let err = verify_log(&e.db, &e.keys, |_, _| {}).unwrap_err();
     match &err {
         VerifyError::Record {
@@ -1352,21 +1353,13 @@ async fn open_refuses_a_tree_that_does_not_match_the_newest_checkpoint() {
     // A flipped byte in the newest checkpoint's signature.
     let e = env();
     build_log(&e, 4).await;
-    let conn = rusqlite::Connection::open(&e.db).unwrap();
-    let note_text: String = conn
-        .query_row(
-            "SELECT note FROM audit_checkpoints WHERE tree_size = 4",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    let n = note_text.chars().count();
-    conn.execute(
-        "UPDATE audit_checkpoints SET note = ?1 WHERE tree_size = 4",
-        [flip_char(&note_text, n - 10)],
-    )
-    .unwrap();
-    drop(conn);
+    edit_stored(
+        &e,
+        "audit_checkpoints",
+        "note",
+        "tree_size = 4",
+        |note: String| flip_char(&note, note.chars().count() - 10),
+    );
     assert!(matches!(
         AuditLog::open(&e.db, &e.keys, &cfg(0)),
         Err(AuditError::Corrupt(_))
@@ -1474,8 +1467,7 @@ async fn a_log_with_split_hashes_is_verified_then_merged_when_opened() {
     for i in 12..20 {
         log.append(decision(i)).await.unwrap();
     }
-    log.shutdown().await;
-    let report = verify_log(&e.db, &e.keys, |_, _| {}).unwrap();
+    let report = shut_and_verify(&log, &e).await;
     assert_eq!(report.records, 20);
 }
 

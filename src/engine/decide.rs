@@ -330,22 +330,10 @@ pub fn decide(f: &Facts<'_>) -> Decision {
 mod tests {
     use super::*;
     use crate::engine::model::{Options, Requirements};
+    use crate::engine::tests::bare_check as check;
     use DecisionMode::{Audit, Balanced, Strict};
     use DecisionReason as R;
     use Outcome::{Allow, Deny, NeedsReview};
-
-    fn check(status: ClaimStatus, coverage: f64) -> Check {
-        Check {
-            claim_id: "c1".into(),
-            claim_text: "x".into(),
-            status,
-            coverage,
-            citations: vec![],
-            evidence: vec![],
-            reasons: vec![],
-            conflicts: vec![],
-        }
-    }
 
     fn hit(effect: Effect) -> RuleHit {
         RuleHit {

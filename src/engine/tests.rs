@@ -347,18 +347,24 @@ fn evidence_is_limited_and_best_first() {
     );
 }
 
-#[test]
-fn summarize_follows_design() {
-    let mk = |status, coverage| Check {
-        claim_id: "c".into(),
-        claim_text: String::new(),
+/// A check that is only a status and a coverage: what `summarize` and the
+/// decision table read of a check.
+pub(super) fn bare_check(status: ClaimStatus, coverage: f64) -> Check {
+    Check {
+        claim_id: "c1".into(),
+        claim_text: "x".into(),
         status,
         coverage,
         citations: vec![],
         evidence: vec![],
         reasons: vec![],
         conflicts: vec![],
-    };
+    }
+}
+
+#[test]
+fn summarize_follows_design() {
+    let mk = bare_check;
     let s = ClaimStatus::Supported;
     let a = ClaimStatus::Ambiguous;
     let u = ClaimStatus::Unsupported;

@@ -226,29 +226,26 @@ impl Pattern {
 
     /// Whether some path matches both patterns.
     pub(super) fn overlaps(&self, other: &Pattern) -> bool {
-        self.segments.len() == other.segments.len()
-            && self
-                .segments
-                .iter()
-                .zip(&other.segments)
-                .all(|pair| match pair {
-                    (Segment::Literal(a), Segment::Literal(b)) => a.eq_ignore_ascii_case(b),
-                    _ => true,
-                })
+        self.each_segment(other, |pair| match pair {
+            (Segment::Literal(a), Segment::Literal(b)) => a.eq_ignore_ascii_case(b),
+            _ => true,
+        })
     }
 
     /// Whether every path `other` matches, this pattern matches too.
     pub(super) fn covers(&self, other: &Pattern) -> bool {
+        self.each_segment(other, |pair| match pair {
+            (Segment::Param(_), _) => true,
+            (Segment::Literal(a), Segment::Literal(b)) => a.eq_ignore_ascii_case(b),
+            (Segment::Literal(_), Segment::Param(_)) => false,
+        })
+    }
+
+    /// Whether both patterns have as many segments and `holds` for each
+    /// pair of segments at the same place.
+    fn each_segment(&self, other: &Pattern, holds: impl Fn((&Segment, &Segment)) -> bool) -> bool {
         self.segments.len() == other.segments.len()
-            && self
-                .segments
-                .iter()
-                .zip(&other.segments)
-                .all(|pair| match pair {
-                    (Segment::Param(_), _) => true,
-                    (Segment::Literal(a), Segment::Literal(b)) => a.eq_ignore_ascii_case(b),
-                    (Segment::Literal(_), Segment::Param(_)) => false,
-                })
+            && self.segments.iter().zip(&other.segments).all(holds)
     }
 
     /// A path both patterns match, for messages, when they [overlap]: each

@@ -44,7 +44,15 @@ struct FileCtx<'a> {
     errors: &'a mut Vec<PolicyError>,
 }
 
-impl FileCtx<'_> {
+impl<'a> FileCtx<'a> {
+    fn new(display: &'a str, text: &'a str, errors: &'a mut Vec<PolicyError>) -> Self {
+        FileCtx {
+            display,
+            text,
+            errors,
+        }
+    }
+
     fn at(&self, byte: usize) -> String {
         let (line, col) = line_col(self.text, byte);
         format!("{}:{line}:{col}", self.display)
@@ -61,6 +69,17 @@ impl FileCtx<'_> {
     }
 }
 
+/// A policy file's text, or why the file as a whole is refused.
+fn whole_text(bytes: &[u8]) -> Result<&str, &'static str> {
+    // An editor that truncates a file and then writes it leaves a moment
+    // where the file is empty; applying that as "no policy" would open
+    // the gate. A file that means to be empty says so with a comment.
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err("file is empty (a truncated write?); a policy file that means to hold nothing says so with a comment");
+    }
+    std::str::from_utf8(bytes).map_err(|_| "file is not valid UTF-8")
+}
+
 /// Validates `sources` (in any order) into a set, or returns every error
 /// sorted by file and position.
 pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyError>> {
@@ -74,28 +93,18 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
     let mut incomplete = false;
     for src in &sources {
         let display = src.display.as_str();
-        // An editor that truncates a file and then writes it leaves a moment
-        // where the file is empty; applying that as "no policy" would open
-        // the gate. A file that means to be empty says so with a comment.
-        if src.bytes.iter().all(u8::is_ascii_whitespace) {
-            errors.push(PolicyError::Invalid {
-                file: display.to_string(),
-                line: 1,
-                col: 1,
-                message: "file is empty (a truncated write?); a policy file that means to hold nothing says so with a comment".into(),
-            });
-            incomplete = true;
-            continue;
-        }
-        let Ok(text) = std::str::from_utf8(&src.bytes) else {
-            errors.push(PolicyError::Invalid {
-                file: display.to_string(),
-                line: 1,
-                col: 1,
-                message: "file is not valid UTF-8".into(),
-            });
-            incomplete = true;
-            continue;
+        let text = match whole_text(&src.bytes) {
+            Ok(text) => text,
+            Err(message) => {
+                errors.push(PolicyError::Invalid {
+                    file: display.to_string(),
+                    line: 1,
+                    col: 1,
+                    message: message.into(),
+                });
+                incomplete = true;
+                continue;
+            }
         };
         let file::Parsed {
             doc,
@@ -103,11 +112,7 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
         } = file::parse(text);
         if !file_errors.is_empty() {
             incomplete = true;
-            let mut cx = FileCtx {
-                display,
-                text,
-                errors: &mut errors,
-            };
+            let mut cx = FileCtx::new(display, text, &mut errors);
             for (byte, message) in file_errors {
                 cx.err(byte, message);
             }
@@ -131,11 +136,7 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
     let mut actions: BTreeMap<String, ActionPolicy> = BTreeMap::new();
     let mut action_at: BTreeMap<String, String> = BTreeMap::new();
     for (src, text, doc) in &parsed {
-        let mut cx = FileCtx {
-            display: &src.display,
-            text,
-            errors: &mut errors,
-        };
+        let mut cx = FileCtx::new(&src.display, text, &mut errors);
         for fa in &doc.action {
             let type_ = fa.type_.get_ref();
             let start = fa.type_.span().start;
@@ -158,11 +159,7 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
     // Where each accepted route's name and path were written.
     let mut route_at: Vec<(String, String)> = Vec::new();
     for (src, text, doc) in &parsed {
-        let mut cx = FileCtx {
-            display: &src.display,
-            text,
-            errors: &mut errors,
-        };
+        let mut cx = FileCtx::new(&src.display, text, &mut errors);
         for fr in &doc.route {
             // A table that could not be read may define the action; do not
             // pile a misleading "unknown action" on top of its real error.
@@ -368,21 +365,19 @@ fn rule(cx: &mut FileCtx<'_>, fr: &FileRule) -> Option<Rule> {
         },
         FileOp::Eq | FileOp::Ne => value
             .and_then(scalar)
-            .map(|s| {
-                if file_op == FileOp::Eq {
-                    Op::Eq(s)
-                } else {
-                    Op::Ne(s)
-                }
+            .map(if file_op == FileOp::Eq {
+                Op::Eq
+            } else {
+                Op::Ne
             })
             .ok_or_else(|| format!("op {name:?} needs a string, number or boolean value")),
         FileOp::Gt | FileOp::Ge | FileOp::Lt | FileOp::Le => value
             .and_then(number)
-            .map(|n| match file_op {
-                FileOp::Gt => Op::Gt(n),
-                FileOp::Ge => Op::Ge(n),
-                FileOp::Lt => Op::Lt(n),
-                _ => Op::Le(n),
+            .map(match file_op {
+                FileOp::Gt => Op::Gt,
+                FileOp::Ge => Op::Ge,
+                FileOp::Lt => Op::Lt,
+                _ => Op::Le,
             })
             .ok_or_else(|| format!("op {name:?} needs a number value")),
         FileOp::In | FileOp::NotIn => value
@@ -390,12 +385,10 @@ fn rule(cx: &mut FileCtx<'_>, fr: &FileRule) -> Option<Rule> {
                 toml::Value::Array(a) => a.iter().map(scalar).collect::<Option<Vec<_>>>(),
                 _ => None,
             })
-            .map(|l| {
-                if file_op == FileOp::In {
-                    Op::In(l)
-                } else {
-                    Op::NotIn(l)
-                }
+            .map(if file_op == FileOp::In {
+                Op::In
+            } else {
+                Op::NotIn
             })
             .ok_or_else(|| format!("op {name:?} needs an array of strings, numbers or booleans")),
         FileOp::Matches => match value {

@@ -227,20 +227,20 @@ impl Proxy {
             let pointers = body_pointers(route);
             match guard::parse_json(&bytes, &pointers) {
                 Ok(v) => Some(v),
-                Err(guard::BodyError::Invalid(e)) => {
-                    let r = refuse(
-                        DecisionReason::PolicyViolation,
-                        StatusCode::BAD_REQUEST,
-                        format!("this route reads a JSON body and the body is not valid JSON: {e}"),
-                    );
-                    return Ok(self.refuse(set, &probe, r, request_id).await);
-                }
-                Err(guard::BodyError::Ambiguous(e)) => {
-                    let r = refuse(
-                        DecisionReason::AmbiguousBody,
-                        StatusCode::BAD_REQUEST,
-                        format!("the body is ambiguous: {e}"),
-                    );
+                Err(e) => {
+                    let (reason, message) = match e {
+                        guard::BodyError::Invalid(e) => (
+                            DecisionReason::PolicyViolation,
+                            format!(
+                                "this route reads a JSON body and the body is not valid JSON: {e}"
+                            ),
+                        ),
+                        guard::BodyError::Ambiguous(e) => (
+                            DecisionReason::AmbiguousBody,
+                            format!("the body is ambiguous: {e}"),
+                        ),
+                    };
+                    let r = refuse(reason, StatusCode::BAD_REQUEST, message);
                     return Ok(self.refuse(set, &probe, r, request_id).await);
                 }
             }

@@ -264,6 +264,18 @@ struct Sentence<'a> {
     seen: Vec<u32>,
 }
 
+/// The distinct stems of `toks` that are among `stems`, sorted.
+fn stems_in(toks: &[Token], stems: &[u32]) -> Vec<u32> {
+    let mut seen: Vec<u32> = toks
+        .iter()
+        .map(|t| t.stem_id)
+        .filter(|s| stems.contains(s))
+        .collect();
+    seen.sort_unstable();
+    seen.dedup();
+    seen
+}
+
 impl Sentence<'_> {
     /// How many of one claim clause's terms this clause holds: a claim
     /// word is judged against the evidence clause that carries the claim
@@ -299,6 +311,18 @@ struct Hit {
     at: (usize, usize),
 }
 
+impl Hit {
+    /// A conflict on the claim token with stem `stem`, against the token
+    /// at `at`.
+    fn on_stem(reason: Reason, stem: u32, at: (usize, usize)) -> Hit {
+        Hit {
+            reason,
+            claim: ClaimSide::Stem(stem),
+            at,
+        }
+    }
+}
+
 /// The first contradiction in `units` that coverage cannot see, if any,
 /// with the two spans that disagree.
 pub(super) fn find(
@@ -319,13 +343,7 @@ pub(super) fn find(
         let src = &idx.sources[unit.source];
         let toks = src.tokens.get(unit.tok_start..unit.tok_end).unwrap_or(&[]);
         for clause in clauses(src.text, toks, vocab) {
-            let mut seen: Vec<u32> = clause
-                .iter()
-                .map(|t| t.stem_id)
-                .filter(|s| term_stems.contains(s))
-                .collect();
-            seen.sort_unstable();
-            seen.dedup();
+            let seen = stems_in(clause, &term_stems);
             sentences.push(Sentence {
                 body: src.text,
                 source_id: src.id,
@@ -395,11 +413,7 @@ fn negation(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Op
             }
         }
         if opposite > same {
-            return Some(Hit {
-                reason: Reason::NegationConflict,
-                claim: ClaimSide::Stem(stem),
-                at,
-            });
+            return Some(Hit::on_stem(Reason::NegationConflict, stem, at));
         }
     }
     None
@@ -452,11 +466,7 @@ fn denied_predicate(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Voca
         first.get_or_insert((word, (si, at)));
     }
     let (word, at) = first?;
-    Some(Hit {
-        reason: Reason::NegationConflict,
-        claim: ClaimSide::Stem(word),
-        at,
-    })
+    Some(Hit::on_stem(Reason::NegationConflict, word, at))
 }
 
 /// A claim word whose exclusive state the passage asserts with the same
@@ -506,11 +516,7 @@ fn status(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
             }
         }
         if rival > own {
-            return Some(Hit {
-                reason: Reason::StatusConflict,
-                claim: ClaimSide::Stem(stem),
-                at,
-            });
+            return Some(Hit::on_stem(Reason::StatusConflict, stem, at));
         }
     }
     None
@@ -783,11 +789,7 @@ fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
         }
     }
     let (word, at) = first?;
-    Some(Hit {
-        reason: Reason::HedgedEvidence,
-        claim: ClaimSide::Stem(word),
-        at,
-    })
+    Some(Hit::on_stem(Reason::HedgedEvidence, word, at))
 }
 
 /// The value of a count token: a small number word ("two") or digits.
@@ -830,11 +832,7 @@ fn counted(sentences: &[Sentence<'_>], vocab: &text::Vocab, claim_toks: &[Token]
             }
         }
         if let (false, Some(at)) = (same, rival) {
-            return Some(Hit {
-                reason: Reason::NumberMismatch,
-                claim: ClaimSide::Stem(ct.stem_id),
-                at,
-            });
+            return Some(Hit::on_stem(Reason::NumberMismatch, ct.stem_id, at));
         }
     }
     None
@@ -882,17 +880,7 @@ fn party(
         .filter(|t| !is_party_term(t))
         .filter_map(|t| t.stem)
         .collect();
-    let count = |s: &Sentence<'_>, set: &[u32]| {
-        let mut seen: Vec<u32> = s
-            .toks
-            .iter()
-            .map(|t| t.stem_id)
-            .filter(|id| set.contains(id))
-            .collect();
-        seen.sort_unstable();
-        seen.dedup();
-        seen.len()
-    };
+    let count = |s: &Sentence<'_>, set: &[u32]| stems_in(s.toks, set).len();
     let best = sentences
         .iter()
         .map(|s| count(s, &predicate))
@@ -968,11 +956,7 @@ fn party(
         })
     };
     carriers.iter().find_map(|(si, s)| {
-        names_another(s).map(|k| Hit {
-            reason: Reason::PartyConflict,
-            claim: ClaimSide::Stem(missing),
-            at: (*si, k),
-        })
+        names_another(s).map(|k| Hit::on_stem(Reason::PartyConflict, missing, (*si, k)))
     })
 }
 
@@ -1033,11 +1017,7 @@ fn designated_party(
             }
         }
         if let (false, Some(at)) = (same, other) {
-            return Some(Hit {
-                reason: Reason::PartyConflict,
-                claim: ClaimSide::Stem(head),
-                at,
-            });
+            return Some(Hit::on_stem(Reason::PartyConflict, head, at));
         }
     }
     None
@@ -1070,11 +1050,7 @@ fn scope(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Optio
                 let t = &s.toks[j];
                 let asserted = a.polarity.iter().any(|&(st, neg)| st == t.stem_id && !neg);
                 if asserted && !t.lex.stopword {
-                    return Some(Hit {
-                        reason: Reason::ScopeConflict,
-                        claim: ClaimSide::Stem(t.stem_id),
-                        at: (si, j),
-                    });
+                    return Some(Hit::on_stem(Reason::ScopeConflict, t.stem_id, (si, j)));
                 }
                 j += 1;
             }
