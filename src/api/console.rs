@@ -314,22 +314,32 @@ impl Console {
         query: Option<&str>,
         me: &SignedIn,
     ) -> Result<Response<RespBody>, ApiError> {
+        let flash = match Query::parse(query).get("resolved") {
+            Some("approved") => Some(Flash::Resolved("approved")),
+            Some("rejected") => Some(Flash::Resolved("rejected")),
+            Some("approval_recorded") => Some(Flash::Recorded),
+            _ => None,
+        };
+        self.review_page(id, me, flash, StatusCode::OK).await
+    }
+
+    /// A review's page, with a flash line and under a status.
+    async fn review_page(
+        &self,
+        id: &str,
+        me: &SignedIn,
+        flash: Option<Flash<'_>>,
+        status: StatusCode,
+    ) -> Result<Response<RespBody>, ApiError> {
         let inspection = self
             .app
             .reviews
             .inspect(id, &Self::viewer(me))
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("no review {id}")))?;
-        let q = Query::parse(query);
-        let flash = match q.get("resolved") {
-            Some("approved") => Some(Flash::Resolved("approved")),
-            Some("rejected") => Some(Flash::Resolved("rejected")),
-            Some("approval_recorded") => Some(Flash::Recorded),
-            _ => None,
-        };
         let pending = inspection.view.status == ReviewStatus::Pending;
         let html = pages::detail(&me.nav(), &inspection, flash, pending, SystemTime::now());
-        Ok(page(StatusCode::OK, html))
+        Ok(page(status, html))
     }
 
     async fn resolve(
@@ -350,11 +360,12 @@ impl Console {
         };
         let note = form.get("note").unwrap_or_default().trim().to_string();
         if note.is_empty() || note.len() > super::reviews::MAX_NOTE_BYTES {
+            let why = "A note is required (at most 4096 bytes).";
             return self
-                .refused(
+                .review_page(
                     id,
                     me,
-                    "A note is required (at most 4096 bytes).",
+                    Some(Flash::Refused(why)),
                     StatusCode::UNPROCESSABLE_ENTITY,
                 )
                 .await;
@@ -388,51 +399,18 @@ impl Console {
                     (false, _) => "rejected",
                 }
             )),
-            Err(ApiError::Refused(why)) => {
-                self.refused(
-                    id,
-                    me,
-                    &format!("Not resolved: {why}."),
-                    StatusCode::FORBIDDEN,
-                )
-                .await
-            }
-            Err(ApiError::Conflict(why)) => {
-                self.refused(
-                    id,
-                    me,
-                    &format!("Not resolved: {why}. Someone (or another tab) got there first."),
-                    StatusCode::CONFLICT,
-                )
-                .await
+            Err(e @ (ApiError::Refused(_) | ApiError::Conflict(_))) => {
+                let why = match &e {
+                    ApiError::Conflict(why) => {
+                        format!("Not resolved: {why}. Someone (or another tab) got there first.")
+                    }
+                    other => format!("Not resolved: {other}."),
+                };
+                self.review_page(id, me, Some(Flash::Refused(&why)), e.status())
+                    .await
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// The detail page with a refusal on it.
-    async fn refused(
-        &self,
-        id: &str,
-        me: &SignedIn,
-        why: &str,
-        status: StatusCode,
-    ) -> Result<Response<RespBody>, ApiError> {
-        let inspection = self
-            .app
-            .reviews
-            .inspect(id, &Self::viewer(me))
-            .await?
-            .ok_or_else(|| ApiError::NotFound(format!("no review {id}")))?;
-        let pending = inspection.view.status == ReviewStatus::Pending;
-        let html = pages::detail(
-            &me.nav(),
-            &inspection,
-            Some(Flash::Refused(why)),
-            pending,
-            SystemTime::now(),
-        );
-        Ok(page(status, html))
     }
 
     /// An audit record and its inclusion proof, for a key that also has the

@@ -482,15 +482,8 @@ impl Store {
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?;
         let headers = {
-            let mut stmt = tx.prepare(
-                "SELECT name, value FROM review_request_headers WHERE review_id = ?1 ORDER BY position",
-            )?;
-            let rows = stmt.query_map([review_id], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
-            })?;
             let mut headers = Vec::new();
-            for row in rows {
-                let (name, stored) = row?;
+            for (name, stored) in held_headers(&tx, review_id)? {
                 let lower = name.to_ascii_lowercase();
                 let value = if super::seal::Sealer::applies(&lower) {
                     match self.sealer.open(review_id, &lower, &stored) {
@@ -703,22 +696,17 @@ impl Store {
         else {
             return Ok(None);
         };
-        let mut stmt = self.conn.prepare(
-            "SELECT name, value FROM review_request_headers WHERE review_id = ?1 ORDER BY position",
-        )?;
-        let rows = stmt.query_map([review_id], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
-        })?;
-        let mut headers = Vec::new();
-        for row in rows {
-            let (name, value) = row?;
-            let value = if super::seal::Sealer::applies(&name.to_ascii_lowercase()) {
-                Bytes::from_static(SEALED_PLACEHOLDER.as_bytes())
-            } else {
-                Bytes::from(value)
-            };
-            headers.push((name, value));
-        }
+        let headers = held_headers(&self.conn, review_id)?
+            .into_iter()
+            .map(|(name, value)| {
+                let value = if super::seal::Sealer::applies(&name.to_ascii_lowercase()) {
+                    Bytes::from_static(SEALED_PLACEHOLDER.as_bytes())
+                } else {
+                    Bytes::from(value)
+                };
+                (name, value)
+            })
+            .collect();
         let detail = detail.and_then(|d| serde_json::from_str(&d).ok());
         let upstream = self.upstream(review_id)?.map(|(_, u)| u);
         Ok(Some(Inspected {
@@ -749,6 +737,16 @@ impl Store {
         let rows = stmt.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+}
+
+/// The held headers of a review as stored (credential values still
+/// sealed), in the order received.
+fn held_headers(conn: &Connection, review_id: &str) -> Result<Vec<(String, Vec<u8>)>, ReviewError> {
+    let mut stmt = conn.prepare(
+        "SELECT name, value FROM review_request_headers WHERE review_id = ?1 ORDER BY position",
+    )?;
+    let rows = stmt.query_map([review_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 fn load(conn: &Connection, review_id: &str) -> Result<Option<Row>, ReviewError> {

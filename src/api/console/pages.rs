@@ -434,39 +434,24 @@ fn claim_marks(c: &Value) -> Vec<Mark> {
 }
 
 fn source_marks(claims: &[Value], source_id: &str) -> Vec<Mark> {
+    // (list, start key, end key, conflict): citations, then conflicts.
+    const KINDS: [(&str, &str, &str, bool); 2] = [
+        ("citations", "start", "end", false),
+        ("conflicts", "evidence_start", "evidence_end", true),
+    ];
     let mut marks = Vec::new();
     for c in claims {
-        let of_source = |x: &&Value| x.get("source_id").and_then(Value::as_str) == Some(source_id);
-        for x in c
-            .get("citations")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter(of_source)
-        {
-            if let (Some(start), Some(end)) = (offset(x, "start"), offset(x, "end")) {
-                marks.push(Mark {
-                    start,
-                    end,
-                    conflict: false,
-                });
-            }
-        }
-        for x in c
-            .get("conflicts")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter(of_source)
-        {
-            if let (Some(start), Some(end)) =
-                (offset(x, "evidence_start"), offset(x, "evidence_end"))
+        for (list, start, end, conflict) in KINDS {
+            let spans = c.get(list).and_then(Value::as_array).into_iter().flatten();
+            for x in spans.filter(|x| x.get("source_id").and_then(Value::as_str) == Some(source_id))
             {
-                marks.push(Mark {
-                    start,
-                    end,
-                    conflict: true,
-                });
+                if let (Some(start), Some(end)) = (offset(x, start), offset(x, end)) {
+                    marks.push(Mark {
+                        start,
+                        end,
+                        conflict,
+                    });
+                }
             }
         }
     }
