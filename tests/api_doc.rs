@@ -1,14 +1,21 @@
 //! docs/api.md holds what the API does. Every example in it (a `curl`
-//! command and the response it shows) is sent to a real server started with
-//! the policy the doc shows, and the actual response must have the
-//! documented shape: the same HTTP status, every documented key present with
-//! the same JSON type (recursively; for an array, its first element), and
-//! the same value for the keys in [`STABLE`]. Every `request_hash` must be
-//! the SHA-256 of the body's RFC 8785 canonical form, as the doc's Python
-//! snippet computes it. The decision table must list the rows of
-//! `engine::decide::decide` in its order, and every decision reason, claim
-//! reason and error code in the code must have its row in the doc's tables
-//! (and no row may name one the code does not have).
+//! command, `# HTTP <status>`, and the response it shows) is sent to a real
+//! server started with the policy the doc shows, and the actual response
+//! must have the documented shape: the same HTTP status, every documented
+//! key present with the same JSON type (recursively; for an array, its
+//! first element), no undocumented key in an object that does not say
+//! `"…": "…"`, and the same value for the keys in [`STABLE`]. Every
+//! `request_hash` must be the SHA-256 of the body's RFC 8785 canonical form,
+//! and what the doc's Python snippet prints for the body. The decision table
+//! must list the rows of `engine::decide::decide` in its order; every
+//! decision reason, claim status, claim reason and error code in the code
+//! must have its row in the doc's tables (and no row may name one the code
+//! does not have), and the claim reasons marked as contradictions must be
+//! those of `Reason::is_contradiction`.
+//!
+//! Example markers: `<!-- example: NAME [wait] [same-job] -->` before the
+//! command and response blocks (`wait`: poll until the documented
+//! `status`; `same-job`: the `job_id` of the submit before it).
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
 mod support;
@@ -806,6 +813,35 @@ fn every_reason_and_error_code_has_its_row() {
         codes,
         table_keys(&doc, "error-codes").into_iter().collect(),
     );
+}
+
+/// The claim reasons the doc marks as contradictions are the ones
+/// `Reason::is_contradiction` names.
+#[test]
+fn the_contradiction_column_follows_the_engine() {
+    let text = read("src/engine.rs");
+    let from = text
+        .find("pub fn is_contradiction")
+        .expect("is_contradiction()");
+    let to = from + text[from..].find("\n    }\n").expect("its end");
+    let code: BTreeSet<String> = text[from..to]
+        .split("Reason::")
+        .skip(1)
+        .map(|s| {
+            snake(
+                &s.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric())
+                    .collect::<String>(),
+            )
+        })
+        .collect();
+    assert!(code.contains("amount_mismatch") && !code.contains("low_coverage"));
+    let doc: BTreeSet<String> = table_rows(&doc(), "claim-reasons")
+        .into_iter()
+        .filter(|cells| cells.get(1).map(String::as_str) == Some("yes"))
+        .map(|cells| cells[0].trim_matches('`').to_string())
+        .collect();
+    assert_same("contradictions", code, doc);
 }
 
 /// `Name` → `name`, `UnsupportedClaims` → `unsupported_claims`.
