@@ -14,9 +14,10 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// The user-facing Markdown: README and docs/*.md.
+/// The user-facing docs: README, docs/*.md and the OpenAPI file (whose
+/// links are not Markdown, but whose prose must not point outside either).
 fn markdown_files() -> Vec<PathBuf> {
-    let mut files = vec![repo().join("README.md")];
+    let mut files = vec![repo().join("README.md"), repo().join("docs/openapi.yaml")];
     let mut docs: Vec<PathBuf> = std::fs::read_dir(repo().join("docs"))
         .expect("docs/")
         .map(|e| e.expect("entry").path())
