@@ -55,7 +55,8 @@ pub enum ApiError {
     /// decision, the reason and the record).
     #[error("{0}")]
     Denied(String),
-    /// Draining, overloaded, or the audit log cannot be written.
+    /// The connection cap is reached, batch jobs are shutting down, the
+    /// audit log cannot be written, or a gated call cannot be decided.
     #[error("{0}")]
     Unavailable(String),
     /// The proxy's upstream could not be reached (502).
