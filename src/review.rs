@@ -17,9 +17,12 @@
 //! a per-review `watch` channel (never by polling the database), and a
 //! sweeper task expires reviews at their deadline.
 
+mod observe;
 mod seal;
 mod state;
 mod store;
+
+pub use observe::{Observer, ReviewEvent};
 
 pub use seal::KEY_LABEL as SEAL_KEY_LABEL;
 #[cfg(test)]
@@ -337,6 +340,8 @@ struct Inner {
     /// Serialises resolutions (check pending, audit, resolve) in this
     /// process; see [`Reviews::resolution_turn`].
     resolving: tokio::sync::Mutex<()>,
+    /// Told of every new and resolved review (see `observe`).
+    observer: std::sync::OnceLock<Observer>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -390,6 +395,7 @@ impl Reviews {
             metrics,
             sweeper: Arc::new(Notify::new()),
             resolving: tokio::sync::Mutex::new(()),
+            observer: std::sync::OnceLock::new(),
         });
         runtime.spawn(sweep(Arc::downgrade(&inner), Arc::clone(&inner.sweeper)));
         Ok(Reviews { inner })
@@ -727,6 +733,7 @@ impl Inner {
         // The new deadline may be the next one.
         self.sweeper.notify_one();
         tracing::info!(review_id = %row.review_id, owner = %row.owner, route = %row.route, "request held for review");
+        self.tell(ReviewEvent::Held, row);
     }
 
     /// Bookkeeping after a review left `pending` (resolved or expired):
@@ -760,6 +767,7 @@ impl Inner {
         if resolution.is_approved() && !attended {
             self.unattended(&row.review_id);
         }
+        self.tell(ReviewEvent::Resolved, row);
     }
 
     /// Queues an approval that no held connection will forward.
