@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod notify;
+pub use notify::{origin_only, NotifyConfig, NotifySecret};
+
 /// Default API listener address.
 pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8181";
 /// Default policies directory.
@@ -54,6 +57,9 @@ pub struct Config {
     /// `[review] retention`: resolved and expired reviews (and their held
     /// bodies) are deleted this long after they ended (default 30 days).
     pub review_retention: Duration,
+    /// `[review] notify_*`: the webhook told of every held and resolved
+    /// review (`None`: no notifications).
+    pub review_notify: Option<NotifyConfig>,
     pub jobs: JobsConfig,
     pub limits: Limits,
     pub server: ServerConfig,
@@ -371,6 +377,15 @@ struct FileWitness {
 struct FileReview {
     ttl: Option<String>,
     retention: Option<String>,
+    notify_url: Option<String>,
+    notify_secret: Option<String>,
+    notify_secret_env: Option<String>,
+    notify_secret_file: Option<PathBuf>,
+    console_url: Option<String>,
+    notify_attempts: Option<u32>,
+    notify_backoff: Option<String>,
+    notify_timeout: Option<String>,
+    notify_queue: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -554,6 +569,20 @@ impl Config {
                 ttl => duration("review.ttl", ttl, "24h")?,
             },
             review_retention: duration("review.retention", f.review.retention, "30d")?,
+            review_notify: notify::notify_config(
+                notify::FileNotify {
+                    url: f.review.notify_url,
+                    secret: f.review.notify_secret,
+                    secret_env: f.review.notify_secret_env,
+                    secret_file: f.review.notify_secret_file,
+                    console_url: f.review.console_url,
+                    attempts: f.review.notify_attempts,
+                    backoff: f.review.notify_backoff,
+                    timeout: f.review.notify_timeout,
+                    queue: f.review.notify_queue,
+                },
+                &|name| std::env::var(name).ok(),
+            )?,
             jobs: JobsConfig {
                 retention: duration("jobs.retention", f.jobs.retention, "24h")?,
                 workers,
