@@ -12,6 +12,7 @@
 #   jobs              config, sqlite, runtime::health, runtime::metrics
 #   review            sqlite, runtime::health, runtime::metrics (its errors
 #                     become HTTP in src/error.rs)
+#   notify            config, evidence, review: the review webhook
 #   witness           audit, http_util, server
 #   runtime           audit, auth, config, decide, evidence, jobs, policy,
 #                     review (src/runtime.rs: the shared state under the doors)
@@ -32,6 +33,7 @@ declare -A ALLOWED=(
     [evidence]="config engine"
     [jobs]="config sqlite runtime::health runtime::metrics"
     [review]="sqlite runtime::health runtime::metrics"
+    [notify]="config evidence review"
     [witness]="audit http_util server"
     [runtime]="audit auth config decide evidence jobs policy review runtime::health runtime::metrics runtime::telemetry"
     [runtime::health]=""

@@ -27,6 +27,8 @@
 //! - [`evidence`]: reading `file://` and `http(s)://` sources inside the operator's fences.
 //! - [`review`]: held requests and their review: durable store, single-use
 //!   resolutions, expiry, and the exactly-once forward claim.
+//! - [`notify`]: signed webhook notifications of held and resolved reviews,
+//!   sent in the background with bounded retries.
 //! - [`audit`]: the tamper-evident audit log (Merkle tree, signed checkpoints, SQLite).
 //! - [`jobs`]: durable batch jobs: SQLite queue, worker threads, retention.
 //! - [`config`]: the TOML file, defaults and flags merged into one [`config::Config`].
@@ -51,6 +53,7 @@ pub mod error;
 pub mod evidence;
 pub mod http_util;
 pub mod jobs;
+pub mod notify;
 pub mod policy;
 pub mod proxy;
 pub mod review;
