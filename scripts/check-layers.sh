@@ -13,6 +13,7 @@
 #   review            sqlite, runtime::health, runtime::metrics (its errors
 #                     become HTTP in src/error.rs)
 #   notify            config, evidence, review: the review webhook
+#   review_cli        config: `verdict reviews` talks to the API over HTTP only
 #   witness           audit, http_util, server
 #   runtime           audit, auth, config, decide, evidence, jobs, policy,
 #                     review (src/runtime.rs: the shared state under the doors)
@@ -34,6 +35,7 @@ declare -A ALLOWED=(
     [jobs]="config sqlite runtime::health runtime::metrics"
     [review]="sqlite runtime::health runtime::metrics"
     [notify]="config evidence review"
+    [review_cli]="config"
     [witness]="audit http_util server"
     [runtime]="audit auth config decide evidence jobs policy review runtime::health runtime::metrics runtime::telemetry"
     [runtime::health]=""

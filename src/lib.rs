@@ -29,6 +29,7 @@
 //!   resolutions, expiry, and the exactly-once forward claim.
 //! - [`notify`]: signed webhook notifications of held and resolved reviews,
 //!   sent in the background with bounded retries.
+//! - [`review_cli`]: `verdict reviews`, a command-line client of the Review API.
 //! - [`audit`]: the tamper-evident audit log (Merkle tree, signed checkpoints, SQLite).
 //! - [`jobs`]: durable batch jobs: SQLite queue, worker threads, retention.
 //! - [`config`]: the TOML file, defaults and flags merged into one [`config::Config`].
@@ -57,6 +58,7 @@ pub mod notify;
 pub mod policy;
 pub mod proxy;
 pub mod review;
+pub mod review_cli;
 pub mod runtime;
 pub mod server;
 mod sqlite;
