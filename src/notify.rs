@@ -289,6 +289,9 @@ async fn run(
         }
     }
     rx.close();
+    // Deliveries that finished have counted themselves; only the others
+    // are cut short.
+    while in_flight.try_join_next().is_some() {}
     let mut left = in_flight.len() as u64;
     in_flight.abort_all();
     while rx.try_recv().is_ok() {

@@ -209,3 +209,30 @@ async fn a_dead_webhook_delays_no_hold_and_is_counted_in_metrics() {
     assert_eq!(g.json()["status"], "approved", "{}", g.text());
     e.s.shutdown().await;
 }
+
+/// A notification waiting out a long backoff does not hold up shutdown:
+/// it is dropped and counted.
+#[tokio::test]
+async fn shutdown_does_not_wait_for_a_retrying_notification() {
+    let url = held::dead_url().await;
+    let e = env_with("100ms", |c| {
+        c.review_notify = Some(notify(&url, 5, Duration::from_secs(30)))
+    })
+    .await;
+    assert_eq!(refund(&e, 900).await.status, 202);
+    let attempts = "verdict_review_notification_failed_attempts_total";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&e.s, attempts).await != Some(1.0) {
+        assert!(Instant::now() < deadline, "the first try fails");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let app = e.s.running.as_ref().unwrap().app.clone();
+    let t0 = Instant::now();
+    e.s.shutdown().await;
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let text = verdict::runtime::metrics::encode(&app.registry).unwrap();
+    assert!(
+        text.contains(r#"verdict_review_notifications_total{outcome="dropped"} 1"#),
+        "{text}"
+    );
+}

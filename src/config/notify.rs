@@ -90,8 +90,9 @@ pub fn origin_only(uri: &http::Uri) -> String {
     )
 }
 
-/// The `[review]` keys this file reads, as the file gives them.
-#[derive(Debug, Default)]
+/// The `[review]` keys this file reads, as the file gives them. No
+/// `Debug`: it holds the secret in the clear.
+#[derive(Default)]
 pub(super) struct FileNotify {
     pub url: Option<String>,
     pub secret: Option<String>,
