@@ -12,6 +12,8 @@
 #   jobs              config, sqlite, runtime::health, runtime::metrics
 #   review            sqlite, runtime::health, runtime::metrics (its errors
 #                     become HTTP in src/error.rs)
+#   notify            config, evidence, review: the review webhook
+#   review_cli        config: `verdict reviews` talks to the API over HTTP only
 #   witness           audit, http_util, server
 #   runtime           audit, auth, config, decide, evidence, jobs, policy,
 #                     review (src/runtime.rs: the shared state under the doors)
@@ -32,6 +34,8 @@ declare -A ALLOWED=(
     [evidence]="config engine"
     [jobs]="config sqlite runtime::health runtime::metrics"
     [review]="sqlite runtime::health runtime::metrics"
+    [notify]="config evidence review"
+    [review_cli]="config"
     [witness]="audit http_util server"
     [runtime]="audit auth config decide evidence jobs policy review runtime::health runtime::metrics runtime::telemetry"
     [runtime::health]=""

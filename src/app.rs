@@ -404,6 +404,13 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     reviews.set_retention(config.review_retention);
     reviews.set_approvals(config.review_approvals);
     reviews.register_metrics(&mut registry);
+    // Attached before anything can hold or resolve a review; it starts
+    // sending once the API's address (for the console links) is known.
+    let notifier = config.review_notify.clone().map(|c| {
+        let n = crate::notify::Notifier::new(c, &mut registry);
+        n.attach(&reviews);
+        n
+    });
     let proxy_stats = crate::proxy::ProxyStats::register(&mut registry);
     let upstream = config
         .proxy
@@ -538,6 +545,10 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         shutdown_rx.clone(),
     ))];
     tasks.extend(watches);
+    if let Some(n) = notifier {
+        let base = crate::notify::derived_console_base(api_addr, config.api.tls.is_some());
+        tasks.push(n.spawn(base, shutdown_rx.clone()));
+    }
     let mut proxy_addr = None;
     if let Some(upstream) = upstream {
         // One listener, runtime and upstream pool per core (see

@@ -15,6 +15,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod notify;
+pub use notify::{origin_only, NotifyConfig, NotifySecret};
+
 /// Default API listener address.
 pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8181";
 /// Default policies directory.
@@ -66,6 +69,9 @@ pub struct Config {
     /// `[review] approvals`: how many distinct reviewers (API keys) must
     /// approve a held call before it is forwarded (default 1).
     pub review_approvals: u32,
+    /// `[review] notify_*`: the webhook told of every held and resolved
+    /// review (`None`: no notifications).
+    pub review_notify: Option<NotifyConfig>,
     pub jobs: JobsConfig,
     pub limits: Limits,
     pub server: ServerConfig,
@@ -385,6 +391,15 @@ struct FileReview {
     retention: Option<String>,
     console_session_ttl: Option<String>,
     approvals: Option<u32>,
+    notify_url: Option<String>,
+    notify_secret: Option<String>,
+    notify_secret_env: Option<String>,
+    notify_secret_file: Option<PathBuf>,
+    console_url: Option<String>,
+    notify_attempts: Option<u32>,
+    notify_backoff: Option<String>,
+    notify_timeout: Option<String>,
+    notify_queue: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -587,6 +602,20 @@ impl Config {
             review_retention: duration("review.retention", f.review.retention, "30d")?,
             console_session_ttl,
             review_approvals,
+            review_notify: notify::notify_config(
+                notify::FileNotify {
+                    url: f.review.notify_url,
+                    secret: f.review.notify_secret,
+                    secret_env: f.review.notify_secret_env,
+                    secret_file: f.review.notify_secret_file,
+                    console_url: f.review.console_url,
+                    attempts: f.review.notify_attempts,
+                    backoff: f.review.notify_backoff,
+                    timeout: f.review.notify_timeout,
+                    queue: f.review.notify_queue,
+                },
+                &|name| std::env::var(name).ok(),
+            )?,
             jobs: JobsConfig {
                 retention: duration("jobs.retention", f.jobs.retention, "24h")?,
                 workers,

@@ -363,7 +363,7 @@ async fn check_resolved(uri: &Uri) -> Result<(), String> {
 /// Link-local (`169.254.0.0/16`, `fe80::/10`) and the cloud metadata
 /// endpoints (`169.254.169.254`, AWS `fd00:ec2::254`, Alibaba
 /// `100.100.100.200`), also as IPv4-mapped IPv6.
-fn is_forbidden_ip(ip: IpAddr) -> bool {
+pub(crate) fn is_forbidden_ip(ip: IpAddr) -> bool {
     const ALIBABA: Ipv4Addr = Ipv4Addr::new(100, 100, 100, 200);
     const AWS_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
     match ip {

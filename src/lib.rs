@@ -27,6 +27,9 @@
 //! - [`evidence`]: reading `file://` and `http(s)://` sources inside the operator's fences.
 //! - [`review`]: held requests and their review: durable store, single-use
 //!   resolutions, expiry, and the exactly-once forward claim.
+//! - [`notify`]: signed webhook notifications of held and resolved reviews,
+//!   sent in the background with bounded retries.
+//! - [`review_cli`]: `verdict reviews`, a command-line client of the Review API.
 //! - [`audit`]: the tamper-evident audit log (Merkle tree, signed checkpoints, SQLite).
 //! - [`jobs`]: durable batch jobs: SQLite queue, worker threads, retention.
 //! - [`backup`]: `verdict backup`, a consistent copy of the data dir while the
@@ -54,9 +57,11 @@ pub mod error;
 pub mod evidence;
 pub mod http_util;
 pub mod jobs;
+pub mod notify;
 pub mod policy;
 pub mod proxy;
 pub mod review;
+pub mod review_cli;
 pub mod runtime;
 pub mod server;
 mod sqlite;

@@ -75,6 +75,58 @@ enum Command {
         #[arg(long)]
         to: PathBuf,
     },
+    /// List, show, approve and reject held requests on a running server
+    /// (the Review API, with the key in VERDICT_KEY).
+    Reviews(ReviewsArgs),
+}
+
+#[derive(Args)]
+struct ReviewsArgs {
+    /// The server's API URL.
+    #[arg(long, global = true, env = "VERDICT_URL", default_value_t = verdict::review_cli::default_url())]
+    url: String,
+    /// Print the server's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    /// PEM roots for an https URL (the system roots otherwise).
+    #[arg(long, global = true)]
+    ca_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: ReviewsCommand,
+}
+
+#[derive(Subcommand)]
+enum ReviewsCommand {
+    /// Reviews, pending oldest first, others newest first.
+    List {
+        #[arg(long, value_parser = ["pending", "approved", "rejected", "expired"])]
+        status: Option<String>,
+        /// At most this many (the server's default is 100).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: Option<u32>,
+    },
+    /// One review: its rules, request, resolution and forward.
+    Show { id: String },
+    /// Approve a held request: it is then forwarded exactly once.
+    Approve {
+        id: String,
+        /// Why (stored with the resolution and in its audit record).
+        #[arg(long)]
+        note: String,
+        /// Who approves [default: $USER].
+        #[arg(long, env = "VERDICT_REVIEWER")]
+        reviewer: Option<String>,
+    },
+    /// Reject a held request: it is never forwarded.
+    Reject {
+        id: String,
+        /// Why (stored with the resolution and in its audit record).
+        #[arg(long)]
+        note: String,
+        /// Who rejects [default: $USER].
+        #[arg(long, env = "VERDICT_REVIEWER")]
+        reviewer: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -308,6 +360,7 @@ fn main() -> ExitCode {
         Command::Audit(cmd) => audit(cmd),
         Command::Witness(cmd) => witness(cmd),
         Command::Backup { data_dir, to } => backup(&data_dir, &to),
+        Command::Reviews(args) => reviews(args),
         Command::Keys(KeysCommand::New { name, scopes }) => {
             match verdict::auth::new_key(&name, &scopes) {
                 Ok(k) => {
@@ -352,6 +405,63 @@ fn backup(data_dir: &std::path::Path, to: &std::path::Path) -> ExitCode {
                 to.display()
             );
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `verdict reviews ...`: one call to the Review API of a running server.
+fn reviews(args: ReviewsArgs) -> ExitCode {
+    use verdict::review_cli::{default_reviewer, run, Action, Options, KEY_ENV};
+    let reviewer =
+        |r: Option<String>| r.unwrap_or_else(|| default_reviewer(std::env::var("USER").ok()));
+    let action = match args.command {
+        ReviewsCommand::List { status, limit } => Action::List { status, limit },
+        ReviewsCommand::Show { id } => Action::Show { id },
+        ReviewsCommand::Approve {
+            id,
+            note,
+            reviewer: r,
+        } => Action::Resolve {
+            id,
+            approve: true,
+            reviewer: reviewer(r),
+            note,
+        },
+        ReviewsCommand::Reject {
+            id,
+            note,
+            reviewer: r,
+        } => Action::Resolve {
+            id,
+            approve: false,
+            reviewer: reviewer(r),
+            note,
+        },
+    };
+    let opts = Options {
+        url: args.url,
+        key: std::env::var(KEY_ENV).ok(),
+        json: args.json,
+        ca_file: args.ca_file,
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("verdict: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(&opts, &action)) {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("verdict: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -17,9 +17,12 @@
 //! a per-review `watch` channel (never by polling the database), and a
 //! sweeper task expires reviews at their deadline.
 
+mod observe;
 mod seal;
 mod state;
 mod store;
+
+pub use observe::{Observer, ReviewEvent};
 
 pub use seal::KEY_LABEL as SEAL_KEY_LABEL;
 #[cfg(test)]
@@ -388,6 +391,8 @@ struct Inner {
     resolving: tokio::sync::Mutex<()>,
     /// Signs the capability tokens of result links.
     result_key: ring::hmac::Key,
+    /// Told of every new and resolved review (see `observe`).
+    observer: std::sync::OnceLock<Observer>,
 }
 
 /// The label the result-link key is derived under from the seal key.
@@ -450,6 +455,7 @@ impl Reviews {
                 let derived = ring::hmac::sign(&base, RESULT_KEY_LABEL);
                 ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref())
             },
+            observer: std::sync::OnceLock::new(),
         });
         runtime.spawn(sweep(Arc::downgrade(&inner), Arc::clone(&inner.sweeper)));
         Ok(Reviews { inner })
@@ -884,6 +890,7 @@ impl Inner {
         // The new deadline may be the next one.
         self.sweeper.notify_one();
         tracing::info!(review_id = %row.review_id, owner = %row.owner, route = %row.route, "request held for review");
+        self.tell(ReviewEvent::Held, row);
     }
 
     /// Bookkeeping after a review left `pending` (resolved or expired):
@@ -917,6 +924,7 @@ impl Inner {
         if resolution.is_approved() && !attended {
             self.unattended(&row.review_id);
         }
+        self.tell(ReviewEvent::Resolved, row);
     }
 
     /// Queues an approval that no held connection will forward.
