@@ -409,16 +409,18 @@ async fn reviewer_flow(c: &Client, api: &str, id: &str, hostile: &str) {
     wait_for_path(c, "/console/reviews").await;
     assert_eq!(texts(c, "header .who strong").await, ["reviewer"]);
 
-    // The queue lists both held refunds; open the example's.
-    let link = format!("a[href='/console/reviews/{id}']");
-    let row = c.find(Locator::Css(&link)).await.unwrap();
-    c.find(Locator::Css(&format!(
-        "a[href='/console/reviews/{hostile}']"
-    )))
-    .await
-    .unwrap();
+    // The queue lists both held refunds; open the example's (found just
+    // before the click: the queue reloads itself every 15 s).
+    let hostile_link = format!("a[href='/console/reviews/{hostile}']");
+    c.find(Locator::Css(&hostile_link)).await.unwrap();
     assert_inert(c, "the queue").await;
-    row.click().await.unwrap();
+    let link = format!("a[href='/console/reviews/{id}']");
+    c.find(Locator::Css(&link))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     let detail = format!("/console/reviews/{id}");
     wait_for_path(c, &detail).await;
 
