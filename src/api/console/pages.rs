@@ -285,9 +285,11 @@ pub fn detail(
                 }
             }
         }
-        (request_section(i))
+        // Why it was held comes before what was held: the reviewer reads
+        // the conflict first, the raw request when they need it.
         @if let Some(d) = d { (decision_section(d)) }
         @else { p { "No decision snapshot was stored with this review." } }
+        (request_section(i))
     };
     layout("Review", Some(nav), forwarding.then_some(2), body)
 }
