@@ -14,6 +14,7 @@
 #                     become HTTP in src/error.rs)
 #   notify            config, evidence, review: the review webhook
 #   review_cli        config: `verdict reviews` talks to the API over HTTP only
+#   backup            audit: `verdict backup`, a copy of the data dir
 #   witness           audit, http_util, server
 #   runtime           audit, auth, config, decide, evidence, jobs, policy,
 #                     review (src/runtime.rs: the shared state under the doors)
@@ -36,6 +37,7 @@ declare -A ALLOWED=(
     [review]="sqlite runtime::health runtime::metrics"
     [notify]="config evidence review"
     [review_cli]="config"
+    [backup]="audit"
     [witness]="audit http_util server"
     [runtime]="audit auth config decide evidence jobs policy review runtime::health runtime::metrics runtime::telemetry"
     [runtime::health]=""
