@@ -36,7 +36,8 @@ pub use extract::{Extracted, Extractor, RequestParts};
 pub use route::{FailureMode, OnReview, PathParams, Route, RouteMatch};
 pub use rules::{
     parse_decimal, ActionPolicy, Citations, DecisionMode, Effect, Evaluation, Op, Options,
-    ParamLookup, ParamMismatch, ParamType, ParamValue, Requirements, Rule, RuleHit, Scalar,
+    ParamLookup, ParamMismatch, ParamType, ParamValue, Requirements, Rule, RuleHit, RuleResult,
+    Scalar,
 };
 pub use store::{PolicyStore, ReloadOutcome, ReloadStatus};
 pub use validate::{DEFAULT_CONTENT_TYPE, DEFAULT_HOLD_TIMEOUT};
