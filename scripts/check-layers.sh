@@ -20,6 +20,10 @@
 # Denylists (a part may use anything but these):
 #   api               app, proxy: start-up wires the doors, not the reverse
 #   proxy             api, app
+#   cases             app, runtime, server: verdict test and explain read
+#                     requests with the doors' readers (api::authorize,
+#                     proxy::read) and decide offline; they never touch a
+#                     running server
 # Start-up (app) may use anything. Exits 1 naming every forbidden import,
 # and every use of decide::Recorder::Discard (the recorder that drops
 # audit records) outside src/decide/recorder.rs and the offline door
@@ -43,6 +47,7 @@ declare -A ALLOWED=(
 declare -A FORBIDDEN=(
     [api]="app proxy"
     [proxy]="api app"
+    [cases]="app runtime server"
 )
 
 # The files of a part: `x` is src/x.rs and src/x/ (but `runtime` is only

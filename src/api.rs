@@ -23,7 +23,7 @@ use crate::runtime::health::Liveness;
 use crate::runtime::App;
 use crate::server::{ConnInfo, Handler};
 
-mod authorize;
+pub mod authorize;
 mod batch;
 pub mod console;
 mod reviews;
