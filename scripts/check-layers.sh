@@ -23,7 +23,14 @@
 # Denylists (a part may use anything but these):
 #   api               app, proxy: start-up wires the doors, not the reverse
 #   proxy             api, app
-# Start-up (app) may use anything. Exits 1 naming every forbidden import.
+#   cases             app, runtime, server: verdict test and explain read
+#                     requests with the doors' readers (api::authorize,
+#                     proxy::read) and decide offline; they never touch a
+#                     running server
+# Start-up (app) may use anything. Exits 1 naming every forbidden import,
+# and every use of decide::Recorder::Discard (the recorder that drops
+# audit records) outside src/decide/recorder.rs and the offline door
+# src/cases.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +53,7 @@ declare -A ALLOWED=(
 declare -A FORBIDDEN=(
     [api]="app proxy"
     [proxy]="api app"
+    [cases]="app runtime server"
 )
 
 # The files of a part: `x` is src/x.rs and src/x/ (but `runtime` is only
@@ -92,6 +100,18 @@ check() {
         fi
     done < <(imports "${files[@]}")
 }
+# A server decides only with its durable audit log: the recorder that drops
+# records (`decide::Recorder::Discard`) is for the offline door (`cases`:
+# verdict test, verdict explain) and nowhere else.
+while IFS=: read -r file line _; do
+    case "$file" in
+        src/decide/recorder.rs | src/cases.rs | src/cases/*) ;;
+        *)
+            echo "check-layers: $file:$line: only the offline door (src/cases) may decide with Recorder::Discard"
+            status=1
+            ;;
+    esac
+done < <(grep -rn 'Recorder::Discard' src --include='*.rs' || true)
 for part in "${!ALLOWED[@]}"; do check "$part" allow "${ALLOWED[$part]}"; done
 for part in "${!FORBIDDEN[@]}"; do check "$part" deny "${FORBIDDEN[$part]}"; done
 [ $status -eq 0 ] && echo "check-layers: ok ($((${#ALLOWED[@]} + ${#FORBIDDEN[@]})) parts)"

@@ -23,7 +23,7 @@ use crate::runtime::health::Liveness;
 use crate::runtime::App;
 use crate::server::{ConnInfo, Handler};
 
-mod authorize;
+pub mod authorize;
 mod batch;
 pub mod console;
 mod reviews;
@@ -400,6 +400,7 @@ impl Api {
             .await?;
         let typed: authorize::AuthorizeRequest = http_util::typed(&body.value)?;
         let (mode, input) = typed.into_input()?;
+        let explain = authorize::ExplainInput::capture(mode, &input);
         let set = self.app.policies.load_full();
         let decide_ctx = crate::decide::Ctx {
             principal: &ctx.principal.name,
@@ -409,7 +410,11 @@ impl Api {
         };
         let outcome =
             crate::decide::authorize(&self.app.decide_handles(), &set, input, &decide_ctx).await?;
-        let resp = authorize::response(&outcome, mode, &ctx.request_id, &body.hash, ctx.started);
+        let mut resp =
+            authorize::response(&outcome, mode, &ctx.request_id, &body.hash, ctx.started);
+        if let Some(e) = explain {
+            e.add_to(&mut resp, &outcome, &set);
+        }
         json_response(StatusCode::OK, &resp)
     }
 

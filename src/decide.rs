@@ -14,11 +14,15 @@
 //! the decision is returned.
 
 pub mod detail;
+pub mod explain;
 pub mod input;
+pub mod recorder;
+
+pub use recorder::Recorder;
 
 use std::time::SystemTime;
 
-use crate::audit::{AuditError, AuditLog, AuditRecord, Receipt, RecordKind, RedactionKey};
+use crate::audit::{AuditError, AuditRecord, Receipt, RecordKind, RedactionKey};
 use crate::config::{DefaultFloors, UnknownAction};
 use crate::engine::bind::BindValue;
 use crate::engine::decide::{self, Decision, DecisionReason, Effective, Outcome, Requested};
@@ -98,8 +102,9 @@ pub struct Ctx<'a> {
 pub struct Handles<'a> {
     /// Reads `uri` sources within the operator's fences.
     pub resolver: &'a Resolver,
-    /// Every decision is appended here before it is returned.
-    pub audit: &'a AuditLog,
+    /// Every decision is appended here before it is returned: the durable
+    /// log in a server (always; see [`recorder`]), nowhere offline.
+    pub audit: Recorder<'a>,
     /// Keys the HMAC that replaces `redact`ed params in records.
     pub redaction: &'a RedactionKey,
     /// `[defaults]`: the floors of action types no policy names.
@@ -138,6 +143,8 @@ pub struct Decided {
     /// The action params as the audit record holds them (the policy's
     /// `redact` fields replaced).
     pub params: serde_json::Value,
+    /// How the decision was reached, for an explanation.
+    pub trace: explain::Trace,
 }
 
 /// RFC 3339 UTC, e.g. `2026-11-22T21:14:45.296332Z`.
@@ -213,10 +220,10 @@ pub async fn authorize(
     let defaults = policy
         .is_none()
         .then(|| defaults_policy(h.defaults, &action_type));
-    let effective = decide::effective(
-        policy.or(defaults.as_ref()).map(ActionPolicy::floor),
-        &requested,
-    );
+    let applied = policy.or(defaults.as_ref());
+    let (effective, origins) =
+        decide::effective_traced(applied.map(ActionPolicy::floor), &requested);
+    let mut near_miss = None;
     let unknown_action = match (policy, h.unknown_action) {
         (Some(_), _) | (None, UnknownAction::Allow) => None,
         (None, UnknownAction::Deny) => Some(Outcome::Deny),
@@ -227,11 +234,14 @@ pub async fn authorize(
                 declared,
                 "undeclared action type reads as a declared one misspelt: refused"
             );
+            near_miss = Some(declared.to_string());
             Outcome::Deny
         }),
     };
     let lookup = ParamLookup::from(&input.params);
-    let evaluation = policy.map(|p| p.evaluate(&lookup)).unwrap_or_default();
+    let (evaluation, rule_results) = policy
+        .map(|p| p.evaluate_traced(&lookup))
+        .unwrap_or_default();
     let rule_hits = evaluation.hits;
     let mismatches = evaluation.mismatches;
 
@@ -320,7 +330,7 @@ pub async fn authorize(
         })
         .unwrap_or_default();
 
-    let decision = decide::decide(&decide::Facts {
+    let (decision, row) = decide::decide_traced(&decide::Facts {
         requirements: &effective,
         rule_hits: &rule_hits,
         checks: &checks,
@@ -382,6 +392,20 @@ pub async fn authorize(
             .filter_map(|r| r.text.ok().map(|t| (r.id, t)))
             .collect(),
         params: audited_params,
+        trace: explain::Trace {
+            policy: match (policy, unknown_action) {
+                (Some(_), _) => explain::PolicyUsed::Declared,
+                (None, None) => explain::PolicyUsed::Defaults,
+                (None, Some(outcome)) => explain::PolicyUsed::Refused { outcome, near_miss },
+            },
+            floor_requirements: applied.map(|p| p.requirements.clone()).unwrap_or_default(),
+            floor_options: applied.map(|p| p.options.clone()).unwrap_or_default(),
+            requested,
+            origins,
+            rules: rule_results,
+            row,
+            uncited,
+        },
     })
 }
 

@@ -15,6 +15,8 @@
 //!   of decide, review, jobs and audit are mapped there, nowhere else).
 //! - [`http_util`]: body reading with limits, request ids, request hashes.
 //! - [`auth`]: API keys, scopes, constant-time lookup, protected mode.
+//! - [`cases`]: policy test cases, decided offline through the doors' readers and
+//!   [`decide`]: `verdict test` and `verdict explain`.
 //!
 //! Under the doors:
 //! - [`runtime`]: the shared state ([`runtime::App`]), health, metrics, logging.
@@ -49,6 +51,7 @@ pub mod app;
 pub mod audit;
 pub mod auth;
 pub mod backup;
+pub mod cases;
 pub mod config;
 pub mod datalock;
 pub mod decide;

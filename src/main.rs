@@ -56,6 +56,37 @@ enum Command {
         #[arg(long)]
         strict: bool,
     },
+    /// Run the policy test files (*.test.toml beside the policies): decide
+    /// each case as the API or the proxy would, offline, and compare.
+    ///
+    /// Prints one line per case and a diff per failure. Exit 0 when every
+    /// case passes, 1 when one does not, 2 on unusable input (policies that
+    /// do not load, a malformed test file, no test files).
+    Test {
+        #[command(flatten)]
+        on: CasesArgs,
+        /// Print a machine-readable report.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decide one case and print why: route, action policy, params,
+    /// requirements and their floors, every rule, every claim, and the
+    /// decision table's row.
+    ///
+    /// FILE is a test file (its only case, or the one --case names) or a
+    /// /v2/authorize body (*.json). Exit 0 when explained, 2 on unusable
+    /// input.
+    Explain {
+        file: PathBuf,
+        /// The case to explain, when FILE holds several.
+        #[arg(long)]
+        case: Option<String>,
+        #[command(flatten)]
+        on: CasesArgs,
+        /// Print the explanation as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -292,6 +323,47 @@ impl FilterArgs {
     }
 }
 
+/// What `verdict test` and `verdict explain` decide against.
+#[derive(Args)]
+struct CasesArgs {
+    /// Policies directory, holding the test files too [default: the
+    /// config's `[policies] dir`, else policies].
+    #[arg(long)]
+    policies: Option<PathBuf>,
+    /// Config file whose `[defaults]`, `[authorize]`, `[evidence]` and
+    /// `[proxy]` settings apply (exit 64 when it is bad) [default: the
+    /// built-in defaults].
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl CasesArgs {
+    /// The config and the policies directory, or the exit code of a bad
+    /// config.
+    fn load(&self) -> Result<(Config, PathBuf), ExitCode> {
+        match Config::load(self.config.as_deref(), &Overrides::default()) {
+            Ok(c) => {
+                let dir = self
+                    .policies
+                    .clone()
+                    .unwrap_or_else(|| c.policies_dir.clone());
+                Ok((c, dir))
+            }
+            Err(e) => {
+                eprintln!("verdict: config: {e}");
+                Err(ExitCode::from(EXIT_CONFIG))
+            }
+        }
+    }
+}
+
+/// Prints a command's output and returns its exit code.
+fn emit(out: verdict::cases::Output) -> ExitCode {
+    print!("{}", out.stdout);
+    eprint!("{}", out.stderr);
+    ExitCode::from(out.code)
+}
+
 #[derive(Args)]
 struct ServeArgs {
     /// Config file (TOML); built-in defaults when absent.
@@ -357,6 +429,25 @@ fn main() -> ExitCode {
             config,
             strict,
         } => check(policies, config, strict),
+        Command::Test { on, json } => match on.load() {
+            Ok((config, dir)) => emit(verdict::cases::test_dir(&dir, config, json)),
+            Err(code) => code,
+        },
+        Command::Explain {
+            file,
+            case,
+            on,
+            json,
+        } => match on.load() {
+            Ok((config, dir)) => emit(verdict::cases::explain_file(
+                &file,
+                case.as_deref(),
+                &dir,
+                config,
+                json,
+            )),
+            Err(code) => code,
+        },
         Command::Audit(cmd) => audit(cmd),
         Command::Witness(cmd) => witness(cmd),
         Command::Backup { data_dir, to } => backup(&data_dir, &to),

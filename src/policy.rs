@@ -36,7 +36,8 @@ pub use extract::{Extracted, Extractor, RequestParts};
 pub use route::{FailureMode, OnReview, PathParams, Route, RouteMatch};
 pub use rules::{
     parse_decimal, ActionPolicy, Citations, DecisionMode, Effect, Evaluation, Op, Options,
-    ParamLookup, ParamMismatch, ParamType, ParamValue, Requirements, Rule, RuleHit, Scalar,
+    ParamLookup, ParamMismatch, ParamType, ParamValue, Requirements, Rule, RuleHit, RuleResult,
+    Scalar,
 };
 pub use store::{PolicyStore, ReloadOutcome, ReloadStatus};
 pub use validate::{DEFAULT_CONTENT_TYPE, DEFAULT_HOLD_TIMEOUT};
@@ -318,8 +319,9 @@ impl PolicySet {
 }
 
 /// Loads and validates every `*.toml` file in `dir` (not recursive).
-/// Dotfiles and editor leftovers (`~`, `.swp`) are skipped. A missing
-/// directory is an error; an empty one is a valid empty set.
+/// Dotfiles, editor leftovers (`~`, `.swp`) and policy test files
+/// (`*.test.toml`) are skipped. A missing directory is an error; an empty
+/// one is a valid empty set.
 pub fn load_dir(dir: &Path) -> Result<PolicySet, Vec<PolicyError>> {
     let io = |path: &Path, e: std::io::Error| {
         vec![PolicyError::Io {
@@ -369,10 +371,23 @@ pub fn load_dir(dir: &Path) -> Result<PolicySet, Vec<PolicyError>> {
     }
 }
 
-/// Whether a directory entry name is a policy file.
+/// Whether a directory entry name is a policy file. Policy test files
+/// (`*.test.toml`, see [`is_test_file`]) are not: they sit beside the
+/// policies and are read only by `verdict test`.
 pub fn is_policy_file(name: &str) -> bool {
-    name.ends_with(".toml") && !name.starts_with('.') && !name.starts_with('#')
+    name.ends_with(".toml")
+        && !name.starts_with('.')
+        && !name.starts_with('#')
+        && !is_test_file(name)
 }
+
+/// Whether a directory entry name is a policy test file (`*.test.toml`).
+pub fn is_test_file(name: &str) -> bool {
+    name.ends_with(TEST_FILE_SUFFIX) && !name.starts_with('.') && !name.starts_with('#')
+}
+
+/// The suffix of policy test files.
+pub const TEST_FILE_SUFFIX: &str = ".test.toml";
 
 /// What `verdict check` holds the policies against besides their own files.
 #[derive(Debug, Clone)]

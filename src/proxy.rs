@@ -6,9 +6,12 @@
 //! - `guard`: refuse paths, method overrides and bodies some upstream
 //!   could read differently from us (here, in `Proxy::route`, before any
 //!   route is matched).
-//! - route classification (`Proxy::route`): a strict match, and a lenient
-//!   one that catches what a forgiving upstream would still route to a
-//!   gated handler.
+//! - route classification (`Proxy::route`, reading with `read::route`): a
+//!   strict match, and a lenient one that catches what a forgiving upstream
+//!   would still route to a gated handler.
+//! - `read`: the pure part of reading a request (the refusals before
+//!   routing, the route, the decision's input from the extractors), which
+//!   `verdict test` shares.
 //! - `gated`: buffer the body (bounded, media type checked), extract the
 //!   params and the justification, decide on the one decision path
 //!   ([`crate::decide`], which writes the audit record before it answers),
@@ -25,13 +28,15 @@
 mod gated;
 mod guard;
 mod hold;
+pub mod read;
 mod stats;
 mod unmatched;
 mod upstream;
 
-use gated::{blocked, RefuseWith};
+use gated::blocked;
 use hold::HeldSender;
 pub use hold::{forward_held, run_background_forwarder};
+use read::Routed;
 pub use stats::{ProxyStats, UpstreamComponent};
 use upstream::{build_client, forward_headers, strip_hop_by_hop};
 
@@ -39,17 +44,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::HeaderValue;
-use http::{Request, Response, StatusCode, Uri};
+use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use tracing::Instrument;
 
-use crate::config::{MethodOverride, ProxyConfig, Unmatched};
-use crate::engine::decide::DecisionReason;
+use crate::config::{ProxyConfig, Unmatched};
 use crate::http_util::{self, RespBody, REQUEST_ID};
-use crate::policy::RouteMatch;
 use crate::runtime::App;
 use crate::server::{ConnInfo, Handler};
 
@@ -115,113 +118,28 @@ impl Proxy {
         request_id: &str,
     ) -> Response<RespBody> {
         let set = self.app.policies.load_full();
-        let raw_path = req.uri().path();
-        let opted_out = self
-            .cfg
-            .raw_path_prefixes
-            .iter()
-            .any(|p| raw_path.starts_with(p.as_str()));
-        if !opted_out {
-            if let Some(why) = guard::path_problem(raw_path) {
-                let route = set.reach_any_method(raw_path);
-                let refusal = RefuseWith {
-                    route,
-                    reason: DecisionReason::AmbiguousPath,
-                    status: StatusCode::BAD_REQUEST,
-                    message: format!("the request path holds {why}"),
-                };
-                return self.refuse(&set, &req, refusal, request_id).await;
+        let routed = read::route(
+            &set,
+            &self.cfg,
+            req.method().as_str(),
+            req.uri().path(),
+            req.uri().query(),
+            req.headers(),
+        );
+        let (route, path_params) = match routed {
+            Routed::Gated { route, path_params } => (route, path_params),
+            Routed::Refused(refusal) => return self.refuse(&set, &req, refusal, request_id).await,
+            Routed::Unmatched {
+                json_gated_elsewhere: Some(route),
+            } if self.cfg.unmatched == Unmatched::Forward => {
+                return self
+                    .unmatched_json(req, conn, request_id, &set, route)
+                    .await;
             }
-        }
-        if let Some(other) = guard::path_override(req.headers()) {
-            let other_path = other.split(['?', '#']).next().unwrap_or("").to_string();
-            let route = set
-                .reach_any_method(raw_path)
-                .or_else(|| set.reach_any_method(&other_path));
-            let refusal = RefuseWith {
-                route,
-                reason: DecisionReason::AmbiguousPath,
-                status: StatusCode::BAD_REQUEST,
-                message: "the request names another path in X-Original-URL or X-Rewrite-URL, which some servers route by".into(),
-            };
-            return self.refuse(&set, &req, refusal, request_id).await;
-        }
-        let mut method = req.method().as_str().to_string();
-        match guard::override_method(req.headers(), req.uri().query()) {
-            Ok(None) => {}
-            Ok(Some(m))
-                if self.cfg.method_override == MethodOverride::Route
-                    && http::Method::from_bytes(m.as_bytes()).is_ok() =>
-            {
-                method = m;
-            }
-            asked => {
-                let message = match asked {
-                    Err(e) => e,
-                    Ok(m) => format!(
-                        "the request asks to be treated as {} (method override), which this proxy refuses",
-                        m.unwrap_or_default()
-                    ),
-                };
-                let route = set.reach_any_method(raw_path);
-                let refusal = RefuseWith {
-                    route,
-                    reason: DecisionReason::MethodOverride,
-                    status: StatusCode::BAD_REQUEST,
-                    message,
-                };
-                return self.refuse(&set, &req, refusal, request_id).await;
-            }
-        }
-        let (route, path_params) = match set.classify(&method, raw_path) {
-            RouteMatch::Matched(route, params) => (route.clone(), params),
-            RouteMatch::Ambiguous(route) => {
-                let refusal = RefuseWith {
-                    route: Some(route),
-                    reason: DecisionReason::AmbiguousPath,
-                    status: StatusCode::BAD_REQUEST,
-                    message: format!(
-                        "the path is not the route's path {:?} as written, but some servers would route it there",
-                        route.path
-                    ),
-                };
-                return self.refuse(&set, &req, refusal, request_id).await;
-            }
-            RouteMatch::Unmatched => {
-                // A form or JSON body can carry `_method`, which a framework
-                // may honour to reach a route gated under another method. A
-                // form is refused outright; a JSON body is read to look.
-                let kind = guard::body_kind(req.headers());
-                let gated_elsewhere = match kind {
-                    guard::BodyKind::Other => None,
-                    _ => set.reach_any_method(raw_path),
-                };
-                match (kind, gated_elsewhere) {
-                    (guard::BodyKind::Form, Some(route)) => {
-                        let refusal = RefuseWith {
-                            route: Some(route),
-                            reason: DecisionReason::MethodOverride,
-                            status: StatusCode::BAD_REQUEST,
-                            message: format!(
-                                "a form body to a path gated under {} could ask for that method with _method",
-                                route.method
-                            ),
-                        };
-                        return self.refuse(&set, &req, refusal, request_id).await;
-                    }
-                    (guard::BodyKind::Json, Some(route))
-                        if self.cfg.unmatched == Unmatched::Forward =>
-                    {
-                        return self
-                            .unmatched_json(req, conn, request_id, &set, route)
-                            .await;
-                    }
-                    _ => return self.unmatched(req, conn, request_id).await,
-                }
-            }
+            Routed::Unmatched { .. } => return self.unmatched(req, conn, request_id).await,
         };
         match self
-            .gated(req, conn, request_id, &set, &route, &path_params)
+            .gated(req, conn, request_id, &set, route, &path_params)
             .await
         {
             Ok(resp) => resp,

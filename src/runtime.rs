@@ -50,7 +50,7 @@ impl App {
     pub fn decide_handles(&self) -> crate::decide::Handles<'_> {
         crate::decide::Handles {
             resolver: &self.resolver,
-            audit: &self.audit,
+            audit: crate::decide::Recorder::Durable(&self.audit),
             redaction: &self.redaction,
             defaults: &self.config.defaults,
             unknown_action: self.config.authorize.unknown_action,

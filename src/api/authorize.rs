@@ -4,13 +4,15 @@
 //! itself is made by [`crate::decide`], shared with the proxy; this module
 //! only reads the request and shapes the answer. Compact responses hold exactly the six fields of
 //! the interface; verbose adds `reason`, `diagnostics`, `requirements`, `rules`
-//! and, in audit mode, `enforced` and `would_decide`.
+//! and, in audit mode, `enforced` and `would_decide`; explain adds to verbose
+//! the decision's trace (`explain`, see [`crate::decide::explain`]).
 
 use serde::Serialize;
 
 use serde::Deserialize;
 
 use super::wire::{self, CheckOut, MetricsOut, Mode, OptionsIn, RequirementsIn, ResponseIn};
+use crate::decide::explain::{self, Explanation};
 use crate::decide::input::{AnswerIn, Claims, SourceIn};
 use crate::decide::{Decided, Input};
 use crate::engine::decide::{self, Requested};
@@ -48,7 +50,7 @@ impl AuthorizeRequest {
     /// The response mode and the decision's input; 422 on values the
     /// request may not ask for.
     pub fn into_input(self) -> Result<(Mode, Input), ApiError> {
-        let mode = wire::response_mode(self.response.as_ref())?;
+        let mode = response_mode(self.response.as_ref())?;
         let requested = requested(self.requirements.as_ref(), self.options.as_ref())?;
         Ok((
             mode,
@@ -61,6 +63,44 @@ impl AuthorizeRequest {
                 requested,
             },
         ))
+    }
+}
+
+/// `response.mode`: `compact`, `verbose` or, here only, `explain`.
+fn response_mode(r: Option<&wire::ResponseIn>) -> Result<Mode, ApiError> {
+    match r.and_then(|r| r.mode.as_deref()) {
+        Some("explain") => Ok(Mode::Explain),
+        None | Some("compact" | "verbose") => wire::response_mode(r),
+        Some(other) => Err(ApiError::Unprocessable(format!(
+            "response.mode: unknown mode {other:?} (compact, verbose, explain)"
+        ))),
+    }
+}
+
+/// What an explanation needs of the request besides the decision: the
+/// action type and the params as sent. `None` unless `mode` is explain.
+pub struct ExplainInput {
+    action_type: String,
+    params: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ExplainInput {
+    pub fn capture(mode: Mode, input: &Input) -> Option<ExplainInput> {
+        (mode == Mode::Explain).then(|| ExplainInput {
+            action_type: input.action_type.clone(),
+            params: input.params.clone(),
+        })
+    }
+
+    /// Adds the explanation of `o`, decided on `set`, to `resp`.
+    pub fn add_to(self, resp: &mut AuthorizeResponse, o: &Decided, set: &crate::policy::PolicySet) {
+        resp.explain = Some(explain::explain(
+            o,
+            set,
+            &self.action_type,
+            &self.params,
+            None,
+        ));
     }
 }
 
@@ -112,6 +152,9 @@ pub struct AuthorizeResponse {
     pub metrics: MetricsOut,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub verbose: Option<Verbose>,
+    /// `response.mode = "explain"`: the decision's trace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Explanation>,
 }
 
 #[derive(Debug, Serialize)]
@@ -182,7 +225,7 @@ pub fn response(
     request_hash: &str,
     started: std::time::Instant,
 ) -> AuthorizeResponse {
-    let verbose = (mode == Mode::Verbose).then(|| {
+    let verbose = matches!(mode, Mode::Verbose | Mode::Explain).then(|| {
         let e = &o.effective;
         let audit_mode = !o.decision.enforced;
         Verbose {
@@ -255,5 +298,6 @@ pub fn response(
         request_hash: request_hash.to_string(),
         metrics,
         verbose,
+        explain: None,
     }
 }

@@ -47,11 +47,13 @@ pub struct OptionsIn {
     pub min_coverage: Option<f64>,
 }
 
-/// Compact or verbose responses.
+/// Compact or verbose responses; `/v2/authorize` also answers `explain`
+/// (verbose, plus the decision's trace).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Compact,
     Verbose,
+    Explain,
 }
 
 pub fn response_mode(r: Option<&ResponseIn>) -> Result<Mode, ApiError> {

@@ -62,6 +62,44 @@ pub fn citations_str(c: Citations) -> &'static str {
     }
 }
 
+/// Which side set one effective requirement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Won {
+    /// Neither the policy nor the request said anything: the built-in default.
+    Default,
+    /// The policy's floor, the request being silent.
+    Floor,
+    /// The request, at or above the floor (or with no floor to meet).
+    Request,
+    /// The floor, over a request that tried to loosen it.
+    FloorOverRequest,
+}
+
+impl Won {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Won::Default => "default",
+            Won::Floor => "floor",
+            Won::Request => "request",
+            Won::FloorOverRequest => "floor_over_request",
+        }
+    }
+}
+
+/// Which side set each effective requirement: what an explanation shows
+/// beside the values of [`Effective`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origins {
+    pub decision_mode: Won,
+    pub min_coverage: Won,
+    pub citations: Won,
+    pub deny_if_any_unsupported: Won,
+    /// A processing limit, not a floor: the request's value wins.
+    pub evidence_limit: Won,
+    /// Set by the policy only.
+    pub require_claims: Won,
+}
+
 /// Takes the tighter of a floor and a request, noting when the floor won.
 fn tighten<T: PartialOrd + Copy>(
     field: &'static str,
@@ -70,7 +108,7 @@ fn tighten<T: PartialOrd + Copy>(
     default: T,
     show: impl Fn(T) -> String,
     applied: &mut Vec<FloorApplied>,
-) -> T {
+) -> (T, Won) {
     match (floor, requested) {
         (Some(f), Some(r)) if r < f => {
             applied.push(FloorApplied {
@@ -78,17 +116,22 @@ fn tighten<T: PartialOrd + Copy>(
                 requested: show(r),
                 floor: show(f),
             });
-            f
+            (f, Won::FloorOverRequest)
         }
-        (_, Some(r)) => r,
-        (Some(f), None) => f,
-        (None, None) => default,
+        (_, Some(r)) => (r, Won::Request),
+        (Some(f), None) => (f, Won::Floor),
+        (None, None) => (default, Won::Default),
     }
 }
 
 /// Defaults, then the policy (a floor), then the request, which may tighten
 /// the floor but never loosen it.
 pub fn effective(floor: Option<Floor<'_>>, req: &Requested) -> Effective {
+    effective_traced(floor, req).0
+}
+
+/// [`effective`], and which side set each field.
+pub fn effective_traced(floor: Option<Floor<'_>>, req: &Requested) -> (Effective, Origins) {
     let mut applied = Vec::new();
     let (reqs, opts, require_claims) = match floor {
         Some(f) => (Some(f.requirements), Some(f.options), f.require_claims),
@@ -97,7 +140,7 @@ pub fn effective(floor: Option<Floor<'_>>, req: &Requested) -> Effective {
     let floor_cov = reqs
         .and_then(|r| r.min_coverage)
         .or_else(|| opts.and_then(|o| o.min_coverage));
-    let decision_mode = tighten(
+    let (decision_mode, mode_won) = tighten(
         "decision_mode",
         reqs.and_then(|r| r.decision_mode),
         req.decision_mode,
@@ -105,7 +148,7 @@ pub fn effective(floor: Option<Floor<'_>>, req: &Requested) -> Effective {
         |m| mode_str(m).to_string(),
         &mut applied,
     );
-    let min_coverage = tighten(
+    let (min_coverage, coverage_won) = tighten(
         "min_coverage",
         floor_cov,
         req.min_coverage,
@@ -113,7 +156,7 @@ pub fn effective(floor: Option<Floor<'_>>, req: &Requested) -> Effective {
         |v| v.to_string(),
         &mut applied,
     );
-    let citations = tighten(
+    let (citations, citations_won) = tighten(
         "citations",
         reqs.and_then(|r| r.citations),
         req.citations,
@@ -121,7 +164,7 @@ pub fn effective(floor: Option<Floor<'_>>, req: &Requested) -> Effective {
         |c| citations_str(c).to_string(),
         &mut applied,
     );
-    let deny_if_any_unsupported = tighten(
+    let (deny_if_any_unsupported, deny_won) = tighten(
         "deny_if_any_unsupported",
         opts.and_then(|o| o.deny_if_any_unsupported),
         req.deny_if_any_unsupported,
@@ -130,11 +173,13 @@ pub fn effective(floor: Option<Floor<'_>>, req: &Requested) -> Effective {
         &mut applied,
     );
     // A processing limit, not a floor: the request's value wins.
-    let evidence_limit = req
-        .evidence_limit
-        .or_else(|| opts.and_then(|o| o.evidence_limit).map(|n| n as usize))
-        .unwrap_or(DEFAULT_EVIDENCE_LIMIT);
-    Effective {
+    let policy_limit = opts.and_then(|o| o.evidence_limit).map(|n| n as usize);
+    let (evidence_limit, limit_won) = match (req.evidence_limit, policy_limit) {
+        (Some(n), _) => (n, Won::Request),
+        (None, Some(n)) => (n, Won::Floor),
+        (None, None) => (DEFAULT_EVIDENCE_LIMIT, Won::Default),
+    };
+    let effective = Effective {
         decision_mode,
         min_coverage,
         citations,
@@ -142,7 +187,20 @@ pub fn effective(floor: Option<Floor<'_>>, req: &Requested) -> Effective {
         evidence_limit,
         require_claims,
         floors_applied: applied,
-    }
+    };
+    let origins = Origins {
+        decision_mode: mode_won,
+        min_coverage: coverage_won,
+        citations: citations_won,
+        deny_if_any_unsupported: deny_won,
+        evidence_limit: limit_won,
+        require_claims: if floor.is_some() {
+            Won::Floor
+        } else {
+            Won::Default
+        },
+    };
+    (effective, origins)
 }
 
 /// The three decisions.
@@ -194,6 +252,25 @@ pub enum DecisionReason {
 }
 
 impl DecisionReason {
+    /// Every reason code, in declaration order.
+    pub const ALL: [DecisionReason; 15] = [
+        DecisionReason::CoverageSufficient,
+        DecisionReason::UnsupportedClaims,
+        DecisionReason::AmbiguousClaims,
+        DecisionReason::MissingCitations,
+        DecisionReason::FetchFailed,
+        DecisionReason::PolicyViolation,
+        DecisionReason::ReviewRequired,
+        DecisionReason::NoClaims,
+        DecisionReason::ParamTypeMismatch,
+        DecisionReason::UnboundParam,
+        DecisionReason::UnknownAction,
+        DecisionReason::UnsupportedContentType,
+        DecisionReason::AmbiguousBody,
+        DecisionReason::AmbiguousPath,
+        DecisionReason::MethodOverride,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             DecisionReason::CoverageSufficient => "coverage_sufficient",
@@ -246,8 +323,29 @@ pub struct Decision {
     pub would_decide: Option<Outcome>,
 }
 
+/// The row of the decision table that decided: its condition, its reason
+/// and its outcome in each mode. What an explanation shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    /// The row's condition, as the table reads it.
+    pub condition: &'static str,
+    pub reason: DecisionReason,
+    pub strict: Outcome,
+    pub balanced: Outcome,
+    /// Audit mode allows; this is what it would have decided. For the
+    /// `unknown_action` row, which every mode enforces, the outcome itself.
+    pub audit_would: Outcome,
+    /// `false` for the one row audit mode enforces too (`unknown_action`).
+    pub audit_allows: bool,
+}
+
 /// The decision table; the first matching row wins.
 pub fn decide(f: &Facts<'_>) -> Decision {
+    decide_traced(f).0
+}
+
+/// [`decide`], and the row that decided.
+pub fn decide_traced(f: &Facts<'_>) -> (Decision, Row) {
     use DecisionMode::{Audit, Balanced, Strict};
     use DecisionReason as R;
     use Outcome::{Allow, Deny, NeedsReview};
@@ -257,26 +355,60 @@ pub fn decide(f: &Facts<'_>) -> Decision {
     if let Some(outcome @ (Deny | NeedsReview)) = f.unknown_action {
         // No policy to apply, and the operator said what that means; a
         // caller's `decision_mode = "audit"` cannot turn it into an allow.
-        return Decision {
+        let row = Row {
+            condition: "no policy names the action type, and [authorize] unknown_action refuses it",
+            reason: R::UnknownAction,
+            strict: outcome,
+            balanced: outcome,
+            audit_would: outcome,
+            audit_allows: false,
+        };
+        let decision = Decision {
             outcome,
             reason: R::UnknownAction,
             enforced: true,
             would_decide: None,
         };
+        return (decision, row);
     }
-    // (strict, balanced, reason) for each row; audit always allows.
+    // (strict, balanced, reason, condition) for each row; audit always allows.
     let row = if f.param_mismatches > 0 {
-        (Deny, Deny, R::ParamTypeMismatch)
+        (
+            Deny,
+            Deny,
+            R::ParamTypeMismatch,
+            "a param is not of the type the policy reads",
+        )
     } else if rule(Effect::Deny) {
-        (Deny, Deny, R::PolicyViolation)
+        (Deny, Deny, R::PolicyViolation, "a deny rule hit")
     } else if f.unavailable_sources > 0 {
-        (Deny, NeedsReview, R::FetchFailed)
+        (
+            Deny,
+            NeedsReview,
+            R::FetchFailed,
+            "a source could not be read",
+        )
     } else if f.requirements.citations == Citations::Required && f.claims_without_citations > 0 {
-        (Deny, NeedsReview, R::MissingCitations)
+        (
+            Deny,
+            NeedsReview,
+            R::MissingCitations,
+            "citations are required and a claim has none",
+        )
     } else if any(ClaimStatus::Unsupported) && f.requirements.deny_if_any_unsupported {
-        (Deny, Deny, R::UnsupportedClaims)
+        (
+            Deny,
+            Deny,
+            R::UnsupportedClaims,
+            "a claim is unsupported and deny_if_any_unsupported is set",
+        )
     } else if any(ClaimStatus::Unsupported) {
-        (Deny, NeedsReview, R::UnsupportedClaims)
+        (
+            Deny,
+            NeedsReview,
+            R::UnsupportedClaims,
+            "a claim is unsupported",
+        )
     } else if any(ClaimStatus::Ambiguous) {
         // Strict treats an ambiguous claim as unsupported.
         let strict_reason = if mode == Strict {
@@ -284,18 +416,53 @@ pub fn decide(f: &Facts<'_>) -> Decision {
         } else {
             R::AmbiguousClaims
         };
-        (Deny, NeedsReview, strict_reason)
+        (Deny, NeedsReview, strict_reason, "a claim is ambiguous")
     } else if f.unbound_params > 0 {
-        (Deny, NeedsReview, R::UnboundParam)
+        (
+            Deny,
+            NeedsReview,
+            R::UnboundParam,
+            "a bind param is stated by no supported claim",
+        )
     } else if rule(Effect::Review) {
-        (NeedsReview, NeedsReview, R::ReviewRequired)
+        (
+            NeedsReview,
+            NeedsReview,
+            R::ReviewRequired,
+            "a review rule hit",
+        )
     } else if f.checks.is_empty() && f.requirements.require_claims {
-        (Deny, NeedsReview, R::NoClaims)
+        (
+            Deny,
+            NeedsReview,
+            R::NoClaims,
+            "no claims, and the policy requires claims",
+        )
     } else {
-        (Allow, Allow, R::CoverageSufficient)
+        (
+            Allow,
+            Allow,
+            R::CoverageSufficient,
+            "otherwise: every claim supported, no rule hit",
+        )
     };
-    let (strict, balanced, reason) = row;
-    match mode {
+    let (strict, balanced, reason, condition) = row;
+    // The audit column: "allow (would deny)", except a review rule, which
+    // "would review".
+    let audit_would = match reason {
+        R::CoverageSufficient => Allow,
+        R::ReviewRequired => NeedsReview,
+        _ => Deny,
+    };
+    let row = Row {
+        condition,
+        reason,
+        strict,
+        balanced,
+        audit_would,
+        audit_allows: true,
+    };
+    let decision = match mode {
         Strict => Decision {
             outcome: strict,
             reason,
@@ -308,22 +475,14 @@ pub fn decide(f: &Facts<'_>) -> Decision {
             enforced: true,
             would_decide: None,
         },
-        Audit => {
-            // The audit column: "allow (would deny)", except a review rule,
-            // which "would review".
-            let would = match reason {
-                R::CoverageSufficient => Allow,
-                R::ReviewRequired => NeedsReview,
-                _ => Deny,
-            };
-            Decision {
-                outcome: Allow,
-                reason,
-                enforced: false,
-                would_decide: Some(would),
-            }
-        }
-    }
+        Audit => Decision {
+            outcome: Allow,
+            reason,
+            enforced: false,
+            would_decide: Some(audit_would),
+        },
+    };
+    (decision, row)
 }
 
 #[cfg(test)]
@@ -677,6 +836,91 @@ mod tests {
             });
             assert_eq!((d.outcome, d.reason), want, "{requested:?}");
         }
+    }
+
+    /// The row an explanation shows is the row that decided: its outcome
+    /// in each mode is what `decide` returns in that mode.
+    #[test]
+    fn the_traced_row_is_the_one_that_decided() {
+        use ClaimStatus::{Ambiguous, Supported, Unsupported};
+        // (rule hits, checks, claims without citations, unknown_action)
+        type Situation = (Vec<RuleHit>, Vec<Check>, usize, Option<Outcome>);
+        let situations: Vec<Situation> = vec![
+            (vec![], vec![check(Supported, 1.0)], 0, None),
+            (
+                vec![hit(Effect::Review)],
+                vec![check(Supported, 1.0)],
+                0,
+                None,
+            ),
+            (
+                vec![hit(Effect::Deny)],
+                vec![check(Supported, 1.0)],
+                0,
+                None,
+            ),
+            (vec![], vec![check(Unsupported, 0.1)], 0, None),
+            (vec![], vec![check(Ambiguous, 0.6)], 0, None),
+            (vec![], vec![], 0, None),
+            (vec![], vec![check(Supported, 1.0)], 1, None),
+            (vec![], vec![check(Supported, 1.0)], 0, Some(NeedsReview)),
+        ];
+        for (hits, checks, uncited, unknown) in situations {
+            let mut rows = Vec::new();
+            for mode in [Strict, Balanced, Audit] {
+                let r = reqs(mode, Citations::Required, false);
+                let facts = Facts {
+                    requirements: &r,
+                    rule_hits: &hits,
+                    checks: &checks,
+                    claims_without_citations: uncited,
+                    unavailable_sources: 0,
+                    param_mismatches: 0,
+                    unbound_params: 0,
+                    unknown_action: unknown,
+                };
+                let (d, row) = decide_traced(&facts);
+                assert_eq!(d, decide(&facts));
+                assert_eq!(d.reason, row.reason);
+                match mode {
+                    Strict => assert_eq!(d.outcome, row.strict),
+                    Balanced => assert_eq!(d.outcome, row.balanced),
+                    Audit if row.audit_allows => {
+                        assert_eq!(d.outcome, Allow);
+                        assert_eq!(d.would_decide, Some(row.audit_would));
+                    }
+                    Audit => assert_eq!(d.outcome, row.audit_would),
+                }
+                rows.push((row.condition, row.strict, row.balanced, row.audit_would));
+            }
+            // The same facts pick the same row in every mode (only strict's
+            // reason for an ambiguous claim differs, not the row).
+            assert!(rows.windows(2).all(|w| w[0].0 == w[1].0), "{rows:?}");
+        }
+    }
+
+    #[test]
+    fn origins_say_which_side_set_each_field() {
+        let p = policy(Some(Balanced), Some(0.8), None);
+        let req = Requested {
+            decision_mode: Some(Audit),
+            min_coverage: Some(0.9),
+            evidence_limit: Some(2),
+            ..Default::default()
+        };
+        let (e, o) = effective_traced(floor(&p), &req);
+        assert_eq!(e, effective(floor(&p), &req));
+        assert_eq!(o.decision_mode, Won::FloorOverRequest);
+        assert_eq!(o.min_coverage, Won::Request);
+        assert_eq!(o.citations, Won::Default);
+        assert_eq!(o.deny_if_any_unsupported, Won::Default);
+        assert_eq!(o.evidence_limit, Won::Request);
+        assert_eq!(o.require_claims, Won::Floor);
+        let (_, o) = effective_traced(floor(&p), &Requested::default());
+        assert_eq!((o.decision_mode, o.min_coverage), (Won::Floor, Won::Floor));
+        let (_, o) = effective_traced(None, &req);
+        assert_eq!(o.decision_mode, Won::Request);
+        assert_eq!(o.require_claims, Won::Default);
     }
 
     #[test]

@@ -68,6 +68,18 @@ pub struct Evaluation {
     pub mismatches: Vec<ParamMismatch>,
 }
 
+/// What one rule made of one request's params.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuleResult {
+    /// The rule matched: its effect applies.
+    Hit,
+    /// The rule did not match (an absent param matches only `absent`).
+    Miss,
+    /// The value cannot be read the way the rule compares (or its declared
+    /// type says): a [`ParamMismatch`], which denies.
+    Mismatch(String),
+}
+
 /// One `[[action.rule]]`.
 #[derive(Debug, Clone)]
 pub struct Rule {
@@ -138,6 +150,13 @@ impl ActionPolicy {
     /// Every rule that matches `params`, in rule order, and every param whose
     /// type a declaration or a rule cannot read. Pure and total.
     pub fn evaluate(&self, params: &ParamLookup) -> Evaluation {
+        self.evaluate_traced(params).0
+    }
+
+    /// [`ActionPolicy::evaluate`], and what each rule made of the params
+    /// (one [`RuleResult`] per rule, in rule order), misses included: what
+    /// an explanation shows.
+    pub fn evaluate_traced(&self, params: &ParamLookup) -> (Evaluation, Vec<RuleResult>) {
         let mut out = Evaluation::default();
         let mut mismatch = |param: &str, message: String| {
             if !out.mismatches.iter().any(|m| m.param == param) {
@@ -155,21 +174,29 @@ impl ActionPolicy {
             }
         }
         let mut hits = Vec::new();
+        let mut results = Vec::with_capacity(self.rules.len());
         for (i, r) in self.rules.iter().enumerate() {
             let declared = self.param_types.get(&r.param).copied();
             match r.evaluate(params.get(&r.param), declared) {
-                Ok(true) => hits.push(RuleHit {
-                    effect: r.effect,
-                    rule: i,
-                    param: r.param.clone(),
-                    message: r.message.clone(),
-                }),
-                Ok(false) => {}
-                Err(m) => mismatch(&r.param, format!("{}: {m}", r.param)),
+                Ok(true) => {
+                    hits.push(RuleHit {
+                        effect: r.effect,
+                        rule: i,
+                        param: r.param.clone(),
+                        message: r.message.clone(),
+                    });
+                    results.push(RuleResult::Hit);
+                }
+                Ok(false) => results.push(RuleResult::Miss),
+                Err(m) => {
+                    let message = format!("{}: {m}", r.param);
+                    mismatch(&r.param, message.clone());
+                    results.push(RuleResult::Mismatch(message));
+                }
             }
         }
         out.hits = hits;
-        out
+        (out, results)
     }
 
     /// The rules that match `params`, in rule order (type mismatches left
@@ -656,6 +683,28 @@ mod tests {
         let params: Vec<&str> = e.mismatches.iter().map(|m| m.param.as_str()).collect();
         assert_eq!(params, ["order_id", "amount"], "{e:?}");
         assert!(e.mismatches[1].message.contains("string \"6000\""), "{e:?}");
+    }
+
+    #[test]
+    fn the_trace_has_one_result_per_rule_and_agrees_with_evaluate() {
+        let policy = policy(vec![
+            rule("amount", Op::Gt(500.0)),
+            rule("amount", Op::Gt(5000.0)),
+            rule("currency", Op::Gt(1.0)),
+            rule("reason", Op::Absent),
+        ]);
+        let (e, trace) = policy.evaluate_traced(&params());
+        assert_eq!(e, policy.evaluate(&params()));
+        assert_eq!(trace.len(), 4);
+        assert_eq!(trace[0], RuleResult::Hit);
+        assert_eq!(trace[1], RuleResult::Miss);
+        assert!(
+            matches!(&trace[2], RuleResult::Mismatch(m) if m.starts_with("currency: gt compares numbers")),
+            "{trace:?}"
+        );
+        assert_eq!(trace[3], RuleResult::Hit);
+        let hit_rules: Vec<usize> = e.hits.iter().map(|h| h.rule).collect();
+        assert_eq!(hit_rules, [0, 3]);
     }
 
     #[test]

@@ -502,10 +502,15 @@ fn load_dir_reads_only_policy_files() {
         "a.toml.swp",
         "notes.txt",
         "#a.toml#",
+        // Policy test files sit beside the policies; only `verdict test`
+        // reads them.
+        "a.test.toml",
     ] {
         std::fs::write(p.join(junk), "garbage [[[").unwrap();
     }
     std::fs::create_dir(p.join("sub.toml")).unwrap();
+    assert!(crate::policy::is_test_file("a.test.toml"));
+    assert!(!crate::policy::is_test_file("a.toml") && !crate::policy::is_test_file(".a.test.toml"));
     let set = load_dir(p).unwrap();
     assert_eq!(set.files, vec!["a.toml"]);
     // Same revision as the in-memory build: directory location does not count.

@@ -10,41 +10,16 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
+use super::read::{self, RefuseWith};
 use super::upstream::Outbound;
-use super::{forward_headers, guard, Proxy, PROXY_PRINCIPAL};
-use crate::decide::input::{from_json, Claims};
-use crate::decide::{self, DecideError, Input, Refusal};
+use super::{forward_headers, Proxy, PROXY_PRINCIPAL};
+use crate::decide::{self, DecideError, Refusal};
 use crate::engine::decide::{DecisionReason, Outcome};
 use crate::error::ApiError;
 use crate::http_util::{self, full, RespBody};
-use crate::policy::{Extractor, FailureMode, OnReview, PathParams, PolicySet, RequestParts, Route};
+use crate::policy::{FailureMode, OnReview, PathParams, PolicySet, RequestParts, Route};
 use crate::review::HeldRequest;
 use crate::server::ConnInfo;
-
-/// A refusal before any decision: which route it concerns (when it could
-/// reach one), and what the caller is told.
-pub(super) struct RefuseWith<'a> {
-    pub(super) route: Option<&'a Route>,
-    pub(super) reason: DecisionReason,
-    pub(super) status: StatusCode,
-    pub(super) message: String,
-}
-
-/// The JSON pointers of a route's `body:` extractors.
-pub(super) fn body_pointers(route: &Route) -> Vec<&str> {
-    route
-        .params
-        .iter()
-        .map(|(_, e)| e)
-        .chain(route.claims.iter())
-        .chain(route.sources.iter())
-        .chain(route.answer.iter())
-        .filter_map(|e| match e {
-            Extractor::Body(p) => Some(p.as_str()),
-            _ => None,
-        })
-        .collect()
-}
 
 /// `403` with the proxy's deny body: the error object, the decision, the
 /// reason and the record id.
@@ -199,74 +174,18 @@ impl Proxy {
         };
         let probe = Request::from_parts(parts.clone(), ());
 
-        // The body must be of the media type the route gates, and readable
-        // one way only.
-        if route.reads_body() || !bytes.is_empty() {
-            let problem = match guard::media_type(&parts.headers) {
-                Ok(Some(m)) if m == route.content_type => guard::parameter_problem(&parts.headers),
-                Ok(Some(m)) => Some(format!(
-                    "this route gates {} bodies, not {m}",
-                    route.content_type
-                )),
-                Ok(None) => Some(format!(
-                    "this route gates {} bodies and the request has no Content-Type",
-                    route.content_type
-                )),
-                Err(e) => Some(e),
-            };
-            if let Some(message) = problem {
-                let r = refuse(
-                    DecisionReason::UnsupportedContentType,
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    message,
-                );
-                return Ok(self.refuse(set, &probe, r, request_id).await);
-            }
-        }
-        let json_body = if route.reads_body() {
-            let pointers = body_pointers(route);
-            match guard::parse_json(&bytes, &pointers) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    let (reason, message) = match e {
-                        guard::BodyError::Invalid(e) => (
-                            DecisionReason::PolicyViolation,
-                            format!(
-                                "this route reads a JSON body and the body is not valid JSON: {e}"
-                            ),
-                        ),
-                        guard::BodyError::Ambiguous(e) => (
-                            DecisionReason::AmbiguousBody,
-                            format!("the body is ambiguous: {e}"),
-                        ),
-                    };
-                    let r = refuse(reason, StatusCode::BAD_REQUEST, message);
-                    return Ok(self.refuse(set, &probe, r, request_id).await);
-                }
-            }
-        } else {
-            None
-        };
-        // A `_method` in the body asks for another route, as the override
-        // headers and query do.
-        if !bytes.is_empty() {
-            if let Some(message) =
-                guard::body_method_override(&route.content_type, &bytes, json_body.as_ref())
-            {
-                let r = refuse(
-                    DecisionReason::MethodOverride,
-                    StatusCode::BAD_REQUEST,
-                    message,
-                );
-                return Ok(self.refuse(set, &probe, r, request_id).await);
-            }
-        }
-        let extracted = route.extract(&RequestParts {
+        // The body checked, the extractors run, the decision's input read
+        // (`read::gated_input`, which `verdict test` runs too).
+        let input = match read::gated_input(
+            route,
+            &parts.headers,
+            parts.uri.query(),
+            &bytes,
             path_params,
-            query: parts.uri.query(),
-            headers: &parts.headers,
-            body: json_body.as_ref(),
-        });
+        ) {
+            Ok(input) => input,
+            Err(r) => return Ok(self.refuse(set, &probe, r, request_id).await),
+        };
         // The request as the upstream gets it once allowed (or approved):
         // its hash is the decision record's request_hash and, when the call
         // is held, the review's, which an approval is bound to.
@@ -284,41 +203,6 @@ impl Proxy {
             body: bytes.clone(),
         };
         let request_hash = held.hash();
-        // The decision's input, read from the parts the extractors found.
-        let input = (|| {
-            Ok::<_, DecideError>(Input {
-                action_type: route.action.clone(),
-                params: extracted.params,
-                // A JSON null is no claims or no answer, as in an API body.
-                claims: extracted
-                    .claims
-                    .filter(|c| !c.is_null())
-                    .map(|c| from_json::<Claims>("claims", c).map(|c| c.0))
-                    .transpose()?,
-                answer: extracted
-                    .answer
-                    .filter(|a| !a.is_null())
-                    .map(|a| from_json("answer", a))
-                    .transpose()?,
-                sources: extracted
-                    .sources
-                    .map(|s| from_json("sources", s))
-                    .transpose()?
-                    .unwrap_or_default(),
-                requested: Default::default(),
-            })
-        })();
-        let input = match input {
-            Ok(i) => i,
-            Err(e) => {
-                let r = refuse(
-                    DecisionReason::PolicyViolation,
-                    StatusCode::BAD_REQUEST,
-                    format!("the request's justification is malformed: {e}"),
-                );
-                return Ok(self.refuse(set, &probe, r, request_id).await);
-            }
-        };
 
         // Decide (and audit) on the same path as /v2/authorize.
         let ctx = decide::Ctx {

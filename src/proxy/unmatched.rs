@@ -2,14 +2,13 @@
 //! `proxy.unmatched = "deny"`), reading a JSON body only when the path is
 //! gated under another method, to refuse a `_method` in it.
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::upstream::Outbound;
-use super::{blocked, guard, Proxy, RefuseWith};
+use super::{blocked, read, Proxy};
 use crate::config::Unmatched;
-use crate::engine::decide::DecisionReason;
 use crate::http_util::{self, full, BoxError, RespBody};
 use crate::policy::{PolicySet, Route};
 use crate::server::ConnInfo;
@@ -57,14 +56,8 @@ impl Proxy {
             Ok(b) => b,
             Err(e) => return e.into_response(request_id),
         };
-        if let Some(message) = guard::body_method_override("application/json", &bytes, None) {
+        if let Some(refusal) = read::unmatched_json_refusal(route, &bytes) {
             let probe = Request::from_parts(parts, ());
-            let refusal = RefuseWith {
-                route: Some(route),
-                reason: DecisionReason::MethodOverride,
-                status: StatusCode::BAD_REQUEST,
-                message: format!("{message} (the path is gated under {})", route.method),
-            };
             return self.refuse(set, &probe, refusal, request_id).await;
         }
         self.stats.unmatched_pass.inc();

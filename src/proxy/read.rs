@@ -1,0 +1,295 @@
+//! How the proxy reads a request before anything is decided: the refusals
+//! before routing, the route a request reaches, and the decision's input
+//! from what the route's extractors find.
+//!
+//! These are pure functions of the request's method, target, headers and
+//! body (and the policy set and proxy config): no IO, no audit record.
+//! `Proxy::route` and `Proxy::gated` call them on a live request and then
+//! record, forward, block or hold; `verdict test` and `verdict explain`
+//! (`src/cases`) call them on a test case's request, so that a case
+//! decides exactly what the proxy would, refusals included, without a
+//! second copy of the extraction rules.
+
+use http::{HeaderMap, StatusCode};
+use serde_json::Value;
+
+use super::guard;
+use crate::config::{MethodOverride, ProxyConfig};
+use crate::decide::input::{from_json, Claims};
+use crate::decide::{DecideError, Input};
+use crate::engine::decide::DecisionReason;
+use crate::policy::{PathParams, PolicySet, RequestParts, Route, RouteMatch};
+
+/// A refusal before any decision: which route it concerns (when it could
+/// reach one), and what the caller is told.
+#[derive(Debug, Clone)]
+pub struct RefuseWith<'a> {
+    pub route: Option<&'a Route>,
+    pub reason: DecisionReason,
+    pub status: StatusCode,
+    pub message: String,
+}
+
+/// Where a request goes, read from its method, target and headers.
+#[derive(Debug, Clone)]
+pub enum Routed<'a> {
+    /// Refused before routing: the path, an override header or a form body
+    /// could reach a gated route another way.
+    Refused(RefuseWith<'a>),
+    /// A gated route, read strictly, and the `{name}` segments it captured.
+    Gated {
+        route: &'a Route,
+        path_params: PathParams,
+    },
+    /// No route gates it. `json_gated_elsewhere`: the route another method
+    /// gates on this path, when the body is JSON (whose `_method` the proxy
+    /// reads before it forwards; see [`unmatched_json_refusal`]).
+    Unmatched {
+        json_gated_elsewhere: Option<&'a Route>,
+    },
+}
+
+/// The route a request reaches, or why it is refused before one is picked.
+/// `raw_path` is the request target's path as sent, `query` its query.
+pub fn route<'a>(
+    set: &'a PolicySet,
+    cfg: &ProxyConfig,
+    method: &str,
+    raw_path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Routed<'a> {
+    let opted_out = cfg
+        .raw_path_prefixes
+        .iter()
+        .any(|p| raw_path.starts_with(p.as_str()));
+    if !opted_out {
+        if let Some(why) = guard::path_problem(raw_path) {
+            return Routed::Refused(RefuseWith {
+                route: set.reach_any_method(raw_path),
+                reason: DecisionReason::AmbiguousPath,
+                status: StatusCode::BAD_REQUEST,
+                message: format!("the request path holds {why}"),
+            });
+        }
+    }
+    if let Some(other) = guard::path_override(headers) {
+        let other_path = other.split(['?', '#']).next().unwrap_or("").to_string();
+        let route = set
+            .reach_any_method(raw_path)
+            .or_else(|| set.reach_any_method(&other_path));
+        return Routed::Refused(RefuseWith {
+            route,
+            reason: DecisionReason::AmbiguousPath,
+            status: StatusCode::BAD_REQUEST,
+            message: "the request names another path in X-Original-URL or X-Rewrite-URL, which some servers route by".into(),
+        });
+    }
+    let mut method = method.to_string();
+    match guard::override_method(headers, query) {
+        Ok(None) => {}
+        Ok(Some(m))
+            if cfg.method_override == MethodOverride::Route
+                && http::Method::from_bytes(m.as_bytes()).is_ok() =>
+        {
+            method = m;
+        }
+        asked => {
+            let message = match asked {
+                Err(e) => e,
+                Ok(m) => format!(
+                    "the request asks to be treated as {} (method override), which this proxy refuses",
+                    m.unwrap_or_default()
+                ),
+            };
+            return Routed::Refused(RefuseWith {
+                route: set.reach_any_method(raw_path),
+                reason: DecisionReason::MethodOverride,
+                status: StatusCode::BAD_REQUEST,
+                message,
+            });
+        }
+    }
+    match set.classify(&method, raw_path) {
+        RouteMatch::Matched(route, path_params) => Routed::Gated { route, path_params },
+        RouteMatch::Ambiguous(route) => Routed::Refused(RefuseWith {
+            route: Some(route),
+            reason: DecisionReason::AmbiguousPath,
+            status: StatusCode::BAD_REQUEST,
+            message: format!(
+                "the path is not the route's path {:?} as written, but some servers would route it there",
+                route.path
+            ),
+        }),
+        RouteMatch::Unmatched => {
+            // A form or JSON body can carry `_method`, which a framework
+            // may honour to reach a route gated under another method. A
+            // form is refused outright; a JSON body is read to look.
+            let kind = guard::body_kind(headers);
+            let gated_elsewhere = match kind {
+                guard::BodyKind::Other => None,
+                _ => set.reach_any_method(raw_path),
+            };
+            match (kind, gated_elsewhere) {
+                (guard::BodyKind::Form, Some(route)) => Routed::Refused(RefuseWith {
+                    route: Some(route),
+                    reason: DecisionReason::MethodOverride,
+                    status: StatusCode::BAD_REQUEST,
+                    message: format!(
+                        "a form body to a path gated under {} could ask for that method with _method",
+                        route.method
+                    ),
+                }),
+                (guard::BodyKind::Json, Some(route)) => Routed::Unmatched {
+                    json_gated_elsewhere: Some(route),
+                },
+                _ => Routed::Unmatched {
+                    json_gated_elsewhere: None,
+                },
+            }
+        }
+    }
+}
+
+/// An unmatched request's JSON body, on a path `route` gates under another
+/// method: refused when it asks for another method with `_method`.
+pub fn unmatched_json_refusal<'a>(route: &'a Route, bytes: &[u8]) -> Option<RefuseWith<'a>> {
+    let message = guard::body_method_override("application/json", bytes, None)?;
+    Some(RefuseWith {
+        route: Some(route),
+        reason: DecisionReason::MethodOverride,
+        status: StatusCode::BAD_REQUEST,
+        message: format!("{message} (the path is gated under {})", route.method),
+    })
+}
+
+/// The decision's input for a request to a gated route: the body checked
+/// (its media type, keys two parsers could read differently, a `_method`
+/// in it), then the route's extractors run and the parts they found read
+/// as claims, an answer and sources. A request the gate refuses before
+/// deciding is an `Err` with the reason it is recorded under.
+pub fn gated_input<'a>(
+    route: &'a Route,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    bytes: &[u8],
+    path_params: &PathParams,
+) -> Result<Input, RefuseWith<'a>> {
+    let refuse = |reason, status, message: String| RefuseWith {
+        route: Some(route),
+        reason,
+        status,
+        message,
+    };
+    // The body must be of the media type the route gates, and readable
+    // one way only.
+    if route.reads_body() || !bytes.is_empty() {
+        let problem = match guard::media_type(headers) {
+            Ok(Some(m)) if m == route.content_type => guard::parameter_problem(headers),
+            Ok(Some(m)) => Some(format!(
+                "this route gates {} bodies, not {m}",
+                route.content_type
+            )),
+            Ok(None) => Some(format!(
+                "this route gates {} bodies and the request has no Content-Type",
+                route.content_type
+            )),
+            Err(e) => Some(e),
+        };
+        if let Some(message) = problem {
+            return Err(refuse(
+                DecisionReason::UnsupportedContentType,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                message,
+            ));
+        }
+    }
+    let json_body = if route.reads_body() {
+        let pointers = body_pointers(route);
+        match guard::parse_json(bytes, &pointers) {
+            Ok(v) => Some(v),
+            Err(guard::BodyError::Invalid(e)) => {
+                return Err(refuse(
+                    DecisionReason::PolicyViolation,
+                    StatusCode::BAD_REQUEST,
+                    format!("this route reads a JSON body and the body is not valid JSON: {e}"),
+                ));
+            }
+            Err(guard::BodyError::Ambiguous(e)) => {
+                return Err(refuse(
+                    DecisionReason::AmbiguousBody,
+                    StatusCode::BAD_REQUEST,
+                    format!("the body is ambiguous: {e}"),
+                ));
+            }
+        }
+    } else {
+        None
+    };
+    // A `_method` in the body asks for another route, as the override
+    // headers and query do.
+    if !bytes.is_empty() {
+        if let Some(message) =
+            guard::body_method_override(&route.content_type, bytes, json_body.as_ref())
+        {
+            return Err(refuse(
+                DecisionReason::MethodOverride,
+                StatusCode::BAD_REQUEST,
+                message,
+            ));
+        }
+    }
+    let extracted = route.extract(&RequestParts {
+        path_params,
+        query,
+        headers,
+        body: json_body.as_ref(),
+    });
+    // The decision's input, read from the parts the extractors found.
+    let input = (|| {
+        Ok::<_, DecideError>(Input {
+            action_type: route.action.clone(),
+            params: extracted.params,
+            // A JSON null is no claims or no answer, as in an API body.
+            claims: extracted
+                .claims
+                .filter(|c| !c.is_null())
+                .map(|c| from_json::<Claims>("claims", c).map(|c| c.0))
+                .transpose()?,
+            answer: extracted
+                .answer
+                .filter(|a: &Value| !a.is_null())
+                .map(|a| from_json("answer", a))
+                .transpose()?,
+            sources: extracted
+                .sources
+                .map(|s| from_json("sources", s))
+                .transpose()?
+                .unwrap_or_default(),
+            requested: Default::default(),
+        })
+    })();
+    input.map_err(|e| {
+        refuse(
+            DecisionReason::PolicyViolation,
+            StatusCode::BAD_REQUEST,
+            format!("the request's justification is malformed: {e}"),
+        )
+    })
+}
+
+/// The JSON pointers of a route's `body:` extractors.
+pub fn body_pointers(route: &Route) -> Vec<&str> {
+    route
+        .params
+        .iter()
+        .map(|(_, e)| e)
+        .chain(route.claims.iter())
+        .chain(route.sources.iter())
+        .chain(route.answer.iter())
+        .filter_map(|e| match e {
+            crate::policy::Extractor::Body(p) => Some(p.as_str()),
+            _ => None,
+        })
+        .collect()
+}
