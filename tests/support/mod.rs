@@ -2,8 +2,11 @@
 //! data dir and a keys file, and talk to it over real HTTP.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+use std::fmt::Display;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
@@ -84,6 +87,16 @@ impl Resp {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
+    /// Reads a whole response.
+    pub async fn read(resp: http::Response<hyper::body::Incoming>) -> Resp {
+        let (parts, body) = resp.into_parts();
+        Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: body.collect().await.expect("body").to_bytes(),
+        }
+    }
+
     /// Asserts the DESIGN §3 error body with `code`.
     pub fn assert_error(&self, status: u16, code: &str) {
         assert_eq!(self.status, status, "{}", self.text());
@@ -147,14 +160,7 @@ impl TestServer {
             b = b.header(*k, *v);
         }
         let req = b.body(Full::new(body.into())).expect("request");
-        let resp = self.client.request(req).await.expect("response");
-        let (parts, body) = resp.into_parts();
-        let body = body.collect().await.expect("body").to_bytes();
-        Resp {
-            status: parts.status.as_u16(),
-            headers: parts.headers,
-            body,
-        }
+        Resp::read(self.client.request(req).await.expect("response")).await
     }
 
     pub async fn get(&self, path: &str, key: Option<&str>) -> Resp {
@@ -250,7 +256,7 @@ impl MockUpstream {
                                     std::convert::Infallible,
                                 >,
                             > = if path.starts_with("/slow") {
-                                tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                                tokio::time::sleep(Duration::from_secs(3)).await;
                                 http::Response::new(Full::new(Bytes::from_static(b"late")).boxed())
                             } else if path.starts_with("/evidence") {
                                 http::Response::new(
@@ -354,32 +360,41 @@ impl http_body::Body for ChannelBody {
     }
 }
 
-/// Starts the real `verdict` binary on `127.0.0.1:0` with `dir`'s keys file,
-/// policies and data, and returns the child and its API address (read from
-/// the "api listening" log line). The rest of its log is drained.
-pub fn spawn_binary(bin: &str, dir: &std::path::Path) -> (std::process::Child, String) {
-    use std::io::BufRead;
+/// `verdict serve` on `127.0.0.1:0` with `dir`'s keys file (written when
+/// absent), policies and data.
+fn serve_command(bin: &str, dir: &std::path::Path) -> std::process::Command {
     std::fs::create_dir_all(dir.join("policies")).expect("policies dir");
     if !dir.join("keys.toml").exists() {
         std::fs::write(dir.join("keys.toml"), keys_toml()).expect("keys file");
     }
-    let mut child = std::process::Command::new(bin)
+    let mut command = std::process::Command::new(bin);
+    command
         .args(["serve", "--api-listen", "127.0.0.1:0", "--keys"])
         .arg(dir.join("keys.toml"))
         .arg("--policies")
         .arg(dir.join("policies"))
         .arg("--data-dir")
-        .arg(dir.join("data"))
+        .arg(dir.join("data"));
+    command
+}
+
+/// Starts the real `verdict` binary on `127.0.0.1:0` with `dir`'s keys file,
+/// policies and data, and returns the child and its API address (read from
+/// the "api listening" log line). The rest of its log is drained.
+pub fn spawn_binary(bin: &str, dir: &std::path::Path) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = serve_command(bin, dir)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("the binary starts");
     let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped stdout")).lines();
     let addr = loop {
-        let line = lines
-            .next()
-            .expect("the server logs its address")
-            .expect("a log line");
+        let Some(line) = lines.next() else {
+            let status = child.wait().expect("wait");
+            panic!("the server exited before listening: {status}");
+        };
+        let line = line.expect("a log line");
         if line.contains("api listening") {
             let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
             break v["addr"].as_str().expect("an address").to_string();
@@ -438,17 +453,7 @@ pub fn spawn_binary_with(
     std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
 ) {
     use std::io::Read;
-    std::fs::create_dir_all(dir.join("policies")).expect("policies dir");
-    if !dir.join("keys.toml").exists() {
-        std::fs::write(dir.join("keys.toml"), keys_toml()).expect("keys file");
-    }
-    let mut child = std::process::Command::new(bin)
-        .args(["serve", "--api-listen", "127.0.0.1:0", "--keys"])
-        .arg(dir.join("keys.toml"))
-        .arg("--policies")
-        .arg(dir.join("policies"))
-        .arg("--data-dir")
-        .arg(dir.join("data"))
+    let mut child = serve_command(bin, dir)
         .args(args)
         .envs(envs.iter().map(|(k, v)| (*k, *v)))
         .env("RUST_LOG", filter)
@@ -473,10 +478,10 @@ pub fn spawn_binary_with(
             }
         });
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let addr = loop {
         assert!(
-            std::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "the server never logged its address"
         );
         let text = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
@@ -490,7 +495,7 @@ pub fn spawn_binary_with(
         if let Some(addr) = found {
             break addr;
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20));
     };
     (child, addr, log)
 }
@@ -498,24 +503,39 @@ pub fn spawn_binary_with(
 /// Stops a spawned server with SIGTERM and waits (up to 15 s) for it to
 /// drain and exit, so every buffered log line is written.
 pub fn terminate(child: &mut std::process::Child) {
+    sigterm(child);
+    if wait_exit(child, Duration::from_secs(15)).is_none() {
+        let _ = child.kill();
+        panic!("the server did not stop on SIGTERM");
+    }
+    // The pipe readers drain what is left.
+    std::thread::sleep(Duration::from_millis(200));
+}
+
+/// Sends SIGTERM to `child`.
+pub fn sigterm(child: &std::process::Child) {
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .expect("kill runs");
     assert!(killed.success());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+}
+
+/// Waits (blocking, polling every 50 ms) up to `within` for `child` to exit.
+pub fn wait_exit(
+    child: &mut std::process::Child,
+    within: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
     loop {
-        if child.try_wait().expect("wait").is_some() {
-            break;
+        if let Some(status) = child.try_wait().expect("wait") {
+            return Some(status);
         }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the server did not stop on SIGTERM");
+        if Instant::now() > deadline {
+            return None;
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(50));
     }
-    // The pipe readers drain what is left.
-    std::thread::sleep(std::time::Duration::from_millis(200));
 }
 
 /// One request to `base` (e.g. `http://127.0.0.1:1234`) on a new client.
@@ -536,12 +556,22 @@ pub async fn call(
         .request(b.body(Full::new(body.into())).expect("request"))
         .await
         .expect("response");
-    let (parts, body) = resp.into_parts();
-    Resp {
-        status: parts.status.as_u16(),
-        headers: parts.headers,
-        body: body.collect().await.expect("body").to_bytes(),
-    }
+    Resp::read(resp).await
+}
+
+/// [`call`] that panics when the answer takes longer than `limit`.
+pub async fn call_within(
+    limit: Duration,
+    base: &str,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Resp {
+    let shown: String = path.chars().take(80).collect();
+    tokio::time::timeout(limit, call(base, method, path, headers, body))
+        .await
+        .unwrap_or_else(|_| panic!("{shown}: no answer within {limit:?}"))
 }
 
 /// A DELETE route next to the shipped refund route, for the gate tests: any
@@ -559,3 +589,47 @@ path = "/api/orders/{order_id}"
 action = "order.delete"
 params = { order_id = "path:order_id" }
 "#;
+
+// === waiting for a condition ===
+
+/// How often [`eventually`] and [`wait_for`] look again.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// Runs `check` every [`POLL`] until it returns `Ok`, and returns that
+/// value; panics with `what` and the last `Err` once `within` has passed.
+/// For a state the test must reach, in place of a fixed sleep.
+pub async fn eventually<T, E: Display, Fut: Future<Output = Result<T, E>>>(
+    what: &str,
+    within: Duration,
+    check: impl FnMut() -> Fut,
+) -> T {
+    eventually_every(what, within, POLL, check).await
+}
+
+/// [`eventually`], looking again every `every`.
+pub async fn eventually_every<T, E: Display, Fut: Future<Output = Result<T, E>>>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> Fut,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) => assert!(
+                Instant::now() < deadline,
+                "timed out after {within:?} waiting for {what}: {last}"
+            ),
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// [`eventually`] for a plain condition.
+pub async fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    eventually(what, within, || {
+        std::future::ready(if cond() { Ok(()) } else { Err("still false") })
+    })
+    .await
+}
