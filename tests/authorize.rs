@@ -5,30 +5,14 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{TestServer, APP_KEY};
+use support::{RefundPolicy, TestServer, APP_KEY};
 use verdict::config::UnknownAction;
 
 const EV: &str = "Invoice INV-2291. Item: Vitamix E310 blender. Amount charged: $100.00 on Visa ending 4421. Delivered 2026-03-03, box crushed, carafe cracked.";
 
-const POLICY: &str = r#"
-[[action]]
-type = "refund.create"
-requirements = { decision_mode = "strict", min_coverage = 0.9, citations = "optional" }
-
-  [[action.rule]]
-  param = "amount"
-  op = "gt"
-  value = 500
-  effect = "review"
-
-  [[action.rule]]
-  param = "amount"
-  op = "gt"
-  value = 5000
-  effect = "deny"
-
-# Declared with no floors: they get the defaults. Under a keys file an
-# action type no policy names is refused (`unknown_action`).
+/// Declared with no floors: they get the defaults. Under a keys file an
+/// action type no policy names is refused (`unknown_action`).
+const DECLARED: &str = r#"
 [[action]]
 type = "issue_refund"
 
@@ -39,11 +23,16 @@ type = "reply"
 type = "x"
 "#;
 
+/// Refunds: strict at 0.9, review above 500, denied above 5000; and the
+/// [`DECLARED`] types.
 async fn server() -> TestServer {
-    TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
-    })
-    .await
+    let refunds = RefundPolicy::new("strict")
+        .min_coverage(Some("0.9"))
+        .review_over(500)
+        .rule("amount", "gt", Some("5000"), "deny", None)
+        .action_only()
+        .build();
+    TestServer::with_policies(&[("refunds.toml", &(refunds + DECLARED))], |_| {}).await
 }
 
 async fn authorize(s: &TestServer, body: Value) -> Value {
@@ -469,10 +458,7 @@ bind = ["amount", "order_id"]
   value = 500
   effect = "review"
 "#;
-    let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), BOUND).unwrap();
-    })
-    .await;
+    let s = TestServer::with_policies(&[("refunds.toml", BOUND)], |_| {}).await;
     let ev = "Invoice INV-1001 for order 1001: amount charged $100.00.";
     let ask = |amount: Value, order: Value| {
         json!({"action": {"type": "refund.create", "params": {"amount": amount, "order_id": order}},

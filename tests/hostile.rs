@@ -13,42 +13,26 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::Method;
-use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
-use support::{MockUpstream, TestServer, APP_KEY, REVIEW_KEY};
+use support::{
+    Gated, MockUpstream, RefundPolicy, TestServer, APP_KEY, DAMAGED, INVOICE_77, REVIEW_KEY,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// No single hostile request may take longer than this.
 const PER_REQUEST: Duration = Duration::from_secs(15);
 
-/// A gated route: claims and evidence from the body, a header parameter, a
+/// A gated route: claims and evidence from the body, a body parameter, a
 /// rule that holds large amounts for review.
-const POLICY: &str = r#"
-[[action]]
-type = "refund.create"
-requirements = { decision_mode = "balanced", min_coverage = 0.85, citations = "optional" }
-
-  [[action.rule]]
-  param = "amount"
-  op = "gt"
-  value = 500
-  effect = "review"
-
-[[route]]
-name = "create-refund"
-method = "POST"
-path = "/api/orders/{order_id}/refunds"
-action = "refund.create"
-params = { order_id = "path:order_id", amount = "body:/amount", note = "body:/note" }
-claims = "body:/claims"
-sources = "body:/evidence"
-on_review = "hold"
-hold_timeout = "50ms"
-"#;
-
-const EV: &str = "Invoice INV-2291 for order 77: amount charged $100.00. Courier note: package damaged in transit.";
+async fn gated() -> Gated {
+    let policy = RefundPolicy::new("balanced")
+        .review_over(500)
+        .param("note", "body:/note")
+        .hold("50ms")
+        .build();
+    Gated::start(&[("refunds.toml", &policy)], |_| {}).await
+}
 
 /// One hostile input and what it must get back.
 struct Case {
@@ -94,26 +78,7 @@ async fn send(
     body: Vec<u8>,
 ) -> support::Resp {
     t.0 += 1;
-    let client = support::client();
-    let mut b = http::Request::builder()
-        .method(method)
-        .uri(format!("{base}{path}"));
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let req = b.body(Full::new(Bytes::from(body))).unwrap();
-    let fut = async {
-        let resp = client.request(req).await.expect("a response");
-        let (parts, body) = resp.into_parts();
-        support::Resp {
-            status: parts.status.as_u16(),
-            headers: parts.headers,
-            body: body.collect().await.expect("a body").to_bytes(),
-        }
-    };
-    tokio::time::timeout(PER_REQUEST, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{path}: no answer within {PER_REQUEST:?}"))
+    support::call_within(PER_REQUEST, base, method, path, headers, body).await
 }
 
 /// Runs every case against one JSON endpoint and checks status and code.
@@ -586,7 +551,7 @@ fn big_valid(wrap: &dyn Fn(&str) -> String) -> Vec<Case> {
             wrap(&format!(
                 r#""claims":[{}],"sources":[{{"id":"s","text":{}}}]"#,
                 json!(words),
-                json!(EV)
+                json!(INVOICE_77)
             )),
             200,
             "",
@@ -853,15 +818,8 @@ async fn batch_survives_the_corpus() {
 /// Reads, gets and resolves with ids that are not ids.
 #[tokio::test]
 async fn id_endpoints_and_review_bodies_survive_the_corpus() {
-    let up = MockUpstream::start().await;
-    let url = up.url();
-    let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
-        c.proxy.upstream = Some(url);
-    })
-    .await;
+    let Gated { s, up, proxy } = gated().await;
     let base = format!("http://{}", s.addr);
-    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
     let mut t = Tally::default();
 
     let bad_ids = [
@@ -961,7 +919,7 @@ async fn id_endpoints_and_review_bodies_survive_the_corpus() {
         Method::POST,
         "/api/orders/77/refunds",
         &[("content-type", "application/json")],
-        json!({"amount": 900, "claims": ["The package was damaged in transit."], "evidence": [{"id": "inv", "text": EV}]})
+        json!({"amount": 900, "claims": [DAMAGED], "evidence": [{"id": "inv", "text": INVOICE_77}]})
             .to_string()
             .into_bytes(),
     )
@@ -1069,16 +1027,9 @@ async fn id_endpoints_and_review_bodies_survive_the_corpus() {
 /// ones are decided.
 #[tokio::test]
 async fn gated_proxy_route_survives_the_corpus() {
-    let up = MockUpstream::start().await;
-    let url = up.url();
-    let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
-        c.proxy.upstream = Some(url);
-    })
-    .await;
+    let Gated { s, up, proxy } = gated().await;
     let base = format!("http://{}", s.addr);
-    let proxy_addr = s.running.as_ref().unwrap().proxy_addr.unwrap();
-    let proxy = format!("http://{proxy_addr}");
+    let proxy_addr = s.proxy_addr();
     let limit = s.running.as_ref().unwrap().app.config.limits.max_body_bytes;
     let mut t = Tally::default();
     let route = "/api/orders/77/refunds";
@@ -1161,23 +1112,23 @@ async fn gated_proxy_route_survives_the_corpus() {
     let decided = [
         (
             "amount string",
-            json!({"amount": "NaN", "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]}),
+            json!({"amount": "NaN", "claims": [DAMAGED], "evidence": [{"id": "i", "text": INVOICE_77}]}),
         ),
         (
             "amount 1e308",
-            json!({"amount": 1e308, "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]}),
+            json!({"amount": 1e308, "claims": [DAMAGED], "evidence": [{"id": "i", "text": INVOICE_77}]}),
         ),
         (
             "amount null",
-            json!({"amount": null, "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]}),
+            json!({"amount": null, "claims": [DAMAGED], "evidence": [{"id": "i", "text": INVOICE_77}]}),
         ),
         (
             "note with NUL",
-            json!({"amount": 1, "note": "a\u{0}b", "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]}),
+            json!({"amount": 1, "note": "a\u{0}b", "claims": [DAMAGED], "evidence": [{"id": "i", "text": INVOICE_77}]}),
         ),
         (
             "100000 words",
-            json!({"amount": 1, "claims": [words], "evidence": [{"id": "i", "text": EV}]}),
+            json!({"amount": 1, "claims": [words], "evidence": [{"id": "i", "text": INVOICE_77}]}),
         ),
         (
             "10000 sources",
@@ -1238,7 +1189,7 @@ async fn gated_proxy_route_survives_the_corpus() {
         Method::POST,
         route,
         &[("content-type", "application/json")],
-        json!({"amount": 5, "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]})
+        json!({"amount": 5, "claims": [DAMAGED], "evidence": [{"id": "i", "text": INVOICE_77}]})
             .to_string()
             .into_bytes(),
     )

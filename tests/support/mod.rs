@@ -130,6 +130,34 @@ impl TestServer {
         }
     }
 
+    /// Starts a server with `policies` (file name, text) in its policies
+    /// dir, after `edit` adjusts the test config.
+    pub async fn with_policies(
+        policies: &[(&str, &str)],
+        edit: impl FnOnce(&mut Config),
+    ) -> TestServer {
+        Self::start_with(|c| {
+            for (name, text) in policies {
+                std::fs::write(c.policies_dir.join(name), text).expect("policy file");
+            }
+            edit(c);
+        })
+        .await
+    }
+
+    /// The running app.
+    pub fn app(&self) -> &std::sync::Arc<verdict::app::App> {
+        &self.running.as_ref().expect("running").app
+    }
+
+    /// The proxy listener (the config must name an upstream).
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.running
+            .as_ref()
+            .and_then(|r| r.proxy_addr)
+            .expect("the proxy listens")
+    }
+
     /// Wraps an already running server (after a restart on the same dir).
     pub fn attach(running: Running, dir: tempfile::TempDir) -> TestServer {
         TestServer {
@@ -590,6 +618,15 @@ action = "order.delete"
 params = { order_id = "path:order_id" }
 "#;
 
+/// The shipped `policies/refunds.toml`.
+pub fn shipped_refunds() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/policies/refunds.toml"
+    ))
+    .expect("policies/refunds.toml")
+}
+
 // === waiting for a condition ===
 
 /// How often [`eventually`] and [`wait_for`] look again.
@@ -632,4 +669,158 @@ pub async fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bo
         std::future::ready(if cond() { Ok(()) } else { Err("still false") })
     })
     .await
+}
+
+// === the refund fixture: one policy, its evidence, a gated server ===
+
+/// The claim most refund tests make; [`INVOICE_77`] supports it.
+pub const DAMAGED: &str = "The package was damaged in transit.";
+
+/// Evidence for a $100 refund on order 77.
+pub const INVOICE_77: &str =
+    "Invoice INV-2291 for order 77: amount charged $100.00. Courier note: package damaged in transit.";
+
+/// [`INVOICE_77`] naming the item too.
+pub const INVOICE_77_BLENDER: &str = "Invoice INV-2291 for order 77: Vitamix blender, amount charged $100.00. Courier note: package damaged in transit.";
+
+/// The `refund.create` action and, unless [`RefundPolicy::action_only`], its
+/// gated route `create-refund`: `POST /api/orders/{order_id}/refunds`,
+/// params `order_id` and `amount` (and any [`RefundPolicy::param`]), claims
+/// from `body:/claims`, sources from `body:/evidence`. Each test states the
+/// floors and rules it relies on; [`RefundPolicy::build`] writes the file.
+#[derive(Clone)]
+pub struct RefundPolicy {
+    mode: &'static str,
+    min_coverage: Option<&'static str>,
+    rules: String,
+    params: String,
+    hold: Option<String>,
+    route: bool,
+}
+
+impl RefundPolicy {
+    /// `decision_mode = mode`, `min_coverage = 0.85`, citations optional,
+    /// no rules, the route without a hold.
+    pub fn new(mode: &'static str) -> RefundPolicy {
+        RefundPolicy {
+            mode,
+            min_coverage: Some("0.85"),
+            rules: String::new(),
+            params: String::new(),
+            hold: None,
+            route: true,
+        }
+    }
+
+    /// Another `min_coverage` floor, or none.
+    pub fn min_coverage(mut self, floor: Option<&'static str>) -> RefundPolicy {
+        self.min_coverage = floor;
+        self
+    }
+
+    /// The rule that sends refunds above `limit` to review.
+    pub fn review_over(self, limit: u64) -> RefundPolicy {
+        self.rule("amount", "gt", Some(&limit.to_string()), "review", None)
+    }
+
+    /// An `[[action.rule]]`; `value` is TOML as written.
+    pub fn rule(
+        mut self,
+        param: &str,
+        op: &str,
+        value: Option<&str>,
+        effect: &str,
+        message: Option<&str>,
+    ) -> RefundPolicy {
+        self.rules += &format!("\n  [[action.rule]]\n  param = \"{param}\"\n  op = \"{op}\"\n");
+        if let Some(v) = value {
+            self.rules += &format!("  value = {v}\n");
+        }
+        self.rules += &format!("  effect = \"{effect}\"\n");
+        if let Some(m) = message {
+            self.rules += &format!("  message = \"{m}\"\n");
+        }
+        self
+    }
+
+    /// One more route param, `name = "from"` (e.g. `header:x-agent`).
+    pub fn param(mut self, name: &str, from: &str) -> RefundPolicy {
+        self.params += &format!(", {name} = \"{from}\"");
+        self
+    }
+
+    /// `on_review = "hold"` with this `hold_timeout`.
+    pub fn hold(mut self, timeout: &str) -> RefundPolicy {
+        self.hold = Some(timeout.to_string());
+        self
+    }
+
+    /// The action without the route.
+    pub fn action_only(mut self) -> RefundPolicy {
+        self.route = false;
+        self
+    }
+
+    /// The policy file.
+    pub fn build(&self) -> String {
+        let coverage = self
+            .min_coverage
+            .map(|f| format!(" min_coverage = {f},"))
+            .unwrap_or_default();
+        let mut out = format!(
+            "\n[[action]]\ntype = \"refund.create\"\nrequirements = {{ decision_mode = \"{}\",{coverage} citations = \"optional\" }}\n{}",
+            self.mode, self.rules
+        );
+        if self.route {
+            out += &format!(
+                "\n[[route]]\nname = \"create-refund\"\nmethod = \"POST\"\npath = \"/api/orders/{{order_id}}/refunds\"\naction = \"refund.create\"\nparams = {{ order_id = \"path:order_id\", amount = \"body:/amount\"{} }}\nclaims = \"body:/claims\"\nsources = \"body:/evidence\"\n",
+                self.params
+            );
+            if let Some(h) = &self.hold {
+                out += &format!("on_review = \"hold\"\nhold_timeout = \"{h}\"\n");
+            }
+        }
+        out
+    }
+}
+
+/// A sidecar whose proxy gates its policy files in front of a fresh
+/// [`MockUpstream`].
+pub struct Gated {
+    pub s: TestServer,
+    pub up: MockUpstream,
+    /// `http://` and the proxy listener.
+    pub proxy: String,
+}
+
+impl Gated {
+    /// Starts the upstream, then the sidecar with `policies` (file name,
+    /// text) and that upstream, after `edit` adjusts the config.
+    pub async fn start(policies: &[(&str, &str)], edit: impl FnOnce(&mut Config)) -> Gated {
+        let up = MockUpstream::start().await;
+        let url = up.url();
+        let s = TestServer::with_policies(policies, |c| {
+            c.proxy.upstream = Some(url);
+            edit(c);
+        })
+        .await;
+        let proxy = format!("http://{}", s.proxy_addr());
+        Gated { s, up, proxy }
+    }
+
+    /// The proxy listener.
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.s.proxy_addr()
+    }
+
+    /// One request to the proxy listener, on a new client.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Resp {
+        call(&self.proxy, method, path, headers, body).await
+    }
 }
