@@ -824,3 +824,16 @@ impl Gated {
         call(&self.proxy, method, path, headers, body).await
     }
 }
+
+/// A TLS client config that trusts only `root`.
+pub fn trusting(root: rustls_pki_types::CertificateDer<'static>) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(root).expect("a root certificate");
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("protocol versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth()
+}
