@@ -837,3 +837,19 @@ pub fn trusting(root: rustls_pki_types::CertificateDer<'static>) -> rustls::Clie
     .with_root_certificates(roots)
     .with_no_client_auth()
 }
+
+/// Asserts that an audit receipt (an authorize answer's `audit` object)
+/// carries every field a client needs to check it offline.
+pub fn assert_receipt(receipt: &serde_json::Value) {
+    for k in [
+        "record_id",
+        "record_hash",
+        "key_id",
+        "merkle_root",
+        "proof",
+        "leaf_index",
+        "tree_size",
+    ] {
+        assert!(receipt.get(k).is_some(), "{k}: {receipt}");
+    }
+}
