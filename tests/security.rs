@@ -184,18 +184,9 @@ async fn tenants_cannot_read_each_other() {
     let submit = |key: &'static str, idem: &'static str, body: String| {
         let s = &s;
         async move {
-            let auth = format!("Bearer {key}");
-            s.send(
-                Method::POST,
-                "/v1/verify-claims-batch",
-                &[
-                    ("authorization", &auth),
-                    ("content-type", "application/json"),
-                    ("idempotency-key", idem),
-                ],
-                body,
-            )
-            .await
+            let idem = [("idempotency-key", idem)];
+            s.post_json_with("/v1/verify-claims-batch", body, Some(key), &idem)
+                .await
         }
     };
     let a = submit(APP_KEY, "shared-key", batch.clone()).await;

@@ -201,12 +201,24 @@ impl TestServer {
     }
 
     pub async fn post_json(&self, path: &str, body: &str, key: Option<&str>) -> Resp {
+        self.post_json_with(path, body.to_string(), key, &[]).await
+    }
+
+    /// [`TestServer::post_json`] with any body bytes and `extra` headers.
+    pub async fn post_json_with(
+        &self,
+        path: &str,
+        body: impl Into<Bytes>,
+        key: Option<&str>,
+        extra: &[(&str, &str)],
+    ) -> Resp {
         let auth = key.map(|k| format!("Bearer {k}"));
         let mut h = vec![("content-type", "application/json")];
         if let Some(a) = &auth {
             h.push(("authorization", a.as_str()));
         }
-        self.send(Method::POST, path, &h, body.to_string()).await
+        h.extend_from_slice(extra);
+        self.send(Method::POST, path, &h, body).await
     }
 
     /// Drains the server; returns the temp dir so that callers can inspect
