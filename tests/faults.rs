@@ -78,15 +78,7 @@ async fn detailed(s: &TestServer) -> Value {
 
 /// Waits up to 10 s for `/health/detailed` to satisfy `reached`.
 async fn wait_health(s: &TestServer, what: &str, reached: impl Fn(&Value) -> bool) {
-    support::eventually(what, Duration::from_secs(10), || async {
-        let h = detailed(s).await;
-        if reached(&h) {
-            Ok(())
-        } else {
-            Err(h)
-        }
-    })
-    .await
+    s.health_until(what, Duration::from_secs(10), reached).await;
 }
 
 fn audit_verify(data: &std::path::Path) {

@@ -67,6 +67,18 @@ async fn raw(
     (status, text)
 }
 
+/// POSTs a JSON refund body to `/api/orders/1/refunds` through the proxy.
+async fn post_refund(e: &Gated, body: &str) -> (u16, String) {
+    raw(
+        e.proxy_addr(),
+        "POST",
+        "/api/orders/1/refunds",
+        &[JSON],
+        body,
+    )
+    .await
+}
+
 fn body_json(answer: &str) -> Value {
     let body = answer.split("\r\n\r\n").nth(1).unwrap_or("");
     serde_json::from_str(body).unwrap_or(Value::Null)
@@ -274,14 +286,7 @@ async fn every_attack_row_is_refused_or_decided() {
 
     // The same refund, spelled plainly, is decided (denied: above 5000), and
     // the answer and the record say which rules fired.
-    let (got, answer) = raw(
-        e.proxy_addr(),
-        "POST",
-        "/api/orders/1/refunds",
-        &[JSON],
-        &six_k,
-    )
-    .await;
+    let (got, answer) = post_refund(&e, &six_k).await;
     let rules = body_json(&answer)["rules"].clone();
     assert!(
         rules.as_array().is_some_and(|r| r
@@ -333,14 +338,7 @@ async fn plain_requests_still_pass() {
     assert_eq!(e.up.calls()[0].headers["x-verdict-decision"], "allow");
     // $100 of evidence does not justify a refund of 450.
     let more = ok.replace("\"amount\":100", "\"amount\":450");
-    let (got, answer) = raw(
-        e.proxy_addr(),
-        "POST",
-        "/api/orders/1/refunds",
-        &[JSON],
-        &more,
-    )
-    .await;
+    let (got, answer) = post_refund(&e, &more).await;
     assert_eq!(
         (got, body_json(&answer)["reason"].clone()),
         (403, json!("unbound_param")),
@@ -365,19 +363,11 @@ async fn plain_requests_still_pass() {
 /// Waits (up to 10 s) until `/health/detailed` reports the policies as
 /// `status`.
 async fn policies_status(e: &Gated, status: &str) {
-    support::eventually(
-        "the policy store's status",
-        Duration::from_secs(10),
-        || async {
-            let h = e.s.get("/health/detailed", None).await.json();
-            if h["components"]["policies"]["status"] == status {
-                Ok(())
-            } else {
-                Err(h)
-            }
-        },
-    )
-    .await
+    let what = format!("policies {status}");
+    e.s.health_until(&what, Duration::from_secs(10), |h| {
+        h["components"]["policies"]["status"] == status
+    })
+    .await;
 }
 
 /// Deleting the pinned refund policy, or truncating it, keeps the gate:
@@ -394,14 +384,7 @@ async fn a_deleted_or_truncated_policy_keeps_the_gate() {
         }
         // Past the debounce and the settle wait: the refused reload shows.
         policies_status(&e, "degraded").await;
-        let (got, answer) = raw(
-            e.proxy_addr(),
-            "POST",
-            "/api/orders/1/refunds",
-            &[JSON],
-            &six_k,
-        )
-        .await;
+        let (got, answer) = post_refund(&e, &six_k).await;
         assert_eq!(got, 403, "{edit}: {answer}");
         assert_eq!(e.up.count(), 0, "{edit}");
         let h = e.s.get("/health/detailed", None).await.json();

@@ -93,19 +93,11 @@ async fn policy_reload_under_load_is_all_or_nothing() {
         &file,
         &policy(150).replace("effect = \"review\"", "effect = \"reveiw\""),
     );
-    let h = support::eventually(
-        "the broken file noticed",
-        Duration::from_secs(10),
-        || async {
-            let h = s.get("/health/detailed", None).await.json();
-            if h["components"]["policies"]["status"] == "degraded" {
-                Ok(h)
-            } else {
-                Err(h)
-            }
-        },
-    )
-    .await;
+    let h = s
+        .health_until("the broken file noticed", Duration::from_secs(10), |h| {
+            h["components"]["policies"]["status"] == "degraded"
+        })
+        .await;
     assert_eq!(h["status"], "degraded");
     assert!(
         h["components"]["policies"]["last_error"]

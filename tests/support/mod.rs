@@ -221,6 +221,25 @@ impl TestServer {
         self.send(Method::POST, path, &h, body).await
     }
 
+    /// Polls `/health/detailed` (up to `within`) until `reached` holds for
+    /// its answer, and returns that answer.
+    pub async fn health_until(
+        &self,
+        what: &str,
+        within: Duration,
+        reached: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        eventually(what, within, || async {
+            let h = self.get("/health/detailed", None).await.json();
+            if reached(&h) {
+                Ok(h)
+            } else {
+                Err(h)
+            }
+        })
+        .await
+    }
+
     /// Drains the server; returns the temp dir so that callers can inspect
     /// the data it left (dropping it deletes everything).
     pub async fn shutdown(mut self) -> tempfile::TempDir {
