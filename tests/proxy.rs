@@ -53,20 +53,28 @@ fn refund_body(amount: u64, claim: &str) -> String {
     )
 }
 
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+/// POSTs `body` to the refund route on order 77 with these headers only.
+async fn post_refund(e: &Gated, headers: &[(&str, &str)], body: impl Into<Bytes>) -> support::Resp {
+    e.send(Method::POST, "/api/orders/77/refunds", headers, body)
+        .await
+}
+
+/// A refund by customer C-9 through the proxy; returns the answer and the
+/// bytes sent.
 async fn refund(e: &Gated, amount: u64, claim: &str) -> (support::Resp, String) {
     let body = refund_body(amount, claim);
-    let r = e
-        .send(
-            Method::POST,
-            "/api/orders/77/refunds",
-            &[
-                ("content-type", "application/json"),
-                ("x-customer-id", "C-9"),
-                ("x-verdict-decision", "allow"),
-            ],
-            body.clone(),
-        )
-        .await;
+    let r = post_refund(
+        e,
+        &[
+            JSON,
+            ("x-customer-id", "C-9"),
+            ("x-verdict-decision", "allow"),
+        ],
+        body.clone(),
+    )
+    .await;
     (r, body)
 }
 
@@ -75,12 +83,8 @@ async fn wait_for(what: &str, f: impl FnMut() -> bool) {
 }
 
 async fn approve(e: &Gated, id: &str) -> support::Resp {
-    e.s.post_json(
-        &format!("/v2/reviews/{id}/approve"),
-        r#"{"reviewer":"ops@example.com"}"#,
-        Some(REVIEW_KEY),
-    )
-    .await
+    e.s.resolve(id, "approve", "ops@example.com", Some(REVIEW_KEY))
+        .await
 }
 
 #[tokio::test]
@@ -132,31 +136,14 @@ async fn deny_never_reaches_the_upstream() {
     assert_eq!(j["reason"], "unsupported_claims");
     assert!(j["record_id"].is_string() && j["request_id"].is_string());
     // Header extraction is case-insensitive, and a missing header is absent.
-    let r = e
-        .send(
-            Method::POST,
-            "/api/orders/77/refunds",
-            &[("content-type", "application/json")],
-            refund_body(100, DAMAGED),
-        )
-        .await;
+    let r = post_refund(&e, &[JSON], refund_body(100, DAMAGED)).await;
     assert_eq!(
         (r.status, r.json()["reason"].as_str()),
         (403, Some("policy_violation"))
     );
     // A JSON pointer with an escaped '/' (`~1`) reaches the rules.
     let body = refund_body(100, DAMAGED).replacen('{', r#"{"meta":{"a/b":"fax"},"#, 1);
-    let r = e
-        .send(
-            Method::POST,
-            "/api/orders/77/refunds",
-            &[
-                ("content-type", "application/json"),
-                ("X-CUSTOMER-ID", "C-9"),
-            ],
-            body,
-        )
-        .await;
+    let r = post_refund(&e, &[JSON, ("X-CUSTOMER-ID", "C-9")], body).await;
     assert_eq!(
         (r.status, r.json()["reason"].as_str()),
         (403, Some("policy_violation")),
@@ -164,14 +151,7 @@ async fn deny_never_reaches_the_upstream() {
         r.text()
     );
     // Not JSON on a route that reads the body: 400, not forwarded.
-    let r = e
-        .send(
-            Method::POST,
-            "/api/orders/77/refunds",
-            &[("content-type", "application/json")],
-            "not json",
-        )
-        .await;
+    let r = post_refund(&e, &[JSON], "not json").await;
     assert_eq!(r.status, 400);
     assert_eq!(e.up.count(), 0);
     e.s.shutdown().await;
@@ -203,18 +183,12 @@ async fn hold_then_approve_in_time_returns_the_upstream_answer() {
     assert_eq!(e.up.count(), 1);
     let call = &e.up.calls()[0];
     assert_eq!(call.headers["x-verdict-review-id"], id.as_str());
-    let g0 =
-        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-            .await
-            .json();
+    let g0 = e.s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(
         call.headers["x-verdict-record-id"],
         g0["record_id"].as_str().unwrap()
     );
-    let g =
-        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-            .await
-            .json();
+    let g = e.s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(g["status"], "approved");
     assert_eq!(g["forward"]["upstream_status"], 200, "{g}");
 }
@@ -232,13 +206,7 @@ async fn hold_timeout_then_approve_forwards_exactly_once_and_reject_never() {
     assert_eq!(j["poll"], format!("/v2/reviews/{id}"));
     assert_eq!(e.up.count(), 0);
     // An app key cannot approve (the review scope is required).
-    let r =
-        e.s.post_json(
-            &format!("/v2/reviews/{id}/approve"),
-            r#"{"reviewer":"me"}"#,
-            Some(APP_KEY),
-        )
-        .await;
+    let r = e.s.resolve(&id, "approve", "me", Some(APP_KEY)).await;
     r.assert_error(403, "forbidden");
     assert_eq!(approve(&e, &id).await.status, 200);
     wait_for("the background forward", || e.up.count() == 1).await;
@@ -246,10 +214,7 @@ async fn hold_timeout_then_approve_forwards_exactly_once_and_reject_never() {
     approve(&e, &id).await.assert_error(409, "conflict");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(e.up.count(), 1, "exactly once");
-    let g =
-        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-            .await
-            .json();
+    let g = e.s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(g["forward"]["state"], "done", "{g}");
 
     // Reject: never forwarded.
@@ -269,13 +234,9 @@ async fn hold_timeout_then_approve_forwards_exactly_once_and_reject_never() {
     e.s.get("/v2/reviews/nope", Some(REVIEW_KEY))
         .await
         .assert_error(404, "not_found");
-    e.s.post_json(
-        &format!("/v2/reviews/{id2}/approve"),
-        r#"{"reviewer":""}"#,
-        Some(REVIEW_KEY),
-    )
-    .await
-    .assert_error(422, "invalid_request");
+    e.s.resolve(&id2, "approve", "", Some(REVIEW_KEY))
+        .await
+        .assert_error(422, "invalid_request");
     e.s.shutdown().await;
 }
 
@@ -294,14 +255,7 @@ async fn held_and_denied_calls_carry_their_rules_and_one_request_hash() {
             .unwrap_or_default()
     };
     // Denied by a rule with a message (no customer header): 403 and record.
-    let r = e
-        .send(
-            Method::POST,
-            "/api/orders/77/refunds",
-            &[("content-type", "application/json")],
-            refund_body(100, DAMAGED),
-        )
-        .await;
+    let r = post_refund(&e, &[JSON], refund_body(100, DAMAGED)).await;
     assert_eq!(r.status, 403, "{}", r.text());
     let j = r.json();
     assert_eq!(
@@ -325,10 +279,7 @@ async fn held_and_denied_calls_carry_their_rules_and_one_request_hash() {
     let rules = j["rules"].clone();
     assert_eq!(rules, serde_json::json!(["amount gt 500"]), "{j}");
     let id = j["review_id"].as_str().unwrap().to_string();
-    let review =
-        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-            .await
-            .json();
+    let review = e.s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(review["rules"], rules, "{review}");
     let record_id = review["record_id"].as_str().unwrap().to_string();
     let rec =
@@ -349,10 +300,7 @@ async fn held_and_denied_calls_carry_their_rules_and_one_request_hash() {
         e.up.calls()[0].headers["x-verdict-record-id"],
         record_id.as_str()
     );
-    let review =
-        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-            .await
-            .json();
+    let review = e.s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(review["forward"]["state"], "done", "{review}");
     e.s.shutdown().await;
 }
@@ -450,18 +398,9 @@ async fn a_pending_review_survives_a_restart_and_forwards_once() {
     config.proxy.upstream = Some(up.url());
     let running = verdict::app::start(config).await.unwrap();
     let s = TestServer::attach(running, dir);
-    let g = s
-        .get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-        .await
-        .json();
+    let g = s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(g["status"], "pending", "{g}");
-    let a = s
-        .post_json(
-            &format!("/v2/reviews/{id}/approve"),
-            r#"{"reviewer":"ops"}"#,
-            Some(REVIEW_KEY),
-        )
-        .await;
+    let a = s.resolve(&id, "approve", "ops", Some(REVIEW_KEY)).await;
     assert_eq!(a.status, 200, "{}", a.text());
     wait_for("the forward after restart", || up.count() == 1).await;
     tokio::time::sleep(Duration::from_millis(300)).await;

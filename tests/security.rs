@@ -262,39 +262,20 @@ async fn only_review_keys_resolve_held_calls() {
     let id = r.json()["review_id"].as_str().unwrap().to_string();
     for key in [APP_KEY, OTHER_KEY, VERIFY_ONLY_KEY] {
         for action in ["approve", "reject"] {
-            e.s.post_json(
-                &format!("/v2/reviews/{id}/{action}"),
-                r#"{"reviewer":"me"}"#,
-                Some(key),
-            )
-            .await
-            .assert_error(403, "forbidden");
+            e.s.resolve(&id, action, "me", Some(key))
+                .await
+                .assert_error(403, "forbidden");
         }
-        e.s.get(&format!("/v2/reviews/{id}"), Some(key))
+        e.s.review(&id, Some(key))
             .await
             .assert_error(403, "forbidden");
     }
-    let r =
-        e.s.post_json(
-            &format!("/v2/reviews/{id}/approve"),
-            r#"{"reviewer":"me"}"#,
-            None,
-        )
-        .await;
+    let r = e.s.resolve(&id, "approve", "me", None).await;
     r.assert_error(401, "unauthorized");
-    let g =
-        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-            .await
-            .json();
+    let g = e.s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(g["status"], "pending", "{g}");
     assert_eq!(e.up.count(), 0);
-    let a =
-        e.s.post_json(
-            &format!("/v2/reviews/{id}/approve"),
-            r#"{"reviewer":"ops"}"#,
-            Some(REVIEW_KEY),
-        )
-        .await;
+    let a = e.s.resolve(&id, "approve", "ops", Some(REVIEW_KEY)).await;
     assert_eq!(a.status, 200, "{}", a.text());
     e.s.shutdown().await;
 }

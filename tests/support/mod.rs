@@ -221,6 +221,19 @@ impl TestServer {
         self.send(Method::POST, path, &h, body).await
     }
 
+    /// `POST /v2/reviews/{id}/{action}` (`approve` or `reject`) with the
+    /// body `{"reviewer": reviewer}`.
+    pub async fn resolve(&self, id: &str, action: &str, reviewer: &str, key: Option<&str>) -> Resp {
+        let body = serde_json::json!({ "reviewer": reviewer }).to_string();
+        let path = format!("/v2/reviews/{id}/{action}");
+        self.post_json(&path, &body, key).await
+    }
+
+    /// `GET /v2/reviews/{id}`.
+    pub async fn review(&self, id: &str, key: Option<&str>) -> Resp {
+        self.get(&format!("/v2/reviews/{id}"), key).await
+    }
+
     /// Polls `/health/detailed` (up to `within`) until `reached` holds for
     /// its answer, and returns that answer.
     pub async fn health_until(
