@@ -174,24 +174,24 @@ fn binary_exits_64_on_a_public_listener_without_keys_or_a_bad_config() {
     support::assert_exit(&out, 64);
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.toml");
-    std::fs::write(&cfg, "[limits]\nmax_body_byts = 3\n").unwrap();
-    let out = support::cli(bin, &["serve", "--config"], &cfg);
-    support::assert_exit(&out, 64);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("c.toml:2:1") && err.contains("max_body_byts"),
-        "{err}"
-    );
-    // A proxy listener without an upstream would never run: refused,
-    // naming both keys.
-    std::fs::write(&cfg, "[proxy]\nlisten = \"127.0.0.1:0\"\n").unwrap();
-    let out = support::cli(bin, &["serve", "--config"], &cfg);
-    support::assert_exit(&out, 64);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("proxy.listen") && err.contains("proxy.upstream"),
-        "{err}"
-    );
+    for (config, named) in [
+        (
+            "[limits]\nmax_body_byts = 3\n",
+            ["c.toml:2:1", "max_body_byts"],
+        ),
+        // A proxy listener without an upstream would never run: refused,
+        // naming both keys.
+        (
+            "[proxy]\nlisten = \"127.0.0.1:0\"\n",
+            ["proxy.listen", "proxy.upstream"],
+        ),
+    ] {
+        std::fs::write(&cfg, config).unwrap();
+        let out = support::cli(bin, &["serve", "--config"], &cfg);
+        support::assert_exit(&out, 64);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(named.iter().all(|n| err.contains(n)), "{err}");
+    }
 }
 
 /// `verdict serve --help` says what each flag sets (its config key) and
