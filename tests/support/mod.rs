@@ -897,3 +897,25 @@ pub fn assert_receipt(receipt: &serde_json::Value) {
         assert!(receipt.get(k).is_some(), "{k}: {receipt}");
     }
 }
+
+/// Runs the engine on one claim (`id`) against `evidence`: one source per
+/// passage (`e1`, `e2`, …), no citations, default params.
+pub fn check_claim(id: &str, claim: &str, evidence: &[String]) -> verdict::engine::Check {
+    use verdict::engine::{verify, Claim, Params, Source};
+    let sources: Vec<Source> = evidence
+        .iter()
+        .enumerate()
+        .map(|(i, text)| Source {
+            id: format!("e{}", i + 1),
+            text: Some(text.clone()),
+        })
+        .collect();
+    let claim = Claim {
+        id: id.to_string(),
+        text: claim.to_string(),
+        citations: Vec::new(),
+    };
+    let mut checks = verify(&[claim], &sources, &Params::default());
+    assert_eq!(checks.len(), 1, "{id}: one check per claim");
+    checks.remove(0)
+}
