@@ -62,11 +62,11 @@ impl XorShift {
 }
 
 fn body(round: usize, client: usize, i: usize) -> String {
-    json!({"action": {"type": "refund", "params": {"amount": i % 1000, "round": round, "client": client}},
-           "claims": [{"text": "The customer paid $100 for the blender."}],
-           "sources": [{"source_id": "inv", "text": "Invoice: blender, amount charged $100.00."}],
-           "requirements": {"citations": "optional"}, "response": {"mode": "verbose"}})
-    .to_string()
+    let params = json!({"amount": i % 1000, "round": round, "client": client});
+    support::blender_refund(params, support::PAID_100)
+        .requirements(json!({"citations": "optional"}))
+        .verbose()
+        .body()
 }
 
 /// Starts the binary on 127.0.0.1:0 and returns it with its API address.

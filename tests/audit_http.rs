@@ -13,11 +13,11 @@ use sha2::{Digest, Sha256};
 use support::{TestServer, APP_KEY, OTHER_KEY, REVIEW_KEY, VERIFY_ONLY_KEY};
 
 fn body() -> String {
-    json!({"action": {"type": "refund", "params": {"amount": 10, "card_number": "4111111111111111"}},
-           "claims": [{"text": "The customer paid $100 for the blender."}],
-           "sources": [{"source_id": "inv", "text": "Invoice: blender, amount charged $100.00."}],
-           "requirements": {"citations": "optional"}, "response": {"mode": "verbose"}})
-    .to_string()
+    let params = json!({"amount": 10, "card_number": "4111111111111111"});
+    support::blender_refund(params, support::PAID_100)
+        .requirements(json!({"citations": "optional"}))
+        .verbose()
+        .body()
 }
 
 fn unhex(s: &str) -> Vec<u8> {

@@ -65,11 +65,9 @@ impl RunningWitness {
 }
 
 fn body(i: usize) -> String {
-    json!({"action": {"type": "refund", "params": {"amount": i}},
-           "claims": [{"text": "The customer paid $100 for the blender."}],
-           "sources": [{"source_id": "inv", "text": "Invoice: blender, amount charged $100.00."}],
-           "requirements": {"citations": "optional"}})
-    .to_string()
+    support::blender_refund(json!({"amount": i}), support::PAID_100)
+        .requirements(json!({"citations": "optional"}))
+        .body()
 }
 
 fn log_vkeys(config: &Config) -> Vec<String> {

@@ -919,3 +919,77 @@ pub fn check_claim(id: &str, claim: &str, evidence: &[String]) -> verdict::engin
     assert_eq!(checks.len(), 1, "{id}: one check per claim");
     checks.remove(0)
 }
+
+// === request bodies ===
+
+/// An authorize request body: `{"action": {"type": ty}}` and whatever the
+/// builder methods add. JSON objects serialize with sorted keys, so the
+/// order of the calls does not change the bytes.
+#[derive(Clone)]
+pub struct Authorize(serde_json::Value);
+
+impl Authorize {
+    pub fn new(ty: &str) -> Authorize {
+        Authorize(serde_json::json!({"action": {"type": ty}}))
+    }
+
+    /// `action.params`.
+    pub fn params(mut self, params: serde_json::Value) -> Authorize {
+        self.0["action"]["params"] = params;
+        self
+    }
+
+    /// `claims`, as given (strings or claim objects).
+    pub fn claims(self, claims: serde_json::Value) -> Authorize {
+        self.with("claims", claims)
+    }
+
+    /// Appends the source `{"source_id": id, "text": text}`.
+    pub fn source(mut self, id: &str, text: &str) -> Authorize {
+        let source = serde_json::json!({"source_id": id, "text": text});
+        match self.0["sources"].as_array_mut() {
+            Some(sources) => sources.push(source),
+            None => self.0["sources"] = serde_json::json!([source]),
+        }
+        self
+    }
+
+    /// `requirements`.
+    pub fn requirements(self, requirements: serde_json::Value) -> Authorize {
+        self.with("requirements", requirements)
+    }
+
+    /// `response.mode = "verbose"`.
+    pub fn verbose(self) -> Authorize {
+        self.with("response", serde_json::json!({"mode": "verbose"}))
+    }
+
+    /// Any other top-level field (`answer`, `options`, …).
+    pub fn with(mut self, field: &str, value: serde_json::Value) -> Authorize {
+        self.0[field] = value;
+        self
+    }
+
+    pub fn json(self) -> serde_json::Value {
+        self.0
+    }
+
+    pub fn body(&self) -> String {
+        self.0.to_string()
+    }
+}
+
+/// The invoice the audit tests decide against.
+pub const BLENDER_INVOICE: &str = "Invoice: blender, amount charged $100.00.";
+
+/// A claim [`BLENDER_INVOICE`] supports.
+pub const PAID_100: &str = "The customer paid $100 for the blender.";
+
+/// An authorize request for the action `refund` with `params`: the claim
+/// `{"text": claim}` against the source `inv`, [`BLENDER_INVOICE`].
+pub fn blender_refund(params: serde_json::Value, claim: &str) -> Authorize {
+    Authorize::new("refund")
+        .params(params)
+        .claims(serde_json::json!([{ "text": claim }]))
+        .source("inv", BLENDER_INVOICE)
+}
