@@ -269,7 +269,7 @@ async fn json_logs_hold_plain_values_and_rounded_latencies() {
     // An unmatched call to an upstream that is not there: 502, logged.
     let r = support::call(&format!("http://{proxy}"), Method::GET, "/x", &[], "").await;
     assert_eq!(r.status, 502);
-    support::terminate(&mut child);
+    support::terminate(&mut child, &log);
     let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
     let mut latencies = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -338,7 +338,7 @@ async fn an_unwritable_temp_dir_does_not_stop_decisions_or_the_audit_log() {
     }
     let r = support::call(&base, Method::GET, "/ready", &[], "").await;
     assert_eq!(r.status, 200, "{}", r.text());
-    support::terminate(&mut child);
+    support::terminate(&mut child, &log);
     // The offline check of the whole log runs there too.
     let out = Command::new(bin)
         .args(["audit", "verify", "--data-dir"])

@@ -368,7 +368,7 @@ async fn keys_never_reach_the_logs() {
     .await;
 
     // Graceful stop (SIGTERM), so that every buffered line is written.
-    support::terminate(&mut child);
+    support::terminate(&mut child, &log);
     let bytes = log.lock().unwrap().clone();
     let text = String::from_utf8_lossy(&bytes);
     // The log is there and at debug level, so its silence means something.

@@ -572,16 +572,22 @@ pub fn spawn_binary_with(
     (child, addr, log)
 }
 
-/// Stops a spawned server with SIGTERM and waits (up to 15 s) for it to
-/// drain and exit, so every buffered log line is written.
-pub fn terminate(child: &mut std::process::Child) {
+/// Stops a server from [`spawn_binary_with`] with SIGTERM, waits (up to
+/// 15 s) for it to drain and exit, so every buffered log line is written,
+/// and then (up to 5 s) for the pipe readers to reach the end of its output
+/// in `log`.
+pub fn terminate(child: &mut std::process::Child, log: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
     sigterm(child);
     if wait_exit(child, Duration::from_secs(15)).is_none() {
         let _ = child.kill();
         panic!("the server did not stop on SIGTERM");
     }
-    // The pipe readers drain what is left.
-    std::thread::sleep(Duration::from_millis(200));
+    // Each reader holds a clone of `log` until its pipe ends.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::sync::Arc::strong_count(log) > 1 {
+        assert!(Instant::now() < deadline, "the log pipes did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Sends SIGTERM to `child`.
