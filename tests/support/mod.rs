@@ -985,6 +985,12 @@ impl Authorize {
     }
 }
 
+impl From<Authorize> for serde_json::Value {
+    fn from(a: Authorize) -> serde_json::Value {
+        a.0
+    }
+}
+
 /// The invoice the audit tests decide against.
 pub const BLENDER_INVOICE: &str = "Invoice: blender, amount charged $100.00.";
 
