@@ -63,34 +63,23 @@ async fn authorize(s: &TestServer, body: impl Into<Value>) -> Value {
 #[tokio::test]
 async fn the_four_spec_cases() {
     let s = server().await;
-    // strict, one claim, no sources: deny, 0.
-    let j = authorize(
-        &s,
-        Authorize::new("issue_refund")
+    // strict, one claim, no sources: deny, 0; and strict with
+    // deny_if_any_unsupported, empty sources: deny, 0.
+    for (field, value) in [
+        ("requirements", json!({"decision_mode": "strict"})),
+        ("options", json!({"deny_if_any_unsupported": true})),
+    ] {
+        let no_sources = Authorize::new("issue_refund")
             .claims(json!([{"text": "The customer was charged twice."}]))
             .with("sources", json!([]))
-            .requirements(json!({"decision_mode": "strict"})),
-    )
-    .await;
-    assert_eq!(
-        (j["decision"].as_str(), j["coverage_score"].as_f64()),
-        (Some("deny"), Some(0.0)),
-        "{j}"
-    );
-    // strict with deny_if_any_unsupported, empty sources: deny, 0.
-    let j = authorize(
-        &s,
-        Authorize::new("issue_refund")
-            .claims(json!([{"text": "The customer was charged twice."}]))
-            .with("sources", json!([]))
-            .with("options", json!({"deny_if_any_unsupported": true})),
-    )
-    .await;
-    assert_eq!(
-        (j["decision"].as_str(), j["coverage_score"].as_f64()),
-        (Some("deny"), Some(0.0)),
-        "{j}"
-    );
+            .with(field, value);
+        let j = authorize(&s, no_sources).await;
+        assert_eq!(
+            (j["decision"].as_str(), j["coverage_score"].as_f64()),
+            (Some("deny"), Some(0.0)),
+            "{j}"
+        );
+    }
     // balanced, partial coverage: needs_review with a score between the floor and the threshold.
     let j = authorize(
         &s,
