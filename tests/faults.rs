@@ -69,7 +69,8 @@ async fn start(upstream: String, edit: impl FnOnce(&mut verdict::config::Config)
 async fn via_proxy(s: &TestServer, method: Method, path: &str, body: String) -> support::Resp {
     let proxy = format!("http://{}", s.proxy_addr());
     let json = [("content-type", "application/json")];
-    support::call_within(Duration::from_secs(10), &proxy, method, path, &json, body).await
+    let answer = support::call(&proxy, method, path, &json, body);
+    support::within(Duration::from_secs(10), path, answer).await
 }
 
 async fn detailed(s: &TestServer) -> Value {

@@ -98,7 +98,12 @@ async fn send(
     body: Vec<u8>,
 ) -> support::Resp {
     t.0 += 1;
-    support::call_within(PER_REQUEST, base, method, path, headers, body).await
+    support::within(
+        PER_REQUEST,
+        path,
+        support::call(base, method, path, headers, body),
+    )
+    .await
 }
 
 /// GET `path` with `key`'s bearer token.

@@ -57,8 +57,14 @@ const JSON: (&str, &str) = ("content-type", "application/json");
 
 /// POSTs `body` to the refund route on order 77 with these headers only.
 async fn post_refund(e: &Gated, headers: &[(&str, &str)], body: impl Into<Bytes>) -> support::Resp {
-    e.send(Method::POST, "/api/orders/77/refunds", headers, body)
-        .await
+    support::call(
+        &e.proxy,
+        Method::POST,
+        "/api/orders/77/refunds",
+        headers,
+        body,
+    )
+    .await
 }
 
 /// A refund by customer C-9 through the proxy; returns the answer and the
@@ -411,9 +417,7 @@ async fn a_pending_review_survives_a_restart_and_forwards_once() {
 #[tokio::test]
 async fn unmatched_routes_stream_through_including_http2() {
     let e = env("1s").await;
-    let r = e
-        .send(Method::GET, "/api/orders/77?x=1", &[], String::new())
-        .await;
+    let r = e.get("/api/orders/77?x=1").await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["path"], "/api/orders/77?x=1");
     // Streaming: the first chunk arrives before the upstream sends the rest.
@@ -460,7 +464,7 @@ async fn unmatched_routes_stream_through_including_http2() {
 #[tokio::test]
 async fn upstream_down_is_502_slow_is_504() {
     let e = env("1s").await;
-    let r = e.send(Method::GET, "/slow", &[], String::new()).await;
+    let r = e.get("/slow").await;
     assert_eq!(r.status, 504, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "upstream_timeout");
     e.s.shutdown().await;
@@ -472,7 +476,7 @@ async fn upstream_down_is_502_slow_is_504() {
         c.proxy.upstream = Some(format!("http://127.0.0.1:{port}"))
     })
     .await;
-    let r = e.send(Method::GET, "/anything", &[], String::new()).await;
+    let r = e.get("/anything").await;
     assert_eq!(r.status, 502, "{}", r.text());
     let (r, _) = refund(&e, 100, DAMAGED).await;
     assert_eq!(r.status, 502, "{}", r.text());
@@ -490,12 +494,7 @@ async fn audit_failure_fails_closed_with_no_upstream_call() {
     assert_eq!(r.json()["error"]["code"], "unavailable");
     assert_eq!(e.up.count(), 0);
     // Unmatched traffic is not gated and still flows.
-    assert_eq!(
-        e.send(Method::GET, "/free", &[], String::new())
-            .await
-            .status,
-        200
-    );
+    assert_eq!(e.get("/free").await.status, 200);
     e.s.app().audit.inject_write_failure(false);
     let (r, _) = refund(&e, 100, DAMAGED).await;
     assert_eq!(r.status, 200);
@@ -511,7 +510,7 @@ async fn oversized_bodies_are_413_and_unmatched_deny_blocks() {
     .await;
     let (r, _) = refund(&e, 100, &"word ".repeat(400)).await;
     assert_eq!(r.status, 413, "{}", r.text());
-    let r = e.send(Method::GET, "/elsewhere", &[], String::new()).await;
+    let r = e.get("/elsewhere").await;
     assert_eq!(r.status, 403);
     assert_eq!(r.json()["error"]["code"], "denied");
     assert_eq!(e.up.count(), 0);

@@ -40,7 +40,8 @@ async fn call(
     headers: &[(&str, &str)],
     body: String,
 ) -> support::Resp {
-    support::call_within(Duration::from_secs(15), base, method, path, headers, body).await
+    let answer = support::call(base, method, path, headers, body);
+    support::within(Duration::from_secs(15), path, answer).await
 }
 
 fn refund(amount: u64, note: &str) -> String {

@@ -616,7 +616,8 @@ pub fn wait_exit(
     }
 }
 
-/// One request to `base` (e.g. `http://127.0.0.1:1234`) on a new client.
+/// One request to `base` (e.g. `http://127.0.0.1:1234`) on a new client;
+/// [`within`] bounds it.
 pub async fn call(
     base: &str,
     method: Method,
@@ -637,17 +638,10 @@ pub async fn call(
     Resp::read(resp).await
 }
 
-/// [`call`] that panics when the answer takes longer than `limit`.
-pub async fn call_within(
-    limit: Duration,
-    base: &str,
-    method: Method,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: impl Into<Bytes>,
-) -> Resp {
-    let shown: String = path.chars().take(80).collect();
-    tokio::time::timeout(limit, call(base, method, path, headers, body))
+/// Awaits `fut`; panics naming `what` when it takes longer than `limit`.
+pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    let shown: String = what.chars().take(80).collect();
+    tokio::time::timeout(limit, fut)
         .await
         .unwrap_or_else(|_| panic!("{shown}: no answer within {limit:?}"))
 }
@@ -863,15 +857,9 @@ impl Gated {
         self.s.proxy_addr()
     }
 
-    /// One request to the proxy listener, on a new client.
-    pub async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: impl Into<Bytes>,
-    ) -> Resp {
-        call(&self.proxy, method, path, headers, body).await
+    /// `GET path` through the proxy, on a new client.
+    pub async fn get(&self, path: &str) -> Resp {
+        call(&self.proxy, Method::GET, path, &[], Bytes::new()).await
     }
 }
 
