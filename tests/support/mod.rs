@@ -432,6 +432,8 @@ impl http_body::Body for ChannelBody {
     }
 }
 
+// === the real binary ===
+
 /// `verdict serve` on `127.0.0.1:0` with `dir`'s keys file (written when
 /// absent), policies and data.
 fn serve_command(bin: &str, dir: &std::path::Path) -> std::process::Command {
@@ -494,8 +496,6 @@ pub fn assert_exit(out: &std::process::Output, code: i32) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
-
-// === hostile/security helpers (tests/security.rs) ===
 
 /// Like [`spawn_binary`], with `RUST_LOG=<filter>`, and every byte the
 /// process writes to stdout and stderr captured into the returned buffer.
@@ -616,6 +616,8 @@ pub fn wait_exit(
     }
 }
 
+// === requests to any listener ===
+
 /// One request to `base` (e.g. `http://127.0.0.1:1234`) on a new client;
 /// [`within`] bounds it.
 pub async fn call(
@@ -644,31 +646,6 @@ pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>
     tokio::time::timeout(limit, fut)
         .await
         .unwrap_or_else(|_| panic!("{shown}: no answer within {limit:?}"))
-}
-
-/// A DELETE route next to the shipped refund route, for the gate tests: any
-/// decided DELETE is denied (it carries no claims), so a method override
-/// that slips past the gate shows up as an upstream call.
-pub const DELETE_POLICY: &str = r#"
-[[action]]
-type = "order.delete"
-require_claims = true
-
-[[route]]
-name = "delete-order"
-method = "DELETE"
-path = "/api/orders/{order_id}"
-action = "order.delete"
-params = { order_id = "path:order_id" }
-"#;
-
-/// The shipped `policies/refunds.toml`.
-pub fn shipped_refunds() -> String {
-    std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/policies/refunds.toml"
-    ))
-    .expect("policies/refunds.toml")
 }
 
 // === waiting for a condition ===
@@ -862,6 +839,33 @@ impl Gated {
         call(&self.proxy, Method::GET, path, &[], Bytes::new()).await
     }
 }
+
+/// A DELETE route next to the shipped refund route, for the gate tests: any
+/// decided DELETE is denied (it carries no claims), so a method override
+/// that slips past the gate shows up as an upstream call.
+pub const DELETE_POLICY: &str = r#"
+[[action]]
+type = "order.delete"
+require_claims = true
+
+[[route]]
+name = "delete-order"
+method = "DELETE"
+path = "/api/orders/{order_id}"
+action = "order.delete"
+params = { order_id = "path:order_id" }
+"#;
+
+/// The shipped `policies/refunds.toml`.
+pub fn shipped_refunds() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/policies/refunds.toml"
+    ))
+    .expect("policies/refunds.toml")
+}
+
+// === other shared checks ===
 
 /// A TLS client config that trusts only `root`.
 pub fn trusting(root: rustls_pki_types::CertificateDer<'static>) -> rustls::ClientConfig {
