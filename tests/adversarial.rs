@@ -18,11 +18,13 @@
 //! `cargo test --test adversarial -- --nocapture` to see the table.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
+mod support;
+
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 
 use serde::Deserialize;
-use verdict::engine::{verify, Check, Claim, ClaimStatus, Params, Source};
+use verdict::engine::{Check, ClaimStatus};
 
 const CORPUS: &str = include_str!("data/adversarial.jsonl");
 const KNOWN_WRONG: &str = include_str!("data/adversarial_known_wrong.txt");
@@ -116,23 +118,7 @@ fn corpus() -> Vec<Case> {
 }
 
 fn run(case: &Case) -> Check {
-    let sources: Vec<Source> = case
-        .evidence
-        .iter()
-        .enumerate()
-        .map(|(i, text)| Source {
-            id: format!("e{}", i + 1),
-            text: Some(text.clone()),
-        })
-        .collect();
-    let claim = Claim {
-        id: case.id.clone(),
-        text: case.claim.clone(),
-        citations: Vec::new(),
-    };
-    let mut checks = verify(&[claim], &sources, &Params::default());
-    assert_eq!(checks.len(), 1, "{}: one check per claim", case.id);
-    checks.remove(0)
+    support::check_claim(&case.id, &case.claim, &case.evidence)
 }
 
 fn is_right(expect: Expect, status: ClaimStatus) -> bool {

@@ -139,19 +139,10 @@ async fn malformed_bodies_are_4xx_never_500() {
         (br#"{"claims":["x"],"response":{"mode":"loud"}}"#.to_vec(), 422, "invalid_request"),
         (br#"{"claims":["x\u0000y"],"sources":[{"id":"a","text":"x\u0000y"}]}"#.to_vec(), 200, ""),
     ];
-    let auth = format!("Bearer {APP_KEY}");
     for (body, status, code) in cases {
         let shown = String::from_utf8_lossy(&body[..body.len().min(60)]).into_owned();
         let r = s
-            .send(
-                Method::POST,
-                "/v2/verify",
-                &[
-                    ("content-type", "application/json"),
-                    ("authorization", &auth),
-                ],
-                body,
-            )
+            .post_json_with("/v2/verify", body, Some(APP_KEY), &[])
             .await;
         if status == 200 {
             assert_eq!(r.status, 200, "{shown}: {}", r.text());
@@ -186,17 +177,12 @@ async fn field_paths_are_named() {
 #[tokio::test]
 async fn request_ids_reach_the_body_and_the_header() {
     let s = TestServer::start().await;
-    let auth = format!("Bearer {APP_KEY}");
     let r = s
-        .send(
-            Method::POST,
+        .post_json_with(
             "/v2/verify",
-            &[
-                ("content-type", "application/json"),
-                ("authorization", &auth),
-                ("x-request-id", "acc-req-42"),
-            ],
             VERIFY,
+            Some(APP_KEY),
+            &[("x-request-id", "acc-req-42")],
         )
         .await;
     assert_eq!(r.header("x-request-id"), Some("acc-req-42"));

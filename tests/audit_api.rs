@@ -2,6 +2,8 @@
 //! use it: open at startup, append per decision, serve records, proofs and
 //! keys, verify offline, rotate, and fail closed while writes fail.
 
+mod support;
+
 use std::time::Duration;
 
 use verdict::audit::{
@@ -34,18 +36,7 @@ async fn server_and_cli_flow() {
     redact(&mut params, &["params.card_number".to_string()], &key);
     rec.action = Some(serde_json::json!({"type": "refund.create", "params": params}));
     let receipt = log.append(rec.clone()).await.unwrap();
-    let audit_object = serde_json::to_value(&receipt).unwrap();
-    for field in [
-        "record_id",
-        "record_hash",
-        "key_id",
-        "merkle_root",
-        "proof",
-        "leaf_index",
-        "tree_size",
-    ] {
-        assert!(audit_object.get(field).is_some(), "{field}");
-    }
+    support::assert_receipt(&serde_json::to_value(&receipt).unwrap());
 
     let stored = log.record(rec.record_id).await.unwrap().unwrap();
     assert_eq!(stored.principal.as_deref(), Some("refund-app"));

@@ -18,9 +18,8 @@
 mod support;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,40 +62,16 @@ impl XorShift {
 }
 
 fn body(round: usize, client: usize, i: usize) -> String {
-    json!({"action": {"type": "refund", "params": {"amount": i % 1000, "round": round, "client": client}},
-           "claims": [{"text": "The customer paid $100 for the blender."}],
-           "sources": [{"source_id": "inv", "text": "Invoice: blender, amount charged $100.00."}],
-           "requirements": {"citations": "optional"}, "response": {"mode": "verbose"}})
-    .to_string()
+    let params = json!({"amount": i % 1000, "round": round, "client": client});
+    support::blender_refund(params, support::PAID_100)
+        .requirements(json!({"citations": "optional"}))
+        .verbose()
+        .body()
 }
 
 /// Starts the binary on 127.0.0.1:0 and returns it with its API address.
 fn start(root: &Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["serve", "--api-listen", "127.0.0.1:0", "--keys"])
-        .arg(root.join("keys.toml"))
-        .arg("--policies")
-        .arg(root.join("policies"))
-        .arg("--data-dir")
-        .arg(root.join("data"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let Some(line) = lines.next() else {
-            let status = child.wait().unwrap();
-            panic!("server exited before listening: {status}");
-        };
-        let line = line.unwrap();
-        if line.contains("api listening") {
-            let v: Value = serde_json::from_str(&line).unwrap();
-            break v["addr"].as_str().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
+    support::spawn_binary(env!("CARGO_BIN_EXE_verdict"), root)
 }
 
 type HttpClient = hyper_util::client::legacy::Client<
@@ -141,6 +116,12 @@ fn verify_data_dir(data: &Path, round: usize) {
     );
 }
 
+/// `GET <path>` on the restarted server, which must answer.
+async fn get(client: &HttpClient, addr: &str, path: &str) -> (u16, Bytes) {
+    let url = format!("http://{addr}{path}");
+    call(client, Method::GET, url, None).await.unwrap()
+}
+
 /// The record is stored with the acknowledged hash and its proof verifies
 /// against the published key.
 async fn check(
@@ -154,42 +135,21 @@ async fn check(
         "round {now}: record {} (acked in round {})",
         a.record_id, a.round
     );
-    let (status, rec) = call(
-        client,
-        Method::GET,
-        format!("http://{addr}/v2/audit/{}", a.record_id),
-        None,
-    )
-    .await
-    .unwrap();
+    let (status, rec) = get(client, addr, &format!("/v2/audit/{}", a.record_id)).await;
     assert_eq!(status, 200, "{ctx}: lost after kill -9");
     assert_eq!(
         format!("sha256:{}", hex::encode(Sha256::digest(&rec))),
         a.record_hash,
         "{ctx}: stored bytes differ"
     );
-    let (status, proof) = call(
-        client,
-        Method::GET,
-        format!("http://{addr}/v2/audit/{}/proof", a.record_id),
-        None,
-    )
-    .await
-    .unwrap();
+    let (status, proof) = get(client, addr, &format!("/v2/audit/{}/proof", a.record_id)).await;
     assert_eq!(status, 200, "{ctx}: no proof");
     let proof = String::from_utf8(proof.to_vec()).unwrap();
     let pj: Value = serde_json::from_str(&proof).unwrap();
     assert_eq!(pj["record_hash"], a.record_hash.as_str(), "{ctx}");
     let kid = pj["key_id"].as_str().unwrap().to_string();
     if !keys.contains_key(&kid) {
-        let (status, key) = call(
-            client,
-            Method::GET,
-            format!("http://{addr}/v2/audit/keys/{kid}"),
-            None,
-        )
-        .await
-        .unwrap();
+        let (status, key) = get(client, addr, &format!("/v2/audit/keys/{kid}")).await;
         assert_eq!(status, 200, "{ctx}: key {kid}");
         keys.insert(kid.clone(), String::from_utf8(key.to_vec()).unwrap());
     }

@@ -6,17 +6,18 @@
 mod support;
 
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use support::{TestServer, APP_KEY, OTHER_KEY, REVIEW_KEY, VERIFY_ONLY_KEY};
 
 fn body() -> String {
-    json!({"action": {"type": "refund", "params": {"amount": 10, "card_number": "4111111111111111"}},
-           "claims": [{"text": "The customer paid $100 for the blender."}],
-           "sources": [{"source_id": "inv", "text": "Invoice: blender, amount charged $100.00."}],
-           "requirements": {"citations": "optional"}, "response": {"mode": "verbose"}})
-    .to_string()
+    let params = json!({"amount": 10, "card_number": "4111111111111111"});
+    support::blender_refund(params, support::PAID_100)
+        .requirements(json!({"citations": "optional"}))
+        .verbose()
+        .body()
 }
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -29,6 +30,17 @@ fn sha(parts: &[&[u8]]) -> Vec<u8> {
         h.update(p);
     }
     h.finalize().to_vec()
+}
+
+/// Adds a policy file and waits (up to 10 s) for the reload's audit record.
+async fn reload_policies(s: &TestServer) {
+    let audit = &s.app().audit;
+    let before = audit.health().size;
+    std::fs::write(s.path("policies/a.toml"), "[[action]]\ntype = \"x\"\n").unwrap();
+    support::wait_for("the reload record", Duration::from_secs(10), || {
+        audit.health().size != before
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -48,17 +60,7 @@ async fn receipts_records_proofs_and_keys_agree() {
         last = r.json();
     }
     let a = last["audit"].clone();
-    for k in [
-        "record_id",
-        "record_hash",
-        "key_id",
-        "merkle_root",
-        "proof",
-        "leaf_index",
-        "tree_size",
-    ] {
-        assert!(a.get(k).is_some(), "{k}: {a}");
-    }
+    support::assert_receipt(&a);
     let id = a["record_id"].as_str().unwrap();
 
     // The record's bytes hash to record_hash, and the card number is redacted.
@@ -290,7 +292,7 @@ async fn receipts_records_proofs_and_keys_agree() {
 #[tokio::test]
 async fn a_log_that_cannot_write_fails_closed_and_recovers() {
     let s = TestServer::start().await;
-    let app = s.running.as_ref().unwrap().app.clone();
+    let app = s.app().clone();
     app.audit.inject_write_failure(true);
     let r = s.post_json("/v2/authorize", &body(), Some(APP_KEY)).await;
     r.assert_error(503, "unavailable");
@@ -324,14 +326,7 @@ async fn a_log_that_cannot_write_fails_closed_and_recovers() {
 #[tokio::test]
 async fn policy_reloads_are_audited() {
     let s = TestServer::start().await;
-    let app = s.running.as_ref().unwrap().app.clone();
-    let before = app.audit.health().size;
-    std::fs::write(s.path("policies/a.toml"), "[[action]]\ntype = \"x\"\n").unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while app.audit.health().size == before {
-        assert!(std::time::Instant::now() < deadline, "no reload record");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    reload_policies(&s).await;
     s.shutdown().await;
 }
 
@@ -342,7 +337,7 @@ async fn policy_reloads_are_audited() {
 #[tokio::test]
 async fn a_tampered_principal_column_opens_nothing() {
     let s = TestServer::start().await;
-    let app = s.running.as_ref().unwrap().app.clone();
+    let app = s.app().clone();
     let authz = |key| {
         let s = &s;
         async move {
@@ -354,15 +349,9 @@ async fn a_tampered_principal_column_opens_nothing() {
     let mine = authz(APP_KEY).await;
     let theirs = authz(OTHER_KEY).await;
     // A record without a principal: a policy reload.
-    let before = app.audit.health().size;
-    std::fs::write(s.path("policies/a.toml"), "[[action]]\ntype = \"x\"\n").unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while app.audit.health().size == before {
-        assert!(std::time::Instant::now() < deadline, "no reload record");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    reload_policies(&s).await;
     let db = rusqlite::Connection::open(s.path("data/verdict.db")).unwrap();
-    db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+    db.busy_timeout(Duration::from_secs(10)).unwrap();
     let reload: String = db
         .query_row(
             "SELECT record_id FROM audit_records WHERE canonical LIKE '%\"kind\":\"policy_reload\"%'",

@@ -14,38 +14,22 @@ use support::{TestServer, APP_KEY, VERIFY_ONLY_KEY};
 const POLICY: &str = "[[action]]\ntype = \"refund\"\nrequirements = { decision_mode = \"audit\", citations = \"optional\" }\n";
 
 fn body(claim: &str) -> String {
-    json!({"action": {"type": "refund", "params": {"amount": 10}},
-           "claims": [{"text": claim}],
-           "sources": [{"source_id": "inv", "text": "Invoice: blender, amount charged $100.00."}]})
-    .to_string()
+    support::blender_refund(json!({"amount": 10}), claim).body()
 }
 
 #[tokio::test]
 async fn records_are_found_paged_exported_and_verified() {
-    let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refund.toml"), POLICY).unwrap();
-    })
-    .await;
-    // 4 that would be allowed, 6 that would be denied ($400 against $100).
-    for _ in 0..4 {
-        let r = s
-            .post_json(
-                "/v2/authorize",
-                &body("The customer paid $100 for the blender."),
-                Some(APP_KEY),
-            )
-            .await;
-        assert_eq!(r.json()["decision"], "allow", "{}", r.text());
-    }
-    for _ in 0..6 {
-        let r = s
-            .post_json(
-                "/v2/authorize",
-                &body("The customer paid $400 for the blender."),
-                Some(APP_KEY),
-            )
-            .await;
-        assert_eq!(r.json()["decision"], "allow", "{}", r.text());
+    let s = TestServer::with_policies(&[("refund.toml", POLICY)], |_| {}).await;
+    // 4 that would be allowed, 6 that would be denied ($400 against $100):
+    // audit mode allows them all.
+    let over = "The customer paid $400 for the blender.";
+    for (n, claim) in [(4, support::PAID_100), (6, over)] {
+        for _ in 0..n {
+            let r = s
+                .post_json("/v2/authorize", &body(claim), Some(APP_KEY))
+                .await;
+            assert_eq!(r.json()["decision"], "allow", "{}", r.text());
+        }
     }
 
     let r = s

@@ -5,30 +5,14 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{TestServer, APP_KEY};
+use support::{Authorize, RefundPolicy, TestServer, APP_KEY};
 use verdict::config::UnknownAction;
 
 const EV: &str = "Invoice INV-2291. Item: Vitamix E310 blender. Amount charged: $100.00 on Visa ending 4421. Delivered 2026-03-03, box crushed, carafe cracked.";
 
-const POLICY: &str = r#"
-[[action]]
-type = "refund.create"
-requirements = { decision_mode = "strict", min_coverage = 0.9, citations = "optional" }
-
-  [[action.rule]]
-  param = "amount"
-  op = "gt"
-  value = 500
-  effect = "review"
-
-  [[action.rule]]
-  param = "amount"
-  op = "gt"
-  value = 5000
-  effect = "deny"
-
-# Declared with no floors: they get the defaults. Under a keys file an
-# action type no policy names is refused (`unknown_action`).
+/// Declared with no floors: they get the defaults. Under a keys file an
+/// action type no policy names is refused (`unknown_action`).
+const DECLARED: &str = r#"
 [[action]]
 type = "issue_refund"
 
@@ -39,14 +23,36 @@ type = "reply"
 type = "x"
 "#;
 
+/// Refunds: strict at 0.9, review above 500, denied above 5000; and the
+/// [`DECLARED`] types.
 async fn server() -> TestServer {
-    TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
-    })
-    .await
+    let refunds = RefundPolicy::new("strict")
+        .min_coverage(Some("0.9"))
+        .review_over(500)
+        .rule("amount", "gt", Some("5000"), "deny", None)
+        .action_only()
+        .build();
+    TestServer::with_policies(&[("refunds.toml", &(refunds + DECLARED))], |_| {}).await
 }
 
-async fn authorize(s: &TestServer, body: Value) -> Value {
+/// A `refund.create` request for `amount` with `claims` against the
+/// invoice [`EV`].
+fn refund_create(amount: u64, claims: Value) -> Authorize {
+    Authorize::new("refund.create")
+        .params(json!({ "amount": amount }))
+        .claims(claims)
+        .source("inv", EV)
+}
+
+/// An `issue_refund` request with `claims` against the invoice [`EV`].
+fn refund(claims: Value) -> Authorize {
+    Authorize::new("issue_refund")
+        .claims(claims)
+        .source("inv", EV)
+}
+
+async fn authorize(s: &TestServer, body: impl Into<Value>) -> Value {
+    let body: Value = body.into();
     let r = s
         .post_json("/v2/authorize", &body.to_string(), Some(APP_KEY))
         .await;
@@ -57,37 +63,29 @@ async fn authorize(s: &TestServer, body: Value) -> Value {
 #[tokio::test]
 async fn the_four_spec_cases() {
     let s = server().await;
-    // strict, one claim, no sources: deny, 0.
-    let j = authorize(
-        &s,
-        json!({"action": {"type": "issue_refund"}, "claims": [{"text": "The customer was charged twice."}],
-               "sources": [], "requirements": {"decision_mode": "strict"}}),
-    )
-    .await;
-    assert_eq!(
-        (j["decision"].as_str(), j["coverage_score"].as_f64()),
-        (Some("deny"), Some(0.0)),
-        "{j}"
-    );
-    // strict with deny_if_any_unsupported, empty sources: deny, 0.
-    let j = authorize(
-        &s,
-        json!({"action": {"type": "issue_refund"}, "claims": [{"text": "The customer was charged twice."}],
-               "sources": [], "options": {"deny_if_any_unsupported": true}}),
-    )
-    .await;
-    assert_eq!(
-        (j["decision"].as_str(), j["coverage_score"].as_f64()),
-        (Some("deny"), Some(0.0)),
-        "{j}"
-    );
+    // strict, one claim, no sources: deny, 0; and strict with
+    // deny_if_any_unsupported, empty sources: deny, 0.
+    for (field, value) in [
+        ("requirements", json!({"decision_mode": "strict"})),
+        ("options", json!({"deny_if_any_unsupported": true})),
+    ] {
+        let no_sources = Authorize::new("issue_refund")
+            .claims(json!([{"text": "The customer was charged twice."}]))
+            .with("sources", json!([]))
+            .with(field, value);
+        let j = authorize(&s, no_sources).await;
+        assert_eq!(
+            (j["decision"].as_str(), j["coverage_score"].as_f64()),
+            (Some("deny"), Some(0.0)),
+            "{j}"
+        );
+    }
     // balanced, partial coverage: needs_review with a score between the floor and the threshold.
     let j = authorize(
         &s,
-        json!({"action": {"type": "issue_refund"},
-               "claims": [{"text": "The blender box was crushed and the customer was charged $100 twice in March."}],
-               "sources": [{"source_id": "inv", "text": EV}],
-               "requirements": {"decision_mode": "balanced", "citations": "optional"}, "response": {"mode": "verbose"}}),
+        refund(json!([{"text": "The blender box was crushed and the customer was charged $100 twice in March."}]))
+            .requirements(json!({"decision_mode": "balanced", "citations": "optional"}))
+            .verbose(),
     )
     .await;
     assert_eq!(j["decision"], "needs_review", "{j}");
@@ -96,10 +94,9 @@ async fn the_four_spec_cases() {
     // audit, supported: allow.
     let j = authorize(
         &s,
-        json!({"action": {"type": "issue_refund"},
-               "claims": [{"text": "The customer was charged $100.00 for the Vitamix E310 blender."}],
-               "sources": [{"source_id": "inv", "text": EV}],
-               "requirements": {"decision_mode": "audit", "citations": "optional"}, "response": {"mode": "verbose"}}),
+        refund(json!([{"text": "The customer was charged $100.00 for the Vitamix E310 blender."}]))
+            .requirements(json!({"decision_mode": "audit", "citations": "optional"}))
+            .verbose(),
     )
     .await;
     assert_eq!(j["decision"], "allow", "{j}");
@@ -111,8 +108,7 @@ async fn the_four_spec_cases() {
 #[tokio::test]
 async fn compact_has_exactly_six_fields_and_verbose_adds_details() {
     let s = server().await;
-    let body = json!({"action": {"type": "issue_refund"}, "claims": ["The customer was charged $100.00."],
-                      "sources": [{"source_id": "inv", "text": EV}]});
+    let body = refund(json!(["The customer was charged $100.00."])).json();
     let j = authorize(&s, body.clone()).await;
     let mut keys: Vec<_> = j.as_object().unwrap().keys().cloned().collect();
     keys.sort();
@@ -181,21 +177,13 @@ async fn compact_has_exactly_six_fields_and_verbose_adds_details() {
 async fn caller_citations_and_fabricated_quotes() {
     let s = server().await;
     let claim = "The customer was charged $100.00 for the Vitamix E310 blender.";
-    let j = authorize(
-        &s,
-        json!({"action": {"type": "issue_refund"},
-               "claims": [{"text": claim, "citations": [{"source_id": "inv", "quote": "Amount charged: $100.00"}]}],
-               "sources": [{"source_id": "inv", "text": EV}], "response": {"mode": "verbose"}}),
-    )
-    .await;
+    let quoting = |quote: &str| {
+        refund(json!([{"text": claim, "citations": [{"source_id": "inv", "quote": quote}]}]))
+            .verbose()
+    };
+    let j = authorize(&s, quoting("Amount charged: $100.00")).await;
     assert_eq!(j["decision"], "allow", "{j}");
-    let j = authorize(
-        &s,
-        json!({"action": {"type": "issue_refund"},
-               "claims": [{"text": claim, "citations": [{"source_id": "inv", "quote": "Amount charged: $999.00"}]}],
-               "sources": [{"source_id": "inv", "text": EV}], "response": {"mode": "verbose"}}),
-    )
-    .await;
+    let j = authorize(&s, quoting("Amount charged: $999.00")).await;
     assert_ne!(j["decision"], "allow", "{j}");
     s.shutdown().await;
 }
@@ -205,9 +193,9 @@ async fn audit_mode_allows_but_records_what_it_would_do() {
     let s = server().await;
     let j = authorize(
         &s,
-        json!({"action": {"type": "issue_refund"}, "claims": ["The customer was charged $300 for the blender."],
-               "sources": [{"source_id": "inv", "text": EV}], "requirements": {"decision_mode": "audit"},
-               "response": {"mode": "verbose"}}),
+        refund(json!(["The customer was charged $300 for the blender."]))
+            .requirements(json!({"decision_mode": "audit"}))
+            .verbose(),
     )
     .await;
     assert_eq!(j["decision"], "allow", "{j}");
@@ -222,10 +210,12 @@ async fn policy_floors_and_rules_apply() {
     // The request asks for audit mode and a tiny threshold; the strict policy floor wins.
     let j = authorize(
         &s,
-        json!({"action": {"type": "refund.create", "params": {"amount": 100}},
-               "claims": ["The customer was charged $300 for the blender."],
-               "sources": [{"source_id": "inv", "text": EV}],
-               "requirements": {"decision_mode": "audit", "min_coverage": 0.1}, "response": {"mode": "verbose"}}),
+        refund_create(
+            100,
+            json!(["The customer was charged $300 for the blender."]),
+        )
+        .requirements(json!({"decision_mode": "audit", "min_coverage": 0.1}))
+        .verbose(),
     )
     .await;
     assert_eq!(j["decision"], "deny", "{j}");
@@ -243,12 +233,7 @@ async fn policy_floors_and_rules_apply() {
         (900, "needs_review", "review_required"),
         (9000, "deny", "policy_violation"),
     ] {
-        let j = authorize(
-            &s,
-            json!({"action": {"type": "refund.create", "params": {"amount": amount}}, "claims": [good],
-                   "sources": [{"source_id": "inv", "text": EV}], "response": {"mode": "verbose"}}),
-        )
-        .await;
+        let j = authorize(&s, refund_create(amount, json!([good])).verbose()).await;
         assert_eq!(
             (j["decision"].as_str(), j["reason"].as_str()),
             (Some(decision), Some(reason)),
@@ -261,12 +246,19 @@ async fn policy_floors_and_rules_apply() {
 #[tokio::test]
 async fn output_mode_catches_a_hallucinated_number() {
     let s = server().await;
+    // A verbose reply checked against refund RF-9's record.
+    let reply = |answer: Value| {
+        Authorize::new("reply")
+            .with("answer", answer)
+            .source("t", "Refund RF-9 for $25 approved on 2026-03-03.")
+            .verbose()
+    };
     let j = authorize(
         &s,
-        json!({"action": {"type": "reply"},
-               "answer": "Your refund of $250 was approved on March 3. Is there anything else I can help with?",
-               "sources": [{"source_id": "t", "text": "Refund RF-9 for $25 approved on 2026-03-03."}],
-               "requirements": {"decision_mode": "strict", "citations": "optional"}, "response": {"mode": "verbose"}}),
+        reply(json!(
+            "Your refund of $250 was approved on March 3. Is there anything else I can help with?"
+        ))
+        .requirements(json!({"decision_mode": "strict", "citations": "optional"})),
     )
     .await;
     assert_eq!(j["decision"], "deny", "{j}");
@@ -276,9 +268,7 @@ async fn output_mode_catches_a_hallucinated_number() {
     // The same answer with the right amount passes.
     let j = authorize(
         &s,
-        json!({"action": {"type": "reply"}, "answer": {"text": "Your refund of $25 was approved on March 3, 2026 [t]."},
-               "sources": [{"source_id": "t", "text": "Refund RF-9 for $25 approved on 2026-03-03."}],
-               "response": {"mode": "verbose"}}),
+        reply(json!({"text": "Your refund of $25 was approved on March 3, 2026 [t]."})),
     )
     .await;
     assert_eq!(j["decision"], "allow", "{j}");
@@ -288,11 +278,7 @@ async fn output_mode_catches_a_hallucinated_number() {
 #[tokio::test]
 async fn no_claims_fails_closed_and_unreadable_sources_are_fetch_failed() {
     let s = server().await;
-    let j = authorize(
-        &s,
-        json!({"action": {"type": "x"}, "response": {"mode": "verbose"}}),
-    )
-    .await;
+    let j = authorize(&s, Authorize::new("x").verbose()).await;
     assert_eq!(
         (j["decision"].as_str(), j["reason"].as_str()),
         (Some("deny"), Some("no_claims")),
@@ -300,8 +286,13 @@ async fn no_claims_fails_closed_and_unreadable_sources_are_fetch_failed() {
     );
     let j = authorize(
         &s,
-        json!({"action": {"type": "x"}, "claims": [{"text": "a", "citations": [{"source_id": "f"}]}],
-               "sources": [{"source_id": "f", "uri": "file:///etc/passwd"}], "response": {"mode": "verbose"}}),
+        Authorize::new("x")
+            .claims(json!([{"text": "a", "citations": [{"source_id": "f"}]}]))
+            .with(
+                "sources",
+                json!([{"source_id": "f", "uri": "file:///etc/passwd"}]),
+            )
+            .verbose(),
     )
     .await;
     assert_eq!(
@@ -349,10 +340,14 @@ async fn invalid_requirements_are_422() {
 #[tokio::test]
 async fn same_input_gives_the_same_bytes() {
     let s = server().await;
-    let body = json!({"action": {"type": "issue_refund"},
-                      "claims": ["The customer was charged $100.00 for the Vitamix E310 blender.", "The carafe was cracked."],
-                      "sources": [{"source_id": "inv", "text": EV}, {"source_id": "b", "text": "Unrelated text about shipping."}],
-                      "requirements": {"citations": "optional"}, "response": {"mode": "verbose"}});
+    let body = refund(json!([
+        "The customer was charged $100.00 for the Vitamix E310 blender.",
+        "The carafe was cracked."
+    ]))
+    .source("b", "Unrelated text about shipping.")
+    .requirements(json!({"citations": "optional"}))
+    .verbose()
+    .json();
     let strip = |mut v: Value| {
         let o = v.as_object_mut().unwrap();
         o.remove("request_id");
@@ -373,10 +368,13 @@ async fn same_input_gives_the_same_bytes() {
 /// change that.
 #[tokio::test]
 async fn unknown_action_types_are_refused_under_keys() {
-    let body = json!({"action": {"type": "refund.crate", "params": {"amount": 6000}},
-        "claims": [{"text": "The customer was charged $100.00 for the Vitamix E310 blender.", "citations": [{"source_id": "inv"}]}],
-        "sources": [{"source_id": "inv", "text": EV}],
-        "requirements": {"decision_mode": "audit"}, "response": {"mode": "verbose"}});
+    let body = Authorize::new("refund.crate")
+        .params(json!({"amount": 6000}))
+        .claims(json!([{"text": "The customer was charged $100.00 for the Vitamix E310 blender.", "citations": [{"source_id": "inv"}]}]))
+        .source("inv", EV)
+        .requirements(json!({"decision_mode": "audit"}))
+        .verbose()
+        .json();
     let s = server().await;
     let j = authorize(&s, body.clone()).await;
     assert_eq!(
@@ -469,16 +467,14 @@ bind = ["amount", "order_id"]
   value = 500
   effect = "review"
 "#;
-    let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), BOUND).unwrap();
-    })
-    .await;
+    let s = TestServer::with_policies(&[("refunds.toml", BOUND)], |_| {}).await;
     let ev = "Invoice INV-1001 for order 1001: amount charged $100.00.";
     let ask = |amount: Value, order: Value| {
-        json!({"action": {"type": "refund.create", "params": {"amount": amount, "order_id": order}},
-            "claims": [{"text": "Order 1001 was charged $100.00."}],
-            "sources": [{"source_id": "inv", "text": ev}],
-            "response": {"mode": "verbose"}})
+        Authorize::new("refund.create")
+            .params(json!({"amount": amount, "order_id": order}))
+            .claims(json!([{"text": "Order 1001 was charged $100.00."}]))
+            .source("inv", ev)
+            .verbose()
     };
     let j = authorize(&s, ask(json!(100), json!("1001"))).await;
     assert_eq!(j["decision"], "allow", "{j}");

@@ -4,9 +4,8 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use http::Method;
 use serde_json::{json, Value};
 use support::{TestServer, APP_KEY, OTHER_KEY, REVIEW_KEY};
 
@@ -17,33 +16,34 @@ fn item(i: usize) -> Value {
 }
 
 async fn submit(s: &TestServer, body: &Value, key: &str, idem: Option<&str>) -> support::Resp {
-    let auth = format!("Bearer {key}");
-    let mut h = vec![
-        ("content-type", "application/json"),
-        ("authorization", auth.as_str()),
-    ];
-    if let Some(k) = idem {
-        h.push(("idempotency-key", k));
-    }
-    s.send(
-        Method::POST,
+    let idem: Vec<_> = idem.map(|k| ("idempotency-key", k)).into_iter().collect();
+    s.post_json_with(
         "/v1/verify-claims-batch",
-        &h,
         body.to_string(),
+        Some(key),
+        &idem,
     )
     .await
 }
 
+/// Polls the job (up to 60 s) until it has finished, and returns it.
 async fn wait_done(s: &TestServer, id: &str, key: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let j = s.get(&format!("/v2/jobs/{id}"), Some(key)).await.json();
-        if j["status"] == "succeeded" || j["status"] == "failed" {
-            return j;
-        }
-        assert!(Instant::now() < deadline, "job did not finish: {j}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let path = format!("/v2/jobs/{id}");
+    let every = Duration::from_millis(50);
+    support::eventually_every(
+        "the job to finish",
+        Duration::from_secs(60),
+        every,
+        || async {
+            let j = s.get(&path, Some(key)).await.json();
+            if j["status"] == "succeeded" || j["status"] == "failed" {
+                Ok(j)
+            } else {
+                Err(j)
+            }
+        },
+    )
+    .await
 }
 
 fn strip(mut v: Value) -> Value {
@@ -180,19 +180,7 @@ async fn bad_batches_are_rejected_whole() {
     submit(&s, &json!({"jobs": []}), APP_KEY, None)
         .await
         .assert_error(422, "invalid_request");
-    let auth = format!("Bearer {APP_KEY}");
-    let bad_key = s
-        .send(
-            Method::POST,
-            "/v1/verify-claims-batch",
-            &[
-                ("content-type", "application/json"),
-                ("authorization", &auth),
-                ("idempotency-key", "has space"),
-            ],
-            json!({"jobs": [item(0)]}).to_string(),
-        )
-        .await;
+    let bad_key = submit(&s, &json!({"jobs": [item(0)]}), APP_KEY, Some("has space")).await;
     bad_key.assert_error(400, "invalid_request");
     s.shutdown().await;
 }
@@ -201,50 +189,26 @@ async fn bad_batches_are_rejected_whole() {
 async fn a_job_survives_a_restart_with_every_result_once() {
     let dir = tempfile::tempdir().unwrap();
     let config = support::test_config(&dir);
-    let running = verdict::app::start(config.clone()).await.unwrap();
-    let addr = running.api_addr;
-    let client = support::client();
+    let s = TestServer::attach(verdict::app::start(config.clone()).await.unwrap(), dir);
     let n = 10_000;
-    let body = json!({"jobs": (0..n).map(item).collect::<Vec<_>>()}).to_string();
-    let req = http::Request::post(format!("http://{addr}/v1/verify-claims-batch"))
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {APP_KEY}"))
-        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-        .unwrap();
-    let resp = client.request(req).await.unwrap();
-    assert_eq!(resp.status(), 202);
-    let v: Value = serde_json::from_slice(
-        &http_body_util::BodyExt::collect(resp.into_body())
-            .await
-            .unwrap()
-            .to_bytes(),
-    )
-    .unwrap();
-    let id = v["job_id"].as_str().unwrap().to_string();
+    let body = json!({"jobs": (0..n).map(item).collect::<Vec<_>>()});
+    let r = submit(&s, &body, APP_KEY, None).await;
+    assert_eq!(r.status, 202);
+    let id = r.json()["job_id"].as_str().unwrap().to_string();
     // Stop once the job is under way but far from done.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let req = http::Request::get(format!("http://{addr}/v2/jobs/{id}"))
-            .header("authorization", format!("Bearer {APP_KEY}"))
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap();
-        let resp = client.request(req).await.unwrap();
-        let j: Value = serde_json::from_slice(
-            &http_body_util::BodyExt::collect(resp.into_body())
-                .await
-                .unwrap()
-                .to_bytes(),
-        )
-        .unwrap();
-        let done = j["progress"]["done"].as_u64().unwrap();
-        if done > 0 {
-            assert!(done < n as u64, "the job finished before the restart: {j}");
-            break;
+    let path = format!("/v2/jobs/{id}");
+    let j = support::eventually("the job to start", Duration::from_secs(30), || async {
+        let j = s.get(&path, Some(APP_KEY)).await.json();
+        if j["progress"]["done"].as_u64().unwrap() > 0 {
+            Ok(j)
+        } else {
+            Err(j)
         }
-        assert!(Instant::now() < deadline, "the job never started: {j}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    running.shutdown().await;
+    })
+    .await;
+    let done = j["progress"]["done"].as_u64().unwrap();
+    assert!(done < n as u64, "the job finished before the restart: {j}");
+    let dir = s.shutdown().await;
 
     let running = verdict::app::start(config).await.unwrap();
     let s = TestServer::attach(running, dir);

@@ -5,7 +5,7 @@
 mod support;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -14,23 +14,15 @@ fn start(dir: &Path) -> (std::process::Child, String) {
 }
 
 async fn call(addr: &str, method: http::Method, path: &str, body: String) -> (u16, Value) {
-    let client = support::client();
-    let req = http::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {}", support::APP_KEY))
-        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-        .unwrap();
-    let resp = client.request(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let bytes = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
+    let auth = format!("Bearer {}", support::APP_KEY);
+    let headers = [
+        ("content-type", "application/json"),
+        ("authorization", auth.as_str()),
+    ];
+    let r = support::call(&format!("http://{addr}"), method, path, &headers, body).await;
     (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        r.status,
+        serde_json::from_slice(&r.body).unwrap_or(Value::Null),
     )
 }
 
@@ -54,46 +46,35 @@ async fn a_job_finishes_after_the_server_is_killed() {
     assert_eq!(status, 202, "{v}");
     let id = v["job_id"].as_str().unwrap().to_string();
     // Kill once the job is under way but far from done.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, j) = call(
-            &addr,
-            http::Method::GET,
-            &format!("/v2/jobs/{id}"),
-            String::new(),
-        )
-        .await;
-        let done = j["progress"]["done"].as_u64().unwrap_or(0);
-        if done > 0 {
-            assert!(done < n as u64, "finished before the kill: {j}");
-            break;
+    let path = format!("/v2/jobs/{id}");
+    let j = support::eventually("the job to start", Duration::from_secs(30), || async {
+        let (_, j) = call(&addr, http::Method::GET, &path, String::new()).await;
+        if j["progress"]["done"].as_u64().unwrap_or(0) > 0 {
+            Ok(j)
+        } else {
+            Err(j)
         }
-        assert!(Instant::now() < deadline, "the job never started: {j}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
+    let done = j["progress"]["done"].as_u64().unwrap_or(0);
+    assert!(done < n as u64, "finished before the kill: {j}");
     child.kill().unwrap();
     child.wait().unwrap();
 
     let (mut child, addr) = start(dir.path());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let done = loop {
-        let (_, j) = call(
-            &addr,
-            http::Method::GET,
-            &format!("/v2/jobs/{id}?limit=10000"),
-            String::new(),
-        )
-        .await;
-        if j["status"] == "succeeded" {
-            break j;
-        }
+    let path = format!("/v2/jobs/{id}?limit=10000");
+    let every = Duration::from_millis(100);
+    let within = Duration::from_secs(120);
+    let done = support::eventually_every("the job after the restart", within, every, || async {
+        let (_, j) = call(&addr, http::Method::GET, &path, String::new()).await;
         assert_ne!(j["status"], "failed", "{j}");
-        assert!(
-            Instant::now() < deadline,
-            "the job did not finish after the restart"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        if j["status"] == "succeeded" {
+            Ok(j)
+        } else {
+            Err(j["progress"].clone())
+        }
+    })
+    .await;
     let results = done["results"].as_array().unwrap();
     assert_eq!(results.len(), n);
     for (i, r) in results.iter().enumerate() {

@@ -18,23 +18,8 @@ use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
-use support::{MockUpstream, TestServer, APP_KEY};
+use support::{MockUpstream, RefundPolicy, TestServer, APP_KEY, DAMAGED, INVOICE_77_BLENDER};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-const REFUNDS: &str = r#"
-[[action]]
-type = "refund.create"
-requirements = { decision_mode = "strict", min_coverage = 0.85, citations = "optional" }
-
-[[route]]
-name = "create-refund"
-method = "POST"
-path = "/api/orders/{order_id}/refunds"
-action = "refund.create"
-params = { order_id = "path:order_id", amount = "body:/amount" }
-claims = "body:/claims"
-sources = "body:/evidence"
-"#;
 
 const ACCOUNTS: &str = r#"
 [[action]]
@@ -50,27 +35,29 @@ claims = "body:/claims"
 sources = "body:/evidence"
 "#;
 
-const EV: &str = "Invoice INV-2291 for order 77: Vitamix blender, amount charged $100.00. Courier note: package damaged in transit.";
-
 fn refund_body() -> String {
     json!({"amount": 100,
-           "claims": ["The package was damaged in transit."],
-           "evidence": [{"source_id": "inv", "text": EV}]})
+           "claims": [DAMAGED],
+           "evidence": [{"source_id": "inv", "text": INVOICE_77_BLENDER}]})
     .to_string()
 }
 
 fn authorize_body() -> String {
     json!({"action": {"type": "refund.create", "params": {"amount": 100}},
-           "claims": ["The package was damaged in transit."],
-           "sources": [{"source_id": "inv", "text": EV}]})
+           "claims": [DAMAGED],
+           "sources": [{"source_id": "inv", "text": INVOICE_77_BLENDER}]})
     .to_string()
 }
 
-/// A sidecar with both policy files, proxying to `upstream`.
+/// A sidecar with both policy files (refunds: strict, no rules), proxying
+/// to `upstream`.
 async fn start(upstream: String, edit: impl FnOnce(&mut verdict::config::Config)) -> TestServer {
-    TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), REFUNDS).unwrap();
-        std::fs::write(c.policies_dir.join("accounts.toml"), ACCOUNTS).unwrap();
+    let refunds = RefundPolicy::new("strict").build();
+    let policies = [
+        ("refunds.toml", refunds.as_str()),
+        ("accounts.toml", ACCOUNTS),
+    ];
+    TestServer::with_policies(&policies, |c| {
         c.proxy.upstream = Some(upstream);
         c.proxy.response_timeout = Duration::from_secs(2);
         edit(c);
@@ -78,44 +65,21 @@ async fn start(upstream: String, edit: impl FnOnce(&mut verdict::config::Config)
     .await
 }
 
-fn proxy_addr(s: &TestServer) -> SocketAddr {
-    s.running.as_ref().unwrap().proxy_addr.unwrap()
-}
-
-/// One request to the proxy listener.
+/// One JSON request to the proxy listener.
 async fn via_proxy(s: &TestServer, method: Method, path: &str, body: String) -> support::Resp {
-    let req = Request::builder()
-        .method(method)
-        .uri(format!("http://{}{path}", proxy_addr(s)))
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(10), support::client().request(req))
-        .await
-        .expect("the proxy answers in time")
-        .unwrap();
-    let (parts, body) = resp.into_parts();
-    support::Resp {
-        status: parts.status.as_u16(),
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes(),
-    }
+    let proxy = format!("http://{}", s.proxy_addr());
+    let json = [("content-type", "application/json")];
+    let answer = support::call(&proxy, method, path, &json, body);
+    support::within(Duration::from_secs(10), path, answer).await
 }
 
 async fn detailed(s: &TestServer) -> Value {
     s.get("/health/detailed", None).await.json()
 }
 
-async fn wait_until<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Waits up to 10 s for `/health/detailed` to satisfy `reached`.
+async fn wait_health(s: &TestServer, what: &str, reached: impl Fn(&Value) -> bool) {
+    s.health_until(what, Duration::from_secs(10), reached).await;
 }
 
 fn audit_verify(data: &std::path::Path) {
@@ -133,7 +97,7 @@ fn audit_verify(data: &std::path::Path) {
 async fn audit_write_failure_fails_closed_on_api_and_proxy_then_recovers() {
     let up = MockUpstream::start().await;
     let s = start(up.url(), |_| {}).await;
-    let app = s.running.as_ref().unwrap().app.clone();
+    let app = s.app().clone();
     app.audit.inject_write_failure(true);
 
     let r = s
@@ -255,11 +219,15 @@ async fn a_full_disk_fails_closed_and_recovers_when_space_returns() {
     );
 
     std::fs::remove_file(&filler).unwrap();
-    wait_until("writes to resume", || async {
-        s.post_json("/v2/authorize", &authorize_body(), Some(APP_KEY))
-            .await
-            .status
-            == 200
+    support::eventually("writes to resume", Duration::from_secs(10), || async {
+        let r = s
+            .post_json("/v2/authorize", &authorize_body(), Some(APP_KEY))
+            .await;
+        if r.status == 200 {
+            Ok(())
+        } else {
+            Err(r.text())
+        }
     })
     .await;
     assert_eq!(detailed(&s).await["components"]["audit"]["status"], "ok");
@@ -358,7 +326,7 @@ async fn upstream_reset_in_the_body_ends_the_response_and_the_proxy_keeps_servin
     ] {
         let req = Request::builder()
             .method(method)
-            .uri(format!("http://{}{path}", proxy_addr(&s)))
+            .uri(format!("http://{}{path}", s.proxy_addr()))
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body)))
             .unwrap();
@@ -422,8 +390,8 @@ async fn deleted_policy_files_stop_gating_and_a_deleted_dir_keeps_the_last_good_
     // intercepted (unmatched = forward), the other file's still is, and
     // health stays degraded until a reload acknowledges the removal.
     std::fs::remove_file(s.path("policies/accounts.toml")).unwrap();
-    wait_until("the set without accounts.toml", || async {
-        detailed(&s).await["components"]["policies"]["files"] == json!(["refunds.toml"])
+    wait_health(&s, "the set without accounts.toml", |h| {
+        h["components"]["policies"]["files"] == json!(["refunds.toml"])
     })
     .await;
     let h = detailed(&s).await;
@@ -445,8 +413,8 @@ async fn deleted_policy_files_stop_gating_and_a_deleted_dir_keeps_the_last_good_
     // The whole directory deleted: that is an error, so the last good set
     // keeps serving and health says degraded.
     std::fs::remove_dir_all(s.path("policies")).unwrap();
-    wait_until("a degraded policy store", || async {
-        detailed(&s).await["components"]["policies"]["status"] == "degraded"
+    wait_health(&s, "a degraded policy store", |h| {
+        h["components"]["policies"]["status"] == "degraded"
     })
     .await;
     let h = detailed(&s).await;
@@ -466,8 +434,8 @@ async fn deleted_policy_files_stop_gating_and_a_deleted_dir_keeps_the_last_good_
         format!("[set]\nremoved_routes = [\"create-refund\"]\n{ACCOUNTS}"),
     )
     .unwrap();
-    wait_until("recovery after the directory returns", || async {
-        detailed(&s).await["components"]["policies"]["files"] == json!(["accounts.toml"])
+    wait_health(&s, "recovery after the directory returns", |h| {
+        h["components"]["policies"]["files"] == json!(["accounts.toml"])
     })
     .await;
     let h = detailed(&s).await;

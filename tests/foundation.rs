@@ -78,7 +78,7 @@ async fn request_id_is_echoed_or_generated() {
 #[tokio::test]
 async fn health_turns_503_while_draining() {
     let s = TestServer::start().await;
-    let app = s.running.as_ref().expect("running").app.clone();
+    let app = s.app().clone();
     app.health.set_draining();
     let r = s.get("/health", None).await;
     assert_eq!(r.status, 503);
@@ -96,7 +96,7 @@ async fn health_turns_503_while_draining() {
 async fn health_turns_503_once_the_audit_writer_has_stopped() {
     let s = TestServer::start().await;
     assert_eq!(s.get("/health", None).await.status, 200);
-    let app = s.running.as_ref().expect("running").app.clone();
+    let app = s.app().clone();
     app.audit.shutdown().await;
     let r = s.get("/health", None).await;
     assert_eq!(r.status, 503, "{}", r.text());
@@ -171,38 +171,27 @@ fn binary_exits_64_on_a_public_listener_without_keys_or_a_bad_config() {
         .args(["serve", "--api-listen", "0.0.0.0:0"])
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(64),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::assert_exit(&out, 64);
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.toml");
-    std::fs::write(&cfg, "[limits]\nmax_body_byts = 3\n").unwrap();
-    let out = Command::new(bin)
-        .args(["serve", "--config", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(64));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("c.toml:2:1") && err.contains("max_body_byts"),
-        "{err}"
-    );
-    // A proxy listener without an upstream would never run: refused,
-    // naming both keys.
-    std::fs::write(&cfg, "[proxy]\nlisten = \"127.0.0.1:0\"\n").unwrap();
-    let out = Command::new(bin)
-        .args(["serve", "--config", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(64));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("proxy.listen") && err.contains("proxy.upstream"),
-        "{err}"
-    );
+    for (config, named) in [
+        (
+            "[limits]\nmax_body_byts = 3\n",
+            ["c.toml:2:1", "max_body_byts"],
+        ),
+        // A proxy listener without an upstream would never run: refused,
+        // naming both keys.
+        (
+            "[proxy]\nlisten = \"127.0.0.1:0\"\n",
+            ["proxy.listen", "proxy.upstream"],
+        ),
+    ] {
+        std::fs::write(&cfg, config).unwrap();
+        let out = support::cli(bin, &["serve", "--config"], &cfg);
+        support::assert_exit(&out, 64);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(named.iter().all(|n| err.contains(n)), "{err}");
+    }
 }
 
 /// `verdict serve --help` says what each flag sets (its config key) and
@@ -280,7 +269,7 @@ async fn json_logs_hold_plain_values_and_rounded_latencies() {
     // An unmatched call to an upstream that is not there: 502, logged.
     let r = support::call(&format!("http://{proxy}"), Method::GET, "/x", &[], "").await;
     assert_eq!(r.status, 502);
-    support::terminate(&mut child);
+    support::terminate(&mut child, &log);
     let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
     let mut latencies = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -349,7 +338,7 @@ async fn an_unwritable_temp_dir_does_not_stop_decisions_or_the_audit_log() {
     }
     let r = support::call(&base, Method::GET, "/ready", &[], "").await;
     assert_eq!(r.status, 200, "{}", r.text());
-    support::terminate(&mut child);
+    support::terminate(&mut child, &log);
     // The offline check of the whole log runs there too.
     let out = Command::new(bin)
         .args(["audit", "verify", "--data-dir"])
@@ -437,11 +426,7 @@ async fn a_running_server_owns_its_data_dir() {
     let s = support::TestServer::start().await;
     let data = s.path("data");
     let bin = env!("CARGO_BIN_EXE_verdict");
-    let out = Command::new(bin)
-        .args(["audit", "rotate-key", "--data-dir"])
-        .arg(&data)
-        .output()
-        .unwrap();
+    let out = support::cli(bin, &["audit", "rotate-key", "--data-dir"], &data);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -467,24 +452,25 @@ async fn a_running_server_owns_its_data_dir() {
     // server ran shares that handle until it execs, so the release may take
     // a moment to be seen: retry for up to 3 s.
     let rotate = || {
-        Command::new(bin)
-            .args(["audit", "rotate-key", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .output()
-            .unwrap()
+        support::cli(
+            bin,
+            &["audit", "rotate-key", "--data-dir"],
+            &dir.path().join("data"),
+        )
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    let mut out = rotate();
-    while !out.status.success()
-        && String::from_utf8_lossy(&out.stderr).contains("held by another verdict process")
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        out = rotate();
-    }
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let every = std::time::Duration::from_millis(100);
+    let within = std::time::Duration::from_secs(3);
+    let out = support::eventually_every("the data dir lock released", within, every, || {
+        let out = rotate();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        std::future::ready(
+            if !out.status.success() && err.contains("held by another verdict process") {
+                Err(err)
+            } else {
+                Ok(out)
+            },
+        )
+    })
+    .await;
+    support::assert_exit(&out, 0);
 }

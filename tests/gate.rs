@@ -13,27 +13,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{MockUpstream, TestServer, APP_KEY, DELETE_POLICY};
+use support::{Gated, APP_KEY, DELETE_POLICY};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-struct Env {
-    s: TestServer,
-    up: MockUpstream,
-    proxy: SocketAddr,
-}
-
-async fn env() -> Env {
-    let up = MockUpstream::start().await;
-    let url = up.url();
-    let shipped = std::fs::read_to_string("policies/refunds.toml").unwrap();
-    let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), &shipped).unwrap();
-        std::fs::write(c.policies_dir.join("orders.toml"), DELETE_POLICY).unwrap();
-        c.proxy.upstream = Some(url);
-    })
-    .await;
-    let proxy = s.running.as_ref().unwrap().proxy_addr.unwrap();
-    Env { s, up, proxy }
+/// The shipped refund policy and [`DELETE_POLICY`] in front of a mock
+/// upstream.
+async fn env() -> Gated {
+    let shipped = support::shipped_refunds();
+    Gated::start(
+        &[("refunds.toml", &shipped), ("orders.toml", DELETE_POLICY)],
+        |_| {},
+    )
+    .await
 }
 
 /// A refund body whose claims and evidence agree with `amount`.
@@ -74,6 +65,18 @@ async fn raw(
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("not an HTTP response to {target}: {text:?}"));
     (status, text)
+}
+
+/// POSTs a JSON refund body to `/api/orders/1/refunds` through the proxy.
+async fn post_refund(e: &Gated, body: &str) -> (u16, String) {
+    raw(
+        e.proxy_addr(),
+        "POST",
+        "/api/orders/1/refunds",
+        &[JSON],
+        body,
+    )
+    .await
 }
 
 fn body_json(answer: &str) -> Value {
@@ -148,66 +151,40 @@ async fn every_attack_row_is_refused_or_decided() {
     }
     let mut d3: Value = serde_json::from_str(&refund(json!(100))).unwrap();
     d3["x"] = json!("&amount=6000&");
-    rows.push((
-        "D3",
-        "POST",
-        "/api/orders/1/refunds".into(),
+    for headers in [
         vec![("content-type", "application/x-www-form-urlencoded")],
-        d3.to_string(),
-        415,
-        "unsupported_content_type",
-    ));
-    rows.push((
-        "D3",
-        "POST",
-        "/api/orders/1/refunds".into(),
         vec![],
-        d3.to_string(),
-        415,
-        "unsupported_content_type",
-    ));
-    rows.push((
-        "D3",
-        "POST",
-        "/api/orders/1/refunds".into(),
         vec![(
             "content-type",
             "application/json; x=application/x-www-form-urlencoded",
         )],
-        d3.to_string(),
-        415,
-        "unsupported_content_type",
-    ));
-    let d4 = refund(json!(100)).replacen('{', r#"{"AMOUNT":6000,"#, 1);
-    rows.push((
-        "D4",
-        "POST",
-        "/api/orders/1/refunds".into(),
-        vec![JSON],
-        d4,
-        400,
-        "ambiguous_body",
-    ));
-    let trimmed = refund(json!(100)).replacen('{', r#"{" amount":6000,"#, 1);
-    rows.push((
-        "D4",
-        "POST",
-        "/api/orders/1/refunds".into(),
-        vec![JSON],
-        trimmed,
-        400,
-        "ambiguous_body",
-    ));
-    let dup = refund(json!(100)).replacen('{', r#"{"amount":6000,"#, 1);
-    rows.push((
-        "D4",
-        "POST",
-        "/api/orders/1/refunds".into(),
-        vec![JSON],
-        dup,
-        400,
-        "ambiguous_body",
-    ));
+    ] {
+        rows.push((
+            "D3",
+            "POST",
+            "/api/orders/1/refunds".into(),
+            headers,
+            d3.to_string(),
+            415,
+            "unsupported_content_type",
+        ));
+    }
+    // Another spelling of `amount` next to it: other case, padded, twice.
+    for first in [
+        r#"{"AMOUNT":6000,"#,
+        r#"{" amount":6000,"#,
+        r#"{"amount":6000,"#,
+    ] {
+        rows.push((
+            "D4",
+            "POST",
+            "/api/orders/1/refunds".into(),
+            vec![JSON],
+            refund(json!(100)).replacen('{', first, 1),
+            400,
+            "ambiguous_body",
+        ));
+    }
     for (target, headers) in [
         ("/api/orders/1", vec![("x-http-method-override", "DELETE")]),
         ("/api/orders/1", vec![("x-http-method", "DELETE")]),
@@ -273,7 +250,7 @@ async fn every_attack_row_is_refused_or_decided() {
     let mut failures = Vec::new();
     for (row, method, target, headers, body, status, reason) in &rows {
         let before = e.up.count();
-        let (got, answer) = raw(e.proxy, method, target, headers, body).await;
+        let (got, answer) = raw(e.proxy_addr(), method, target, headers, body).await;
         let j = body_json(&answer);
         let forwarded = e.up.count() != before;
         let ok = got == *status && j["reason"] == *reason && !forwarded;
@@ -309,7 +286,7 @@ async fn every_attack_row_is_refused_or_decided() {
 
     // The same refund, spelled plainly, is decided (denied: above 5000), and
     // the answer and the record say which rules fired.
-    let (got, answer) = raw(e.proxy, "POST", "/api/orders/1/refunds", &[JSON], &six_k).await;
+    let (got, answer) = post_refund(&e, &six_k).await;
     let rules = body_json(&answer)["rules"].clone();
     assert!(
         rules.as_array().is_some_and(|r| r
@@ -349,7 +326,7 @@ async fn plain_requests_still_pass() {
             "evidence": [{"source_id": "inv", "text": "Invoice INV-1 for order 1: amount charged $100.00."}]}})
     .to_string();
     let (got, answer) = raw(
-        e.proxy,
+        e.proxy_addr(),
         "POST",
         "/api/orders/1/refunds",
         &[("content-type", "application/json; charset=utf-8")],
@@ -361,26 +338,36 @@ async fn plain_requests_still_pass() {
     assert_eq!(e.up.calls()[0].headers["x-verdict-decision"], "allow");
     // $100 of evidence does not justify a refund of 450.
     let more = ok.replace("\"amount\":100", "\"amount\":450");
-    let (got, answer) = raw(e.proxy, "POST", "/api/orders/1/refunds", &[JSON], &more).await;
+    let (got, answer) = post_refund(&e, &more).await;
     assert_eq!(
         (got, body_json(&answer)["reason"].clone()),
         (403, json!("unbound_param")),
         "{answer}"
     );
     // Unmatched routes, odd or not, pass through untouched.
-    let (got, _) = raw(e.proxy, "GET", "/api/orders/1", &[], "").await;
+    let (got, _) = raw(e.proxy_addr(), "GET", "/api/orders/1", &[], "").await;
     assert_eq!(got, 200);
     assert_eq!(e.up.count(), 2);
-    let (got, _) = raw(e.proxy, "GET", "/shop/%EF%BD%92efunds", &[], "").await;
+    let (got, _) = raw(e.proxy_addr(), "GET", "/shop/%EF%BD%92efunds", &[], "").await;
     assert_eq!(got, 200);
     assert_eq!(e.up.count(), 3);
     // A JSON body to a path gated under another method is read for
     // `_method`, and forwarded as sent when it has none.
     let note = r#"{"note":"gift wrap","method":"card"}"#;
-    let (got, _) = raw(e.proxy, "POST", "/api/orders/1", &[JSON], note).await;
+    let (got, _) = raw(e.proxy_addr(), "POST", "/api/orders/1", &[JSON], note).await;
     assert_eq!(got, 200);
     assert_eq!(e.up.count(), 4);
     assert_eq!(&e.up.calls()[3].body[..], note.as_bytes());
+}
+
+/// Waits (up to 10 s) until `/health/detailed` reports the policies as
+/// `status`.
+async fn policies_status(e: &Gated, status: &str) {
+    let what = format!("policies {status}");
+    e.s.health_until(&what, Duration::from_secs(10), |h| {
+        h["components"]["policies"]["status"] == status
+    })
+    .await;
 }
 
 /// Deleting the pinned refund policy, or truncating it, keeps the gate:
@@ -395,9 +382,9 @@ async fn a_deleted_or_truncated_policy_keeps_the_gate() {
             "delete" => std::fs::remove_file(&file).unwrap(),
             _ => std::fs::write(&file, "").unwrap(),
         }
-        // Past the debounce and the settle wait.
-        tokio::time::sleep(Duration::from_millis(900)).await;
-        let (got, answer) = raw(e.proxy, "POST", "/api/orders/1/refunds", &[JSON], &six_k).await;
+        // Past the debounce and the settle wait: the refused reload shows.
+        policies_status(&e, "degraded").await;
+        let (got, answer) = post_refund(&e, &six_k).await;
         assert_eq!(got, 403, "{edit}: {answer}");
         assert_eq!(e.up.count(), 0, "{edit}");
         let h = e.s.get("/health/detailed", None).await.json();
@@ -416,12 +403,8 @@ async fn a_deleted_or_truncated_policy_keeps_the_gate() {
                     .contains("pinned"),
             "{edit}: {h}"
         );
-        std::fs::write(
-            &file,
-            std::fs::read_to_string("policies/refunds.toml").unwrap(),
-        )
-        .unwrap();
-        tokio::time::sleep(Duration::from_millis(900)).await;
+        std::fs::write(&file, support::shipped_refunds()).unwrap();
+        policies_status(&e, "ok").await;
     }
 }
 
@@ -431,14 +414,14 @@ async fn a_deleted_or_truncated_policy_keeps_the_gate() {
 async fn truncate_then_write_never_opens_the_gate() {
     let e = env().await;
     let file = e.s.path("policies/refunds.toml");
-    let shipped = std::fs::read_to_string("policies/refunds.toml").unwrap();
+    let shipped = support::shipped_refunds();
     // The new set moves the review threshold; both deny 6000.
     let edited = shipped.replace("value = 500", "value = 400");
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicUsize::new(0));
     let mut load = Vec::new();
     for _ in 0..4 {
-        let (stop, sent, proxy) = (stop.clone(), sent.clone(), e.proxy);
+        let (stop, sent, proxy) = (stop.clone(), sent.clone(), e.proxy_addr());
         let body = refund(json!(6000));
         load.push(tokio::spawn(async move {
             // Bounded: at most 2 000 requests per task, and the edits below
@@ -478,17 +461,10 @@ async fn truncate_then_write_never_opens_the_gate() {
 /// joins its own.
 #[tokio::test]
 async fn held_calls_stay_per_client() {
-    let up = MockUpstream::start().await;
-    let url = up.url();
-    let shipped = std::fs::read_to_string("policies/refunds.toml")
-        .unwrap()
-        .replace("hold_timeout = \"30s\"", "hold_timeout = \"100ms\"");
-    let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), &shipped).unwrap();
-        c.proxy.upstream = Some(url);
-    })
-    .await;
-    let proxy = s.running.as_ref().unwrap().proxy_addr.unwrap();
+    let shipped =
+        support::shipped_refunds().replace("hold_timeout = \"30s\"", "hold_timeout = \"100ms\"");
+    let e = Gated::start(&[("refunds.toml", &shipped)], |_| {}).await;
+    let proxy = e.proxy_addr();
     let body = json!({"amount": 750, "currency": "USD",
         "justification": {
             "claims": [{"text": "Order 2 was charged $750.00.", "citations": [{"source_id": "inv"}]}],
@@ -519,5 +495,5 @@ async fn held_calls_stay_per_client() {
     let mallory = hold("Bearer mallory-token").await;
     assert_ne!(alice, mallory, "another client joined alice's review");
     assert_eq!(hold("Bearer alice-token").await, alice, "a retry joins");
-    assert_eq!(up.count(), 0);
+    assert_eq!(e.up.count(), 0);
 }

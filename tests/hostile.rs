@@ -13,42 +13,26 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::Method;
-use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
-use support::{MockUpstream, TestServer, APP_KEY, REVIEW_KEY};
+use support::{
+    Gated, MockUpstream, RefundPolicy, TestServer, APP_KEY, DAMAGED, INVOICE_77, REVIEW_KEY,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// No single hostile request may take longer than this.
 const PER_REQUEST: Duration = Duration::from_secs(15);
 
-/// A gated route: claims and evidence from the body, a header parameter, a
+/// A gated route: claims and evidence from the body, a body parameter, a
 /// rule that holds large amounts for review.
-const POLICY: &str = r#"
-[[action]]
-type = "refund.create"
-requirements = { decision_mode = "balanced", min_coverage = 0.85, citations = "optional" }
-
-  [[action.rule]]
-  param = "amount"
-  op = "gt"
-  value = 500
-  effect = "review"
-
-[[route]]
-name = "create-refund"
-method = "POST"
-path = "/api/orders/{order_id}/refunds"
-action = "refund.create"
-params = { order_id = "path:order_id", amount = "body:/amount", note = "body:/note" }
-claims = "body:/claims"
-sources = "body:/evidence"
-on_review = "hold"
-hold_timeout = "50ms"
-"#;
-
-const EV: &str = "Invoice INV-2291 for order 77: amount charged $100.00. Courier note: package damaged in transit.";
+async fn gated() -> Gated {
+    let policy = RefundPolicy::new("balanced")
+        .review_over(500)
+        .param("note", "body:/note")
+        .hold("50ms")
+        .build();
+    Gated::start(&[("refunds.toml", &policy)], |_| {}).await
+}
 
 /// One hostile input and what it must get back.
 struct Case {
@@ -75,6 +59,26 @@ fn case(
     }
 }
 
+/// Refused as not JSON: 400 `invalid_json`.
+fn not_json(label: impl Into<String>, body: impl Into<Vec<u8>>) -> Case {
+    case(label, body, 400, "invalid_json")
+}
+
+/// Refused for its shape: 400 `invalid_request`.
+fn bad_shape(label: impl Into<String>, body: impl Into<Vec<u8>>) -> Case {
+    case(label, body, 400, "invalid_request")
+}
+
+/// Refused for its values: 422 `invalid_request`.
+fn bad_value(label: impl Into<String>, body: impl Into<Vec<u8>>) -> Case {
+    case(label, body, 422, "invalid_request")
+}
+
+/// Answered: 200.
+fn answered(label: impl Into<String>, body: impl Into<Vec<u8>>) -> Case {
+    case(label, body, 200, "")
+}
+
 fn with_ct(mut c: Case, ct: Option<&'static str>) -> Case {
     c.content_type = ct;
     c
@@ -94,26 +98,36 @@ async fn send(
     body: Vec<u8>,
 ) -> support::Resp {
     t.0 += 1;
-    let client = support::client();
-    let mut b = http::Request::builder()
-        .method(method)
-        .uri(format!("{base}{path}"));
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let req = b.body(Full::new(Bytes::from(body))).unwrap();
-    let fut = async {
-        let resp = client.request(req).await.expect("a response");
-        let (parts, body) = resp.into_parts();
-        support::Resp {
-            status: parts.status.as_u16(),
-            headers: parts.headers,
-            body: body.collect().await.expect("a body").to_bytes(),
-        }
-    };
-    tokio::time::timeout(PER_REQUEST, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{path}: no answer within {PER_REQUEST:?}"))
+    support::within(
+        PER_REQUEST,
+        path,
+        support::call(base, method, path, headers, body),
+    )
+    .await
+}
+
+/// GET `path` with `key`'s bearer token.
+async fn get_as(t: &mut Tally, base: &str, path: &str, key: &str) -> support::Resp {
+    let auth = format!("Bearer {key}");
+    send(
+        t,
+        base,
+        Method::GET,
+        path,
+        &[("authorization", &auth)],
+        vec![],
+    )
+    .await
+}
+
+/// POST a JSON `body` with `key`'s bearer token.
+async fn post_as(t: &mut Tally, base: &str, path: &str, key: &str, body: Vec<u8>) -> support::Resp {
+    let auth = format!("Bearer {key}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    send(t, base, Method::POST, path, &headers, body).await
 }
 
 /// Runs every case against one JSON endpoint and checks status and code.
@@ -160,93 +174,34 @@ fn deep_object(levels: usize) -> String {
 fn malformed(limit: usize) -> Vec<Case> {
     let over = format!(r#"{{"x":"{}"}}"#, "a".repeat(limit + 10));
     vec![
-        case("not json", "{not json", 400, "invalid_json"),
-        case("empty", "", 400, "invalid_json"),
-        case("whitespace only", "  \n\t ", 400, "invalid_json"),
-        case("truncated", r#"{"claims":["a""#, 400, "invalid_json"),
-        case("trailing garbage", "{}x", 400, "invalid_json"),
-        case("two documents", "{} {}", 400, "invalid_json"),
-        case("utf-8 bom", b"\xef\xbb\xbf{}".to_vec(), 400, "invalid_json"),
-        case(
-            "invalid utf-8",
-            b"{\"claims\":[\"\xff\xfe\xc0\"]}".to_vec(),
-            400,
-            "invalid_json",
-        ),
-        case(
-            "overlong utf-8",
-            b"{\"claims\":[\"\xc0\xaf\"]}".to_vec(),
-            400,
-            "invalid_json",
-        ),
-        case(
-            "lone high surrogate",
-            r#"{"claims":["\ud800"]}"#,
-            400,
-            "invalid_json",
-        ),
-        case(
-            "lone low surrogate",
-            r#"{"claims":["\udc00x"]}"#,
-            400,
-            "invalid_json",
-        ),
-        case(
-            "raw NUL in a string",
-            b"{\"claims\":[\"a\x00b\"]}".to_vec(),
-            400,
-            "invalid_json",
-        ),
-        case(
-            "raw NUL outside",
-            b"{\"claims\":[\"a\"]}\x00".to_vec(),
-            400,
-            "invalid_json",
-        ),
-        case(
-            "raw newline in a string",
-            "{\"claims\":[\"a\nb\"]}",
-            400,
-            "invalid_json",
-        ),
-        case(
+        not_json("not json", "{not json"),
+        not_json("empty", ""),
+        not_json("whitespace only", "  \n\t "),
+        not_json("truncated", r#"{"claims":["a""#),
+        not_json("trailing garbage", "{}x"),
+        not_json("two documents", "{} {}"),
+        not_json("utf-8 bom", b"\xef\xbb\xbf{}".to_vec()),
+        not_json("invalid utf-8", b"{\"claims\":[\"\xff\xfe\xc0\"]}".to_vec()),
+        not_json("overlong utf-8", b"{\"claims\":[\"\xc0\xaf\"]}".to_vec()),
+        not_json("lone high surrogate", r#"{"claims":["\ud800"]}"#),
+        not_json("lone low surrogate", r#"{"claims":["\udc00x"]}"#),
+        not_json("raw NUL in a string", b"{\"claims\":[\"a\x00b\"]}".to_vec()),
+        not_json("raw NUL outside", b"{\"claims\":[\"a\"]}\x00".to_vec()),
+        not_json("raw newline in a string", "{\"claims\":[\"a\nb\"]}"),
+        not_json(
             "10000-deep array",
             format!(r#"{{"claims":{}}}"#, deep_array(10_000)),
-            400,
-            "invalid_json",
         ),
-        case(
-            "10000-deep object",
-            deep_object(10_000),
-            400,
-            "invalid_json",
-        ),
-        case(
-            "unclosed deep array",
-            "[".repeat(10_000),
-            400,
-            "invalid_json",
-        ),
-        case(
-            "number out of range",
-            r#"{"claims":["a"],"x":1e400}"#,
-            400,
-            "invalid_json",
-        ),
-        case(
-            "NaN literal",
-            r#"{"claims":["a"],"x":NaN}"#,
-            400,
-            "invalid_json",
-        ),
-        case("single quotes", "{'claims':['a']}", 400, "invalid_json"),
-        case("form body", "claims=a&sources=b", 400, "invalid_json"),
-        case("xml body", "<claims><c>a</c></claims>", 400, "invalid_json"),
-        case(
+        not_json("10000-deep object", deep_object(10_000)),
+        not_json("unclosed deep array", "[".repeat(10_000)),
+        not_json("number out of range", r#"{"claims":["a"],"x":1e400}"#),
+        not_json("NaN literal", r#"{"claims":["a"],"x":NaN}"#),
+        not_json("single quotes", "{'claims':['a']}"),
+        not_json("form body", "claims=a&sources=b"),
+        not_json("xml body", "<claims><c>a</c></claims>"),
+        not_json(
             "binary",
             (0u8..=255).cycle().take(4096).collect::<Vec<u8>>(),
-            400,
-            "invalid_json",
         ),
         case("over the body limit", over, 413, "payload_too_large"),
         with_ct(
@@ -282,286 +237,136 @@ fn verify_shapes(wrap: &dyn Fn(&str) -> String) -> Vec<Case> {
     let w = |s: &str| wrap(s).into_bytes();
     let src = r#""sources":[{"source_id":"s","text":"The sky is blue."}]"#;
     let claims = r#""claims":["The sky is blue."]"#;
+    // The claims, then `rest`; the claims and a source, then `rest`.
+    let after_claims = |rest: &str| w(&format!("{claims},{rest}"));
+    let full = |rest: &str| w(&format!("{claims},{src},{rest}"));
     vec![
-        case("null body", "null", 400, "invalid_request"),
-        case("array body", "[1,2]", 400, "invalid_request"),
-        case("string body", r#""claims""#, 400, "invalid_request"),
-        case("number body", "42", 400, "invalid_request"),
-        case("claims null", w(r#""claims":null"#), 400, "invalid_request"),
-        case(
-            "claims string",
-            w(r#""claims":"x""#),
-            400,
-            "invalid_request",
-        ),
-        case(
-            "claims object",
-            w(r#""claims":{"text":"x"}"#),
-            400,
-            "invalid_request",
-        ),
-        case("claims number", w(r#""claims":7"#), 400, "invalid_request"),
-        case(
-            "claim null",
-            w(r#""claims":[null]"#),
-            400,
-            "invalid_request",
-        ),
-        case("claim number", w(r#""claims":[1]"#), 400, "invalid_request"),
-        case(
-            "claim nested array",
-            w(r#""claims":[["x"]]"#),
-            400,
-            "invalid_request",
-        ),
-        case(
-            "claim text null",
-            w(r#""claims":[{"text":null}]"#),
-            400,
-            "invalid_request",
-        ),
-        case(
-            "claim text array",
-            w(r#""claims":[{"text":["a"]}]"#),
-            400,
-            "invalid_request",
-        ),
-        case(
-            "claim id number",
-            w(r#""claims":[{"text":"a","id":5}]"#),
-            400,
-            "invalid_request",
-        ),
-        case(
+        bad_shape("null body", "null"),
+        bad_shape("array body", "[1,2]"),
+        bad_shape("string body", r#""claims""#),
+        bad_shape("number body", "42"),
+        bad_shape("claims null", w(r#""claims":null"#)),
+        bad_shape("claims string", w(r#""claims":"x""#)),
+        bad_shape("claims object", w(r#""claims":{"text":"x"}"#)),
+        bad_shape("claims number", w(r#""claims":7"#)),
+        bad_shape("claim null", w(r#""claims":[null]"#)),
+        bad_shape("claim number", w(r#""claims":[1]"#)),
+        bad_shape("claim nested array", w(r#""claims":[["x"]]"#)),
+        bad_shape("claim text null", w(r#""claims":[{"text":null}]"#)),
+        bad_shape("claim text array", w(r#""claims":[{"text":["a"]}]"#)),
+        bad_shape("claim id number", w(r#""claims":[{"text":"a","id":5}]"#)),
+        bad_shape(
             "citations string",
             w(r#""claims":[{"text":"a","citations":"s"}]"#),
-            400,
-            "invalid_request",
         ),
-        case(
+        bad_shape(
             "citation null",
             w(r#""claims":[{"text":"a","citations":[null]}]"#),
-            400,
-            "invalid_request",
         ),
-        case(
-            "sources string",
-            w(&format!(r#"{claims},"sources":"s""#)),
-            400,
-            "invalid_request",
-        ),
-        case(
-            "sources null",
-            w(&format!(r#"{claims},"sources":null"#)),
-            400,
-            "invalid_request",
-        ),
-        case(
-            "source number",
-            w(&format!(r#"{claims},"sources":[1]"#)),
-            400,
-            "invalid_request",
-        ),
-        case(
+        bad_shape("sources string", after_claims(r#""sources":"s""#)),
+        bad_shape("sources null", after_claims(r#""sources":null"#)),
+        bad_shape("source number", after_claims(r#""sources":[1]"#)),
+        bad_shape(
             "source text number",
-            w(&format!(r#"{claims},"sources":[{{"id":"s","text":5}}]"#)),
-            400,
-            "invalid_request",
+            after_claims(r#""sources":[{"id":"s","text":5}]"#),
         ),
-        case(
+        bad_shape(
             "source id object",
-            w(&format!(r#"{claims},"sources":[{{"id":{{}},"text":"t"}}]"#)),
-            400,
-            "invalid_request",
+            after_claims(r#""sources":[{"id":{},"text":"t"}]"#),
         ),
-        case(
+        bad_shape(
             "min_coverage string NaN",
-            w(&format!(
-                r#"{claims},{src},"requirements":{{"min_coverage":"NaN"}}"#
-            )),
-            400,
-            "invalid_request",
+            full(r#""requirements":{"min_coverage":"NaN"}"#),
         ),
-        case(
+        bad_shape(
             "min_coverage string inf",
-            w(&format!(
-                r#"{claims},{src},"options":{{"min_coverage":"Infinity"}}"#
-            )),
-            400,
-            "invalid_request",
+            full(r#""options":{"min_coverage":"Infinity"}"#),
         ),
-        case(
+        bad_shape(
             "min_coverage null-ish",
-            w(&format!(
-                r#"{claims},{src},"requirements":{{"min_coverage":[]}}"#
-            )),
-            400,
-            "invalid_request",
+            full(r#""requirements":{"min_coverage":[]}"#),
         ),
-        case(
+        bad_value(
             "min_coverage negative",
-            w(&format!(
-                r#"{claims},{src},"requirements":{{"min_coverage":-0.5}}"#
-            )),
-            422,
-            "invalid_request",
+            full(r#""requirements":{"min_coverage":-0.5}"#),
         ),
-        case(
+        bad_value(
             "min_coverage 1e308",
-            w(&format!(
-                r#"{claims},{src},"requirements":{{"min_coverage":1e308}}"#
-            )),
-            422,
-            "invalid_request",
+            full(r#""requirements":{"min_coverage":1e308}"#),
         ),
-        case(
+        bad_value(
             "min_coverage -1e308",
-            w(&format!(
-                r#"{claims},{src},"options":{{"min_coverage":-1e308}}"#
-            )),
-            422,
-            "invalid_request",
+            full(r#""options":{"min_coverage":-1e308}"#),
         ),
-        case(
+        bad_value(
             "min_coverage huge int",
-            w(&format!(
-                r#"{claims},{src},"requirements":{{"min_coverage":99999999999999999999999}}"#
-            )),
-            422,
-            "invalid_request",
+            full(r#""requirements":{"min_coverage":99999999999999999999999}"#),
         ),
-        case(
+        bad_shape(
             "evidence_limit negative",
-            w(&format!(
-                r#"{claims},{src},"options":{{"evidence_limit":-1}}"#
-            )),
-            400,
-            "invalid_request",
+            full(r#""options":{"evidence_limit":-1}"#),
         ),
-        case(
+        bad_shape(
             "evidence_limit float",
-            w(&format!(
-                r#"{claims},{src},"options":{{"evidence_limit":2.5}}"#
-            )),
-            400,
-            "invalid_request",
+            full(r#""options":{"evidence_limit":2.5}"#),
         ),
-        case(
+        bad_shape(
             "evidence_limit 1e308",
-            w(&format!(
-                r#"{claims},{src},"options":{{"evidence_limit":1e308}}"#
-            )),
-            400,
-            "invalid_request",
+            full(r#""options":{"evidence_limit":1e308}"#),
         ),
-        case(
+        bad_value(
             "evidence_limit u64::MAX",
-            w(&format!(
-                r#"{claims},{src},"options":{{"evidence_limit":18446744073709551615}}"#
-            )),
-            422,
-            "invalid_request",
+            full(r#""options":{"evidence_limit":18446744073709551615}"#),
         ),
-        case(
+        bad_shape(
             "evidence_limit over u64",
-            w(&format!(
-                r#"{claims},{src},"options":{{"evidence_limit":18446744073709551616}}"#
-            )),
-            400,
-            "invalid_request",
+            full(r#""options":{"evidence_limit":18446744073709551616}"#),
         ),
-        case(
+        bad_shape(
             "evidence_limit string",
-            w(&format!(
-                r#"{claims},{src},"options":{{"evidence_limit":"NaN"}}"#
-            )),
-            400,
-            "invalid_request",
+            full(r#""options":{"evidence_limit":"NaN"}"#),
         ),
-        case(
-            "options string",
-            w(&format!(r#"{claims},{src},"options":"all""#)),
-            400,
-            "invalid_request",
-        ),
-        case(
-            "response mode number",
-            w(&format!(r#"{claims},{src},"response":{{"mode":1}}"#)),
-            400,
-            "invalid_request",
-        ),
-        case("empty claims", w(r#""claims":[]"#), 422, "invalid_request"),
-        case(
-            "blank claim",
-            w(r#""claims":["   "]"#),
-            422,
-            "invalid_request",
-        ),
-        case(
+        bad_shape("options string", full(r#""options":"all""#)),
+        bad_shape("response mode number", full(r#""response":{"mode":1}"#)),
+        bad_value("empty claims", w(r#""claims":[]"#)),
+        bad_value("blank claim", w(r#""claims":["   "]"#)),
+        bad_value(
             "duplicate source id",
-            w(&format!(
-                r#"{claims},"sources":[{{"id":"a","text":"t"}},{{"id":"a","text":"u"}}]"#
-            )),
-            422,
-            "invalid_request",
+            after_claims(r#""sources":[{"id":"a","text":"t"},{"id":"a","text":"u"}]"#),
         ),
-        case(
+        bad_value(
             "source without content",
-            w(&format!(r#"{claims},"sources":[{{"id":"a"}}]"#)),
-            422,
-            "invalid_request",
+            after_claims(r#""sources":[{"id":"a"}]"#),
         ),
-        case(
+        bad_value(
             "source text and uri",
-            w(&format!(
-                r#"{claims},"sources":[{{"id":"a","text":"t","uri":"file:///etc/passwd"}}]"#
-            )),
-            422,
-            "invalid_request",
+            after_claims(r#""sources":[{"id":"a","text":"t","uri":"file:///etc/passwd"}]"#),
         ),
-        case(
+        bad_value(
             "unknown decision mode",
-            w(&format!(
-                r#"{claims},{src},"requirements":{{"decision_mode":"yolo"}}"#
-            )),
-            422,
-            "invalid_request",
+            full(r#""requirements":{"decision_mode":"yolo"}"#),
         ),
-        case(
+        bad_value(
             "unknown citations policy",
-            w(&format!(
-                r#"{claims},{src},"requirements":{{"citations":"maybe"}}"#
-            )),
-            422,
-            "invalid_request",
+            full(r#""requirements":{"citations":"maybe"}"#),
         ),
-        case(
+        bad_shape(
             "citations policy number",
-            w(&format!(
-                r#"{claims},{src},"requirements":{{"citations":1}}"#
-            )),
-            400,
-            "invalid_request",
+            full(r#""requirements":{"citations":1}"#),
         ),
-        case(
+        answered(
             "unknown fields are ignored",
-            w(&format!(r#"{claims},{src},"zzz":{{"deep":[1,2,3]}}"#)),
-            200,
-            "",
+            full(r#""zzz":{"deep":[1,2,3]}"#),
         ),
-        case(
+        answered(
             "escaped NUL is text",
             w(r#""claims":["a\u0000b"],"sources":[{"id":"s","text":"a\u0000b"}]"#),
-            200,
-            "",
         ),
-        case(
+        answered(
             "valid surrogate pair",
             w(
                 r#""claims":["\ud83d\ude00 blue"],"sources":[{"id":"s","text":"\ud83d\ude00 blue"}]"#,
             ),
-            200,
-            "",
         ),
     ]
 }
@@ -575,39 +380,31 @@ fn big_valid(wrap: &dyn Fn(&str) -> String) -> Vec<Case> {
         .collect();
     let long_text = "The parcel was damaged in transit. ".repeat(20_000);
     vec![
-        case(
+        answered(
             "claim of 100000 words, no sources",
             wrap(&format!(r#""claims":[{}]"#, json!(words))),
-            200,
-            "",
         ),
-        case(
+        answered(
             "claim of 100000 words against a source",
             wrap(&format!(
                 r#""claims":[{}],"sources":[{{"id":"s","text":{}}}]"#,
                 json!(words),
-                json!(EV)
+                json!(INVOICE_77)
             )),
-            200,
-            "",
         ),
-        case(
+        answered(
             "10000 sources",
             wrap(&format!(
                 r#""claims":["Parcel 9999 was delivered."],"sources":{}"#,
                 Value::Array(many_sources)
             )),
-            200,
-            "",
         ),
-        case(
+        answered(
             "a 700 KB source",
             wrap(&format!(
                 r#""claims":["The parcel was damaged in transit."],"sources":[{{"id":"s","text":{}}}]"#,
                 json!(long_text)
             )),
-            200,
-            "",
         ),
     ]
 }
@@ -615,13 +412,11 @@ fn big_valid(wrap: &dyn Fn(&str) -> String) -> Vec<Case> {
 async fn healthy(t: &mut Tally, base: &str) {
     let r = send(t, base, Method::GET, "/health", &[], vec![]).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    let auth = format!("Bearer {APP_KEY}");
-    let r = send(
+    let r = post_as(
         t,
         base,
-        Method::POST,
         "/v2/verify",
-        &[("authorization", &auth), ("content-type", "application/json")],
+        APP_KEY,
         br#"{"claims":["The sky is blue."],"sources":[{"id":"s","text":"The sky is blue today."}]}"#
             .to_vec(),
     )
@@ -677,62 +472,32 @@ async fn authorize_survives_the_corpus() {
     cases.extend(big_valid(&action));
     let claims = r#""claims":["The sky is blue."]"#;
     cases.extend([
-        case(
-            "action missing",
-            format!("{{{claims}}}"),
-            400,
-            "invalid_request",
-        ),
-        case(
-            "action null",
-            format!(r#"{{"action":null,{claims}}}"#),
-            400,
-            "invalid_request",
-        ),
-        case(
+        bad_shape("action missing", format!("{{{claims}}}")),
+        bad_shape("action null", format!(r#"{{"action":null,{claims}}}"#)),
+        bad_shape(
             "action string",
             format!(r#"{{"action":"refund",{claims}}}"#),
-            400,
-            "invalid_request",
         ),
-        case(
+        bad_shape(
             "action type number",
             format!(r#"{{"action":{{"type":5}},{claims}}}"#),
-            400,
-            "invalid_request",
         ),
-        case(
+        bad_shape(
             "action params array",
             format!(r#"{{"action":{{"type":"a","params":[1]}},{claims}}}"#),
-            400,
-            "invalid_request",
         ),
-        case(
-            "answer number",
-            action(r#""answer":5"#),
-            400,
-            "invalid_request",
-        ),
-        case(
-            "answer text null",
-            action(r#""answer":{"text":null}"#),
-            400,
-            "invalid_request",
-        ),
-        case(
+        bad_shape("answer number", action(r#""answer":5"#)),
+        bad_shape("answer text null", action(r#""answer":{"text":null}"#)),
+        bad_shape(
             "decision mode number",
             action(&format!(r#"{claims},"requirements":{{"decision_mode":3}}"#)),
-            400,
-            "invalid_request",
         ),
-        case(
+        answered(
             "deep params are data, not a crash",
             format!(
                 r#"{{"action":{{"type":"a","params":{{"p":{}}}}},{claims}}}"#,
                 deep_array(100)
             ),
-            200,
-            "",
         ),
     ]);
     run_cases(&mut t, &base, "/v2/authorize", APP_KEY, cases).await;
@@ -763,29 +528,22 @@ async fn batch_survives_the_corpus() {
     cases.extend(verify_shapes(&jobs).into_iter().filter(|c| c.status != 200));
     let too_many = format!(r#"{{"jobs":[{}]}}"#, vec![item; 51].join(","));
     cases.extend([
-        case("jobs missing", "{}", 400, "invalid_request"),
-        case("jobs null", r#"{"jobs":null}"#, 400, "invalid_request"),
-        case("jobs string", r#"{"jobs":"x"}"#, 400, "invalid_request"),
-        case("job null", r#"{"jobs":[null]}"#, 400, "invalid_request"),
-        case("job array", r#"{"jobs":[[]]}"#, 400, "invalid_request"),
-        case("jobs empty", r#"{"jobs":[]}"#, 422, "invalid_request"),
-        case(
-            "51 items over a limit of 50",
-            too_many,
-            422,
-            "invalid_request",
-        ),
+        bad_shape("jobs missing", "{}"),
+        bad_shape("jobs null", r#"{"jobs":null}"#),
+        bad_shape("jobs string", r#"{"jobs":"x"}"#),
+        bad_shape("job null", r#"{"jobs":[null]}"#),
+        bad_shape("job array", r#"{"jobs":[[]]}"#),
+        bad_value("jobs empty", r#"{"jobs":[]}"#),
+        bad_value("51 items over a limit of 50", too_many),
         case(
             "over the batch body limit",
             format!(r#"{{"jobs":[{item}],"pad":"{}"}}"#, "a".repeat(2 << 20)),
             413,
             "payload_too_large",
         ),
-        case(
+        not_json(
             "10000-deep job",
             format!(r#"{{"jobs":{}}}"#, deep_array(10_000)),
-            400,
-            "invalid_json",
         ),
     ]);
     run_cases(&mut t, &base, "/v1/verify-claims-batch", APP_KEY, cases).await;
@@ -853,15 +611,8 @@ async fn batch_survives_the_corpus() {
 /// Reads, gets and resolves with ids that are not ids.
 #[tokio::test]
 async fn id_endpoints_and_review_bodies_survive_the_corpus() {
-    let up = MockUpstream::start().await;
-    let url = up.url();
-    let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
-        c.proxy.upstream = Some(url);
-    })
-    .await;
+    let Gated { s, up, proxy } = gated().await;
     let base = format!("http://{}", s.addr);
-    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
     let mut t = Tally::default();
 
     let bad_ids = [
@@ -886,29 +637,15 @@ async fn id_endpoints_and_review_bodies_survive_the_corpus() {
             (format!("/v2/jobs/{id}"), APP_KEY),
             (format!("/v2/reviews/{id}"), REVIEW_KEY),
         ] {
-            let auth = format!("Bearer {key}");
-            let r = send(
-                &mut t,
-                &base,
-                Method::GET,
-                &path,
-                &[("authorization", &auth)],
-                vec![],
-            )
-            .await;
+            let r = get_as(&mut t, &base, &path, key).await;
             check(&r, &path[..path.len().min(60)], 404, "not_found");
         }
         let path = format!("/v2/reviews/{id}/approve");
-        let auth = format!("Bearer {REVIEW_KEY}");
-        let r = send(
+        let r = post_as(
             &mut t,
             &base,
-            Method::POST,
             &path,
-            &[
-                ("authorization", &auth),
-                ("content-type", "application/json"),
-            ],
+            REVIEW_KEY,
             br#"{"reviewer":"ops"}"#.to_vec(),
         )
         .await;
@@ -921,16 +658,7 @@ async fn id_endpoints_and_review_bodies_survive_the_corpus() {
         "/v2/jobs/a/b",
         "/v2/reviews//approve",
     ] {
-        let auth = format!("Bearer {REVIEW_KEY}");
-        let r = send(
-            &mut t,
-            &base,
-            Method::GET,
-            path,
-            &[("authorization", &auth)],
-            vec![],
-        )
-        .await;
+        let r = get_as(&mut t, &base, path, REVIEW_KEY).await;
         check(&r, path, 404, "not_found");
     }
     // Query strings that are not what the list endpoint expects.
@@ -940,17 +668,8 @@ async fn id_endpoints_and_review_bodies_survive_the_corpus() {
         "limit=99999999999999999999",
         "limit=abc",
     ] {
-        let auth = format!("Bearer {REVIEW_KEY}");
         let path = format!("/v2/reviews?{q}");
-        let r = send(
-            &mut t,
-            &base,
-            Method::GET,
-            &path,
-            &[("authorization", &auth)],
-            vec![],
-        )
-        .await;
+        let r = get_as(&mut t, &base, &path, REVIEW_KEY).await;
         check(&r, &path, 422, "invalid_request");
     }
 
@@ -961,7 +680,7 @@ async fn id_endpoints_and_review_bodies_survive_the_corpus() {
         Method::POST,
         "/api/orders/77/refunds",
         &[("content-type", "application/json")],
-        json!({"amount": 900, "claims": ["The package was damaged in transit."], "evidence": [{"id": "inv", "text": EV}]})
+        json!({"amount": 900, "claims": [DAMAGED], "evidence": [{"id": "inv", "text": INVOICE_77}]})
             .to_string()
             .into_bytes(),
     )
@@ -971,56 +690,22 @@ async fn id_endpoints_and_review_bodies_survive_the_corpus() {
     let limit = s.running.as_ref().unwrap().app.config.limits.max_body_bytes;
     let mut cases = malformed(limit);
     cases.extend([
-        case("null body", "null", 400, "invalid_request"),
-        case("array body", "[]", 400, "invalid_request"),
-        case("reviewer missing", "{}", 400, "invalid_request"),
-        case(
-            "reviewer null",
-            r#"{"reviewer":null}"#,
-            400,
-            "invalid_request",
-        ),
-        case(
-            "reviewer number",
-            r#"{"reviewer":5}"#,
-            400,
-            "invalid_request",
-        ),
-        case(
-            "reviewer object",
-            r#"{"reviewer":{"name":"x"}}"#,
-            400,
-            "invalid_request",
-        ),
-        case(
-            "note number",
-            r#"{"reviewer":"ops","note":5}"#,
-            400,
-            "invalid_request",
-        ),
-        case(
-            "reviewer empty",
-            r#"{"reviewer":""}"#,
-            422,
-            "invalid_request",
-        ),
-        case(
-            "reviewer blank",
-            r#"{"reviewer":" \t "}"#,
-            422,
-            "invalid_request",
-        ),
-        case(
+        bad_shape("null body", "null"),
+        bad_shape("array body", "[]"),
+        bad_shape("reviewer missing", "{}"),
+        bad_shape("reviewer null", r#"{"reviewer":null}"#),
+        bad_shape("reviewer number", r#"{"reviewer":5}"#),
+        bad_shape("reviewer object", r#"{"reviewer":{"name":"x"}}"#),
+        bad_shape("note number", r#"{"reviewer":"ops","note":5}"#),
+        bad_value("reviewer empty", r#"{"reviewer":""}"#),
+        bad_value("reviewer blank", r#"{"reviewer":" \t "}"#),
+        bad_value(
             "reviewer too long",
             format!(r#"{{"reviewer":"{}"}}"#, "r".repeat(10_000)),
-            422,
-            "invalid_request",
         ),
-        case(
+        bad_value(
             "note too long",
             format!(r#"{{"reviewer":"ops","note":"{}"}}"#, "n".repeat(100_000)),
-            422,
-            "invalid_request",
         ),
     ]);
     let n = cases.len();
@@ -1042,16 +727,7 @@ async fn id_endpoints_and_review_bodies_survive_the_corpus() {
         again,
     )
     .await;
-    let auth = format!("Bearer {REVIEW_KEY}");
-    let r = send(
-        &mut t,
-        &base,
-        Method::GET,
-        &format!("/v2/reviews/{id}"),
-        &[("authorization", &auth)],
-        vec![],
-    )
-    .await;
+    let r = get_as(&mut t, &base, &format!("/v2/reviews/{id}"), REVIEW_KEY).await;
     assert_eq!(
         r.json()["status"],
         "pending",
@@ -1069,16 +745,9 @@ async fn id_endpoints_and_review_bodies_survive_the_corpus() {
 /// ones are decided.
 #[tokio::test]
 async fn gated_proxy_route_survives_the_corpus() {
-    let up = MockUpstream::start().await;
-    let url = up.url();
-    let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
-        c.proxy.upstream = Some(url);
-    })
-    .await;
+    let Gated { s, up, proxy } = gated().await;
     let base = format!("http://{}", s.addr);
-    let proxy_addr = s.running.as_ref().unwrap().proxy_addr.unwrap();
-    let proxy = format!("http://{proxy_addr}");
+    let proxy_addr = s.proxy_addr();
     let limit = s.running.as_ref().unwrap().app.config.limits.max_body_bytes;
     let mut t = Tally::default();
     let route = "/api/orders/77/refunds";
@@ -1161,23 +830,23 @@ async fn gated_proxy_route_survives_the_corpus() {
     let decided = [
         (
             "amount string",
-            json!({"amount": "NaN", "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]}),
+            json!({"amount": "NaN", "claims": [DAMAGED], "evidence": [{"id": "i", "text": INVOICE_77}]}),
         ),
         (
             "amount 1e308",
-            json!({"amount": 1e308, "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]}),
+            json!({"amount": 1e308, "claims": [DAMAGED], "evidence": [{"id": "i", "text": INVOICE_77}]}),
         ),
         (
             "amount null",
-            json!({"amount": null, "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]}),
+            json!({"amount": null, "claims": [DAMAGED], "evidence": [{"id": "i", "text": INVOICE_77}]}),
         ),
         (
             "note with NUL",
-            json!({"amount": 1, "note": "a\u{0}b", "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]}),
+            json!({"amount": 1, "note": "a\u{0}b", "claims": [DAMAGED], "evidence": [{"id": "i", "text": INVOICE_77}]}),
         ),
         (
             "100000 words",
-            json!({"amount": 1, "claims": [words], "evidence": [{"id": "i", "text": EV}]}),
+            json!({"amount": 1, "claims": [words], "evidence": [{"id": "i", "text": INVOICE_77}]}),
         ),
         (
             "10000 sources",
@@ -1238,7 +907,7 @@ async fn gated_proxy_route_survives_the_corpus() {
         Method::POST,
         route,
         &[("content-type", "application/json")],
-        json!({"amount": 5, "claims": ["The package was damaged in transit."], "evidence": [{"id": "i", "text": EV}]})
+        json!({"amount": 5, "claims": [DAMAGED], "evidence": [{"id": "i", "text": INVOICE_77}]})
             .to_string()
             .into_bytes(),
     )
@@ -1420,19 +1089,14 @@ async fn offsets_hold_at_grapheme_boundaries() {
         "The courier was late.",
         "Order shipped on 2024-03-09.",
     ];
-    let auth = format!("Bearer {APP_KEY}");
     let mut seen = 0;
     for text in texts {
         let body = json!({"claims": claims, "sources": [{"id": "s", "text": text}], "response": {"mode": "verbose"}, "options": {"evidence_limit": 100}});
-        let r = send(
+        let r = post_as(
             &mut t,
             &base,
-            Method::POST,
             "/v2/verify",
-            &[
-                ("authorization", &auth),
-                ("content-type", "application/json"),
-            ],
+            APP_KEY,
             body.to_string().into_bytes(),
         )
         .await;
@@ -1458,15 +1122,11 @@ async fn offsets_hold_at_grapheme_boundaries() {
     assert!(seen >= 5, "too few citations to mean anything: {seen}");
     // Output mode with emoji and markers.
     let body = json!({"action": {"type": "a"}, "answer": "😀 The refund of $100 was approved [s]. 👍🏽 Done!", "sources": [{"id": "s", "text": texts[0]}], "requirements": {"citations": "optional"}, "response": {"mode": "verbose"}});
-    let r = send(
+    let r = post_as(
         &mut t,
         &base,
-        Method::POST,
         "/v2/authorize",
-        &[
-            ("authorization", &auth),
-            ("content-type", "application/json"),
-        ],
+        APP_KEY,
         body.to_string().into_bytes(),
     )
     .await;

@@ -2,6 +2,8 @@
 //! processed, with timings printed (`cargo test --test jobs_store -- --nocapture`),
 //! and a job survives a `kill -9` of the process that runs it.
 
+mod support;
+
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -12,7 +14,25 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use verdict::config::JobsConfig;
-use verdict::jobs::{ItemFn, JobStatus, Jobs, Page, Submitted};
+use verdict::jobs::{ItemFn, JobStatus, JobView, Jobs, Page, Submitted};
+
+/// Polls the job every `every` until it has finished (up to `within`), and
+/// returns it with the results in `page`.
+async fn finished(jobs: &Jobs, id: &str, page: Page, within: Duration, every: Duration) -> JobView {
+    support::eventually_every("the job to finish", within, every, || async {
+        let v = jobs
+            .get(id, "app", false, page)
+            .await
+            .expect("read")
+            .expect("the job");
+        if matches!(v.status, JobStatus::Succeeded | JobStatus::Failed) {
+            Ok(v)
+        } else {
+            Err(format!("{v:?}"))
+        }
+    })
+    .await
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_100k_item_job_is_stored_and_processed() {
@@ -37,27 +57,18 @@ async fn a_100k_item_job_is_stored_and_processed() {
     };
     assert_eq!(s.items_total, N as u64);
 
-    let deadline = Duration::from_secs(600);
-    let view = loop {
-        let v = jobs
-            .get(
-                &s.job_id,
-                "app",
-                false,
-                Page {
-                    offset: 0,
-                    limit: 0,
-                },
-            )
-            .await
-            .unwrap()
-            .unwrap();
-        if matches!(v.status, JobStatus::Succeeded | JobStatus::Failed) {
-            break v;
-        }
-        assert!(t0.elapsed() < deadline, "too slow: {v:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let page = Page {
+        offset: 0,
+        limit: 0,
     };
+    let view = finished(
+        &jobs,
+        &s.job_id,
+        page,
+        Duration::from_secs(600),
+        Duration::from_millis(50),
+    )
+    .await;
     let processed = t0.elapsed() - stored;
     assert_eq!(view.status, JobStatus::Succeeded);
     assert_eq!(view.progress.done, N as u64);
@@ -170,19 +181,8 @@ fn a_killed_process_resumes_without_duplicates() {
             json!({"i": i})
         });
         let jobs = Jobs::open(&db, &one_worker(), work).unwrap();
-        let start = Instant::now();
-        let view = loop {
-            let v = jobs
-                .get(&job_id, "app", false, Page::ALL)
-                .await
-                .unwrap()
-                .unwrap();
-            if matches!(v.status, JobStatus::Succeeded | JobStatus::Failed) {
-                break v;
-            }
-            assert!(start.elapsed() < Duration::from_secs(60), "{v:?}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
+        let within = Duration::from_secs(60);
+        let view = finished(&jobs, &job_id, Page::ALL, within, Duration::from_millis(10)).await;
         assert_eq!(view.status, JobStatus::Succeeded);
         assert_eq!(view.progress.done, CRASH_ITEMS as u64);
         let results = view.results.unwrap();

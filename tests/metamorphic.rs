@@ -11,9 +11,11 @@
 //! the fact (reorder the sources, add unrelated sentences, switch
 //! British/American spelling) must not change the status.
 
+mod support;
+
 use proptest::prelude::*;
 use serde::Deserialize;
-use verdict::engine::{verify, Claim, ClaimStatus, Params, Source};
+use verdict::engine::ClaimStatus;
 
 const CORPUS: &str = include_str!("data/adversarial.jsonl");
 
@@ -41,20 +43,7 @@ fn supported() -> &'static [Case] {
 }
 
 fn status(claim: &str, evidence: &[String]) -> ClaimStatus {
-    let sources: Vec<Source> = evidence
-        .iter()
-        .enumerate()
-        .map(|(i, t)| Source {
-            id: format!("e{}", i + 1),
-            text: Some(t.clone()),
-        })
-        .collect();
-    let claim = Claim {
-        id: "c".into(),
-        text: claim.into(),
-        citations: Vec::new(),
-    };
-    verify(&[claim], &sources, &Params::default())[0].status
+    support::check_claim("c", claim, evidence).status
 }
 
 /// Replace every whole-word occurrence of `from` (case-sensitive) in the

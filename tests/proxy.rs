@@ -11,67 +11,36 @@ use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
-use support::{MockUpstream, TestServer, APP_KEY, REVIEW_KEY};
+use support::{Gated, RefundPolicy, TestServer, APP_KEY, DAMAGED, INVOICE_77_BLENDER, REVIEW_KEY};
 
-const POLICY: &str = r#"
-[[action]]
-type = "refund.create"
-requirements = { decision_mode = "strict", min_coverage = 0.85, citations = "optional" }
-
-  [[action.rule]]
-  param = "amount"
-  op = "gt"
-  value = 500
-  effect = "review"
-
-  [[action.rule]]
-  param = "customer"
-  op = "absent"
-  effect = "deny"
-  message = "a refund needs a customer id"
-
-  [[action.rule]]
-  param = "channel"
-  op = "eq"
-  value = "fax"
-  effect = "deny"
-
-[[route]]
-name = "create-refund"
-method = "POST"
-path = "/api/orders/{order_id}/refunds"
-action = "refund.create"
-params = { order_id = "path:order_id", amount = "body:/amount", customer = "header:X-Customer-Id", channel = "body:/meta/a~1b" }
-claims = "body:/claims"
-sources = "body:/evidence"
-on_review = "hold"
-hold_timeout = "HOLD"
-"#;
-
-const EV: &str = "Invoice INV-2291 for order 77: Vitamix blender, amount charged $100.00. Courier note: package damaged in transit.";
-
-struct Env {
-    s: TestServer,
-    up: MockUpstream,
-    proxy: String,
+/// The refund route held for review above 500, denied without a customer
+/// header or on the fax channel; `hold` is its hold timeout.
+fn policy(hold: &str) -> String {
+    RefundPolicy::new("strict")
+        .review_over(500)
+        .rule(
+            "customer",
+            "absent",
+            None,
+            "deny",
+            Some("a refund needs a customer id"),
+        )
+        .rule("channel", "eq", Some("\"fax\""), "deny", None)
+        .param("customer", "header:X-Customer-Id")
+        .param("channel", "body:/meta/a~1b")
+        .hold(hold)
+        .build()
 }
 
-async fn env_with(hold: &str, edit: impl FnOnce(&mut verdict::config::Config)) -> Env {
-    let up = MockUpstream::start().await;
-    let url = up.url();
-    let policy = POLICY.replace("HOLD", hold);
-    let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), &policy).unwrap();
-        c.proxy.upstream = Some(url);
+async fn env_with(hold: &str, edit: impl FnOnce(&mut verdict::config::Config)) -> Gated {
+    Gated::start(&[("refunds.toml", &policy(hold))], |c| {
         c.proxy.response_timeout = Duration::from_secs(1);
         edit(c);
     })
-    .await;
-    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
-    Env { s, up, proxy }
+    .await
 }
 
-async fn env(hold: &str) -> Env {
+async fn env(hold: &str) -> Gated {
     env_with(hold, |_| {}).await
 }
 
@@ -80,44 +49,32 @@ fn refund_body(amount: u64, claim: &str) -> String {
     format!(
         "{{ \"amount\": {amount},  \"claims\": [{}], \"evidence\": [{{\"source_id\":\"inv\",\"text\":{}}}] }}",
         serde_json::to_string(claim).unwrap(),
-        serde_json::to_string(EV).unwrap()
+        serde_json::to_string(INVOICE_77_BLENDER).unwrap()
     )
 }
 
-async fn send(
-    e: &Env,
-    method: Method,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: String,
-) -> support::Resp {
-    let client = support::client();
-    let mut b = Request::builder()
-        .method(method)
-        .uri(format!("{}{path}", e.proxy));
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let resp = client
-        .request(b.body(Full::new(Bytes::from(body))).unwrap())
-        .await
-        .unwrap();
-    let (parts, body) = resp.into_parts();
-    support::Resp {
-        status: parts.status.as_u16(),
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes(),
-    }
-}
+const JSON: (&str, &str) = ("content-type", "application/json");
 
-async fn refund(e: &Env, amount: u64, claim: &str) -> (support::Resp, String) {
-    let body = refund_body(amount, claim);
-    let r = send(
-        e,
+/// POSTs `body` to the refund route on order 77 with these headers only.
+async fn post_refund(e: &Gated, headers: &[(&str, &str)], body: impl Into<Bytes>) -> support::Resp {
+    support::call(
+        &e.proxy,
         Method::POST,
         "/api/orders/77/refunds",
+        headers,
+        body,
+    )
+    .await
+}
+
+/// A refund by customer C-9 through the proxy; returns the answer and the
+/// bytes sent.
+async fn refund(e: &Gated, amount: u64, claim: &str) -> (support::Resp, String) {
+    let body = refund_body(amount, claim);
+    let r = post_refund(
+        e,
         &[
-            ("content-type", "application/json"),
+            JSON,
             ("x-customer-id", "C-9"),
             ("x-verdict-decision", "allow"),
         ],
@@ -127,27 +84,19 @@ async fn refund(e: &Env, amount: u64, claim: &str) -> (support::Resp, String) {
     (r, body)
 }
 
-async fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+async fn wait_for(what: &str, f: impl FnMut() -> bool) {
+    support::wait_for(what, Duration::from_secs(10), f).await
 }
 
-async fn approve(e: &Env, id: &str) -> support::Resp {
-    e.s.post_json(
-        &format!("/v2/reviews/{id}/approve"),
-        r#"{"reviewer":"ops@example.com"}"#,
-        Some(REVIEW_KEY),
-    )
-    .await
+async fn approve(e: &Gated, id: &str) -> support::Resp {
+    e.s.resolve(id, "approve", "ops@example.com", Some(REVIEW_KEY))
+        .await
 }
 
 #[tokio::test]
 async fn allow_forwards_byte_identical_with_decision_headers() {
     let e = env("1s").await;
-    let (r, body) = refund(&e, 100, "The package was damaged in transit.").await;
+    let (r, body) = refund(&e, 100, DAMAGED).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["path"], "/api/orders/77/refunds");
     let calls = e.up.calls();
@@ -193,35 +142,14 @@ async fn deny_never_reaches_the_upstream() {
     assert_eq!(j["reason"], "unsupported_claims");
     assert!(j["record_id"].is_string() && j["request_id"].is_string());
     // Header extraction is case-insensitive, and a missing header is absent.
-    let r = send(
-        &e,
-        Method::POST,
-        "/api/orders/77/refunds",
-        &[("content-type", "application/json")],
-        refund_body(100, "The package was damaged in transit."),
-    )
-    .await;
+    let r = post_refund(&e, &[JSON], refund_body(100, DAMAGED)).await;
     assert_eq!(
         (r.status, r.json()["reason"].as_str()),
         (403, Some("policy_violation"))
     );
     // A JSON pointer with an escaped '/' (`~1`) reaches the rules.
-    let body = refund_body(100, "The package was damaged in transit.").replacen(
-        '{',
-        r#"{"meta":{"a/b":"fax"},"#,
-        1,
-    );
-    let r = send(
-        &e,
-        Method::POST,
-        "/api/orders/77/refunds",
-        &[
-            ("content-type", "application/json"),
-            ("X-CUSTOMER-ID", "C-9"),
-        ],
-        body,
-    )
-    .await;
+    let body = refund_body(100, DAMAGED).replacen('{', r#"{"meta":{"a/b":"fax"},"#, 1);
+    let r = post_refund(&e, &[JSON, ("X-CUSTOMER-ID", "C-9")], body).await;
     assert_eq!(
         (r.status, r.json()["reason"].as_str()),
         (403, Some("policy_violation")),
@@ -229,14 +157,7 @@ async fn deny_never_reaches_the_upstream() {
         r.text()
     );
     // Not JSON on a route that reads the body: 400, not forwarded.
-    let r = send(
-        &e,
-        Method::POST,
-        "/api/orders/77/refunds",
-        &[("content-type", "application/json")],
-        "not json".into(),
-    )
-    .await;
+    let r = post_refund(&e, &[JSON], "not json").await;
     assert_eq!(r.status, 400);
     assert_eq!(e.up.count(), 0);
     e.s.shutdown().await;
@@ -247,24 +168,18 @@ async fn hold_then_approve_in_time_returns_the_upstream_answer() {
     let e = env("10s").await;
     let e = std::sync::Arc::new(e);
     let e2 = e.clone();
-    let held = tokio::spawn(async move {
-        refund(&e2, 900, "The package was damaged in transit.")
-            .await
-            .0
-    });
-    let mut id = String::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while id.is_empty() {
+    let held = tokio::spawn(async move { refund(&e2, 900, DAMAGED).await.0 });
+    let id = support::eventually("the pending review", Duration::from_secs(10), || async {
         let list =
             e.s.get("/v2/reviews?status=pending", Some(REVIEW_KEY))
                 .await
                 .json();
-        if let Some(r) = list["reviews"].as_array().and_then(|a| a.first()) {
-            id = r["review_id"].as_str().unwrap().to_string();
+        match list["reviews"].as_array().and_then(|a| a.first()) {
+            Some(r) => Ok(r["review_id"].as_str().unwrap().to_string()),
+            None => Err(list),
         }
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     assert_eq!(e.up.count(), 0, "nothing is forwarded before the approval");
     let a = approve(&e, &id).await;
     assert_eq!(a.status, 200, "{}", a.text());
@@ -274,18 +189,12 @@ async fn hold_then_approve_in_time_returns_the_upstream_answer() {
     assert_eq!(e.up.count(), 1);
     let call = &e.up.calls()[0];
     assert_eq!(call.headers["x-verdict-review-id"], id.as_str());
-    let g0 =
-        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-            .await
-            .json();
+    let g0 = e.s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(
         call.headers["x-verdict-record-id"],
         g0["record_id"].as_str().unwrap()
     );
-    let g =
-        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-            .await
-            .json();
+    let g = e.s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(g["status"], "approved");
     assert_eq!(g["forward"]["upstream_status"], 200, "{g}");
 }
@@ -294,7 +203,7 @@ async fn hold_then_approve_in_time_returns_the_upstream_answer() {
 async fn hold_timeout_then_approve_forwards_exactly_once_and_reject_never() {
     let e = env("300ms").await;
     let t0 = Instant::now();
-    let (r, body) = refund(&e, 900, "The package was damaged in transit.").await;
+    let (r, body) = refund(&e, 900, DAMAGED).await;
     assert_eq!(r.status, 202, "{}", r.text());
     assert!(t0.elapsed() >= Duration::from_millis(290));
     let j = r.json();
@@ -303,13 +212,7 @@ async fn hold_timeout_then_approve_forwards_exactly_once_and_reject_never() {
     assert_eq!(j["poll"], format!("/v2/reviews/{id}"));
     assert_eq!(e.up.count(), 0);
     // An app key cannot approve (the review scope is required).
-    let r =
-        e.s.post_json(
-            &format!("/v2/reviews/{id}/approve"),
-            r#"{"reviewer":"me"}"#,
-            Some(APP_KEY),
-        )
-        .await;
+    let r = e.s.resolve(&id, "approve", "me", Some(APP_KEY)).await;
     r.assert_error(403, "forbidden");
     assert_eq!(approve(&e, &id).await.status, 200);
     wait_for("the background forward", || e.up.count() == 1).await;
@@ -317,14 +220,11 @@ async fn hold_timeout_then_approve_forwards_exactly_once_and_reject_never() {
     approve(&e, &id).await.assert_error(409, "conflict");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(e.up.count(), 1, "exactly once");
-    let g =
-        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-            .await
-            .json();
+    let g = e.s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(g["forward"]["state"], "done", "{g}");
 
     // Reject: never forwarded.
-    let (r, _) = refund(&e, 800, "The package was damaged in transit.").await;
+    let (r, _) = refund(&e, 800, DAMAGED).await;
     let id2 = r.json()["review_id"].as_str().unwrap().to_string();
     let rj =
         e.s.post_json(
@@ -340,13 +240,9 @@ async fn hold_timeout_then_approve_forwards_exactly_once_and_reject_never() {
     e.s.get("/v2/reviews/nope", Some(REVIEW_KEY))
         .await
         .assert_error(404, "not_found");
-    e.s.post_json(
-        &format!("/v2/reviews/{id2}/approve"),
-        r#"{"reviewer":""}"#,
-        Some(REVIEW_KEY),
-    )
-    .await
-    .assert_error(422, "invalid_request");
+    e.s.resolve(&id2, "approve", "", Some(REVIEW_KEY))
+        .await
+        .assert_error(422, "invalid_request");
     e.s.shutdown().await;
 }
 
@@ -365,14 +261,7 @@ async fn held_and_denied_calls_carry_their_rules_and_one_request_hash() {
             .unwrap_or_default()
     };
     // Denied by a rule with a message (no customer header): 403 and record.
-    let r = send(
-        &e,
-        Method::POST,
-        "/api/orders/77/refunds",
-        &[("content-type", "application/json")],
-        refund_body(100, "The package was damaged in transit."),
-    )
-    .await;
+    let r = post_refund(&e, &[JSON], refund_body(100, DAMAGED)).await;
     assert_eq!(r.status, 403, "{}", r.text());
     let j = r.json();
     assert_eq!(
@@ -390,16 +279,13 @@ async fn held_and_denied_calls_carry_their_rules_and_one_request_hash() {
     assert!(rec["request_hash"].as_str().unwrap().starts_with("sha256:"));
 
     // Held by a rule: the 202, the review and the record agree.
-    let (r, _) = refund(&e, 900, "The package was damaged in transit.").await;
+    let (r, _) = refund(&e, 900, DAMAGED).await;
     assert_eq!(r.status, 202, "{}", r.text());
     let j = r.json();
     let rules = j["rules"].clone();
     assert_eq!(rules, serde_json::json!(["amount gt 500"]), "{j}");
     let id = j["review_id"].as_str().unwrap().to_string();
-    let review =
-        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-            .await
-            .json();
+    let review = e.s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(review["rules"], rules, "{review}");
     let record_id = review["record_id"].as_str().unwrap().to_string();
     let rec =
@@ -420,10 +306,7 @@ async fn held_and_denied_calls_carry_their_rules_and_one_request_hash() {
         e.up.calls()[0].headers["x-verdict-record-id"],
         record_id.as_str()
     );
-    let review =
-        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-            .await
-            .json();
+    let review = e.s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(review["forward"]["state"], "done", "{review}");
     e.s.shutdown().await;
 }
@@ -434,7 +317,7 @@ async fn held_and_denied_calls_carry_their_rules_and_one_request_hash() {
 #[tokio::test]
 async fn a_retried_held_call_joins_its_pending_review_and_forwards_once() {
     let e = env("200ms").await;
-    let claim = "The package was damaged in transit.";
+    let claim = DAMAGED;
     let (r1, body) = refund(&e, 900, claim).await;
     assert_eq!(r1.status, 202, "{}", r1.text());
     let id = r1.json()["review_id"].as_str().unwrap().to_string();
@@ -468,8 +351,8 @@ async fn a_retried_held_call_joins_its_pending_review_and_forwards_once() {
 #[tokio::test]
 async fn racing_approvals_resolve_once_and_audit_once() {
     let e = env("100ms").await;
-    let audit = e.s.running.as_ref().unwrap().app.audit.clone();
-    let claim = "The package was damaged in transit.";
+    let audit = e.s.app().audit.clone();
+    let claim = DAMAGED;
     let mut deltas = Vec::new();
     for (amount, racers) in [(900u64, 1usize), (901, 8)] {
         let (r, _) = refund(&e, amount, claim).await;
@@ -512,27 +395,18 @@ async fn racing_approvals_resolve_once_and_audit_once() {
 #[tokio::test]
 async fn a_pending_review_survives_a_restart_and_forwards_once() {
     let e = env("200ms").await;
-    let (r, _) = refund(&e, 900, "The package was damaged in transit.").await;
+    let (r, _) = refund(&e, 900, DAMAGED).await;
     assert_eq!(r.status, 202);
     let id = r.json()["review_id"].as_str().unwrap().to_string();
-    let Env { s, up, .. } = e;
+    let Gated { s, up, .. } = e;
     let dir = s.shutdown().await;
     let mut config = support::test_config(&dir);
     config.proxy.upstream = Some(up.url());
     let running = verdict::app::start(config).await.unwrap();
     let s = TestServer::attach(running, dir);
-    let g = s
-        .get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-        .await
-        .json();
+    let g = s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(g["status"], "pending", "{g}");
-    let a = s
-        .post_json(
-            &format!("/v2/reviews/{id}/approve"),
-            r#"{"reviewer":"ops"}"#,
-            Some(REVIEW_KEY),
-        )
-        .await;
+    let a = s.resolve(&id, "approve", "ops", Some(REVIEW_KEY)).await;
     assert_eq!(a.status, 200, "{}", a.text());
     wait_for("the forward after restart", || up.count() == 1).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -543,7 +417,7 @@ async fn a_pending_review_survives_a_restart_and_forwards_once() {
 #[tokio::test]
 async fn unmatched_routes_stream_through_including_http2() {
     let e = env("1s").await;
-    let r = send(&e, Method::GET, "/api/orders/77?x=1", &[], String::new()).await;
+    let r = e.get("/api/orders/77?x=1").await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["path"], "/api/orders/77?x=1");
     // Streaming: the first chunk arrives before the upstream sends the rest.
@@ -590,7 +464,7 @@ async fn unmatched_routes_stream_through_including_http2() {
 #[tokio::test]
 async fn upstream_down_is_502_slow_is_504() {
     let e = env("1s").await;
-    let r = send(&e, Method::GET, "/slow", &[], String::new()).await;
+    let r = e.get("/slow").await;
     assert_eq!(r.status, 504, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "upstream_timeout");
     e.s.shutdown().await;
@@ -602,9 +476,9 @@ async fn upstream_down_is_502_slow_is_504() {
         c.proxy.upstream = Some(format!("http://127.0.0.1:{port}"))
     })
     .await;
-    let r = send(&e, Method::GET, "/anything", &[], String::new()).await;
+    let r = e.get("/anything").await;
     assert_eq!(r.status, 502, "{}", r.text());
-    let (r, _) = refund(&e, 100, "The package was damaged in transit.").await;
+    let (r, _) = refund(&e, 100, DAMAGED).await;
     assert_eq!(r.status, 502, "{}", r.text());
     let h = e.s.get("/health/detailed", None).await.json();
     assert_eq!(h["components"]["upstream"]["status"], "degraded", "{h}");
@@ -614,30 +488,15 @@ async fn upstream_down_is_502_slow_is_504() {
 #[tokio::test]
 async fn audit_failure_fails_closed_with_no_upstream_call() {
     let e = env("1s").await;
-    e.s.running
-        .as_ref()
-        .unwrap()
-        .app
-        .audit
-        .inject_write_failure(true);
-    let (r, _) = refund(&e, 100, "The package was damaged in transit.").await;
+    e.s.app().audit.inject_write_failure(true);
+    let (r, _) = refund(&e, 100, DAMAGED).await;
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "unavailable");
     assert_eq!(e.up.count(), 0);
     // Unmatched traffic is not gated and still flows.
-    assert_eq!(
-        send(&e, Method::GET, "/free", &[], String::new())
-            .await
-            .status,
-        200
-    );
-    e.s.running
-        .as_ref()
-        .unwrap()
-        .app
-        .audit
-        .inject_write_failure(false);
-    let (r, _) = refund(&e, 100, "The package was damaged in transit.").await;
+    assert_eq!(e.get("/free").await.status, 200);
+    e.s.app().audit.inject_write_failure(false);
+    let (r, _) = refund(&e, 100, DAMAGED).await;
     assert_eq!(r.status, 200);
     e.s.shutdown().await;
 }
@@ -651,7 +510,7 @@ async fn oversized_bodies_are_413_and_unmatched_deny_blocks() {
     .await;
     let (r, _) = refund(&e, 100, &"word ".repeat(400)).await;
     assert_eq!(r.status, 413, "{}", r.text());
-    let r = send(&e, Method::GET, "/elsewhere", &[], String::new()).await;
+    let r = e.get("/elsewhere").await;
     assert_eq!(r.status, 403);
     assert_eq!(r.json()["error"]["code"], "denied");
     assert_eq!(e.up.count(), 0);
@@ -665,7 +524,7 @@ async fn every_forwarded_call_has_an_audit_record() {
         let claim = if i % 3 == 0 {
             "The customer was charged $999 for the blender."
         } else {
-            "The package was damaged in transit."
+            DAMAGED
         };
         refund(&e, 100, claim).await;
     }
@@ -708,71 +567,33 @@ async fn https_upstream_with_a_configured_ca() {
         c.proxy.ca_file = Some(ca);
     })
     .await;
-    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
-    let client = support::client();
-    let resp = client
-        .request(
-            Request::get(format!("{proxy}/health"))
-                .body(Full::new(Bytes::new()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    assert_eq!(
-        &resp.into_body().collect().await.unwrap().to_bytes()[..],
-        br#"{"status":"ok"}"#
-    );
+    let health = |s: &TestServer| {
+        let proxy = format!("http://{}", s.proxy_addr());
+        async move { support::call(&proxy, Method::GET, "/health", &[], Bytes::new()).await }
+    };
+    let r = health(&s).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..], br#"{"status":"ok"}"#);
     s.shutdown().await;
 
     // Without the CA the self-signed upstream is not trusted: 502.
     let s = TestServer::start_with(move |c| c.proxy.upstream = Some(url)).await;
-    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
-    let resp = client
-        .request(
-            Request::get(format!("{proxy}/health"))
-                .body(Full::new(Bytes::new()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 502);
+    assert_eq!(health(&s).await.status, 502);
     s.shutdown().await;
     upstream.shutdown().await;
 }
 
 #[tokio::test]
 async fn failure_mode_open_forwards_when_the_gate_cannot_decide() {
-    let up = MockUpstream::start().await;
-    let url = up.url();
-    let policy = POLICY.replace("HOLD", "1s").replace(
+    let policy = policy("1s").replace(
         "on_review = \"hold\"",
         "on_review = \"hold\"\nfailure_mode = \"open\"",
     );
-    let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), &policy).unwrap();
-        c.proxy.upstream = Some(url);
-    })
-    .await;
-    let e = Env {
-        proxy: format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap()),
-        s,
-        up,
-    };
-    e.s.running
-        .as_ref()
-        .unwrap()
-        .app
-        .audit
-        .inject_write_failure(true);
+    let e = Gated::start(&[("refunds.toml", &policy)], |_| {}).await;
+    e.s.app().audit.inject_write_failure(true);
     let (r, _) = refund(&e, 100, "The customer was charged $400 for the blender.").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(e.up.calls()[0].headers["x-verdict-decision"], "unavailable");
-    e.s.running
-        .as_ref()
-        .unwrap()
-        .app
-        .audit
-        .inject_write_failure(false);
+    e.s.app().audit.inject_write_failure(false);
     e.s.shutdown().await;
 }

@@ -21,6 +21,27 @@ fn policy(threshold: u64) -> String {
     )
 }
 
+/// (time, status, decision) of every request the load clients sent.
+type Log = Arc<Mutex<Vec<(Instant, u16, String)>>>;
+
+/// Waits (up to 10 s) until `n` requests have been answered after `since`.
+async fn answered_since(log: &Log, since: Instant, n: usize) {
+    support::eventually("requests under load", Duration::from_secs(10), || async {
+        let seen = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(t, _, _)| *t > since)
+            .count();
+        if seen >= n {
+            Ok(())
+        } else {
+            Err(format!("{seen} of {n}"))
+        }
+    })
+    .await
+}
+
 /// Replaces a file the way editors and config-map updates do: write a temp
 /// file, then rename it over the old one.
 fn replace(path: &std::path::Path, text: &str) {
@@ -42,7 +63,7 @@ async fn policy_reload_under_load_is_all_or_nothing() {
                       "sources": [{"source_id": "inv", "text": EV}]})
     .to_string();
     // (time, status, decision) of every request, from two client tasks.
-    let log: Arc<Mutex<Vec<(Instant, u16, String)>>> = Arc::new(Mutex::new(Vec::new()));
+    let log: Log = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut clients = Vec::new();
     for _ in 0..2 {
@@ -62,7 +83,8 @@ async fn policy_reload_under_load_is_all_or_nothing() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    answered_since(&log, started, 10).await;
     let file = s.path("policies/refunds.toml");
 
     // A broken edit that would switch decisions if it were ever applied.
@@ -71,46 +93,42 @@ async fn policy_reload_under_load_is_all_or_nothing() {
         &file,
         &policy(150).replace("effect = \"review\"", "effect = \"reveiw\""),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let h = s.get("/health/detailed", None).await.json();
-        if h["components"]["policies"]["status"] == "degraded" {
-            assert_eq!(h["status"], "degraded");
-            assert!(
-                h["components"]["policies"]["last_error"]
-                    .as_str()
-                    .unwrap()
-                    .contains("refunds.toml:"),
-                "{h}"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the broken file was not noticed: {h}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let h = s
+        .health_until("the broken file noticed", Duration::from_secs(10), |h| {
+            h["components"]["policies"]["status"] == "degraded"
+        })
+        .await;
+    assert_eq!(h["status"], "degraded");
+    assert!(
+        h["components"]["policies"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("refunds.toml:"),
+        "{h}"
+    );
+    // Requests keep being answered while the broken file is on disk.
+    answered_since(&log, Instant::now(), 10).await;
 
     // The fix lands: decisions switch from allow to needs_review.
     let good_at = Instant::now();
     replace(&file, &policy(150));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let switched_at = loop {
-        let seen = log
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|(t, _, d)| *t > good_at && d == "needs_review")
-            .map(|(t, _, _)| *t);
-        if let Some(t) = seen {
-            break t;
-        }
-        assert!(Instant::now() < deadline, "the good file never took effect");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let switched_at = support::eventually_every(
+        "the good file to take effect",
+        Duration::from_secs(10),
+        Duration::from_millis(5),
+        || async {
+            log.lock()
+                .unwrap()
+                .iter()
+                .find(|(t, _, d)| *t > good_at && d == "needs_review")
+                .map(|(t, _, _)| *t)
+                .ok_or("no needs_review yet")
+        },
+    )
+    .await;
+    // Requests answered after the switch settled.
+    let settle = switched_at + Duration::from_millis(50);
+    answered_since(&log, settle, 10).await;
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.await.unwrap();
@@ -129,7 +147,6 @@ async fn policy_reload_under_load_is_all_or_nothing() {
     assert!(log.iter().any(|(t, _, _)| *t > broken_at && *t < good_at));
     // After the switch: only needs_review (requests that started before it
     // may still finish on the old snapshot, within a few milliseconds).
-    let settle = switched_at + Duration::from_millis(50);
     assert!(log
         .iter()
         .filter(|(t, _, _)| *t > settle)
@@ -139,6 +156,42 @@ async fn policy_reload_under_load_is_all_or_nothing() {
         log.len(),
         switched_at.duration_since(good_at).as_millis()
     );
+}
+
+/// Waits up to `within` for `key` to be known (404 for a missing job, not
+/// 401).
+async fn key_works(s: &TestServer, key: &str, within: Duration) {
+    support::eventually("the new key to work", within, || async {
+        match s.get("/v2/jobs/x", Some(key)).await.status {
+            404 => Ok(()),
+            other => Err(other),
+        }
+    })
+    .await
+}
+
+/// Waits (up to 10 s) until the log holds `n` key reloads that were
+/// refused: each failed reload of the keys file is audited, after the
+/// previous keys were kept.
+async fn refused_key_changes(s: &TestServer, n: usize) {
+    support::eventually("a refused keys reload", Duration::from_secs(10), || async {
+        let page = s
+            .get("/v2/audit/records?kind=key_change&limit=100", Some(APP_KEY))
+            .await
+            .json();
+        let refused = page["records"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["detail"]["applied"] == false)
+            .count();
+        if refused >= n {
+            Ok(())
+        } else {
+            Err(page)
+        }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -153,14 +206,10 @@ async fn keys_file_reloads_without_restart_and_keeps_the_last_good_set() {
         support::sha(new_key)
     );
     replace(&file, &text);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while s.get("/v2/jobs/x", Some(new_key)).await.status != 404 {
-        assert!(Instant::now() < deadline, "the new key never worked");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    key_works(&s, new_key, Duration::from_secs(10)).await;
     // A broken keys file keeps the previous keys.
     replace(&file, "[[key]]\nname = \n");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    refused_key_changes(&s, 1).await;
     assert_eq!(s.get("/v2/jobs/x", Some(new_key)).await.status, 404);
     assert_eq!(s.get("/v2/jobs/x", Some(APP_KEY)).await.status, 404);
     // So does one that names a key after a reserved principal: the `proxy`
@@ -173,7 +222,7 @@ async fn keys_file_reloads_without_restart_and_keeps_the_last_good_set() {
             support::sha(proxy_key)
         ),
     );
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    refused_key_changes(&s, 2).await;
     assert_eq!(s.get("/v2/jobs/x", Some(proxy_key)).await.status, 401);
     assert_eq!(s.get("/v2/jobs/x", Some(new_key)).await.status, 404);
     s.shutdown().await;
@@ -195,23 +244,15 @@ fn check_prints_a_summary_or_every_error() {
     )
     .unwrap();
 
-    let out = Command::new(bin)
-        .args(["check", "--policies"])
-        .arg(&good)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    let out = support::cli(bin, &["check", "--policies"], &good);
+    support::assert_exit(&out, 0);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
         text.starts_with("ok: 1 files, 1 actions, 0 routes, revision sha256:"),
         "{text}"
     );
 
-    let out = Command::new(bin)
-        .args(["check", "--policies"])
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let out = support::cli(bin, &["check", "--policies"], &bad);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     let lines: Vec<&str> = err.lines().collect();
@@ -225,20 +266,9 @@ fn check_prints_a_summary_or_every_error() {
     assert_eq!(lines[1], b, "{err}");
 
     // The shipped example policies are valid.
-    let out = Command::new(bin)
-        .args([
-            "check",
-            "--policies",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/policies"),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let shipped = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/policies"));
+    let out = support::cli(bin, &["check", "--policies"], shipped);
+    support::assert_exit(&out, 0);
 }
 
 /// The keys file mounted from a Kubernetes Secret: `keys.toml ->
@@ -274,11 +304,7 @@ async fn keys_file_follows_a_kubernetes_secret_swap() {
     std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
     std::fs::remove_dir_all(root.join("..2026_11_25_01")).unwrap();
 
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while s.get("/v2/jobs/x", Some(new_key)).await.status != 404 {
-        assert!(Instant::now() < deadline, "the rotated key never worked");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    key_works(&s, new_key, Duration::from_secs(2)).await;
     s.shutdown().await;
 }
 
@@ -434,15 +460,7 @@ async fn tls_get(
     path: &str,
 ) -> Option<(u16, bytes::Bytes)> {
     use http_body_util::{BodyExt, Empty};
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(root.clone()).unwrap();
-    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls = support::trusting(root.clone());
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_only()
@@ -483,11 +501,13 @@ async fn wait_until_served(
     root: &rustls_pki_types::CertificateDer<'static>,
     what: &str,
 ) {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while !tls_serves(port, root).await {
-        assert!(Instant::now() < deadline, "{what}: not served within 2 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    support::eventually(what, Duration::from_secs(2), || async {
+        match tls_serves(port, root).await {
+            true => Ok(()),
+            false => Err("not served"),
+        }
+    })
+    .await
 }
 
 /// The API's certificate mounted from a Kubernetes TLS Secret
@@ -559,18 +579,19 @@ async fn tls_certificate_reloads_on_renames_and_writes_and_keeps_the_last_good_o
     // good pair still serves, and health says why it did not change.
     let (cert_c, key_c, der_c) = localhost_cert();
     std::fs::write(&files.cert, &cert_c).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let h = loop {
-        let h = tls_detailed(port, &der_b).await;
-        if h["components"]["api_tls"]["status"] == "degraded" {
-            break h;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the broken pair was not reported: {h}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let h = support::eventually(
+        "the broken pair reported",
+        Duration::from_secs(2),
+        || async {
+            let h = tls_detailed(port, &der_b).await;
+            if h["components"]["api_tls"]["status"] == "degraded" {
+                Ok(h)
+            } else {
+                Err(h)
+            }
+        },
+    )
+    .await;
     assert_eq!(h["status"], "degraded", "{h}");
     let tls = &h["components"]["api_tls"];
     assert!(
@@ -585,8 +606,23 @@ async fn tls_certificate_reloads_on_renames_and_writes_and_keeps_the_last_good_o
     );
     assert!(!tls_serves(port, &der_c).await);
     // Garbage in place: the same.
+    let before = tls_detailed(port, &der_b).await["components"]["api_tls"].clone();
     std::fs::write(&files.key, "-----BEGIN PRIVATE KEY-----\nnot base64\n").unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::eventually(
+        "the garbage key refused",
+        Duration::from_secs(5),
+        || async {
+            let h = tls_detailed(port, &der_b).await;
+            let now = &h["components"]["api_tls"];
+            let failed = |t: &serde_json::Value| t["reloads_failed"].as_u64().unwrap();
+            if failed(now) > failed(&before) && now["last_error"] != before["last_error"] {
+                Ok(())
+            } else {
+                Err(h)
+            }
+        },
+    )
+    .await;
     assert!(
         tls_serves(port, &der_b).await,
         "the last good certificate serves"

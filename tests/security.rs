@@ -8,57 +8,29 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Method, Request};
-use http_body_util::{BodyExt, Full};
+use http::Method;
 use serde_json::{json, Value};
-use support::{MockUpstream, TestServer, APP_KEY, OTHER_KEY, REVIEW_KEY, VERIFY_ONLY_KEY};
+use support::{
+    Gated, RefundPolicy, TestServer, APP_KEY, DAMAGED, INVOICE_77, OTHER_KEY, REVIEW_KEY,
+    VERIFY_ONLY_KEY,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const POLICY: &str = r#"
-[[action]]
-type = "refund.create"
-requirements = { decision_mode = "balanced", min_coverage = 0.85, citations = "optional" }
-
-  [[action.rule]]
-  param = "amount"
-  op = "gt"
-  value = 500
-  effect = "review"
-
-[[route]]
-name = "create-refund"
-method = "POST"
-path = "/api/orders/{order_id}/refunds"
-action = "refund.create"
-params = { order_id = "path:order_id", amount = "body:/amount", note = "body:/note", reference = "query:ref", agent = "header:x-agent" }
-claims = "body:/claims"
-sources = "body:/evidence"
-on_review = "hold"
-hold_timeout = "50ms"
-"#;
-
-const EV: &str = "Invoice INV-2291 for order 77: amount charged $100.00. Courier note: package damaged in transit.";
 const CLAIM: &str = "Refunds are issued within 14 days of delivery.";
 
-struct Env {
-    s: TestServer,
-    up: MockUpstream,
-    proxy: String,
-}
-
-async fn env() -> Env {
-    let up = MockUpstream::start().await;
-    let url = up.url();
-    let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
-        c.proxy.upstream = Some(url);
-    })
-    .await;
-    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
-    Env { s, up, proxy }
+/// The refund route, held above 500, extracting a body note, a query value
+/// and a header.
+async fn env() -> Gated {
+    let policy = RefundPolicy::new("balanced")
+        .review_over(500)
+        .param("note", "body:/note")
+        .param("reference", "query:ref")
+        .param("agent", "header:x-agent")
+        .hold("50ms")
+        .build();
+    Gated::start(&[("refunds.toml", &policy)], |_| {}).await
 }
 
 async fn call(
@@ -68,32 +40,12 @@ async fn call(
     headers: &[(&str, &str)],
     body: String,
 ) -> support::Resp {
-    let client = support::client();
-    let mut b = Request::builder()
-        .method(method)
-        .uri(format!("{base}{path}"));
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let fut = async {
-        let resp = client
-            .request(b.body(Full::new(Bytes::from(body))).unwrap())
-            .await
-            .unwrap();
-        let (parts, body) = resp.into_parts();
-        support::Resp {
-            status: parts.status.as_u16(),
-            headers: parts.headers,
-            body: body.collect().await.unwrap().to_bytes(),
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(15), fut)
-        .await
-        .expect("an answer in time")
+    let answer = support::call(base, method, path, headers, body);
+    support::within(Duration::from_secs(15), path, answer).await
 }
 
 fn refund(amount: u64, note: &str) -> String {
-    json!({"amount": amount, "note": note, "claims": ["The package was damaged in transit."], "evidence": [{"id": "inv", "text": EV}]}).to_string()
+    json!({"amount": amount, "note": note, "claims": [DAMAGED], "evidence": [{"id": "inv", "text": INVOICE_77}]}).to_string()
 }
 
 /// A body field, a query value, a path segment and a header all full of
@@ -233,18 +185,9 @@ async fn tenants_cannot_read_each_other() {
     let submit = |key: &'static str, idem: &'static str, body: String| {
         let s = &s;
         async move {
-            let auth = format!("Bearer {key}");
-            s.send(
-                Method::POST,
-                "/v1/verify-claims-batch",
-                &[
-                    ("authorization", &auth),
-                    ("content-type", "application/json"),
-                    ("idempotency-key", idem),
-                ],
-                body,
-            )
-            .await
+            let idem = [("idempotency-key", idem)];
+            s.post_json_with("/v1/verify-claims-batch", body, Some(key), &idem)
+                .await
         }
     };
     let a = submit(APP_KEY, "shared-key", batch.clone()).await;
@@ -320,39 +263,20 @@ async fn only_review_keys_resolve_held_calls() {
     let id = r.json()["review_id"].as_str().unwrap().to_string();
     for key in [APP_KEY, OTHER_KEY, VERIFY_ONLY_KEY] {
         for action in ["approve", "reject"] {
-            e.s.post_json(
-                &format!("/v2/reviews/{id}/{action}"),
-                r#"{"reviewer":"me"}"#,
-                Some(key),
-            )
-            .await
-            .assert_error(403, "forbidden");
+            e.s.resolve(&id, action, "me", Some(key))
+                .await
+                .assert_error(403, "forbidden");
         }
-        e.s.get(&format!("/v2/reviews/{id}"), Some(key))
+        e.s.review(&id, Some(key))
             .await
             .assert_error(403, "forbidden");
     }
-    let r =
-        e.s.post_json(
-            &format!("/v2/reviews/{id}/approve"),
-            r#"{"reviewer":"me"}"#,
-            None,
-        )
-        .await;
+    let r = e.s.resolve(&id, "approve", "me", None).await;
     r.assert_error(401, "unauthorized");
-    let g =
-        e.s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
-            .await
-            .json();
+    let g = e.s.review(&id, Some(REVIEW_KEY)).await.json();
     assert_eq!(g["status"], "pending", "{g}");
     assert_eq!(e.up.count(), 0);
-    let a =
-        e.s.post_json(
-            &format!("/v2/reviews/{id}/approve"),
-            r#"{"reviewer":"ops"}"#,
-            Some(REVIEW_KEY),
-        )
-        .await;
+    let a = e.s.resolve(&id, "approve", "ops", Some(REVIEW_KEY)).await;
     assert_eq!(a.status, 200, "{}", a.text());
     e.s.shutdown().await;
 }
@@ -437,33 +361,15 @@ async fn keys_never_reach_the_logs() {
         "{}",
         String::from_utf8_lossy(&answer)
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !contains(&log.lock().unwrap(), b"connection ended with an error") {
-        assert!(
-            Instant::now() < deadline,
-            "no debug line for the refused request"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    support::wait_for(
+        "a debug line for the refused request",
+        Duration::from_secs(10),
+        || contains(&log.lock().unwrap(), b"connection ended with an error"),
+    )
+    .await;
 
     // Graceful stop (SIGTERM), so that every buffered line is written.
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the server did not stop on SIGTERM");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    support::terminate(&mut child, &log);
     let bytes = log.lock().unwrap().clone();
     let text = String::from_utf8_lossy(&bytes);
     // The log is there and at debug level, so its silence means something.

@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -32,15 +31,7 @@ async fn tls_listener_negotiates_h2_by_alpn() {
     })
     .await;
 
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert.cert.der().clone()).unwrap();
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls = support::trusting(cert.cert.der().clone());
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_only()
@@ -86,6 +77,43 @@ async fn h2c_prior_knowledge_works() {
     s.shutdown().await;
 }
 
+/// `GET /health` on an open keep-alive connection: a 200.
+async fn health_on(sock: &mut tokio::net::TcpStream) {
+    sock.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = sock.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+}
+
+/// A new connection while every permit is held: the server answers 503
+/// (read within 5 s) and closes it. Returns the answer.
+async fn refused_connection(addr: std::net::SocketAddr) -> String {
+    let mut extra = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(5), extra.read_to_string(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+    out
+}
+
+/// Once connections holding permits are gone, `/health` answers 200 again
+/// (within 5 s).
+async fn health_recovers(s: &support::TestServer) {
+    support::eventually("a free permit", Duration::from_secs(5), || async {
+        let r = s.get("/health", None).await;
+        if r.status == 200 {
+            Ok(())
+        } else {
+            Err(r.text())
+        }
+    })
+    .await
+}
+
 #[tokio::test]
 async fn connections_over_the_cap_get_503_and_the_rest_keep_working() {
     let s = support::TestServer::start_with(|c| c.server.max_connections = 2).await;
@@ -93,34 +121,17 @@ async fn connections_over_the_cap_get_503_and_the_rest_keep_working() {
     let mut held = Vec::new();
     for _ in 0..2 {
         let mut sock = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-        sock.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0u8; 512];
-        let n = sock.read(&mut buf).await.unwrap();
-        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        health_on(&mut sock).await;
         held.push(sock);
     }
-    let mut extra = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(5), extra.read_to_string(&mut out))
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+    let out = refused_connection(s.addr).await;
     assert!(out.contains("\"unavailable\""), "{out}");
     // A held connection still serves.
     let sock = &mut held[0];
-    sock.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buf = [0u8; 512];
-    let n = sock.read(&mut buf).await.unwrap();
-    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    health_on(sock).await;
     drop(held);
     // Permits come back when connections close.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(s.get("/health", None).await.status, 200);
+    health_recovers(&s).await;
     s.shutdown().await;
 }
 
@@ -143,13 +154,7 @@ async fn idle_http2_connections_are_closed_and_health_recovers() {
     }
     // Every permit is held: a new connection is refused.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut extra = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(5), extra.read_to_string(&mut out))
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+    refused_connection(s.addr).await;
     // After the idle timeout the server closes them (each read ends), and
     // health answers. Bounded: 5 s for all eight.
     for sock in &mut idle {
@@ -165,8 +170,7 @@ async fn idle_http2_connections_are_closed_and_health_recovers() {
         .await;
         assert!(closed.is_ok(), "an idle HTTP/2 connection stayed open");
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(s.get("/health", None).await.status, 200);
+    health_recovers(&s).await;
     s.shutdown().await;
 }
 
@@ -179,12 +183,7 @@ async fn a_busy_connection_outlives_the_idle_timeout() {
     .await;
     let mut sock = tokio::net::TcpStream::connect(s.addr).await.unwrap();
     for _ in 0..4 {
-        sock.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0u8; 512];
-        let n = sock.read(&mut buf).await.unwrap();
-        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        health_on(&mut sock).await;
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     // Idle now: closed within the timeout (and a little).

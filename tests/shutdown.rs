@@ -5,7 +5,6 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::process::Command;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -63,11 +62,7 @@ fn sigterm_drains_and_exits_zero() {
     sock.write_all(head(support::APP_KEY).as_bytes()).unwrap();
     sock.write_all(first.as_bytes()).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    support::sigterm(&child);
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         child.try_wait().unwrap().is_none(),
@@ -78,16 +73,7 @@ fn sigterm_drains_and_exits_zero() {
     let _ = sock.read_to_string(&mut out);
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
 
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "server did not exit after the drain"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = support::wait_exit(&mut child, Duration::from_secs(15))
+        .expect("server did not exit after the drain");
     assert_eq!(status.code(), Some(0));
 }

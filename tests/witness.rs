@@ -65,11 +65,9 @@ impl RunningWitness {
 }
 
 fn body(i: usize) -> String {
-    json!({"action": {"type": "refund", "params": {"amount": i}},
-           "claims": [{"text": "The customer paid $100 for the blender."}],
-           "sources": [{"source_id": "inv", "text": "Invoice: blender, amount charged $100.00."}],
-           "requirements": {"citations": "optional"}})
-    .to_string()
+    support::blender_refund(json!({"amount": i}), support::PAID_100)
+        .requirements(json!({"citations": "optional"}))
+        .body()
 }
 
 fn log_vkeys(config: &Config) -> Vec<String> {
@@ -87,18 +85,15 @@ async fn decide_and_wait_for_cosignature(s: &TestServer, n: usize) -> u64 {
         let r = s.post_json("/v2/authorize", &body(i), Some(APP_KEY)).await;
         assert_eq!(r.status, 200, "{}", r.text());
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    support::eventually("a cosignature", Duration::from_secs(10), || async {
         let checkpoint = s.get("/v2/audit/checkpoint", None).await.text();
         if checkpoint.contains(&format!("\u{2014} {WITNESS} ")) {
-            return checkpoint.lines().nth(1).unwrap().parse().unwrap();
+            Ok(checkpoint.lines().nth(1).unwrap().parse().unwrap())
+        } else {
+            Err(checkpoint)
         }
-        assert!(
-            Instant::now() < deadline,
-            "no cosignature within 10 s: {checkpoint}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 /// Deletes the newest records and their checkpoints, keeping the log
@@ -237,15 +232,20 @@ async fn a_dead_witness_never_delays_a_decision() {
         assert_eq!(r.status, 200, "{}", r.text());
     }
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let h = s.get("/health/detailed", None).await.text();
-        if h.contains("last_error") && h.contains(WITNESS) && !h.contains("\"last_error\":null") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{h}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::eventually(
+        "the witness failure reported",
+        Duration::from_secs(5),
+        || async {
+            let h = s.get("/health/detailed", None).await.text();
+            if h.contains("last_error") && h.contains(WITNESS) && !h.contains("\"last_error\":null")
+            {
+                Ok(())
+            } else {
+                Err(h)
+            }
+        },
+    )
+    .await;
     let m = s.get("/metrics", None).await.text();
     assert!(
         m.contains("verdict_audit_witness_submissions_total{witness=\"verdict.test/witness\",outcome=\"failed\"}"),

@@ -2,8 +2,11 @@
 //! data dir and a keys file, and talk to it over real HTTP.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+use std::fmt::Display;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
@@ -84,6 +87,16 @@ impl Resp {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
+    /// Reads a whole response.
+    pub async fn read(resp: http::Response<hyper::body::Incoming>) -> Resp {
+        let (parts, body) = resp.into_parts();
+        Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: body.collect().await.expect("body").to_bytes(),
+        }
+    }
+
     /// Asserts the DESIGN §3 error body with `code`.
     pub fn assert_error(&self, status: u16, code: &str) {
         assert_eq!(self.status, status, "{}", self.text());
@@ -117,6 +130,34 @@ impl TestServer {
         }
     }
 
+    /// Starts a server with `policies` (file name, text) in its policies
+    /// dir, after `edit` adjusts the test config.
+    pub async fn with_policies(
+        policies: &[(&str, &str)],
+        edit: impl FnOnce(&mut Config),
+    ) -> TestServer {
+        Self::start_with(|c| {
+            for (name, text) in policies {
+                std::fs::write(c.policies_dir.join(name), text).expect("policy file");
+            }
+            edit(c);
+        })
+        .await
+    }
+
+    /// The running app.
+    pub fn app(&self) -> &std::sync::Arc<verdict::app::App> {
+        &self.running.as_ref().expect("running").app
+    }
+
+    /// The proxy listener (the config must name an upstream).
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.running
+            .as_ref()
+            .and_then(|r| r.proxy_addr)
+            .expect("the proxy listens")
+    }
+
     /// Wraps an already running server (after a restart on the same dir).
     pub fn attach(running: Running, dir: tempfile::TempDir) -> TestServer {
         TestServer {
@@ -147,14 +188,7 @@ impl TestServer {
             b = b.header(*k, *v);
         }
         let req = b.body(Full::new(body.into())).expect("request");
-        let resp = self.client.request(req).await.expect("response");
-        let (parts, body) = resp.into_parts();
-        let body = body.collect().await.expect("body").to_bytes();
-        Resp {
-            status: parts.status.as_u16(),
-            headers: parts.headers,
-            body,
-        }
+        Resp::read(self.client.request(req).await.expect("response")).await
     }
 
     pub async fn get(&self, path: &str, key: Option<&str>) -> Resp {
@@ -167,12 +201,56 @@ impl TestServer {
     }
 
     pub async fn post_json(&self, path: &str, body: &str, key: Option<&str>) -> Resp {
+        self.post_json_with(path, body.to_string(), key, &[]).await
+    }
+
+    /// [`TestServer::post_json`] with any body bytes and `extra` headers.
+    pub async fn post_json_with(
+        &self,
+        path: &str,
+        body: impl Into<Bytes>,
+        key: Option<&str>,
+        extra: &[(&str, &str)],
+    ) -> Resp {
         let auth = key.map(|k| format!("Bearer {k}"));
         let mut h = vec![("content-type", "application/json")];
         if let Some(a) = &auth {
             h.push(("authorization", a.as_str()));
         }
-        self.send(Method::POST, path, &h, body.to_string()).await
+        h.extend_from_slice(extra);
+        self.send(Method::POST, path, &h, body).await
+    }
+
+    /// `POST /v2/reviews/{id}/{action}` (`approve` or `reject`) with the
+    /// body `{"reviewer": reviewer}`.
+    pub async fn resolve(&self, id: &str, action: &str, reviewer: &str, key: Option<&str>) -> Resp {
+        let body = serde_json::json!({ "reviewer": reviewer }).to_string();
+        let path = format!("/v2/reviews/{id}/{action}");
+        self.post_json(&path, &body, key).await
+    }
+
+    /// `GET /v2/reviews/{id}`.
+    pub async fn review(&self, id: &str, key: Option<&str>) -> Resp {
+        self.get(&format!("/v2/reviews/{id}"), key).await
+    }
+
+    /// Polls `/health/detailed` (up to `within`) until `reached` holds for
+    /// its answer, and returns that answer.
+    pub async fn health_until(
+        &self,
+        what: &str,
+        within: Duration,
+        reached: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        eventually(what, within, || async {
+            let h = self.get("/health/detailed", None).await.json();
+            if reached(&h) {
+                Ok(h)
+            } else {
+                Err(h)
+            }
+        })
+        .await
     }
 
     /// Drains the server; returns the temp dir so that callers can inspect
@@ -250,7 +328,7 @@ impl MockUpstream {
                                     std::convert::Infallible,
                                 >,
                             > = if path.starts_with("/slow") {
-                                tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                                tokio::time::sleep(Duration::from_secs(3)).await;
                                 http::Response::new(Full::new(Bytes::from_static(b"late")).boxed())
                             } else if path.starts_with("/evidence") {
                                 http::Response::new(
@@ -354,32 +432,43 @@ impl http_body::Body for ChannelBody {
     }
 }
 
-/// Starts the real `verdict` binary on `127.0.0.1:0` with `dir`'s keys file,
-/// policies and data, and returns the child and its API address (read from
-/// the "api listening" log line). The rest of its log is drained.
-pub fn spawn_binary(bin: &str, dir: &std::path::Path) -> (std::process::Child, String) {
-    use std::io::BufRead;
+// === the real binary ===
+
+/// `verdict serve` on `127.0.0.1:0` with `dir`'s keys file (written when
+/// absent), policies and data.
+fn serve_command(bin: &str, dir: &std::path::Path) -> std::process::Command {
     std::fs::create_dir_all(dir.join("policies")).expect("policies dir");
     if !dir.join("keys.toml").exists() {
         std::fs::write(dir.join("keys.toml"), keys_toml()).expect("keys file");
     }
-    let mut child = std::process::Command::new(bin)
+    let mut command = std::process::Command::new(bin);
+    command
         .args(["serve", "--api-listen", "127.0.0.1:0", "--keys"])
         .arg(dir.join("keys.toml"))
         .arg("--policies")
         .arg(dir.join("policies"))
         .arg("--data-dir")
-        .arg(dir.join("data"))
+        .arg(dir.join("data"));
+    command
+}
+
+/// Starts the real `verdict` binary on `127.0.0.1:0` with `dir`'s keys file,
+/// policies and data, and returns the child and its API address (read from
+/// the "api listening" log line). The rest of its log is drained.
+pub fn spawn_binary(bin: &str, dir: &std::path::Path) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = serve_command(bin, dir)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("the binary starts");
     let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped stdout")).lines();
     let addr = loop {
-        let line = lines
-            .next()
-            .expect("the server logs its address")
-            .expect("a log line");
+        let Some(line) = lines.next() else {
+            let status = child.wait().expect("wait");
+            panic!("the server exited before listening: {status}");
+        };
+        let line = line.expect("a log line");
         if line.contains("api listening") {
             let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
             break v["addr"].as_str().expect("an address").to_string();
@@ -407,8 +496,6 @@ pub fn assert_exit(out: &std::process::Output, code: i32) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
-
-// === hostile/security helpers (tests/security.rs) ===
 
 /// Like [`spawn_binary`], with `RUST_LOG=<filter>`, and every byte the
 /// process writes to stdout and stderr captured into the returned buffer.
@@ -438,17 +525,7 @@ pub fn spawn_binary_with(
     std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
 ) {
     use std::io::Read;
-    std::fs::create_dir_all(dir.join("policies")).expect("policies dir");
-    if !dir.join("keys.toml").exists() {
-        std::fs::write(dir.join("keys.toml"), keys_toml()).expect("keys file");
-    }
-    let mut child = std::process::Command::new(bin)
-        .args(["serve", "--api-listen", "127.0.0.1:0", "--keys"])
-        .arg(dir.join("keys.toml"))
-        .arg("--policies")
-        .arg(dir.join("policies"))
-        .arg("--data-dir")
-        .arg(dir.join("data"))
+    let mut child = serve_command(bin, dir)
         .args(args)
         .envs(envs.iter().map(|(k, v)| (*k, *v)))
         .env("RUST_LOG", filter)
@@ -473,10 +550,10 @@ pub fn spawn_binary_with(
             }
         });
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let addr = loop {
         assert!(
-            std::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "the server never logged its address"
         );
         let text = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
@@ -490,35 +567,59 @@ pub fn spawn_binary_with(
         if let Some(addr) = found {
             break addr;
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20));
     };
     (child, addr, log)
 }
 
-/// Stops a spawned server with SIGTERM and waits (up to 15 s) for it to
-/// drain and exit, so every buffered log line is written.
-pub fn terminate(child: &mut std::process::Child) {
+/// Stops a server from [`spawn_binary_with`] with SIGTERM, waits (up to
+/// 15 s) for it to drain and exit, so every buffered log line is written,
+/// and then (up to 5 s) for the pipe readers to reach the end of its output
+/// in `log`.
+pub fn terminate(child: &mut std::process::Child, log: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    sigterm(child);
+    if wait_exit(child, Duration::from_secs(15)).is_none() {
+        let _ = child.kill();
+        panic!("the server did not stop on SIGTERM");
+    }
+    // Each reader holds a clone of `log` until its pipe ends.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::sync::Arc::strong_count(log) > 1 {
+        assert!(Instant::now() < deadline, "the log pipes did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends SIGTERM to `child`.
+pub fn sigterm(child: &std::process::Child) {
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .expect("kill runs");
     assert!(killed.success());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            break;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the server did not stop on SIGTERM");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    // The pipe readers drain what is left.
-    std::thread::sleep(std::time::Duration::from_millis(200));
 }
 
-/// One request to `base` (e.g. `http://127.0.0.1:1234`) on a new client.
+/// Waits (blocking, polling every 50 ms) up to `within` for `child` to exit.
+pub fn wait_exit(
+    child: &mut std::process::Child,
+    within: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+// === requests to any listener ===
+
+/// One request to `base` (e.g. `http://127.0.0.1:1234`) on a new client;
+/// [`within`] bounds it.
 pub async fn call(
     base: &str,
     method: Method,
@@ -536,11 +637,206 @@ pub async fn call(
         .request(b.body(Full::new(body.into())).expect("request"))
         .await
         .expect("response");
-    let (parts, body) = resp.into_parts();
-    Resp {
-        status: parts.status.as_u16(),
-        headers: parts.headers,
-        body: body.collect().await.expect("body").to_bytes(),
+    Resp::read(resp).await
+}
+
+/// Awaits `fut`; panics naming `what` when it takes longer than `limit`.
+pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    let shown: String = what.chars().take(80).collect();
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{shown}: no answer within {limit:?}"))
+}
+
+// === waiting for a condition ===
+
+/// How often [`eventually`] and [`wait_for`] look again.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// Runs `check` every [`POLL`] until it returns `Ok`, and returns that
+/// value; panics with `what` and the last `Err` once `within` has passed.
+/// For a state the test must reach, in place of a fixed sleep.
+pub async fn eventually<T, E: Display, Fut: Future<Output = Result<T, E>>>(
+    what: &str,
+    within: Duration,
+    check: impl FnMut() -> Fut,
+) -> T {
+    eventually_every(what, within, POLL, check).await
+}
+
+/// [`eventually`], looking again every `every`.
+pub async fn eventually_every<T, E: Display, Fut: Future<Output = Result<T, E>>>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> Fut,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) => assert!(
+                Instant::now() < deadline,
+                "timed out after {within:?} waiting for {what}: {last}"
+            ),
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// [`eventually`] for a plain condition.
+pub async fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    eventually(what, within, || {
+        std::future::ready(if cond() { Ok(()) } else { Err("still false") })
+    })
+    .await
+}
+
+// === the refund fixture: one policy, its evidence, a gated server ===
+
+/// The claim most refund tests make; [`INVOICE_77`] supports it.
+pub const DAMAGED: &str = "The package was damaged in transit.";
+
+/// Evidence for a $100 refund on order 77.
+pub const INVOICE_77: &str =
+    "Invoice INV-2291 for order 77: amount charged $100.00. Courier note: package damaged in transit.";
+
+/// [`INVOICE_77`] naming the item too.
+pub const INVOICE_77_BLENDER: &str = "Invoice INV-2291 for order 77: Vitamix blender, amount charged $100.00. Courier note: package damaged in transit.";
+
+/// The `refund.create` action and, unless [`RefundPolicy::action_only`], its
+/// gated route `create-refund`: `POST /api/orders/{order_id}/refunds`,
+/// params `order_id` and `amount` (and any [`RefundPolicy::param`]), claims
+/// from `body:/claims`, sources from `body:/evidence`. Each test states the
+/// floors and rules it relies on; [`RefundPolicy::build`] writes the file.
+#[derive(Clone)]
+pub struct RefundPolicy {
+    mode: &'static str,
+    min_coverage: Option<&'static str>,
+    rules: String,
+    params: String,
+    hold: Option<String>,
+    route: bool,
+}
+
+impl RefundPolicy {
+    /// `decision_mode = mode`, `min_coverage = 0.85`, citations optional,
+    /// no rules, the route without a hold.
+    pub fn new(mode: &'static str) -> RefundPolicy {
+        RefundPolicy {
+            mode,
+            min_coverage: Some("0.85"),
+            rules: String::new(),
+            params: String::new(),
+            hold: None,
+            route: true,
+        }
+    }
+
+    /// Another `min_coverage` floor, or none.
+    pub fn min_coverage(mut self, floor: Option<&'static str>) -> RefundPolicy {
+        self.min_coverage = floor;
+        self
+    }
+
+    /// The rule that sends refunds above `limit` to review.
+    pub fn review_over(self, limit: u64) -> RefundPolicy {
+        self.rule("amount", "gt", Some(&limit.to_string()), "review", None)
+    }
+
+    /// An `[[action.rule]]`; `value` is TOML as written.
+    pub fn rule(
+        mut self,
+        param: &str,
+        op: &str,
+        value: Option<&str>,
+        effect: &str,
+        message: Option<&str>,
+    ) -> RefundPolicy {
+        self.rules += &format!("\n  [[action.rule]]\n  param = \"{param}\"\n  op = \"{op}\"\n");
+        if let Some(v) = value {
+            self.rules += &format!("  value = {v}\n");
+        }
+        self.rules += &format!("  effect = \"{effect}\"\n");
+        if let Some(m) = message {
+            self.rules += &format!("  message = \"{m}\"\n");
+        }
+        self
+    }
+
+    /// One more route param, `name = "from"` (e.g. `header:x-agent`).
+    pub fn param(mut self, name: &str, from: &str) -> RefundPolicy {
+        self.params += &format!(", {name} = \"{from}\"");
+        self
+    }
+
+    /// `on_review = "hold"` with this `hold_timeout`.
+    pub fn hold(mut self, timeout: &str) -> RefundPolicy {
+        self.hold = Some(timeout.to_string());
+        self
+    }
+
+    /// The action without the route.
+    pub fn action_only(mut self) -> RefundPolicy {
+        self.route = false;
+        self
+    }
+
+    /// The policy file.
+    pub fn build(&self) -> String {
+        let coverage = self
+            .min_coverage
+            .map(|f| format!(" min_coverage = {f},"))
+            .unwrap_or_default();
+        let mut out = format!(
+            "\n[[action]]\ntype = \"refund.create\"\nrequirements = {{ decision_mode = \"{}\",{coverage} citations = \"optional\" }}\n{}",
+            self.mode, self.rules
+        );
+        if self.route {
+            out += &format!(
+                "\n[[route]]\nname = \"create-refund\"\nmethod = \"POST\"\npath = \"/api/orders/{{order_id}}/refunds\"\naction = \"refund.create\"\nparams = {{ order_id = \"path:order_id\", amount = \"body:/amount\"{} }}\nclaims = \"body:/claims\"\nsources = \"body:/evidence\"\n",
+                self.params
+            );
+            if let Some(h) = &self.hold {
+                out += &format!("on_review = \"hold\"\nhold_timeout = \"{h}\"\n");
+            }
+        }
+        out
+    }
+}
+
+/// A sidecar whose proxy gates its policy files in front of a fresh
+/// [`MockUpstream`].
+pub struct Gated {
+    pub s: TestServer,
+    pub up: MockUpstream,
+    /// `http://` and the proxy listener.
+    pub proxy: String,
+}
+
+impl Gated {
+    /// Starts the upstream, then the sidecar with `policies` (file name,
+    /// text) and that upstream, after `edit` adjusts the config.
+    pub async fn start(policies: &[(&str, &str)], edit: impl FnOnce(&mut Config)) -> Gated {
+        let up = MockUpstream::start().await;
+        let url = up.url();
+        let s = TestServer::with_policies(policies, |c| {
+            c.proxy.upstream = Some(url);
+            edit(c);
+        })
+        .await;
+        let proxy = format!("http://{}", s.proxy_addr());
+        Gated { s, up, proxy }
+    }
+
+    /// The proxy listener.
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.s.proxy_addr()
+    }
+
+    /// `GET path` through the proxy, on a new client.
+    pub async fn get(&self, path: &str) -> Resp {
+        call(&self.proxy, Method::GET, path, &[], Bytes::new()).await
     }
 }
 
@@ -559,3 +855,145 @@ path = "/api/orders/{order_id}"
 action = "order.delete"
 params = { order_id = "path:order_id" }
 "#;
+
+/// The shipped `policies/refunds.toml`.
+pub fn shipped_refunds() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/policies/refunds.toml"
+    ))
+    .expect("policies/refunds.toml")
+}
+
+// === other shared checks ===
+
+/// A TLS client config that trusts only `root`.
+pub fn trusting(root: rustls_pki_types::CertificateDer<'static>) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(root).expect("a root certificate");
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("protocol versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth()
+}
+
+/// Asserts that an audit receipt (an authorize answer's `audit` object)
+/// carries every field a client needs to check it offline.
+pub fn assert_receipt(receipt: &serde_json::Value) {
+    for k in [
+        "record_id",
+        "record_hash",
+        "key_id",
+        "merkle_root",
+        "proof",
+        "leaf_index",
+        "tree_size",
+    ] {
+        assert!(receipt.get(k).is_some(), "{k}: {receipt}");
+    }
+}
+
+/// Runs the engine on one claim (`id`) against `evidence`: one source per
+/// passage (`e1`, `e2`, …), no citations, default params.
+pub fn check_claim(id: &str, claim: &str, evidence: &[String]) -> verdict::engine::Check {
+    use verdict::engine::{verify, Claim, Params, Source};
+    let sources: Vec<Source> = evidence
+        .iter()
+        .enumerate()
+        .map(|(i, text)| Source {
+            id: format!("e{}", i + 1),
+            text: Some(text.clone()),
+        })
+        .collect();
+    let claim = Claim {
+        id: id.to_string(),
+        text: claim.to_string(),
+        citations: Vec::new(),
+    };
+    let mut checks = verify(&[claim], &sources, &Params::default());
+    assert_eq!(checks.len(), 1, "{id}: one check per claim");
+    checks.remove(0)
+}
+
+// === request bodies ===
+
+/// An authorize request body: `{"action": {"type": ty}}` and whatever the
+/// builder methods add. JSON objects serialize with sorted keys, so the
+/// order of the calls does not change the bytes.
+#[derive(Clone)]
+pub struct Authorize(serde_json::Value);
+
+impl Authorize {
+    pub fn new(ty: &str) -> Authorize {
+        Authorize(serde_json::json!({"action": {"type": ty}}))
+    }
+
+    /// `action.params`.
+    pub fn params(mut self, params: serde_json::Value) -> Authorize {
+        self.0["action"]["params"] = params;
+        self
+    }
+
+    /// `claims`, as given (strings or claim objects).
+    pub fn claims(self, claims: serde_json::Value) -> Authorize {
+        self.with("claims", claims)
+    }
+
+    /// Appends the source `{"source_id": id, "text": text}`.
+    pub fn source(mut self, id: &str, text: &str) -> Authorize {
+        let source = serde_json::json!({"source_id": id, "text": text});
+        match self.0["sources"].as_array_mut() {
+            Some(sources) => sources.push(source),
+            None => self.0["sources"] = serde_json::json!([source]),
+        }
+        self
+    }
+
+    /// `requirements`.
+    pub fn requirements(self, requirements: serde_json::Value) -> Authorize {
+        self.with("requirements", requirements)
+    }
+
+    /// `response.mode = "verbose"`.
+    pub fn verbose(self) -> Authorize {
+        self.with("response", serde_json::json!({"mode": "verbose"}))
+    }
+
+    /// Any other top-level field (`answer`, `options`, …).
+    pub fn with(mut self, field: &str, value: serde_json::Value) -> Authorize {
+        self.0[field] = value;
+        self
+    }
+
+    pub fn json(self) -> serde_json::Value {
+        self.0
+    }
+
+    pub fn body(&self) -> String {
+        self.0.to_string()
+    }
+}
+
+impl From<Authorize> for serde_json::Value {
+    fn from(a: Authorize) -> serde_json::Value {
+        a.0
+    }
+}
+
+/// The invoice the audit tests decide against.
+pub const BLENDER_INVOICE: &str = "Invoice: blender, amount charged $100.00.";
+
+/// A claim [`BLENDER_INVOICE`] supports.
+pub const PAID_100: &str = "The customer paid $100 for the blender.";
+
+/// An authorize request for the action `refund` with `params`: the claim
+/// `{"text": claim}` against the source `inv`, [`BLENDER_INVOICE`].
+pub fn blender_refund(params: serde_json::Value, claim: &str) -> Authorize {
+    Authorize::new("refund")
+        .params(params)
+        .claims(serde_json::json!([{ "text": claim }]))
+        .source("inv", BLENDER_INVOICE)
+}
