@@ -21,7 +21,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::line_col;
+use crate::config::{line_col, TomlFileError};
 
 /// The principal proxied decisions are recorded under: end users of the
 /// service carry no verdict key.
@@ -115,18 +115,8 @@ impl Principal {
 /// An error in the keys file.
 #[derive(Debug, thiserror::Error)]
 pub enum KeysError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}:{col}: {message}")]
-    Parse {
-        path: String,
-        line: usize,
-        col: usize,
-        message: String,
-    },
+    #[error(transparent)]
+    File(#[from] TomlFileError),
     #[error("{path}: {message}")]
     Invalid { path: String, message: String },
 }
@@ -174,15 +164,7 @@ pub struct KeySet {
 impl KeySet {
     /// Parses keys-file text. `name` is used in error messages.
     pub fn parse(name: &str, text: &str) -> Result<KeySet, KeysError> {
-        let file: KeysFile = toml::from_str(text).map_err(|e| {
-            let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
-            KeysError::Parse {
-                path: name.to_string(),
-                line,
-                col,
-                message: e.message().to_string(),
-            }
-        })?;
+        let file: KeysFile = TomlFileError::parse(name, text)?;
         let mut keys = Vec::with_capacity(file.key.len());
         for (i, entry) in file.key.into_iter().enumerate() {
             let (line, col) = line_col(text, entry.name.span().start);
@@ -192,12 +174,13 @@ impl KeySet {
                 message: format!("key[{i}] ({entry_name:?}): {message}"),
             };
             if let Err(message) = check_key_name(&entry_name) {
-                return Err(KeysError::Parse {
+                return Err(TomlFileError::Parse {
                     path: name.to_string(),
                     line,
                     col,
                     message: format!("key[{i}]: {message}"),
-                });
+                }
+                .into());
             }
             let hex_part = entry
                 .hash
@@ -220,10 +203,7 @@ impl KeySet {
     }
 
     pub fn load(path: &Path) -> Result<KeySet, KeysError> {
-        let text = std::fs::read_to_string(path).map_err(|source| KeysError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = TomlFileError::read(path)?;
         KeySet::parse(&path.display().to_string(), &text)
     }
 

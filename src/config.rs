@@ -33,6 +33,16 @@ pub const DEFAULT_REVIEW_TTL: Duration = Duration::from_secs(24 * 3600);
 /// A configuration that could not be read or is invalid. `main` exits 64 on it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    #[error(transparent)]
+    File(#[from] TomlFileError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A TOML file (the config, the keys file) that could not be read, or not
+/// parsed: a parse error names the file, line and column.
+#[derive(Debug, thiserror::Error)]
+pub enum TomlFileError {
     #[error("cannot read {path}: {source}")]
     Read {
         path: String,
@@ -45,8 +55,33 @@ pub enum ConfigError {
         col: usize,
         message: String,
     },
-    #[error("{0}")]
-    Invalid(String),
+}
+
+impl TomlFileError {
+    /// The text of the file at `path`.
+    pub fn read(path: &Path) -> Result<String, TomlFileError> {
+        std::fs::read_to_string(path).map_err(|source| TomlFileError::Read {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// `text` (named `path` in errors) as a `T`; an error without a
+    /// position points at 1:1.
+    pub fn parse<T: serde::de::DeserializeOwned>(
+        path: &str,
+        text: &str,
+    ) -> Result<T, TomlFileError> {
+        toml::from_str(text).map_err(|e| {
+            let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
+            TomlFileError::Parse {
+                path: path.to_string(),
+                line,
+                col,
+                message: e.message().to_string(),
+            }
+        })
+    }
 }
 
 /// The whole, validated configuration of one `verdict serve` process.
@@ -440,10 +475,7 @@ impl Config {
         let file = match path {
             None => FileConfig::default(),
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
-                    path: p.display().to_string(),
-                    source,
-                })?;
+                let text = TomlFileError::read(p)?;
                 parse_file(&p.display().to_string(), &text)?
             }
         };
@@ -677,15 +709,7 @@ fn default_floors(f: &FileDefaults) -> Result<DefaultFloors, ConfigError> {
 }
 
 fn parse_file(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
-    toml::from_str::<FileConfig>(text).map_err(|e| {
-        let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
-        ConfigError::Parse {
-            path: name.to_string(),
-            line,
-            col,
-            message: e.message().to_string(),
-        }
-    })
+    Ok(TomlFileError::parse(name, text)?)
 }
 
 /// 1-based line and column (in characters) of a byte offset.

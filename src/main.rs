@@ -535,15 +535,9 @@ fn reviews(args: ReviewsArgs) -> ExitCode {
         json: args.json,
         ca_file: args.ca_file,
     };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match start_runtime(tokio::runtime::Builder::new_current_thread()) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("verdict: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     match rt.block_on(run(&opts, &action)) {
         Ok(out) => {
@@ -895,12 +889,9 @@ fn witness(cmd: WitnessCommand) -> ExitCode {
                 }
             };
             verdict::runtime::telemetry::init(LogFormat::Json);
-            let runtime = match tokio::runtime::Runtime::new() {
+            let runtime = match start_runtime(tokio::runtime::Builder::new_multi_thread()) {
                 Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("verdict: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
+                Err(code) => return code,
             };
             runtime.block_on(async move {
                 let listener = match tokio::net::TcpListener::bind(listen).await {
@@ -930,6 +921,18 @@ fn witness(cmd: WitnessCommand) -> ExitCode {
     }
 }
 
+/// A tokio runtime with IO and timers, or the exit code after saying why
+/// there is none (`verdict reviews` runs on one thread, `serve` and the
+/// witness on many).
+fn start_runtime(
+    mut builder: tokio::runtime::Builder,
+) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("verdict: cannot start the runtime: {e}");
+        ExitCode::FAILURE
+    })
+}
+
 fn serve(args: ServeArgs) -> ExitCode {
     let overrides = Overrides {
         api_listen: args.api_listen,
@@ -948,15 +951,9 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     verdict::runtime::telemetry::init(config.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match start_runtime(tokio::runtime::Builder::new_multi_thread()) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("verdict: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         let running = match verdict::app::start(config).await {

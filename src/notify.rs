@@ -592,37 +592,56 @@ mod tests {
         );
     }
 
+    /// The payload of `event` for a review in `status`, parsed back.
+    fn payload_json(event: ReviewEvent, status: ReviewStatus, base: &str) -> serde_json::Value {
+        serde_json::from_slice(&payload(event, &view(status), base)).unwrap()
+    }
+
     #[test]
     fn payloads_carry_the_review_and_a_console_link() {
-        let held: serde_json::Value = serde_json::from_slice(&payload(
+        let held = payload_json(
             ReviewEvent::Held,
-            &view(ReviewStatus::Pending),
+            ReviewStatus::Pending,
             "https://verdict.internal/",
-        ))
-        .unwrap();
-        assert_eq!(held["event"], "held");
-        assert_eq!(held["status"], "pending");
-        assert_eq!(held["route"], "create-refund");
-        assert_eq!(held["action"], "refund.create");
-        assert_eq!(held["rules"][0], "refunds above 500");
-        assert_eq!(held["expires_at"], "2026-01-01T01:00:00Z");
-        assert!(held["reviewer"].is_null() && held["resolved_at"].is_null());
-        assert_eq!(
-            held["console_url"],
-            "https://verdict.internal/console/reviews/4b0e3c1a-0000-4000-8000-000000000001"
         );
-        assert!(held.get("request").is_none(), "no held request details");
-        let done: serde_json::Value = serde_json::from_slice(&payload(
+        let done = payload_json(
             ReviewEvent::Resolved,
-            &view(ReviewStatus::Approved),
+            ReviewStatus::Approved,
             "http://127.0.0.1:8181",
-        ))
-        .unwrap();
-        assert_eq!(done["event"], "resolved");
-        assert_eq!(done["status"], "approved");
-        assert_eq!(done["reviewer"], "alice");
-        assert_eq!(done["note"], "ok");
-        assert_eq!(done["resolved_at"], "2026-01-01T00:01:00Z");
+        );
+        let console =
+            "https://verdict.internal/console/reviews/4b0e3c1a-0000-4000-8000-000000000001";
+        let expected: [(&serde_json::Value, &[(&str, &str)]); 2] = [
+            (
+                &held,
+                &[
+                    ("event", "held"),
+                    ("status", "pending"),
+                    ("route", "create-refund"),
+                    ("action", "refund.create"),
+                    ("expires_at", "2026-01-01T01:00:00Z"),
+                    ("console_url", console),
+                ],
+            ),
+            (
+                &done,
+                &[
+                    ("event", "resolved"),
+                    ("status", "approved"),
+                    ("reviewer", "alice"),
+                    ("note", "ok"),
+                    ("resolved_at", "2026-01-01T00:01:00Z"),
+                ],
+            ),
+        ];
+        for (got, fields) in expected {
+            for (key, want) in fields {
+                assert_eq!(got[*key], *want, "{key}");
+            }
+        }
+        assert_eq!(held["rules"][0], "refunds above 500");
+        assert!(held["reviewer"].is_null() && held["resolved_at"].is_null());
+        assert!(held.get("request").is_none(), "no held request details");
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::api::authorize::AuthorizeRequest;
 use crate::config::line_col;
 use crate::decide::Input;
 use crate::engine::decide::DecisionReason;
+use crate::policy::extract::toml_to_json;
 
 /// The proxy's reason when `proxy.unmatched = "deny"` blocks a request no
 /// route gates.
@@ -372,25 +373,6 @@ fn expect(cx: &mut Cx<'_>, e: &Spanned<FileExpect>, is_http: bool) -> Option<Exp
         would_decide: e.would_decide.as_ref().map(|w| w.get_ref().clone()),
         route: e.route.as_ref().map(|r| r.get_ref().clone()),
     })
-}
-
-/// TOML values as JSON; a datetime becomes its RFC 3339 text.
-fn toml_to_json(v: &toml::Value) -> Value {
-    match v {
-        toml::Value::String(s) => Value::String(s.clone()),
-        toml::Value::Integer(i) => Value::from(*i),
-        toml::Value::Float(f) => {
-            serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number)
-        }
-        toml::Value::Boolean(b) => Value::Bool(*b),
-        toml::Value::Datetime(d) => Value::String(d.to_string()),
-        toml::Value::Array(a) => Value::Array(a.iter().map(toml_to_json).collect()),
-        toml::Value::Table(t) => Value::Object(
-            t.iter()
-                .map(|(k, v)| (k.clone(), toml_to_json(v)))
-                .collect(),
-        ),
-    }
 }
 
 /// Reads an authorize body from JSON text (`verdict explain FILE.json`);

@@ -267,7 +267,6 @@ fn decided(
 /// Every field where `actual` is not what `expect` says.
 pub fn compare(expect: &Expect, actual: &Actual) -> Vec<Diff> {
     let mut diffs = Vec::new();
-    let text = |v: &Option<String>| v.as_ref().map_or(Value::Null, |s| Value::String(s.clone()));
     if expect.decision != actual.decision {
         diffs.push(Diff {
             field: "decision",
@@ -275,15 +274,7 @@ pub fn compare(expect: &Expect, actual: &Actual) -> Vec<Diff> {
             actual: Value::String(actual.decision.clone()),
         });
     }
-    if let Some(reason) = &expect.reason {
-        if actual.reason.as_ref() != Some(reason) {
-            diffs.push(Diff {
-                field: "reason",
-                expected: Value::String(reason.clone()),
-                actual: text(&actual.reason),
-            });
-        }
-    }
+    diffs.extend(text_diff("reason", &expect.reason, &actual.reason));
     if let Some(rules) = &expect.rules {
         if rules != &actual.rules {
             diffs.push(Diff {
@@ -293,23 +284,28 @@ pub fn compare(expect: &Expect, actual: &Actual) -> Vec<Diff> {
             });
         }
     }
-    if let Some(w) = &expect.would_decide {
-        if actual.would_decide.as_ref() != Some(w) {
-            diffs.push(Diff {
-                field: "would_decide",
-                expected: Value::String(w.clone()),
-                actual: text(&actual.would_decide),
-            });
-        }
-    }
-    if let Some(r) = &expect.route {
-        if actual.route.as_ref() != Some(r) {
-            diffs.push(Diff {
-                field: "route",
-                expected: Value::String(r.clone()),
-                actual: text(&actual.route),
-            });
-        }
-    }
+    diffs.extend(text_diff(
+        "would_decide",
+        &expect.would_decide,
+        &actual.would_decide,
+    ));
+    diffs.extend(text_diff("route", &expect.route, &actual.route));
     diffs
+}
+
+/// The difference in an optional text field: none when the case does not
+/// expect one or the actual value is the expected one.
+fn text_diff(
+    field: &'static str,
+    expect: &Option<String>,
+    actual: &Option<String>,
+) -> Option<Diff> {
+    let want = expect.as_ref()?;
+    (actual.as_ref() != Some(want)).then(|| Diff {
+        field,
+        expected: Value::String(want.clone()),
+        actual: actual
+            .as_ref()
+            .map_or(Value::Null, |s| Value::String(s.clone())),
+    })
 }

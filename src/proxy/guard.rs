@@ -665,22 +665,18 @@ mod tests {
     fn method_overrides_are_found() {
         let mut h = HeaderMap::new();
         assert_eq!(override_method(&h, Some("a=1")), Ok(None));
-        assert_eq!(
-            override_method(&h, Some("a=1&_method=delete")),
-            Ok(Some("DELETE".into()))
-        );
-        assert_eq!(
-            override_method(&h, Some("%5Fmethod=PUT")),
-            Ok(Some("PUT".into()))
-        );
-        assert_eq!(
-            override_method(&h, Some("_METHOD=PUT")),
-            Ok(Some("PUT".into()))
-        );
-        assert_eq!(
-            override_method(&h, Some("a=1;%20_method=PATCH")),
-            Ok(Some("PATCH".into()))
-        );
+        for (query, want) in [
+            ("a=1&_method=delete", "DELETE"),
+            ("%5Fmethod=PUT", "PUT"),
+            ("_METHOD=PUT", "PUT"),
+            ("a=1;%20_method=PATCH", "PATCH"),
+        ] {
+            assert_eq!(
+                override_method(&h, Some(query)),
+                Ok(Some(want.into())),
+                "{query}"
+            );
+        }
         h.insert("x-http-method-override", "DELETE".parse().unwrap());
         assert_eq!(override_method(&h, None), Ok(Some("DELETE".into())));
         h.insert("x-method-override", "PATCH".parse().unwrap());

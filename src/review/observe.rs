@@ -87,36 +87,30 @@ mod tests {
 
     type Seen = Arc<Mutex<Vec<(ReviewEvent, String, ReviewStatus)>>>;
 
-    fn observed(r: &Reviews) -> Seen {
+    /// A fresh store with reviews that expire after `ttl`, and what its one
+    /// observer has seen; the dir must outlive the store.
+    fn observed(ttl: Duration) -> (tempfile::TempDir, Reviews, Seen) {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Reviews::open(&dir.path().join("verdict.db"), ttl, [7; 32]).unwrap();
         let seen: Seen = Arc::default();
         let s = seen.clone();
         assert!(r.observe(Box::new(move |e, v| {
             s.lock().unwrap().push((e, v.review_id.clone(), v.status))
         })));
         assert!(!r.observe(Box::new(|_, _| {})), "one observer only");
-        seen
+        (dir, r, seen)
     }
 
     #[tokio::test]
     async fn every_new_and_resolved_review_is_observed_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("verdict.db");
-        let r = Reviews::open(&db, Duration::from_secs(3600), [7; 32]).unwrap();
-        let seen = observed(&r);
+        let (_dir, r, seen) = observed(Duration::from_secs(3600));
         let (a, joined) = r.create_or_join(new_review()).await.unwrap();
         assert!(!joined);
         let (again, joined) = r.create_or_join(new_review()).await.unwrap();
         assert!(joined && again.review_id == a.review_id);
-        r.resolve(
-            &a.review_id,
-            true,
-            "alice",
-            "alice",
-            Some("ok".into()),
-            SystemTime::now(),
-        )
-        .await
-        .unwrap();
+        crate::review::tests::alice_resolves(&r, &a.review_id, true, "ok")
+            .await
+            .unwrap();
         assert!(r
             .resolve(&a.review_id, false, "bob", "bob", None, SystemTime::now())
             .await
@@ -137,10 +131,7 @@ mod tests {
 
     #[tokio::test]
     async fn expiry_is_a_resolution_too() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("verdict.db");
-        let r = Reviews::open(&db, Duration::from_millis(100), [7; 32]).unwrap();
-        let seen = observed(&r);
+        let (_dir, r, seen) = observed(Duration::from_millis(100));
         let v = r.create(new_review()).await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while seen.lock().unwrap().len() < 2 {

@@ -187,28 +187,17 @@ impl Store {
         // No temp files: the pod's root filesystem may be read-only.
         conn.pragma_update(None, "temp_store", "MEMORY")?;
         conn.execute_batch(SCHEMA)?;
-        // Databases from before credential binding: add the column. Their
-        // rows keep '' and so never match a retried call's credentials.
-        let has_creds: bool = conn
-            .prepare("SELECT 1 FROM pragma_table_info('review_reviews') WHERE name = 'req_creds'")?
-            .exists([])?;
-        if !has_creds {
-            conn.execute_batch(
-                "ALTER TABLE review_reviews ADD COLUMN req_creds TEXT NOT NULL DEFAULT ''",
-            )?;
-        }
-        // Databases from before rule messages: their reviews list none.
-        let has_rules: bool = conn
-            .prepare("SELECT 1 FROM pragma_table_info('review_reviews') WHERE name = 'rules'")?
-            .exists([])?;
-        if !has_rules {
-            conn.execute_batch(
-                "ALTER TABLE review_reviews ADD COLUMN rules TEXT NOT NULL DEFAULT '[]'",
-            )?;
-        }
-        // Databases from before decision snapshots and four eyes: their
-        // reviews show no snapshot, have no requester and no approvals yet.
+        // Columns added since the first schema, in the order they came:
+        // older databases get them here, with defaults that keep old rows'
+        // meaning.
         for (column, ddl) in [
+            // Before credential binding: '' never matches a retried call's
+            // credentials.
+            ("req_creds", "req_creds TEXT NOT NULL DEFAULT ''"),
+            // Before rule messages: their reviews list none.
+            ("rules", "rules TEXT NOT NULL DEFAULT '[]'"),
+            // Before decision snapshots and four eyes: no snapshot, no
+            // requester and no approvals yet.
             ("detail", "detail TEXT"),
             ("requester", "requester TEXT"),
             ("approvals", "approvals TEXT NOT NULL DEFAULT '[]'"),

@@ -64,15 +64,44 @@ fn app(name: &str) -> Viewer {
 }
 
 async fn approve(r: &Reviews, id: &str) -> Result<ReviewView, ReviewError> {
+    alice_resolves(r, id, true, "looks fine").await
+}
+
+/// Reviewer `alice` resolves review `id` now, with a note. Also used by the
+/// observer's tests (`observe.rs`).
+pub(super) async fn alice_resolves(
+    r: &Reviews,
+    id: &str,
+    approve: bool,
+    note: &str,
+) -> Result<ReviewView, ReviewError> {
     r.resolve(
         id,
-        true,
+        approve,
         "alice",
         "alice",
-        Some("looks fine".into()),
+        Some(note.into()),
         SystemTime::now(),
     )
     .await
+}
+
+/// A fresh store (ttl an hour) holding one pending review of
+/// `refund-app`, and its id; the dir must outlive the store.
+async fn one_pending() -> (TempDir, Reviews, String) {
+    let dir = TempDir::new().unwrap();
+    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    (dir, r, id)
+}
+
+/// A task that waits (up to 30 s) for review `id` to be resolved.
+fn waiter(
+    r: &Reviews,
+    id: &str,
+) -> tokio::task::JoinHandle<Result<Option<Resolution>, ReviewError>> {
+    let (r, id) = (r.clone(), id.to_string());
+    tokio::spawn(async move { r.wait(&id, Duration::from_secs(30)).await })
 }
 
 #[tokio::test]
@@ -168,9 +197,7 @@ async fn hold_wait_approve_then_claim_exactly_once() {
 
 #[tokio::test]
 async fn second_resolution_is_a_conflict() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
-    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let (_dir, r, id) = one_pending().await;
     approve(&r, &id).await.unwrap();
     let again = approve(&r, &id).await.unwrap_err();
     assert_eq!(again, ReviewError::AlreadyResolved(ReviewStatus::Approved));
@@ -207,9 +234,7 @@ async fn second_resolution_is_a_conflict() {
 
 #[tokio::test]
 async fn rejected_review_is_never_forwarded() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
-    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let (_dir, r, id) = one_pending().await;
     let v = r
         .resolve(&id, false, "bob", "bob", None, SystemTime::now())
         .await
@@ -231,9 +256,7 @@ async fn rejected_review_is_never_forwarded() {
 
 #[tokio::test]
 async fn wait_returns_as_soon_as_another_task_resolves() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
-    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let (_dir, r, id) = one_pending().await;
     let waiters: Vec<_> = (0..3)
         .map(|_| {
             let (r, id) = (r.clone(), id.clone());
@@ -328,13 +351,8 @@ async fn the_sweeper_waits_for_a_resolution_in_progress() {
 
 #[tokio::test]
 async fn resolving_past_the_deadline_stores_the_expiry() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
-    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
-    let waiter = {
-        let (r, id) = (r.clone(), id.clone());
-        tokio::spawn(async move { r.wait(&id, Duration::from_secs(30)).await })
-    };
+    let (_dir, r, id) = one_pending().await;
+    let waiter = waiter(&r, &id);
     let late = SystemTime::now() + 2 * HOUR;
     let err = r
         .resolve(&id, true, "alice", "alice", None, late)
@@ -394,9 +412,7 @@ async fn restart_turns_an_in_flight_forward_into_outcome_unknown() {
 
 #[tokio::test]
 async fn a_failed_forward_is_outcome_unknown() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
-    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let (_dir, r, id) = one_pending().await;
     approve(&r, &id).await.unwrap();
     assert!(r.claim_forward(&id).await.unwrap().is_some());
     r.finish_forward(
@@ -532,11 +548,22 @@ async fn list_shows_overdue_pending_reviews_as_expired() {
         .is_empty());
 }
 
+type Claim = tokio::task::JoinHandle<Result<Option<HeldRequest>, ReviewError>>;
+
+/// How many of the racing claims were handed the request.
+async fn claims_won(tasks: Vec<Claim>) -> usize {
+    let mut won = 0;
+    for t in tasks {
+        if t.await.unwrap().unwrap().is_some() {
+            won += 1;
+        }
+    }
+    won
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_claims_forward_exactly_once() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
-    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let (_dir, r, id) = one_pending().await;
     approve(&r, &id).await.unwrap();
     let barrier = Arc::new(tokio::sync::Barrier::new(20));
     let tasks: Vec<_> = (0..20)
@@ -548,13 +575,7 @@ async fn racing_claims_forward_exactly_once() {
             })
         })
         .collect();
-    let mut claimed = 0;
-    for t in tasks {
-        if t.await.unwrap().unwrap().is_some() {
-            claimed += 1;
-        }
-    }
-    assert_eq!(claimed, 1);
+    assert_eq!(claims_won(tasks).await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -572,13 +593,7 @@ async fn racing_claims_through_two_handles_forward_exactly_once() {
             tokio::spawn(async move { r.claim_forward(&id).await })
         })
         .collect();
-    let mut claimed = 0;
-    for t in tasks {
-        if t.await.unwrap().unwrap().is_some() {
-            claimed += 1;
-        }
-    }
-    assert_eq!(claimed, 1);
+    assert_eq!(claims_won(tasks).await, 1);
 }
 
 #[tokio::test]
@@ -687,13 +702,8 @@ fn open_needs_a_runtime() {
 async fn a_dropped_resolve_call_still_wakes_the_held_request() {
     // hyper drops a handler future when the reviewer hangs up; once the
     // resolution is on its way to disk, the held request must still hear it.
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
-    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
-    let waiter = {
-        let (r, id) = (r.clone(), id.clone());
-        tokio::spawn(async move { r.wait(&id, Duration::from_secs(30)).await })
-    };
+    let (_dir, r, id) = one_pending().await;
+    let waiter = waiter(&r, &id);
     tokio::time::sleep(Duration::from_millis(50)).await;
     let resolve = approve(&r, &id);
     tokio::select! {
@@ -741,10 +751,7 @@ async fn approvals_go_to_the_live_hold_or_else_to_the_background_queue() {
 
     // Approved while the hold waits: the hold owns it, nothing is queued.
     let live = r.create(new_review("refund-app")).await.unwrap().review_id;
-    let waiter = {
-        let (r, id) = (r.clone(), live.clone());
-        tokio::spawn(async move { r.wait(&id, Duration::from_secs(30)).await })
-    };
+    let waiter = waiter(&r, &live);
     tokio::time::sleep(Duration::from_millis(50)).await;
     approve(&r, &live).await.unwrap();
     assert_eq!(waiter.await.unwrap().unwrap(), Some(Resolution::Approved));
@@ -835,9 +842,7 @@ fn held_request_hash_covers_every_byte_and_the_boundaries() {
 
 #[tokio::test]
 async fn a_corrupted_held_request_is_never_handed_out() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
-    let id = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let (_dir, r, id) = one_pending().await;
     approve(&r, &id).await.unwrap();
     store::tests_support::corrupt_body(&lock(&r.inner.store), &id);
     assert_eq!(
@@ -985,16 +990,7 @@ async fn retention_deletes_ended_reviews_and_keeps_pending_ones() {
     assert!(headers(&rejected) > 0, "the held request has headers");
     let approved = r.create(new_review("x")).await.unwrap().review_id;
     let pending = r.create(new_review("x")).await.unwrap().review_id;
-    r.resolve(
-        &rejected,
-        false,
-        "alice",
-        "alice",
-        Some("no".into()),
-        SystemTime::now(),
-    )
-    .await
-    .unwrap();
+    alice_resolves(&r, &rejected, false, "no").await.unwrap();
     approve(&r, &approved).await.unwrap();
     r.set_retention(Duration::from_millis(200));
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
