@@ -14,7 +14,10 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, so that a test can pause it; the same as std's otherwise.
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -133,7 +136,9 @@ mod tests {
     use super::*;
     use crate::http_util::full;
 
-    #[tokio::test]
+    /// On a paused clock: the timings are exact, and the test takes no
+    /// real time.
+    #[tokio::test(start_paused = true)]
     async fn a_request_is_in_flight_until_its_body_ends() {
         let a = Activity::new();
         let guard = a.begin();
@@ -147,9 +152,17 @@ mod tests {
         let bytes = body.collect().await.unwrap().to_bytes();
         assert_eq!(bytes, "hello");
         tokio::time::sleep(Duration::from_millis(30)).await;
-        assert!(a.idle_for() >= Duration::from_millis(25));
+        assert_eq!(a.idle_for(), Duration::from_millis(30));
+        // Idle for 30 ms of 80: the watchdog fires 50 ms later, not sooner.
         let started = Instant::now();
         a.idle(Duration::from_millis(80)).await;
-        assert!(started.elapsed() < Duration::from_millis(200));
+        assert_eq!(started.elapsed(), Duration::from_millis(50));
+        // A new request makes it busy again; its end restarts the count.
+        let again = a.begin();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(a.idle_for(), Duration::ZERO);
+        drop(again);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(a.idle_for(), Duration::from_millis(10));
     }
 }
