@@ -112,16 +112,16 @@ impl Component for AuthComponent {
 }
 
 /// Reports the policy store in `/health/detailed`.
-struct PoliciesComponent(Arc<PolicyStore>);
+struct PoliciesComponent(&'static str, Arc<PolicyStore>);
 
 impl Component for PoliciesComponent {
     fn name(&self) -> &'static str {
-        "policies"
+        self.0
     }
 
     fn report(&self) -> health::Report {
-        let set = self.0.load_full();
-        let st = self.0.status();
+        let set = self.1.load_full();
+        let st = self.1.status();
         let status = if st.degraded {
             health::Status::Degraded
         } else {
@@ -373,6 +373,23 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     }
     let (api_cert, api_tls) = open_tls("api_tls", config.api.tls.as_ref())?;
     let policies = Arc::new(open_policies(&config)?);
+    let shadow_policies = match &config.shadow_policies_dir {
+        Some(dir) => {
+            let store = PolicyStore::open(dir.clone()).map_err(|errors| {
+                StartError::Policies(
+                    errors
+                        .iter()
+                        .map(|e| format!("policies.shadow_dir: {e}"))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                )
+            })?;
+            let set = store.load_full();
+            tracing::info!(revision = %set.revision, actions = set.actions.len(), "shadow policies loaded (decided beside, never enforced)");
+            Some(Arc::new(store))
+        }
+        None => None,
+    };
     {
         let set = policies.load_full();
         tracing::info!(revision = %set.revision, actions = set.actions.len(), routes = set.routes.len(), "policies loaded");
@@ -424,7 +441,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     let (proxy_cert, proxy_tls) = open_tls("proxy_tls", config.proxy.tls.as_ref())?;
     let mut components: Vec<Arc<dyn Component>> = vec![
         Arc::new(AuthComponent(keys.clone())),
-        Arc::new(PoliciesComponent(policies.clone())),
+        Arc::new(PoliciesComponent("policies", policies.clone())),
         Arc::new(AuditComponent(audit.clone())),
         Arc::new(jobs.clone()),
         Arc::new(reviews.clone()),
@@ -435,6 +452,12 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     ];
     for cert in [&api_cert, &proxy_cert].into_iter().flatten() {
         components.push(cert.clone());
+    }
+    if let Some(shadow) = &shadow_policies {
+        components.push(Arc::new(PoliciesComponent(
+            "shadow_policies",
+            shadow.clone(),
+        )));
     }
     let health = Arc::new(Health::new(components));
 
@@ -447,6 +470,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         decision_metrics,
         resolver,
         policies: policies.clone(),
+        shadow_policies: shadow_policies.clone(),
         audit: audit.clone(),
         redaction,
         jobs,
@@ -473,6 +497,24 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
                 error: e.to_string(),
             }
         })?;
+        watches.push(task);
+    }
+    // The shadow set reloads like the enforced one (a broken edit keeps the
+    // last good set); its reloads are logged, not audited, since they
+    // change no decision.
+    if let Some(shadow) = shadow_policies.clone().filter(|s| s.dir().is_dir()) {
+        let on_reload = |outcome: ReloadOutcome| {
+            tracing::info!(outcome = ?outcome, "shadow policies reload");
+        };
+        let mut rx = shutdown_rx.clone();
+        let stop = async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let task =
+            policy::spawn_watcher(shadow, on_reload, stop).map_err(|e| StartError::Watch {
+                what: "shadow policies",
+                error: e.to_string(),
+            })?;
         watches.push(task);
     }
     let keys_watch = match app.keys.path() {

@@ -91,6 +91,10 @@ pub struct Config {
     pub proxy: ProxyConfig,
     pub keys_file: Option<PathBuf>,
     pub policies_dir: PathBuf,
+    /// `[policies] shadow_dir`: a second policy set decided beside the
+    /// enforced one on live traffic, never enforced; disagreements are
+    /// counted, logged and recorded.
+    pub shadow_policies_dir: Option<PathBuf>,
     pub data_dir: PathBuf,
     pub evidence: EvidenceConfig,
     pub audit: AuditConfig,
@@ -385,6 +389,7 @@ struct FileAuth {
 #[serde(deny_unknown_fields)]
 struct FilePolicies {
     dir: Option<PathBuf>,
+    shadow_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -595,6 +600,7 @@ impl Config {
                 raw_path_prefixes,
             },
             keys_file,
+            shadow_policies_dir: f.policies.shadow_dir,
             policies_dir: o
                 .policies
                 .clone()

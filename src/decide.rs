@@ -17,6 +17,7 @@ pub mod detail;
 pub mod explain;
 pub mod input;
 pub mod recorder;
+pub mod shadow;
 
 pub use recorder::Recorder;
 
@@ -114,6 +115,8 @@ pub struct Handles<'a> {
     pub metrics: &'a DecisionMetrics,
     /// The time a decision is stamped with.
     pub clock: fn() -> SystemTime,
+    /// `[policies] shadow_dir`: decided beside, never enforced.
+    pub shadow: Option<&'a crate::policy::PolicyStore>,
 }
 
 /// Everything a decision produced, for the API response or the proxy.
@@ -167,6 +170,7 @@ pub struct DecisionLabels {
 #[derive(Clone, Debug, Default)]
 pub struct DecisionMetrics {
     decisions: Family<DecisionLabels, Counter>,
+    shadow_disagreements: shadow::Disagreements,
 }
 
 impl DecisionMetrics {
@@ -177,7 +181,23 @@ impl DecisionMetrics {
             "Authorize decisions by source (api, proxy), decision and reason",
             m.decisions.clone(),
         );
+        registry.register(
+            "verdict_shadow_disagreements",
+            "Decisions where the shadow policy set would have decided otherwise, by route (api for the API), enforced outcome (from) and shadow outcome (to)",
+            m.shadow_disagreements.clone(),
+        );
         m
+    }
+
+    /// Counts a decision the shadow set would have made otherwise.
+    pub fn shadow_disagreement(&self, route: Option<&str>, from: Outcome, to: Outcome) {
+        self.shadow_disagreements
+            .get_or_create(&shadow::ShadowLabels {
+                route: route.unwrap_or("api").to_string(),
+                from: from.as_str(),
+                to: to.as_str(),
+            })
+            .inc();
     }
 
     pub fn observe(&self, source: &'static str, decision: &'static str, reason: &'static str) {
@@ -273,7 +293,7 @@ pub async fn authorize(
             .as_ref()
             .map_or(0, |c| c.iter().map(|c| c.text.len()).sum());
     let sources_total = sources.len();
-    let (checks, coverage_score, uncited) = input::run_engine(work, move || {
+    let (checks, coverage_score, uncited, claims, sources) = input::run_engine(work, move || {
         let claims = match (explicit, answer) {
             (Some(c), _) => c,
             (None, Some(a)) => {
@@ -301,7 +321,7 @@ pub async fn authorize(
             .collect();
         let checks = engine::verify(&claims, &sources, &params);
         let (_, score) = engine::summarize(&checks, !sources.is_empty());
-        (checks, score, uncited)
+        (checks, score, uncited, claims, sources)
     })
     .await?;
 
@@ -312,23 +332,9 @@ pub async fn authorize(
             && !(effective.citations == Citations::Required && uncited.contains(&c.claim_id))
     };
     let claims_supported = checks.iter().filter(counts).count();
-    let unbound: Vec<String> = policy
-        .map(|p| {
-            p.bind
-                .iter()
-                .filter(|name| {
-                    let Some(value) = lookup.get(name).and_then(bind_value) else {
-                        return true;
-                    };
-                    !checks
-                        .iter()
-                        .filter(counts)
-                        .any(|c| engine::bind::states(&c.claim_text, &value))
-                })
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
+    let unbound = unbound(policy, &lookup, &checks, |c| {
+        !(effective.citations == Citations::Required && uncited.contains(&c.claim_id))
+    });
 
     let (decision, row) = decide::decide_traced(&decide::Facts {
         requirements: &effective,
@@ -340,6 +346,34 @@ pub async fn authorize(
         unbound_params: unbound.len(),
         unknown_action,
     });
+    // The shadow set decides the same request; it never changes this one.
+    let shadow = match shadow::current(h.shadow) {
+        Some(shadow_set) => {
+            let shared = shadow::Shared {
+                action_type: &action_type,
+                requested: &requested,
+                lookup: &lookup,
+                defaults: h.defaults,
+                unknown_action: h.unknown_action,
+                checks: &checks,
+                uncited: &uncited,
+                unavailable: unavailable.len(),
+                effective: &effective,
+            };
+            let date_order = h.resolver.date_order();
+            let theirs = shadow::decide(&shadow_set, &shared, |e| {
+                let params = engine::Params {
+                    min_coverage: e.min_coverage,
+                    evidence_limit: e.evidence_limit,
+                    date_order,
+                    ..engine::Params::default()
+                };
+                engine::verify(&claims, &sources, &params)
+            });
+            shadow::disagrees(&decision, &theirs).then(|| (theirs, shadow_set.revision.clone()))
+        }
+        None => None,
+    };
     let evaluated_at = rfc3339((h.clock)());
     let mut record = AuditRecord::new(RecordKind::Decision);
     record.request_id = Some(ctx.request_id.to_string());
@@ -357,6 +391,21 @@ pub async fn authorize(
     record.policy_revision = Some(set.revision.clone());
     record.route = ctx.route.map(str::to_string);
     record.detail = decision_detail(&rule_hits, &mismatches, &unbound);
+    if let Some((theirs, revision)) = &shadow {
+        let detail = record
+            .detail
+            .get_or_insert_with(|| serde_json::Value::Object(Default::default()));
+        if let Some(d) = detail.as_object_mut() {
+            d.insert(
+                "shadow".into(),
+                serde_json::json!({
+                    "decision": theirs.outcome.as_str(),
+                    "reason": theirs.reason.as_str(),
+                    "revision": revision,
+                }),
+            );
+        }
+    }
     // A decision is never returned before its record is durable.
     let receipt = h.audit.append(record).await?;
     h.metrics.observe(
@@ -373,6 +422,20 @@ pub async fn authorize(
         reason = decision.reason.as_str(),
         "authorize decided"
     );
+    if let Some((theirs, revision)) = &shadow {
+        h.metrics
+            .shadow_disagreement(ctx.route, decision.outcome, theirs.outcome);
+        tracing::info!(
+            request_id = ctx.request_id,
+            record_id = %receipt.record_id,
+            action = %action_type,
+            decision = decision.outcome.as_str(),
+            shadow_decision = theirs.outcome.as_str(),
+            shadow_reason = theirs.reason.as_str(),
+            shadow_revision = %revision,
+            "shadow policy set disagrees"
+        );
+    }
     Ok(Decided {
         decision,
         effective,
@@ -430,6 +493,35 @@ fn defaults_policy(d: &DefaultFloors, type_: &str) -> ActionPolicy {
         param_types: Default::default(),
         bind: vec![],
     }
+}
+
+/// The `bind` params of `policy` that no counted supported claim states
+/// (`counts` says which supported claims count).
+fn unbound(
+    policy: Option<&ActionPolicy>,
+    lookup: &ParamLookup,
+    checks: &[Check],
+    counts: impl Fn(&Check) -> bool,
+) -> Vec<String> {
+    let Some(p) = policy else {
+        return Vec::new();
+    };
+    let counted: Vec<&Check> = checks
+        .iter()
+        .filter(|c| c.status == engine::ClaimStatus::Supported && counts(c))
+        .collect();
+    p.bind
+        .iter()
+        .filter(|name| {
+            let Some(value) = lookup.get(name).and_then(bind_value) else {
+                return true;
+            };
+            !counted
+                .iter()
+                .any(|c| engine::bind::states(&c.claim_text, &value))
+        })
+        .cloned()
+        .collect()
 }
 
 /// How binding reads a param: numbers and strings bind; anything else

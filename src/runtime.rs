@@ -34,6 +34,8 @@ pub struct App {
     pub resolver: Resolver,
     /// The live policy set; each request takes one snapshot.
     pub policies: Arc<PolicyStore>,
+    /// `[policies] shadow_dir`, when set: decided beside, never enforced.
+    pub shadow_policies: Option<Arc<PolicyStore>>,
     /// The tamper-evident log every decision is written to before it returns.
     pub audit: AuditLog,
     /// Keys the HMAC that replaces `redact`ed params in audit records; read
@@ -56,6 +58,7 @@ impl App {
             unknown_action: self.config.authorize.unknown_action,
             metrics: &self.decision_metrics,
             clock: std::time::SystemTime::now,
+            shadow: self.shadow_policies.as_deref(),
         }
     }
 }

@@ -50,6 +50,7 @@ impl Env {
 
     fn handles(&self) -> Handles<'_> {
         Handles {
+            shadow: None,
             resolver: &self.resolver,
             audit: Recorder::Discard,
             redaction: &self.redaction,

@@ -1,0 +1,108 @@
+//! Shadow policies: a second policy set decided beside the enforced one.
+//!
+//! A policy change is safest when it has already met real traffic. A shadow
+//! set (`[policies] shadow_dir`) is loaded, validated and reloaded like the
+//! enforced set, and every authorize decision, from the API or the proxy,
+//! is also decided under it: the same claims, the same sources, the same
+//! params, its own floors, rules, `bind` and unknown-action answer. The
+//! shadow decision never changes what the caller gets. When it disagrees
+//! with the enforced one, the disagreement is counted
+//! (`verdict_shadow_disagreements_total{route,from,to}`), logged with the
+//! request id, and written into the decision's audit record as
+//! `detail.shadow` (its decision, reason and the shadow set's revision).
+//! Claims are verified again only when the shadow set asks the engine for
+//! other parameters (another `min_coverage` or `evidence_limit`).
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+use crate::config::UnknownAction;
+use crate::engine::decide::{self, Decision, Effective, Outcome, Requested};
+use crate::engine::{Check, Citations};
+use crate::policy::{ActionPolicy, ParamLookup, PolicySet};
+
+/// `verdict_shadow_disagreements_total` labels. Routes are the policy's
+/// (bounded); API calls are `api`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShadowLabels {
+    pub route: String,
+    pub from: &'static str,
+    pub to: &'static str,
+}
+
+pub type Disagreements = Family<ShadowLabels, Counter>;
+
+/// What the enforced decision read, which the shadow decision reads too.
+pub(super) struct Shared<'a> {
+    pub action_type: &'a str,
+    pub requested: &'a Requested,
+    pub lookup: &'a ParamLookup,
+    pub defaults: &'a crate::config::DefaultFloors,
+    pub unknown_action: UnknownAction,
+    pub checks: &'a [Check],
+    pub uncited: &'a [String],
+    pub unavailable: usize,
+    pub effective: &'a Effective,
+}
+
+/// The shadow set's decision for the same request. `rerun` verifies the
+/// claims again under other engine parameters, when the shadow's
+/// requirements differ from the enforced ones in a way the engine reads.
+pub(super) fn decide(
+    set: &PolicySet,
+    s: &Shared<'_>,
+    rerun: impl FnOnce(&Effective) -> Vec<Check>,
+) -> Decision {
+    let policy = set.action(s.action_type);
+    let defaults = policy
+        .is_none()
+        .then(|| super::defaults_policy(s.defaults, s.action_type));
+    let effective = decide::effective(
+        policy.or(defaults.as_ref()).map(ActionPolicy::floor),
+        s.requested,
+    );
+    let unknown_action = match (policy, s.unknown_action) {
+        (Some(_), _) | (None, UnknownAction::Allow) => None,
+        (None, UnknownAction::Deny) => Some(Outcome::Deny),
+        (None, UnknownAction::Review) => Some(Outcome::NeedsReview),
+        (None, UnknownAction::NearMiss) => set.near_miss(s.action_type).map(|_| Outcome::Deny),
+    };
+    let evaluation = policy.map(|p| p.evaluate(s.lookup)).unwrap_or_default();
+    let same_engine = effective.min_coverage == s.effective.min_coverage
+        && effective.evidence_limit == s.effective.evidence_limit;
+    let rerun_checks;
+    let checks = if same_engine {
+        s.checks
+    } else {
+        rerun_checks = rerun(&effective);
+        &rerun_checks
+    };
+    let required = effective.citations == Citations::Required;
+    let unbound = super::unbound(policy, s.lookup, checks, |c| {
+        !(required && s.uncited.contains(&c.claim_id))
+    });
+    decide::decide(&decide::Facts {
+        requirements: &effective,
+        rule_hits: &evaluation.hits,
+        checks,
+        claims_without_citations: s.uncited.len(),
+        unavailable_sources: s.unavailable,
+        param_mismatches: evaluation.mismatches.len(),
+        unbound_params: unbound.len(),
+        unknown_action,
+    })
+}
+
+/// Whether two decisions disagree for a person reading them: another
+/// outcome, or the same outcome for another reason.
+pub(super) fn disagrees(enforced: &Decision, shadow: &Decision) -> bool {
+    enforced.outcome != shadow.outcome || enforced.reason != shadow.reason
+}
+
+/// The shadow set to decide under, if one is loaded.
+pub(super) fn current(store: Option<&crate::policy::PolicyStore>) -> Option<Arc<PolicySet>> {
+    store.map(crate::policy::PolicyStore::load_full)
+}

@@ -1,0 +1,193 @@
+//! Shadow policies: a second set decided beside the enforced one on live
+//! traffic, never enforced. The caller sees the enforced decision; the
+//! metric, the log and the audit record show the disagreement; a broken
+//! shadow edit keeps the last good shadow set and never touches the
+//! enforced one.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::{MockUpstream, TestServer, APP_KEY};
+
+const ENFORCED: &str = r#"
+[[action]]
+type = "refund.create"
+requirements = { decision_mode = "strict", min_coverage = 0.85, citations = "optional" }
+
+  [[action.rule]]
+  param = "amount"
+  op = "gt"
+  value = 500
+  effect = "review"
+  message = "refunds above 500 need a second pair of eyes"
+
+[[route]]
+name = "create-refund"
+method = "POST"
+path = "/api/orders/{order_id}/refunds"
+action = "refund.create"
+params = { order_id = "path:order_id", amount = "body:/amount" }
+claims = "body:/claims"
+sources = "body:/evidence"
+on_review = "deny"
+"#;
+
+/// The change being tried: refunds above 300 go to review.
+const SHADOW: &str = r#"
+[[action]]
+type = "refund.create"
+requirements = { decision_mode = "strict", min_coverage = 0.85, citations = "optional" }
+
+  [[action.rule]]
+  param = "amount"
+  op = "gt"
+  value = 300
+  effect = "review"
+  message = "refunds above 300 need a second pair of eyes"
+"#;
+
+const EV: &str = "Invoice 7: amount charged $400.00 for order 7.";
+
+async fn server(up: &MockUpstream) -> TestServer {
+    let url = up.url();
+    TestServer::start_with(|c| {
+        std::fs::write(c.policies_dir.join("refunds.toml"), ENFORCED).unwrap();
+        let shadow = c.policies_dir.parent().unwrap().join("policies-next");
+        std::fs::create_dir_all(&shadow).unwrap();
+        std::fs::write(shadow.join("refunds.toml"), SHADOW).unwrap();
+        c.shadow_policies_dir = Some(shadow);
+        c.proxy.upstream = Some(url);
+    })
+    .await
+}
+
+async fn authorize(s: &TestServer, amount: u64) -> Value {
+    let body = json!({
+        "action": {"type": "refund.create", "params": {"order_id": "7", "amount": amount}},
+        "claims": [{"text": "Order 7 was charged $400.00."}],
+        "sources": [{"source_id": "inv", "text": EV}],
+        "response": {"mode": "verbose"},
+    });
+    let r = s
+        .post_json("/v2/authorize", &body.to_string(), Some(APP_KEY))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+async fn record(s: &TestServer, id: &str) -> Value {
+    s.get(&format!("/v2/audit/{id}"), Some(APP_KEY))
+        .await
+        .json()
+}
+
+fn disagreements(metrics: &str, route: &str) -> u64 {
+    metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("verdict_shadow_disagreements_total{")
+                && l.contains(&format!("route=\"{route}\""))
+                && l.contains("from=\"allow\"")
+                && l.contains("to=\"needs_review\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn the_shadow_set_is_decided_beside_and_never_enforced() {
+    let up = MockUpstream::start().await;
+    let s = server(&up).await;
+
+    // 400: the enforced set allows, the shadow set would review.
+    let j = authorize(&s, 400).await;
+    assert_eq!(
+        j["decision"], "allow",
+        "the caller gets the enforced decision: {j}"
+    );
+    let rec = record(&s, j["audit"]["record_id"].as_str().unwrap()).await;
+    assert_eq!(rec["decision"], "allow");
+    let shadow = &rec["detail"]["shadow"];
+    assert_eq!(
+        (&shadow["decision"], &shadow["reason"]),
+        (&json!("needs_review"), &json!("review_required")),
+        "{rec}"
+    );
+    assert!(shadow["revision"].as_str().unwrap().starts_with("sha256:"));
+    assert_ne!(shadow["revision"], rec["policy_revision"]);
+
+    // 100: both allow; nothing is recorded about the shadow.
+    let j = authorize(&s, 100).await;
+    let rec = record(&s, j["audit"]["record_id"].as_str().unwrap()).await;
+    assert!(rec["detail"].get("shadow").is_none(), "{rec}");
+
+    // Through the proxy too: forwarded as the enforced set says.
+    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
+    let body = json!({"amount": 400, "claims": ["Order 7 was charged $400.00."],
+        "evidence": [{"source_id": "inv", "text": EV}]});
+    let r = support::call(
+        &proxy,
+        http::Method::POST,
+        "/api/orders/7/refunds",
+        &[("content-type", "application/json")],
+        body.to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(up.count(), 1);
+
+    let metrics = s.get("/metrics", None).await.text();
+    assert_eq!(disagreements(&metrics, "api"), 1, "{metrics}");
+    assert_eq!(disagreements(&metrics, "create-refund"), 1, "{metrics}");
+    let health = s.get("/health/detailed", None).await.json();
+    assert_eq!(
+        health["components"]["shadow_policies"]["status"], "ok",
+        "{health}"
+    );
+
+    // A broken shadow edit keeps the last good shadow set; the enforced
+    // set is untouched.
+    let shadow_file = s.path("policies-next/refunds.toml");
+    std::fs::write(&shadow_file, "[[action]]\ntype = ").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let h = s.get("/health/detailed", None).await.json();
+        if h["components"]["shadow_policies"]["status"] == "degraded" {
+            assert_eq!(h["components"]["policies"]["status"], "ok", "{h}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the broken shadow edit was never noticed: {h}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let j = authorize(&s, 400).await;
+    assert_eq!(j["decision"], "allow");
+    let rec = record(&s, j["audit"]["record_id"].as_str().unwrap()).await;
+    assert_eq!(
+        rec["detail"]["shadow"]["decision"], "needs_review",
+        "the last good shadow set still decides: {rec}"
+    );
+}
+
+#[tokio::test]
+async fn a_shadow_set_that_fails_to_load_stops_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = support::test_config(&dir);
+    let shadow = dir.path().join("broken");
+    std::fs::create_dir_all(&shadow).unwrap();
+    std::fs::write(shadow.join("x.toml"), "[[action]]\ntype = ").unwrap();
+    config.shadow_policies_dir = Some(shadow);
+    let err = match verdict::app::start(config).await {
+        Ok(_) => panic!("started with a broken shadow set"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("policies.shadow_dir") && err.contains("x.toml"),
+        "{err}"
+    );
+}
