@@ -30,7 +30,7 @@
 //! `cargo build --release --bin verdict && cargo run --release --example
 //! loadtest -- [--duration-secs 3] [--rounds 2] [--connections 64]
 //! [--rate 1000] [--idle-connections 1000] [--verdict-bin PATH]
-//! [--baseline-bin PATH] [--nginx-port PORT | --no-nginx]
+//! [--baseline-bin PATH] [--shadow] [--nginx-port PORT | --no-nginx]
 //! [--scenarios direct,pass,gated,authorize,nginx]`
 //!
 //! Everything is on loopback and bounded in time: with the defaults the run
@@ -86,6 +86,12 @@ sources = "body:/evidence"
 on_review = "deny"
 "#;
 
+/// What `--shadow` changes in the shadow copy of [`POLICY`]:
+/// `LOADTEST_SHADOW=rules` a rule threshold (the engine's work is shared),
+/// anything else `min_coverage` (the claims are verified again).
+const SHADOW_FROM: &str = "min_coverage = 0.8";
+const SHADOW_TO: &str = "min_coverage = 0.75";
+
 // === arguments ===
 
 struct Args {
@@ -96,6 +102,10 @@ struct Args {
     idle_connections: usize,
     verdict_bin: PathBuf,
     baseline_bin: Option<PathBuf>,
+    /// Run the tested verdict (not the baseline) with a shadow policy set
+    /// whose `min_coverage` differs, so every gated decision is decided a
+    /// second time, claims verified again: the worst case of shadow mode.
+    shadow: bool,
     nginx_port: Option<u16>,
     no_nginx: bool,
     scenarios: Vec<String>,
@@ -111,6 +121,7 @@ fn parse_args() -> Result<Args, Error> {
         idle_connections: 1000,
         verdict_bin: root.join("target/release/verdict"),
         baseline_bin: None,
+        shadow: false,
         nginx_port: None,
         no_nginx: false,
         scenarios: ["direct", "pass", "gated", "authorize", "nginx"]
@@ -128,13 +139,14 @@ fn parse_args() -> Result<Args, Error> {
             "--idle-connections" => a.idle_connections = value()?.parse()?,
             "--verdict-bin" => a.verdict_bin = value()?.into(),
             "--baseline-bin" => a.baseline_bin = Some(value()?.into()),
+            "--shadow" => a.shadow = true,
             "--nginx-port" => a.nginx_port = Some(value()?.parse()?),
             "--no-nginx" => a.no_nginx = true,
             "--scenarios" => a.scenarios = value()?.split(',').map(String::from).collect(),
             "-h" | "--help" => {
                 println!(
                     "loadtest [--duration-secs S] [--rounds R] [--connections C] [--rate N] \
-                     [--idle-connections N] [--verdict-bin PATH] [--baseline-bin PATH] \
+                     [--idle-connections N] [--verdict-bin PATH] [--baseline-bin PATH] [--shadow] \
                      [--nginx-port PORT | --no-nginx] [--scenarios direct,pass,gated,authorize,nginx]"
                 );
                 std::process::exit(0);
@@ -344,7 +356,12 @@ fn free_port() -> Result<SocketAddr, Error> {
     Ok(l.local_addr()?)
 }
 
-async fn start_verdict(label: &str, bin: &Path, upstream: SocketAddr) -> Result<Verdict, Error> {
+async fn start_verdict(
+    label: &str,
+    bin: &Path,
+    upstream: SocketAddr,
+    shadow: bool,
+) -> Result<Verdict, Error> {
     if !bin.is_file() {
         return Err(format!(
             "{}: no verdict binary; build it first with `cargo build --release --bin verdict` \
@@ -365,13 +382,31 @@ async fn start_verdict(label: &str, bin: &Path, upstream: SocketAddr) -> Result<
         ),
     )?;
     let (api, proxy) = (free_port()?, free_port()?);
-    let config = format!(
+    let mut config = format!(
         "[api]\nlisten = \"{api}\"\n\n[proxy]\nlisten = \"{proxy}\"\nupstream = \"http://{upstream}\"\n\n\
-         [auth]\nkeys_file = {keys:?}\n\n[policies]\ndir = {pol:?}\n\n[data]\ndir = {data:?}\n",
+         [auth]\nkeys_file = {keys:?}\n\n[policies]\ndir = {pol:?}\n",
         keys = root.join("keys.toml").display().to_string(),
         pol = root.join("policies").display().to_string(),
-        data = root.join("data").display().to_string(),
     );
+    if shadow {
+        std::fs::create_dir_all(root.join("shadow"))?;
+        std::fs::write(
+            root.join("shadow/refunds.toml"),
+            if std::env::var("LOADTEST_SHADOW").as_deref() == Ok("rules") {
+                POLICY.replace("value = 5000", "value = 4000")
+            } else {
+                POLICY.replace(SHADOW_FROM, SHADOW_TO)
+            },
+        )?;
+        config.push_str(&format!(
+            "shadow_dir = {:?}\n",
+            root.join("shadow").display().to_string()
+        ));
+    }
+    config.push_str(&format!(
+        "\n[data]\ndir = {:?}\n",
+        root.join("data").display().to_string()
+    ));
     std::fs::write(root.join("verdict.toml"), config)?;
     let child = Command::new(bin)
         .arg("serve")
@@ -956,9 +991,9 @@ async fn run(args: Args) -> Result<(), Error> {
     let upstream = start_upstream().await?;
     let wanted = &args.scenarios;
 
-    let mut verdicts = vec![start_verdict("", &args.verdict_bin, upstream).await?];
+    let mut verdicts = vec![start_verdict("", &args.verdict_bin, upstream, args.shadow).await?];
     if let Some(b) = &args.baseline_bin {
-        verdicts.push(start_verdict("baseline", b, upstream).await?);
+        verdicts.push(start_verdict("baseline", b, upstream, false).await?);
     }
 
     // Memory: idle, then with many open connections (before any load).
