@@ -293,7 +293,7 @@ pub async fn authorize(
             .as_ref()
             .map_or(0, |c| c.iter().map(|c| c.text.len()).sum());
     let sources_total = sources.len();
-    let (checks, coverage_score, uncited, claims, sources) = input::run_engine(work, move || {
+    let (checks, coverage_score, uncited) = input::run_engine(work, move || {
         let claims = match (explicit, answer) {
             (Some(c), _) => c,
             (None, Some(a)) => {
@@ -321,7 +321,7 @@ pub async fn authorize(
             .collect();
         let checks = engine::verify(&claims, &sources, &params);
         let (_, score) = engine::summarize(&checks, !sources.is_empty());
-        (checks, score, uncited, claims, sources)
+        (checks, score, uncited)
     })
     .await?;
 
@@ -360,16 +360,7 @@ pub async fn authorize(
                 unavailable: unavailable.len(),
                 effective: &effective,
             };
-            let date_order = h.resolver.date_order();
-            let theirs = shadow::decide(&shadow_set, &shared, |e| {
-                let params = engine::Params {
-                    min_coverage: e.min_coverage,
-                    evidence_limit: e.evidence_limit,
-                    date_order,
-                    ..engine::Params::default()
-                };
-                engine::verify(&claims, &sources, &params)
-            });
+            let theirs = shadow::decide(&shadow_set, &shared);
             shadow::disagrees(&decision, &theirs).then(|| (theirs, shadow_set.revision.clone()))
         }
         None => None,

@@ -135,6 +135,29 @@ pub struct Check {
     /// words that disagree, so a reviewer sees "claim says *denied*,
     /// evidence says *approved*".
     pub conflicts: Vec<Conflict>,
+    /// A part of the claim (joined by "and", "but", ...) has too little of
+    /// its weight in the evidence: never `supported`, whatever the coverage.
+    pub part_gap: bool,
+}
+
+impl Check {
+    /// The status this check would have under another `min_coverage` (and
+    /// `review_floor`), everything else equal: what a second policy set
+    /// reads without verifying the claim again. Contradictions and missing
+    /// evidence fail at any threshold.
+    pub fn status_under(&self, min_coverage: f64, review_floor: f64) -> ClaimStatus {
+        let hard_fail = self
+            .reasons
+            .iter()
+            .any(|r| r.is_contradiction() || matches!(r, Reason::NoEvidence | Reason::EmptyClaim));
+        verify::status(
+            hard_fail,
+            self.coverage,
+            self.part_gap,
+            min_coverage,
+            review_floor,
+        )
+    }
 }
 
 /// Two spans that contradict each other. Offsets are Unicode code points,

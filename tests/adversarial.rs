@@ -343,3 +343,44 @@ fn no_contradicted_claim_is_supported() {
         100.0 * MIN_ACCURACY
     );
 }
+
+/// `Check::status_under` (what a shadow policy set reads instead of
+/// verifying again) gives, for every case of the corpus and several
+/// thresholds, exactly the status that verifying under that threshold gives.
+#[test]
+fn status_under_another_threshold_is_verifying_under_it() {
+    use verdict::engine::{verify, Claim, Params, Source};
+    let mut compared = 0;
+    for case in corpus() {
+        let sources: Vec<Source> = case
+            .evidence
+            .iter()
+            .enumerate()
+            .map(|(i, text)| Source {
+                id: format!("e{}", i + 1),
+                text: Some(text.clone()),
+            })
+            .collect();
+        let claim = Claim {
+            id: case.id.clone(),
+            text: case.claim.clone(),
+            citations: Vec::new(),
+        };
+        let base = run(&case);
+        for min in [0.3, 0.5, 0.7, 0.8, 0.95, 1.0] {
+            let params = Params {
+                min_coverage: min,
+                ..Params::default()
+            };
+            let direct = verify(std::slice::from_ref(&claim), &sources, &params);
+            assert_eq!(
+                base.status_under(min, params.review_floor),
+                direct[0].status,
+                "{} at min_coverage {min}",
+                case.id
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared >= MIN_CASES * 6, "{compared}");
+}

@@ -191,3 +191,53 @@ async fn a_shadow_set_that_fails_to_load_stops_start_up() {
         "{err}"
     );
 }
+
+/// A shadow set with another `min_coverage` reads each claim's status at
+/// its own threshold, without verifying the claims again.
+#[tokio::test]
+async fn a_shadow_threshold_is_read_at_the_shadows_own_line() {
+    let up = MockUpstream::start().await;
+    let url = up.url();
+    let s = TestServer::start_with(|c| {
+        std::fs::write(c.policies_dir.join("refunds.toml"), ENFORCED).unwrap();
+        let shadow = c.policies_dir.parent().unwrap().join("policies-next");
+        std::fs::create_dir_all(&shadow).unwrap();
+        let lenient = ENFORCED
+            .replace("min_coverage = 0.85", "min_coverage = 0.3")
+            .replace("[[route]]", "[[route_unused]]");
+        let lenient = lenient
+            .split("[[route_unused]]")
+            .next()
+            .unwrap()
+            .to_string();
+        std::fs::write(shadow.join("refunds.toml"), lenient).unwrap();
+        c.shadow_policies_dir = Some(shadow);
+        c.proxy.upstream = Some(url);
+    })
+    .await;
+    let body = json!({
+        "action": {"type": "refund.create", "params": {"order_id": "7", "amount": 100}},
+        "claims": [{"text": "The customer was charged $400.00 for a broken blender that arrived late."}],
+        "sources": [{"source_id": "inv", "text": EV}],
+        "response": {"mode": "verbose"},
+    });
+    let j = s
+        .post_json("/v2/authorize", &body.to_string(), Some(APP_KEY))
+        .await
+        .json();
+    let coverage = j["diagnostics"][0]["coverage"].as_f64().unwrap();
+    assert!(
+        (0.3..0.85).contains(&coverage),
+        "the claim must sit between the two lines: {j}"
+    );
+    assert_eq!(j["decision"], "deny", "{j}");
+    let rec = record(&s, j["audit"]["record_id"].as_str().unwrap()).await;
+    assert_eq!(
+        (
+            &rec["detail"]["shadow"]["decision"],
+            &rec["detail"]["shadow"]["reason"]
+        ),
+        (&json!("allow"), &json!("coverage_sufficient")),
+        "{rec}"
+    );
+}

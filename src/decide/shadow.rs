@@ -10,8 +10,9 @@
 //! (`verdict_shadow_disagreements_total{route,from,to}`), logged with the
 //! request id, and written into the decision's audit record as
 //! `detail.shadow` (its decision, reason and the shadow set's revision).
-//! Claims are verified again only when the shadow set asks the engine for
-//! other parameters (another `min_coverage` or `evidence_limit`).
+//! The claims are never verified again: a shadow set with another
+//! `min_coverage` re-reads each check's status at its threshold
+//! (`Check::status_under`), and `evidence_limit` changes no decision.
 
 use std::sync::Arc;
 
@@ -48,14 +49,8 @@ pub(super) struct Shared<'a> {
     pub effective: &'a Effective,
 }
 
-/// The shadow set's decision for the same request. `rerun` verifies the
-/// claims again under other engine parameters, when the shadow's
-/// requirements differ from the enforced ones in a way the engine reads.
-pub(super) fn decide(
-    set: &PolicySet,
-    s: &Shared<'_>,
-    rerun: impl FnOnce(&Effective) -> Vec<Check>,
-) -> Decision {
+/// The shadow set's decision for the same request.
+pub(super) fn decide(set: &PolicySet, s: &Shared<'_>) -> Decision {
     let policy = set.action(s.action_type);
     let defaults = policy
         .is_none()
@@ -71,14 +66,20 @@ pub(super) fn decide(
         (None, UnknownAction::NearMiss) => set.near_miss(s.action_type).map(|_| Outcome::Deny),
     };
     let evaluation = policy.map(|p| p.evaluate(s.lookup)).unwrap_or_default();
-    let same_engine = effective.min_coverage == s.effective.min_coverage
-        && effective.evidence_limit == s.effective.evidence_limit;
-    let rerun_checks;
-    let checks = if same_engine {
+    let restated;
+    let checks = if effective.min_coverage == s.effective.min_coverage {
         s.checks
     } else {
-        rerun_checks = rerun(&effective);
-        &rerun_checks
+        let review_floor = crate::engine::Params::default().review_floor;
+        restated = s
+            .checks
+            .iter()
+            .map(|c| Check {
+                status: c.status_under(effective.min_coverage, review_floor),
+                ..c.clone()
+            })
+            .collect::<Vec<_>>();
+        &restated
     };
     let required = effective.citations == Citations::Required;
     let unbound = super::unbound(policy, s.lookup, checks, |c| {

@@ -359,6 +359,7 @@ pub(super) fn bare_check(status: ClaimStatus, coverage: f64) -> Check {
         evidence: vec![],
         reasons: vec![],
         conflicts: vec![],
+        part_gap: false,
     }
 }
 

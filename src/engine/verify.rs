@@ -1066,15 +1066,13 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
     let part_gap = best
         .as_ref()
         .is_some_and(|(set, _)| part_missing(&a, idx, set));
-    let status = if hard_fail {
-        ClaimStatus::Unsupported
-    } else if cov >= params.min_coverage && !part_gap {
-        ClaimStatus::Supported
-    } else if cov >= params.review_floor {
-        ClaimStatus::Ambiguous
-    } else {
-        ClaimStatus::Unsupported
-    };
+    let status = status(
+        hard_fail,
+        cov,
+        part_gap,
+        params.min_coverage,
+        params.review_floor,
+    );
     if status != ClaimStatus::Supported && !contradiction && (cov < params.min_coverage || part_gap)
     {
         reasons.push(Reason::LowCoverage);
@@ -1115,6 +1113,27 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
         evidence,
         reasons,
         conflicts,
+        part_gap,
+    }
+}
+
+/// A claim's status from what was found: the one place the thresholds are
+/// read (see [`Check::status_under`]).
+pub(super) fn status(
+    hard_fail: bool,
+    cov: f64,
+    part_gap: bool,
+    min_coverage: f64,
+    review_floor: f64,
+) -> ClaimStatus {
+    if hard_fail {
+        ClaimStatus::Unsupported
+    } else if cov >= min_coverage && !part_gap {
+        ClaimStatus::Supported
+    } else if cov >= review_floor {
+        ClaimStatus::Ambiguous
+    } else {
+        ClaimStatus::Unsupported
     }
 }
 
