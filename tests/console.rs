@@ -10,25 +10,6 @@ use std::time::{Duration, Instant};
 use http::Method;
 use support::{MockUpstream, Resp, TestServer, APP_KEY, REVIEW_KEY, VERIFY_ONLY_KEY};
 
-/// Balanced mode: a contradicted claim is held for review, not denied, so
-/// the console has a conflict to show.
-const POLICY: &str = r#"
-[[action]]
-type = "refund.create"
-requirements = { decision_mode = "balanced", min_coverage = 0.85, citations = "optional" }
-
-[[route]]
-name = "create-refund"
-method = "POST"
-path = "/api/orders/{order_id}/refunds"
-action = "refund.create"
-params = { order_id = "path:order_id", amount = "body:/amount" }
-claims = "body:/claims"
-sources = "body:/evidence"
-on_review = "hold"
-hold_timeout = "100ms"
-"#;
-
 const SECURITY_HEADERS: [&str; 4] = [
     "content-security-policy",
     "x-frame-options",
@@ -136,7 +117,10 @@ fn csrf(html: &str) -> String {
 async fn server(upstream: &MockUpstream) -> TestServer {
     let url = upstream.url();
     TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
+        // Balanced mode: a contradicted claim is held for review, not
+        // denied, so the console has a conflict to show.
+        let policy = support::RefundPolicy::new("balanced").hold("100ms").build();
+        std::fs::write(c.policies_dir.join("refunds.toml"), policy).unwrap();
         c.proxy.upstream = Some(url);
         c.limits.max_body_bytes = 8 << 20;
     })

@@ -11,28 +11,13 @@ use http::Method;
 use serde_json::{json, Value};
 use support::{sha, MockUpstream, Resp, TestServer, REVIEW_KEY};
 
-const POLICY: &str = r#"
-[[action]]
-type = "refund.create"
-requirements = { decision_mode = "strict", min_coverage = 0.85, citations = "optional" }
-
-  [[action.rule]]
-  param = "amount"
-  op = "gt"
-  value = 500
-  effect = "review"
-
-[[route]]
-name = "create-refund"
-method = "POST"
-path = "/api/orders/{order_id}/refunds"
-action = "refund.create"
-params = { order_id = "path:order_id", amount = "body:/amount" }
-claims = "body:/claims"
-sources = "body:/evidence"
-on_review = "hold"
-hold_timeout = "50ms"
-"#;
+/// Refunds above 500 are held for review (`hold_timeout`).
+fn policy(hold: &str) -> String {
+    support::RefundPolicy::new("strict")
+        .review_over(500)
+        .hold(hold)
+        .build()
+}
 
 const SECOND_REVIEWER: &str = "test-second-reviewer-key-0123456789";
 
@@ -40,7 +25,7 @@ async fn env(approvals: u32) -> (TestServer, MockUpstream) {
     let up = MockUpstream::start().await;
     let url = up.url();
     let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
+        std::fs::write(c.policies_dir.join("refunds.toml"), policy("50ms")).unwrap();
         let keys = c.keys_file.clone().unwrap();
         let mut text = std::fs::read_to_string(&keys).unwrap();
         text.push_str(&format!(
@@ -238,11 +223,7 @@ async fn an_approval_within_the_hold_timeout_carries_the_decision_headers() {
     let up = MockUpstream::start().await;
     let url = up.url();
     let s = TestServer::start_with(|c| {
-        std::fs::write(
-            c.policies_dir.join("refunds.toml"),
-            POLICY.replace("hold_timeout = \"50ms\"", "hold_timeout = \"10s\""),
-        )
-        .unwrap();
+        std::fs::write(c.policies_dir.join("refunds.toml"), policy("10s")).unwrap();
         c.proxy.upstream = Some(url);
     })
     .await;
@@ -291,7 +272,7 @@ async fn retention_purges_ended_reviews_and_the_log_still_verifies() {
     let up = MockUpstream::start().await;
     let url = up.url();
     let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), POLICY).unwrap();
+        std::fs::write(c.policies_dir.join("refunds.toml"), policy("50ms")).unwrap();
         c.proxy.upstream = Some(url);
         c.review_retention = Duration::from_millis(200);
     })

@@ -12,52 +12,35 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::{MockUpstream, TestServer, APP_KEY};
 
-const ENFORCED: &str = r#"
-[[action]]
-type = "refund.create"
-requirements = { decision_mode = "strict", min_coverage = 0.85, citations = "optional" }
-
-  [[action.rule]]
-  param = "amount"
-  op = "gt"
-  value = 500
-  effect = "review"
-  message = "refunds above 500 need a second pair of eyes"
-
-[[route]]
-name = "create-refund"
-method = "POST"
-path = "/api/orders/{order_id}/refunds"
-action = "refund.create"
-params = { order_id = "path:order_id", amount = "body:/amount" }
-claims = "body:/claims"
-sources = "body:/evidence"
-on_review = "deny"
-"#;
-
-/// The change being tried: refunds above 300 go to review.
-const SHADOW: &str = r#"
-[[action]]
-type = "refund.create"
-requirements = { decision_mode = "strict", min_coverage = 0.85, citations = "optional" }
-
-  [[action.rule]]
-  param = "amount"
-  op = "gt"
-  value = 300
-  effect = "review"
-  message = "refunds above 300 need a second pair of eyes"
-"#;
+/// Strict, refunds above `limit` to review; the enforced set has the
+/// route, a shadow set only the action policy.
+fn refunds(limit: u64, min_coverage: &'static str, route: bool) -> String {
+    let p = support::RefundPolicy::new("strict")
+        .min_coverage(Some(min_coverage))
+        .rule(
+            "amount",
+            "gt",
+            Some(&limit.to_string()),
+            "review",
+            Some(&format!("refunds above {limit} need a second pair of eyes")),
+        );
+    if route { p } else { p.action_only() }.build()
+}
 
 const EV: &str = "Invoice 7: amount charged $400.00 for order 7.";
 
 async fn server(up: &MockUpstream) -> TestServer {
     let url = up.url();
     TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), ENFORCED).unwrap();
+        std::fs::write(
+            c.policies_dir.join("refunds.toml"),
+            refunds(500, "0.85", true),
+        )
+        .unwrap();
         let shadow = c.policies_dir.parent().unwrap().join("policies-next");
         std::fs::create_dir_all(&shadow).unwrap();
-        std::fs::write(shadow.join("refunds.toml"), SHADOW).unwrap();
+        // The change being tried: refunds above 300 go to review.
+        std::fs::write(shadow.join("refunds.toml"), refunds(300, "0.85", false)).unwrap();
         c.shadow_policies_dir = Some(shadow);
         c.proxy.upstream = Some(url);
     })
@@ -199,18 +182,14 @@ async fn a_shadow_threshold_is_read_at_the_shadows_own_line() {
     let up = MockUpstream::start().await;
     let url = up.url();
     let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), ENFORCED).unwrap();
+        std::fs::write(
+            c.policies_dir.join("refunds.toml"),
+            refunds(500, "0.85", true),
+        )
+        .unwrap();
         let shadow = c.policies_dir.parent().unwrap().join("policies-next");
         std::fs::create_dir_all(&shadow).unwrap();
-        let lenient = ENFORCED
-            .replace("min_coverage = 0.85", "min_coverage = 0.3")
-            .replace("[[route]]", "[[route_unused]]");
-        let lenient = lenient
-            .split("[[route_unused]]")
-            .next()
-            .unwrap()
-            .to_string();
-        std::fs::write(shadow.join("refunds.toml"), lenient).unwrap();
+        std::fs::write(shadow.join("refunds.toml"), refunds(500, "0.3", false)).unwrap();
         c.shadow_policies_dir = Some(shadow);
         c.proxy.upstream = Some(url);
     })

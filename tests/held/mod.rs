@@ -14,30 +14,6 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::support::{self, MockUpstream, TestServer};
 
-const POLICY: &str = r#"
-[[action]]
-type = "refund.create"
-requirements = { decision_mode = "strict", min_coverage = 0.85, citations = "optional" }
-
-  [[action.rule]]
-  param = "amount"
-  op = "gt"
-  value = 500
-  effect = "review"
-  message = "refunds above 500 need a reviewer"
-
-[[route]]
-name = "create-refund"
-method = "POST"
-path = "/api/orders/{order_id}/refunds"
-action = "refund.create"
-params = { order_id = "path:order_id", amount = "body:/amount" }
-claims = "body:/claims"
-sources = "body:/evidence"
-on_review = "hold"
-hold_timeout = "HOLD"
-"#;
-
 const EV: &str = "Invoice INV-2291 for order 77: Vitamix blender, amount charged $100.00. Courier note: package damaged in transit.";
 
 /// A sidecar with a proxy, and its upstream.
@@ -52,7 +28,16 @@ pub struct Env {
 pub async fn env_with(hold: &str, edit: impl FnOnce(&mut verdict::config::Config)) -> Env {
     let up = MockUpstream::start().await;
     let url = up.url();
-    let policy = POLICY.replace("HOLD", hold);
+    let policy = support::RefundPolicy::new("strict")
+        .rule(
+            "amount",
+            "gt",
+            Some("500"),
+            "review",
+            Some("refunds above 500 need a reviewer"),
+        )
+        .hold(hold)
+        .build();
     let s = TestServer::start_with(|c| {
         std::fs::write(c.policies_dir.join("refunds.toml"), &policy).expect("policy");
         c.proxy.upstream = Some(url);
