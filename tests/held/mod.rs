@@ -3,14 +3,12 @@
 //! 500 are held for review, and a loopback webhook receiver.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioExecutor;
 
 use crate::support::{self, MockUpstream, TestServer};
 
@@ -106,49 +104,25 @@ pub struct Receiver {
 
 impl Receiver {
     pub async fn start(fail_first: usize) -> Receiver {
-        use hyper::service::service_fn;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr: SocketAddr = listener.local_addr().expect("addr");
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let seen = Arc::new(AtomicUsize::new(0));
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    break;
-                };
-                let (tx, seen) = (tx.clone(), seen.clone());
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                        let (tx, seen) = (tx.clone(), seen.clone());
-                        async move {
-                            let (parts, body) = req.into_parts();
-                            let body = body
-                                .collect()
-                                .await
-                                .map(|c| c.to_bytes())
-                                .unwrap_or_default();
-                            let _ = tx.send(Hook {
-                                headers: parts.headers,
-                                body,
-                            });
-                            let n = seen.fetch_add(1, Ordering::SeqCst);
-                            let mut resp = http::Response::new(Full::new(Bytes::new()));
-                            *resp.status_mut() = if n < fail_first {
-                                http::StatusCode::SERVICE_UNAVAILABLE
-                            } else {
-                                http::StatusCode::NO_CONTENT
-                            };
-                            Ok::<_, std::convert::Infallible>(resp)
-                        }
-                    });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                        .await;
+        let (addr, task) = support::serve_http(move |parts, body| {
+            let (tx, seen) = (tx.clone(), seen.clone());
+            async move {
+                let _ = tx.send(Hook {
+                    headers: parts.headers,
+                    body,
                 });
+                let mut resp = http::Response::new(Full::new(Bytes::new()).boxed());
+                *resp.status_mut() = if seen.fetch_add(1, Ordering::SeqCst) < fail_first {
+                    http::StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    http::StatusCode::NO_CONTENT
+                };
+                resp
             }
-        });
+        })
+        .await;
         Receiver {
             url: format!("http://{addr}/hooks/verdict"),
             rx,

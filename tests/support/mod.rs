@@ -287,104 +287,72 @@ pub struct MockUpstream {
 
 impl MockUpstream {
     pub async fn start() -> MockUpstream {
-        use hyper::service::service_fn;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
         let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let release = std::sync::Arc::new(tokio::sync::Notify::new());
         let (c2, r2) = (calls.clone(), release.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    break;
-                };
-                let (calls, release) = (c2.clone(), r2.clone());
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                        let (calls, release) = (calls.clone(), release.clone());
-                        async move {
-                            let (parts, body) = req.into_parts();
-                            let body = body
-                                .collect()
-                                .await
-                                .map(|c| c.to_bytes())
-                                .unwrap_or_default();
-                            let path = parts
-                                .uri
-                                .path_and_query()
-                                .map(|p| p.to_string())
-                                .unwrap_or_default();
-                            calls.lock().expect("calls").push(Call {
-                                method: parts.method.to_string(),
-                                path: path.clone(),
-                                headers: parts.headers.clone(),
-                                body,
-                            });
-                            let resp: http::Response<
-                                http_body_util::combinators::BoxBody<
-                                    Bytes,
-                                    std::convert::Infallible,
-                                >,
-                            > = if path.starts_with("/slow") {
-                                tokio::time::sleep(Duration::from_secs(3)).await;
-                                http::Response::new(Full::new(Bytes::from_static(b"late")).boxed())
-                            } else if path.starts_with("/evidence") {
-                                http::Response::new(
-                                    Full::new(Bytes::from_static(
-                                        b"Refunds are issued within 14 days of delivery.",
-                                    ))
-                                    .boxed(),
-                                )
-                            } else if path.starts_with("/redirect-out") {
-                                let mut r = http::Response::new(Full::new(Bytes::new()).boxed());
-                                *r.status_mut() = http::StatusCode::FOUND;
-                                r.headers_mut().insert(
-                                    "location",
-                                    http::HeaderValue::from_static("http://127.0.0.2:9/evidence"),
-                                );
-                                r
-                            } else if path.starts_with("/redirect-in") {
-                                let mut r = http::Response::new(Full::new(Bytes::new()).boxed());
-                                *r.status_mut() = http::StatusCode::FOUND;
-                                r.headers_mut().insert(
-                                    "location",
-                                    http::HeaderValue::from_static("/evidence"),
-                                );
-                                r
-                            } else if path.starts_with("/stream") {
-                                let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
-                                tokio::spawn(async move {
-                                    let _ = tx.send(Bytes::from_static(b"first-chunk;")).await;
-                                    release.notified().await;
-                                    let block = Bytes::from(vec![b'x'; 1 << 20]);
-                                    for _ in 0..8 {
-                                        if tx.send(block.clone()).await.is_err() {
-                                            break;
-                                        }
-                                    }
-                                });
-                                http::Response::new(ChannelBody(rx).boxed())
-                            } else {
-                                let out = serde_json::json!({"ok": true, "path": path}).to_string();
-                                let mut r =
-                                    http::Response::new(Full::new(Bytes::from(out)).boxed());
-                                r.headers_mut().insert(
-                                    "content-type",
-                                    http::HeaderValue::from_static("application/json"),
-                                );
-                                r
-                            };
-                            Ok::<_, std::convert::Infallible>(resp)
+        let (addr, task) = serve_http(move |parts, body| {
+            let (calls, release) = (c2.clone(), r2.clone());
+            async move {
+                let path = parts
+                    .uri
+                    .path_and_query()
+                    .map(|p| p.to_string())
+                    .unwrap_or_default();
+                calls.lock().expect("calls").push(Call {
+                    method: parts.method.to_string(),
+                    path: path.clone(),
+                    headers: parts.headers.clone(),
+                    body,
+                });
+                if path.starts_with("/slow") {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    http::Response::new(Full::new(Bytes::from_static(b"late")).boxed())
+                } else if path.starts_with("/evidence") {
+                    http::Response::new(
+                        Full::new(Bytes::from_static(
+                            b"Refunds are issued within 14 days of delivery.",
+                        ))
+                        .boxed(),
+                    )
+                } else if path.starts_with("/redirect-out") {
+                    let mut r = http::Response::new(Full::new(Bytes::new()).boxed());
+                    *r.status_mut() = http::StatusCode::FOUND;
+                    r.headers_mut().insert(
+                        "location",
+                        http::HeaderValue::from_static("http://127.0.0.2:9/evidence"),
+                    );
+                    r
+                } else if path.starts_with("/redirect-in") {
+                    let mut r = http::Response::new(Full::new(Bytes::new()).boxed());
+                    *r.status_mut() = http::StatusCode::FOUND;
+                    r.headers_mut()
+                        .insert("location", http::HeaderValue::from_static("/evidence"));
+                    r
+                } else if path.starts_with("/stream") {
+                    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+                    tokio::spawn(async move {
+                        let _ = tx.send(Bytes::from_static(b"first-chunk;")).await;
+                        release.notified().await;
+                        let block = Bytes::from(vec![b'x'; 1 << 20]);
+                        for _ in 0..8 {
+                            if tx.send(block.clone()).await.is_err() {
+                                break;
+                            }
                         }
                     });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                        .await;
-                });
+                    http::Response::new(ChannelBody(rx).boxed())
+                } else {
+                    let out = serde_json::json!({"ok": true, "path": path}).to_string();
+                    let mut r = http::Response::new(Full::new(Bytes::from(out)).boxed());
+                    r.headers_mut().insert(
+                        "content-type",
+                        http::HeaderValue::from_static("application/json"),
+                    );
+                    r
+                }
             }
-        });
+        })
+        .await;
         MockUpstream {
             addr,
             calls,
@@ -413,6 +381,50 @@ impl MockUpstream {
     pub fn stop(&self) {
         self.task.abort();
     }
+}
+
+/// The response body type of the loopback test servers.
+pub type TestBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
+
+/// A loopback HTTP/1 and HTTP/2 server that hands each request, its body
+/// read whole, to `handler`. Returns its address and the accept task
+/// (abort it to stop accepting).
+pub async fn serve_http<F, Fut>(handler: F) -> (SocketAddr, tokio::task::JoinHandle<()>)
+where
+    F: Fn(http::request::Parts, Bytes) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = http::Response<TestBody>> + Send + 'static,
+{
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                break;
+            };
+            let handler = handler.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let handler = handler.clone();
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = body
+                            .collect()
+                            .await
+                            .map(|c| c.to_bytes())
+                            .unwrap_or_default();
+                        Ok::<_, std::convert::Infallible>(handler(parts, body).await)
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, task)
 }
 
 /// A response body fed from a channel, one data frame per message.
