@@ -12,8 +12,8 @@
 #   jobs              config, sqlite, runtime::health, runtime::metrics
 #   review            sqlite, runtime::health, runtime::metrics (its errors
 #                     become HTTP in src/error.rs)
-#   notify            config, evidence, review: the review webhook
-#   review_cli        config: `verdict reviews` talks to the API over HTTP only
+#   notify            config, evidence, http_util, review: the review webhook
+#   review_cli        config, http_util: `verdict reviews` talks to the API over HTTP only
 #   backup            audit: `verdict backup`, a copy of the data dir
 #   witness           audit, http_util, server
 #   runtime           audit, auth, config, decide, evidence, jobs, policy,
@@ -42,8 +42,8 @@ declare -A ALLOWED=(
     [evidence]="config engine"
     [jobs]="config sqlite runtime::health runtime::metrics"
     [review]="sqlite runtime::health runtime::metrics"
-    [notify]="config evidence review"
-    [review_cli]="config"
+    [notify]="config evidence http_util review"
+    [review_cli]="config http_util"
     [backup]="audit"
     [witness]="audit http_util server"
     [runtime]="audit auth config decide evidence jobs policy review runtime::health runtime::metrics runtime::telemetry"

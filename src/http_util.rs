@@ -28,6 +28,21 @@ pub type RespBody = UnsyncBoxBody<Bytes, BoxError>;
 /// The `X-Request-ID` header name.
 pub const REQUEST_ID: &str = "x-request-id";
 
+/// An error and its causes, `: `-joined: a client error's top-level
+/// message alone is often just "client error (Connect)". At most 8 causes,
+/// so a cyclic chain still ends.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    for _ in 0..8 {
+        let Some(s) = source else { break };
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
 /// A buffered body.
 pub fn full(bytes: impl Into<Bytes>) -> RespBody {
     Full::new(bytes.into())

@@ -402,7 +402,7 @@ impl Sender {
                 retry: false,
             })?;
         let resp = self.client.request(req).await.map_err(|e| Failure {
-            reason: format!("cannot reach the webhook: {}", error_chain(&e)),
+            reason: format!("cannot reach the webhook: {}", crate::http_util::error_chain(&e)),
             retry: true,
         })?;
         let status = resp.status();
@@ -425,20 +425,6 @@ impl Sender {
     }
 }
 
-/// An error and its causes, `: `-joined (hyper's top-level message alone is
-/// often just "client error (Connect)").
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    // Bounded: error chains are short, but a cycle would not end.
-    for _ in 0..8 {
-        let Some(s) = source else { break };
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
 
 /// The webhook client: http and https (rustls with the system roots),
 /// resolving hostnames through [`Fenced`].

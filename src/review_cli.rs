@@ -271,7 +271,7 @@ async fn send(
         let resp = client
             .request(req)
             .await
-            .map_err(|e| unreachable(error_chain(&e)))?;
+            .map_err(|e| unreachable(crate::http_util::error_chain(&e)))?;
         let status = resp.status();
         let body = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
             .collect()
@@ -481,18 +481,6 @@ fn encode(s: &str) -> String {
     out
 }
 
-/// An error and its causes, `: `-joined.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    for _ in 0..8 {
-        let Some(s) = source else { break };
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
 
 #[cfg(test)]
 mod tests {
