@@ -243,21 +243,19 @@ pub async fn authorize(
     let applied = policy.or(defaults.as_ref());
     let (effective, origins) =
         decide::effective_traced(applied.map(ActionPolicy::floor), &requested);
-    let mut near_miss = None;
-    let unknown_action = match (policy, h.unknown_action) {
-        (Some(_), _) | (None, UnknownAction::Allow) => None,
-        (None, UnknownAction::Deny) => Some(Outcome::Deny),
-        (None, UnknownAction::Review) => Some(Outcome::NeedsReview),
-        (None, UnknownAction::NearMiss) => set.near_miss(&action_type).map(|declared| {
-            tracing::warn!(
-                action_type = %action_type,
-                declared,
-                "undeclared action type reads as a declared one misspelt: refused"
-            );
-            near_miss = Some(declared.to_string());
-            Outcome::Deny
-        }),
-    };
+    let unknown = policy
+        .is_none()
+        .then(|| unknown_outcome(set, h.unknown_action, &action_type))
+        .flatten();
+    let near_miss = unknown.and_then(|(_, declared)| declared).map(|declared| {
+        tracing::warn!(
+            action_type = %action_type,
+            declared,
+            "undeclared action type reads as a declared one misspelt: refused"
+        );
+        declared.to_string()
+    });
+    let unknown_action = unknown.map(|(outcome, _)| outcome);
     let lookup = ParamLookup::from(&input.params);
     let (evaluation, rule_results) = policy
         .map(|p| p.evaluate_traced(&lookup))
@@ -347,7 +345,7 @@ pub async fn authorize(
         unknown_action,
     });
     // The shadow set decides the same request; it never changes this one.
-    let shadow = match shadow::current(h.shadow) {
+    let shadow = match h.shadow.map(crate::policy::PolicyStore::load_full) {
         Some(shadow_set) => {
             let shared = shadow::Shared {
                 action_type: &action_type,
@@ -461,6 +459,23 @@ pub async fn authorize(
             uncited,
         },
     })
+}
+
+/// What `[authorize] unknown_action` answers for an action type `set`
+/// does not declare, and, for a near miss, the declared type it reads as.
+fn unknown_outcome<'s>(
+    set: &'s PolicySet,
+    setting: UnknownAction,
+    action_type: &str,
+) -> Option<(Outcome, Option<&'s str>)> {
+    match setting {
+        UnknownAction::Allow => None,
+        UnknownAction::Deny => Some((Outcome::Deny, None)),
+        UnknownAction::Review => Some((Outcome::NeedsReview, None)),
+        UnknownAction::NearMiss => set
+            .near_miss(action_type)
+            .map(|declared| (Outcome::Deny, Some(declared))),
+    }
 }
 
 /// The floors of `[defaults]` as the policy of an action type no policy

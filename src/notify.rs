@@ -402,7 +402,10 @@ impl Sender {
                 retry: false,
             })?;
         let resp = self.client.request(req).await.map_err(|e| Failure {
-            reason: format!("cannot reach the webhook: {}", crate::http_util::error_chain(&e)),
+            reason: format!(
+                "cannot reach the webhook: {}",
+                crate::http_util::error_chain(&e)
+            ),
             retry: true,
         })?;
         let status = resp.status();
@@ -424,7 +427,6 @@ impl Sender {
         Err(Failure { reason, retry })
     }
 }
-
 
 /// The webhook client: http and https (rustls with the system roots),
 /// resolving hostnames through [`Fenced`].

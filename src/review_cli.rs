@@ -481,7 +481,6 @@ fn encode(s: &str) -> String {
     out
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

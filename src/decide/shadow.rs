@@ -14,14 +14,12 @@
 //! `min_coverage` re-reads each check's status at its threshold
 //! (`Check::status_under`), and `evidence_limit` changes no decision.
 
-use std::sync::Arc;
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use crate::config::UnknownAction;
-use crate::engine::decide::{self, Decision, Effective, Outcome, Requested};
+use crate::engine::decide::{self, Decision, Effective, Requested};
 use crate::engine::{Check, Citations};
 use crate::policy::{ActionPolicy, ParamLookup, PolicySet};
 
@@ -59,12 +57,11 @@ pub(super) fn decide(set: &PolicySet, s: &Shared<'_>) -> Decision {
         policy.or(defaults.as_ref()).map(ActionPolicy::floor),
         s.requested,
     );
-    let unknown_action = match (policy, s.unknown_action) {
-        (Some(_), _) | (None, UnknownAction::Allow) => None,
-        (None, UnknownAction::Deny) => Some(Outcome::Deny),
-        (None, UnknownAction::Review) => Some(Outcome::NeedsReview),
-        (None, UnknownAction::NearMiss) => set.near_miss(s.action_type).map(|_| Outcome::Deny),
-    };
+    let unknown_action = policy
+        .is_none()
+        .then(|| super::unknown_outcome(set, s.unknown_action, s.action_type))
+        .flatten()
+        .map(|(outcome, _)| outcome);
     let evaluation = policy.map(|p| p.evaluate(s.lookup)).unwrap_or_default();
     let restated;
     let checks = if effective.min_coverage == s.effective.min_coverage {
@@ -101,9 +98,4 @@ pub(super) fn decide(set: &PolicySet, s: &Shared<'_>) -> Decision {
 /// outcome, or the same outcome for another reason.
 pub(super) fn disagrees(enforced: &Decision, shadow: &Decision) -> bool {
     enforced.outcome != shadow.outcome || enforced.reason != shadow.reason
-}
-
-/// The shadow set to decide under, if one is loaded.
-pub(super) fn current(store: Option<&crate::policy::PolicyStore>) -> Option<Arc<PolicySet>> {
-    store.map(crate::policy::PolicyStore::load_full)
 }
