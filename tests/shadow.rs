@@ -29,7 +29,9 @@ fn refunds(limit: u64, min_coverage: &'static str, route: bool) -> String {
 
 const EV: &str = "Invoice 7: amount charged $400.00 for order 7.";
 
-async fn server(up: &MockUpstream) -> TestServer {
+/// The enforced set (refunds above 500 to review, with the route) and
+/// `shadow` as the shadow set, in front of `up`.
+async fn server(up: &MockUpstream, shadow: String) -> TestServer {
     let url = up.url();
     TestServer::start_with(|c| {
         std::fs::write(
@@ -37,11 +39,10 @@ async fn server(up: &MockUpstream) -> TestServer {
             refunds(500, "0.85", true),
         )
         .unwrap();
-        let shadow = c.policies_dir.parent().unwrap().join("policies-next");
-        std::fs::create_dir_all(&shadow).unwrap();
-        // The change being tried: refunds above 300 go to review.
-        std::fs::write(shadow.join("refunds.toml"), refunds(300, "0.85", false)).unwrap();
-        c.shadow_policies_dir = Some(shadow);
+        let dir = c.policies_dir.parent().unwrap().join("policies-next");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("refunds.toml"), shadow).unwrap();
+        c.shadow_policies_dir = Some(dir);
         c.proxy.upstream = Some(url);
     })
     .await
@@ -83,7 +84,8 @@ fn disagreements(metrics: &str, route: &str) -> u64 {
 #[tokio::test]
 async fn the_shadow_set_is_decided_beside_and_never_enforced() {
     let up = MockUpstream::start().await;
-    let s = server(&up).await;
+    // The change being tried: refunds above 300 go to review.
+    let s = server(&up, refunds(300, "0.85", false)).await;
 
     // 400: the enforced set allows, the shadow set would review.
     let j = authorize(&s, 400).await;
@@ -180,20 +182,7 @@ async fn a_shadow_set_that_fails_to_load_stops_start_up() {
 #[tokio::test]
 async fn a_shadow_threshold_is_read_at_the_shadows_own_line() {
     let up = MockUpstream::start().await;
-    let url = up.url();
-    let s = TestServer::start_with(|c| {
-        std::fs::write(
-            c.policies_dir.join("refunds.toml"),
-            refunds(500, "0.85", true),
-        )
-        .unwrap();
-        let shadow = c.policies_dir.parent().unwrap().join("policies-next");
-        std::fs::create_dir_all(&shadow).unwrap();
-        std::fs::write(shadow.join("refunds.toml"), refunds(500, "0.3", false)).unwrap();
-        c.shadow_policies_dir = Some(shadow);
-        c.proxy.upstream = Some(url);
-    })
-    .await;
+    let s = server(&up, refunds(500, "0.3", false)).await;
     let body = json!({
         "action": {"type": "refund.create", "params": {"order_id": "7", "amount": 100}},
         "claims": [{"text": "The customer was charged $400.00 for a broken blender that arrived late."}],
