@@ -4,39 +4,20 @@
 
 mod support;
 
-use serde_json::json;
 use support::{TestServer, APP_KEY};
-
-async fn decide(s: &TestServer, n: usize) -> Vec<String> {
-    let mut ids = Vec::new();
-    for i in 0..n {
-        let body = json!({
-            "action": {"type": "note.add", "params": {"i": i}},
-            "claims": [{"text": "The order shipped on 3 March."}],
-            "sources": [{"source_id": "t", "text": "Order 7 shipped on 3 March."}],
-            "response": {"mode": "verbose"},
-        });
-        let r = s
-            .post_json("/v2/authorize", &body.to_string(), Some(APP_KEY))
-            .await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        ids.push(r.json()["audit"]["record_id"].as_str().unwrap().to_string());
-    }
-    ids
-}
 
 #[tokio::test]
 async fn a_backup_taken_while_serving_verifies_and_serves() {
     let bin = env!("CARGO_BIN_EXE_verdict");
     let s = TestServer::start().await;
-    let before = decide(&s, 20).await;
+    let before = support::decisions(&s, 20).await;
     let data = s.path("data");
     let out = s.path("backup");
 
     // Decisions keep coming while the backup runs.
     let writer = {
         let s = &s;
-        async move { decide(s, 20).await }
+        async move { support::decisions(s, 20).await }
     };
     let data2 = data.clone();
     let out2 = out.clone();

@@ -74,19 +74,7 @@ fn the_doc_shows_the_script_that_is_tested() {
 #[tokio::test]
 async fn the_documented_script_verifies_served_proofs() {
     let s = TestServer::start().await;
-    let mut ids = Vec::new();
-    for i in 0..7 {
-        let body = json!({
-            "action": {"type": "note.add", "params": {"i": i}},
-            "claims": [{"text": "The order shipped on 3 March."}],
-            "sources": [{"source_id": "t", "text": "Order 7 shipped on 3 March."}],
-            "response": {"mode": "verbose"},
-        });
-        let r = s
-            .post_json("/v2/authorize", &body.to_string(), Some(APP_KEY))
-            .await;
-        ids.push(r.json()["audit"]["record_id"].as_str().unwrap().to_string());
-    }
+    let ids = support::decisions(&s, 7).await;
     let py = python();
     let dir = tempfile::tempdir().unwrap();
     for (n, id) in ids.iter().enumerate() {

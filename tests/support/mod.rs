@@ -995,6 +995,30 @@ impl From<Authorize> for serde_json::Value {
     }
 }
 
+/// Makes `n` allowed decisions (`note.add`, one supported claim) through
+/// `/v2/authorize`; returns their audit record ids, in order.
+pub async fn decisions(s: &TestServer, n: usize) -> Vec<String> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let body = Authorize::new("note.add")
+            .params(serde_json::json!({ "i": i }))
+            .claims(serde_json::json!([{"text": "The order shipped on 3 March."}]))
+            .source("t", "Order 7 shipped on 3 March.")
+            .verbose();
+        let r = s
+            .post_json("/v2/authorize", &body.body(), Some(APP_KEY))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        ids.push(
+            r.json()["audit"]["record_id"]
+                .as_str()
+                .expect("a record id")
+                .to_string(),
+        );
+    }
+    ids
+}
+
 /// The invoice the audit tests decide against.
 pub const BLENDER_INVOICE: &str = "Invoice: blender, amount charged $100.00.";
 
