@@ -453,18 +453,7 @@ async fn reviewer_flow(c: &Client, api: &str, id: &str, hostile: &str) {
     // The first tab approves with a note, then sees the refund service's
     // answer (the page refreshes itself while the forward runs).
     c.switch_to_window(first).await.unwrap();
-    c.find(Locator::Css("#note"))
-        .await
-        .unwrap()
-        .send_keys("Checked ticket and invoice: the manager approved it.")
-        .await
-        .unwrap();
-    c.find(Locator::Css("button.approve"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    approve(c, "Checked ticket and invoice: the manager approved it.").await;
     let status = c
         .wait()
         .at_most(PAGE_WAIT)
@@ -486,18 +475,7 @@ async fn reviewer_flow(c: &Client, api: &str, id: &str, hostile: &str) {
 
     // The second tab, still showing the form, approves too: refused.
     c.switch_to_window(second).await.unwrap();
-    c.find(Locator::Css("#note"))
-        .await
-        .unwrap()
-        .send_keys("Approving from the other tab.")
-        .await
-        .unwrap();
-    c.find(Locator::Css("button.approve"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    approve(c, "Approving from the other tab.").await;
     let refusal = c
         .wait()
         .at_most(PAGE_WAIT)
@@ -533,6 +511,22 @@ async fn reviewer_flow(c: &Client, api: &str, id: &str, hostile: &str) {
     assert_inert(c, "the hostile review").await;
     c.goto(&format!("{api}/console/reviews")).await.unwrap();
     assert_inert(c, "the queue, again").await;
+}
+
+/// Types `note` and presses "Approve and forward" on the page shown.
+async fn approve(c: &Client, note: &str) {
+    c.find(Locator::Css("#note"))
+        .await
+        .unwrap()
+        .send_keys(note)
+        .await
+        .unwrap();
+    c.find(Locator::Css("button.approve"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
 }
 
 /// The detail page with the conflict in view, as PNG: `docs/console.png`
