@@ -131,6 +131,11 @@ async fn server(upstream: &MockUpstream) -> TestServer {
 /// returned.
 async fn held_refund(s: &TestServer, claim: &str, extra: &str) -> String {
     let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
+    held_refund_at(proxy, claim.to_string(), extra.to_string()).await
+}
+
+/// [`held_refund`] through the proxy at `proxy`, for spawned tasks.
+async fn held_refund_at(proxy: String, claim: String, extra: String) -> String {
     let body = serde_json::json!({
         "amount": 120,
         "claims": [claim],
@@ -384,4 +389,43 @@ async fn the_console_is_off_without_a_keys_file() {
     assert_eq!(r.status, 403, "{}", r.text());
     assert!(r.text().contains("needs a keys file"));
     assert_security_headers(&r, "/console/");
+}
+
+/// The resolved tab lists resolved reviews even when more pending ones than
+/// a page holds are newer than them.
+#[tokio::test]
+async fn the_resolved_tab_is_not_crowded_out_by_pending_reviews() {
+    let up = MockUpstream::start().await;
+    let s = server(&up).await;
+    let rejected = held_refund(&s, "The refund was denied.", "first").await;
+    let r = s
+        .post_json(
+            &format!("/v2/reviews/{rejected}/reject"),
+            r#"{"reviewer":"ops","note":"no"}"#,
+            Some(REVIEW_KEY),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
+    let mut holds = tokio::task::JoinSet::new();
+    for i in 0..205 {
+        let proxy = proxy.clone();
+        holds.spawn(held_refund_at(
+            proxy,
+            "The refund was denied.".into(),
+            i.to_string(),
+        ));
+    }
+    while let Some(h) = holds.join_next().await {
+        h.unwrap();
+    }
+    let mut b = Browser::new(&s);
+    b.sign_in(REVIEW_KEY).await;
+    let resolved = b.get("/console/reviews?tab=resolved").await.text();
+    assert!(
+        resolved.contains(&format!("/console/reviews/{rejected}")),
+        "{resolved}"
+    );
+    let pending = b.get("/console/reviews").await.text();
+    assert!(!pending.contains(&format!("/console/reviews/{rejected}")));
 }

@@ -268,12 +268,30 @@ impl Console {
                 .map(str::to_string),
         };
         let viewer = Self::viewer(me);
-        let status = (tab == Tab::Pending).then_some(ReviewStatus::Pending);
-        let all = self.app.reviews.list(status, &viewer, QUEUE_LIMIT).await?;
-        let all: Vec<_> = all
-            .into_iter()
-            .filter(|v| (tab == Tab::Pending) == (v.status == ReviewStatus::Pending))
-            .collect();
+        // Each state asked for by name: a list of every state would fill
+        // its limit with pending reviews and leave the resolved tab empty.
+        let states: &[ReviewStatus] = match tab {
+            Tab::Pending => &[ReviewStatus::Pending],
+            Tab::Resolved => &[
+                ReviewStatus::Approved,
+                ReviewStatus::Rejected,
+                ReviewStatus::Expired,
+            ],
+        };
+        let mut all = Vec::new();
+        for status in states {
+            all.extend(
+                self.app
+                    .reviews
+                    .list(Some(*status), &viewer, QUEUE_LIMIT)
+                    .await?,
+            );
+        }
+        if tab == Tab::Resolved {
+            // Newest resolution first, across the three states.
+            all.sort_by(|a, b| b.resolved_at.cmp(&a.resolved_at));
+            all.truncate(QUEUE_LIMIT);
+        }
         let mut routes: Vec<String> = all.iter().map(|v| v.route.clone()).collect();
         let mut actions: Vec<String> = all.iter().map(|v| v.action.clone()).collect();
         for list in [&mut routes, &mut actions] {
