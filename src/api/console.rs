@@ -289,7 +289,7 @@ impl Console {
         }
         if tab == Tab::Resolved {
             // Newest resolution first, across the three states.
-            all.sort_by(|a, b| b.resolved_at.cmp(&a.resolved_at));
+            all.sort_by_key(|v| std::cmp::Reverse(v.resolved_at));
             all.truncate(QUEUE_LIMIT);
         }
         let mut routes: Vec<String> = all.iter().map(|v| v.route.clone()).collect();
