@@ -89,6 +89,8 @@ async fn run(
         max_wait,
         max_batch: 512,
         witnesses: Vec::new(),
+        capture_inputs: true,
+        input_retention: std::time::Duration::from_secs(7 * 86_400),
     };
     let log = AuditLog::open(&db, &keys, &cfg)?;
     let mut registry = prometheus_client::registry::Registry::default();

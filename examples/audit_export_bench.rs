@@ -26,6 +26,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         max_wait: std::time::Duration::ZERO,
         max_batch: 512,
         witnesses: Vec::new(),
+        capture_inputs: true,
+        input_retention: std::time::Duration::from_secs(7 * 86_400),
     };
     let log = AuditLog::open(&db, dir.path(), &cfg)?;
     let t = Instant::now();

@@ -238,6 +238,8 @@ async fn open_audit(config: &Config) -> Result<AuditLog, StartError> {
         log.shutdown().await;
         return Err(StartError::Audit(e));
     }
+    // Runs with capture off too: inputs captured before still expire.
+    log.start_input_retention(config.audit.input_retention);
     Ok(log)
 }
 

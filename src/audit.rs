@@ -20,6 +20,7 @@
 //! - [`verify`]: proof documents, offline proof check, whole-log check.
 //! - [`export`]: search by filter, export with proofs, offline check of an export.
 //! - `witnessing`: sending checkpoints to witnesses, keeping their cosignatures.
+//! - [`inputs`]: captured decision inputs for `verdict replay`, and their retention.
 //!
 //! # Use
 //! - Startup: [`AuditLog::open`]`(data_dir/verdict.db, data_dir, &cfg.audit)`;
@@ -39,6 +40,7 @@ pub mod canonical;
 mod checkpointer;
 pub mod cosign;
 pub mod export;
+pub mod inputs;
 pub mod keys;
 pub mod merkle;
 pub mod note;
@@ -70,6 +72,7 @@ use uuid::Uuid;
 
 use crate::config::AuditConfig;
 
+pub use inputs::CapturedInput;
 pub use keys::{KeyDocument, KeyStatus};
 pub use merkle::Position;
 pub use record::{redact, AuditRecord, RecordKind, SCHEMA};
@@ -333,6 +336,16 @@ impl AuditLog {
     /// Appends a record. Resolves only once the record is durable and covered
     /// by a signed checkpoint; the receipt proves inclusion in that checkpoint.
     pub async fn append(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+        self.append_with_input(record, None).await
+    }
+
+    /// [`AuditLog::append`], storing a decision's captured input (whose hash
+    /// the record's `input_hash` states) in the same transaction.
+    pub async fn append_with_input(
+        &self,
+        record: AuditRecord,
+        input: Option<CapturedInput>,
+    ) -> Result<Receipt, AuditError> {
         // Canonicalize and hash here, on the caller's task, so this work
         // spreads over the runtime's threads instead of the one writer.
         let canonical = record
@@ -361,6 +374,7 @@ impl AuditLog {
                 canonical,
                 record_hash,
                 principal: record.principal,
+                input,
                 enqueued: Instant::now(),
                 reply,
                 _permit: permit,

@@ -1,4 +1,5 @@
-//! Policy test cases: `verdict test` and `verdict explain`.
+//! Policy test cases: `verdict test` and `verdict explain`; and
+//! `verdict replay`, which decides recorded traffic the same way.
 //!
 //! A policy change is a change to a gate, and `verdict check` only says the
 //! files are well formed, not that refunds above 500 still go to review. So
@@ -23,8 +24,10 @@
 //! - [`file`]: the test file format and its `file:line:col` errors.
 //! - [`run`]: one case, decided, and compared with what it expects.
 //! - [`report`]: the text and JSON reports, and explanations.
+//! - [`replay`]: `verdict replay`, a draft set decided on captured traffic.
 
 pub mod file;
+pub mod replay;
 pub mod report;
 pub mod run;
 

@@ -232,6 +232,11 @@ pub struct AuditConfig {
     /// `[[audit.witnesses]]`: witnesses the log sends its checkpoints to
     /// (C2SP tlog-witness), and whose cosignatures it keeps.
     pub witnesses: Vec<WitnessConfig>,
+    /// `audit.capture_inputs`: keep each authorize decision's input for
+    /// `verdict replay` (default on).
+    pub capture_inputs: bool,
+    /// `audit.input_retention`: how long captured inputs are kept (7 days).
+    pub input_retention: Duration,
 }
 
 /// One witness of the audit log.
@@ -415,6 +420,8 @@ struct FileAudit {
     max_wait: Option<String>,
     max_batch: Option<usize>,
     witnesses: Option<Vec<FileWitness>>,
+    capture_inputs: Option<bool>,
+    input_retention: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -632,6 +639,8 @@ impl Config {
                 max_wait: duration("audit.max_wait", f.audit.max_wait, "0ms")?,
                 max_batch,
                 witnesses: witnesses(f.audit.witnesses.unwrap_or_default())?,
+                capture_inputs: f.audit.capture_inputs.unwrap_or(true),
+                input_retention: duration("audit.input_retention", f.audit.input_retention, "7d")?,
             },
             review_ttl: match f.review.ttl {
                 None => DEFAULT_REVIEW_TTL,

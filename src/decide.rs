@@ -13,6 +13,7 @@
 //! decision table, and then the audit record, which must be durable before
 //! the decision is returned.
 
+pub mod capture;
 pub mod detail;
 pub mod explain;
 pub mod input;
@@ -117,6 +118,9 @@ pub struct Handles<'a> {
     pub clock: fn() -> SystemTime,
     /// `[policies] shadow_dir`: decided beside, never enforced.
     pub shadow: Option<&'a crate::policy::PolicyStore>,
+    /// `[audit] capture_inputs`: keep each decision's input for `verdict
+    /// replay` (only where records are kept).
+    pub capture: bool,
 }
 
 /// Everything a decision produced, for the API response or the proxy.
@@ -270,6 +274,19 @@ pub async fn authorize(
         .filter_map(|r| r.text.as_ref().err().map(|e| (r.id.clone(), e.clone())))
         .collect();
     let sources = input::engine_sources(&resolved);
+    // The input as decided, kept beside the record that names its hash.
+    let captured = if h.capture && h.audit.is_durable() {
+        Some(capture::encode(&capture::Parts {
+            action_type: &action_type,
+            params: &audited_params,
+            claims: input.claims.as_deref(),
+            answer: input.answer.as_ref(),
+            sources: &resolved,
+            requested: &requested,
+        })?)
+    } else {
+        None
+    };
 
     let answer = input.answer;
     let explicit = match input.claims {
@@ -370,6 +387,10 @@ pub async fn authorize(
     record.principal = Some(ctx.principal.to_string());
     record.action =
         Some(serde_json::json!({"type": action_type, "params": audited_params.clone()}));
+    let captured = captured.map(|(canonical, hash)| {
+        record.input_hash = Some(hash);
+        crate::audit::CapturedInput::now(canonical)
+    });
     record.decision = Some(decision.outcome.as_str().to_string());
     record.reason = Some(decision.reason.as_str().to_string());
     record.enforced = Some(decision.enforced);
@@ -396,7 +417,7 @@ pub async fn authorize(
         }
     }
     // A decision is never returned before its record is durable.
-    let receipt = h.audit.append(record).await?;
+    let receipt = h.audit.append_with_input(record, captured).await?;
     h.metrics.observe(
         if ctx.route.is_some() { "proxy" } else { "api" },
         decision.outcome.as_str(),

@@ -40,6 +40,9 @@ const MAX_REDIRECTS: usize = 3;
 pub enum Content {
     Inline(String),
     Uri(String),
+    /// A source a captured decision could not read, replayed as such (with
+    /// the reason it had): `verdict replay` never fetches.
+    Unavailable(String),
 }
 
 /// A source to resolve.
@@ -126,6 +129,12 @@ impl Resolver {
                     out[i] = Some(Resolved {
                         id: s.id.clone(),
                         text: check_sum(text.clone(), s.checksum.as_deref()),
+                    });
+                }
+                Content::Unavailable(why) => {
+                    out[i] = Some(Resolved {
+                        id: s.id.clone(),
+                        text: Err(why.clone()),
                     });
                 }
                 Content::Uri(uri) => {

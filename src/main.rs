@@ -87,6 +87,42 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Re-decide recorded traffic with a draft policy set: the decisions
+    /// the server captured (`[audit] capture_inputs`) in the window, decided
+    /// by the baseline set (which must reproduce them) and by the draft.
+    ///
+    /// Reads the data dir read-only, beside a running server. Prints the
+    /// flips (recorded -> draft, with example record ids), the calls the
+    /// draft would newly send to review, and inputs retention has deleted
+    /// (missing). Exit 0 when the baseline reproduced every decision
+    /// recorded under its revision, 1 when it did not, 2 on unusable input
+    /// or a stored input that does not match its record's input_hash.
+    Replay {
+        /// The draft policies directory.
+        #[arg(long)]
+        policies: PathBuf,
+        /// The policies the server runs [default: the config's
+        /// `[policies] dir`].
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+        /// The server's config file: its `data_dir`, `[defaults]`,
+        /// `[authorize]` and `[evidence]` apply [default: built-in
+        /// defaults].
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The server's data dir [default: the config's `data_dir`].
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// How far back to replay (`24h`, `7d`, `90m`).
+        #[arg(long, default_value = "24h", value_parser = parse_window)]
+        since: std::time::Duration,
+        /// Only the decisions of this proxy route.
+        #[arg(long)]
+        route: Option<String>,
+        /// Print a machine-readable report.
+        #[arg(long)]
+        json: bool,
+    },
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -357,6 +393,11 @@ impl CasesArgs {
     }
 }
 
+/// A `--since` window: a duration such as `24h`.
+fn parse_window(text: &str) -> Result<std::time::Duration, String> {
+    verdict::config::parse_duration(text)
+}
+
 /// Prints a command's output and returns its exit code.
 fn emit(out: verdict::cases::Output) -> ExitCode {
     print!("{}", out.stdout);
@@ -432,6 +473,31 @@ fn main() -> ExitCode {
         Command::Test { on, json } => match on.load() {
             Ok((config, dir)) => emit(verdict::cases::test_dir(&dir, config, json)),
             Err(code) => code,
+        },
+        Command::Replay {
+            policies,
+            baseline,
+            config,
+            data_dir,
+            since,
+            route,
+            json,
+        } => match Config::load(config.as_deref(), &Overrides::default()) {
+            Ok(c) => {
+                let args = verdict::cases::replay::Args {
+                    draft: policies,
+                    baseline: baseline.unwrap_or_else(|| c.policies_dir.clone()),
+                    data_dir: data_dir.unwrap_or_else(|| c.data_dir.clone()),
+                    since,
+                    route,
+                    json,
+                };
+                emit(verdict::cases::replay::replay(&args, c))
+            }
+            Err(e) => {
+                eprintln!("verdict: config: {e}");
+                ExitCode::from(EXIT_CONFIG)
+            }
         },
         Command::Explain {
             file,

@@ -59,6 +59,7 @@ impl App {
             metrics: &self.decision_metrics,
             clock: std::time::SystemTime::now,
             shadow: self.shadow_policies.as_deref(),
+            capture: self.config.audit.capture_inputs,
         }
     }
 }

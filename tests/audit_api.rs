@@ -18,6 +18,8 @@ fn cfg() -> AuditConfig {
         max_wait: Duration::from_millis(2),
         max_batch: 512,
         witnesses: Vec::new(),
+        capture_inputs: true,
+        input_retention: std::time::Duration::from_secs(7 * 86_400),
     }
 }
 

@@ -289,6 +289,7 @@ mod tests {
             text: text.map(Into::into),
             uri: uri.map(Into::into),
             checksum: None,
+            unavailable: None,
         };
         assert!(source_refs("sources", vec![s(Some("a"), Some("t"), None)]).is_ok());
         for bad in [

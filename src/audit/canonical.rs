@@ -153,6 +153,7 @@ pub fn record(r: &AuditRecord) -> Result<String, RecordError> {
         at,
         request_id,
         request_hash,
+        input_hash,
         principal,
         action,
         decision,
@@ -186,6 +187,7 @@ pub fn record(r: &AuditRecord) -> Result<String, RecordError> {
         m.key("enforced");
         m.out.extend_from_slice(if *b { b"true" } else { b"false" });
     }
+    m.str("input_hash", input_hash.as_deref())?;
     m.str("kind", Some(kind_name(*kind)))?;
     m.str("policy_revision", policy_revision.as_deref())?;
     m.str("principal", principal.as_deref())?;
@@ -220,6 +222,7 @@ mod tests {
         let mut r = AuditRecord::new(RecordKind::Decision);
         r.request_id = Some("req-1".into());
         r.request_hash = Some("sha256:00".into());
+        r.input_hash = Some("sha256:01".into());
         r.principal = Some("refund-app".into());
         r.action =
             Some(json!({"type": "refund.create", "params": {"b": 1, "a": [1.5, null, true]}}));

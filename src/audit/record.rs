@@ -47,6 +47,10 @@ pub struct AuditRecord {
     pub request_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_hash: Option<String>,
+    /// `sha256:<hex>` of the decision's captured input (`audit_inputs`), when
+    /// inputs are captured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_hash: Option<String>,
     /// The API key name (`proxy` for proxied decisions). Covered by the
     /// record hash; reads take it from the canonical bytes ([`principal_of`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,6 +108,7 @@ impl AuditRecord {
             at: format_at(at),
             request_id: None,
             request_hash: None,
+            input_hash: None,
             principal: None,
             action: None,
             decision: None,

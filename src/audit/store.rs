@@ -1,7 +1,7 @@
 //! The SQLite tables of the audit log and the queries on them.
 //!
 //! The log shares the project's `verdict.db` with other subsystems, so every
-//! table is prefixed `audit_`. Two tables, both append-only:
+//! table is prefixed `audit_`. The first two are append-only:
 //!
 //! - `audit_records(leaf, record_id, canonical, principal, hashes)`: one row
 //!   per leaf. `canonical` is the JSON exactly as hashed. `principal` is a
@@ -15,6 +15,11 @@
 //!   them in the record's row makes a group commit one insert per record.
 //! - `audit_checkpoints(tree_size, note, created_at)`: every signed note ever
 //!   issued; the root is inside the signed text.
+//! - `audit_inputs(record_id, at_ms, input)`: the captured input of a
+//!   decision (`[audit] capture_inputs`), inserted with its record and
+//!   deleted after `audit.input_retention` (see [`super::inputs`]). Not part
+//!   of any hash: the record's `input_hash` names it, so deleting a row never
+//!   breaks the log.
 //!
 //! Logs written before 2026-11-24 kept the hashes in a table of their own,
 //! `audit_hashes(leaf, hashes)`. The writer merges it into `audit_records`
@@ -37,6 +42,12 @@ CREATE TABLE IF NOT EXISTS audit_records (
     principal TEXT,
     hashes    BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS audit_inputs (
+    record_id BLOB PRIMARY KEY,
+    at_ms     INTEGER NOT NULL,
+    input     TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS audit_inputs_at ON audit_inputs (at_ms);
 CREATE TABLE IF NOT EXISTS audit_checkpoints (
     tree_size  INTEGER PRIMARY KEY,
     note       TEXT NOT NULL,
@@ -285,6 +296,7 @@ pub fn record_by_leaf(conn: &Connection, leaf: u64) -> Result<Option<String>, Au
 
 /// The insert of every appended leaf, prepared once per group commit.
 pub struct Appender<'c> {
+    conn: &'c Connection,
     record: rusqlite::CachedStatement<'c>,
     blob: Vec<u8>,
 }
@@ -292,6 +304,7 @@ pub struct Appender<'c> {
 impl<'c> Appender<'c> {
     pub fn new(conn: &'c Connection) -> rusqlite::Result<Appender<'c>> {
         Ok(Appender {
+            conn,
             record: conn.prepare_cached(
                 "INSERT INTO audit_records (leaf, record_id, canonical, principal, hashes) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?,
@@ -306,6 +319,7 @@ impl<'c> Appender<'c> {
         canonical: &str,
         principal: Option<&str>,
         hashes: &[Hash],
+        input: Option<&super::CapturedInput>,
     ) -> rusqlite::Result<()> {
         self.blob.clear();
         for h in hashes {
@@ -318,6 +332,18 @@ impl<'c> Appender<'c> {
             principal,
             self.blob
         ])?;
+        if let Some(input) = input {
+            // Prepared only by groups that capture inputs.
+            self.conn
+                .prepare_cached(
+                    "INSERT INTO audit_inputs (record_id, at_ms, input) VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![
+                    id.as_bytes().as_slice(),
+                    input.at_ms,
+                    input.canonical
+                ])?;
+        }
         Ok(())
     }
 }

@@ -611,6 +611,8 @@ fn cfg(max_wait_ms: u64) -> crate::config::AuditConfig {
         max_wait: Duration::from_millis(max_wait_ms),
         max_batch: 512,
         witnesses: Vec::new(),
+        capture_inputs: true,
+        input_retention: std::time::Duration::from_secs(7 * 86_400),
     }
 }
 

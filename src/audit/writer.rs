@@ -28,7 +28,7 @@ use super::merkle::{
 use super::note::{self, Checkpoint, Signer};
 use super::record::{format_at, hash_string, record_hash, AuditRecord, RecordKind};
 use super::store::{self, SqlHashes};
-use super::{AuditError, ProofStep, Receipt, Shared};
+use super::{AuditError, CapturedInput, ProofStep, Receipt, Shared};
 
 /// One record waiting for its group commit.
 pub(crate) struct Pending {
@@ -36,6 +36,9 @@ pub(crate) struct Pending {
     pub canonical: String,
     pub record_hash: Hash,
     pub principal: Option<String>,
+    /// The decision's captured input (`audit_inputs`), stored in the same
+    /// transaction as the record.
+    pub input: Option<CapturedInput>,
     pub enqueued: Instant,
     pub reply: oneshot::Sender<Result<Answer, AuditError>>,
     /// Frees a queue slot when the record has been handled (backpressure).
@@ -105,6 +108,7 @@ struct Item<'a> {
     canonical: &'a str,
     record_hash: Hash,
     principal: Option<&'a str>,
+    input: Option<&'a CapturedInput>,
 }
 
 pub(crate) struct Writer {
@@ -542,6 +546,7 @@ impl Writer {
                 canonical: &p.canonical,
                 record_hash: p.record_hash,
                 principal: p.principal.as_deref(),
+                input: p.input.as_ref(),
             })
             .collect();
         let result = self.commit(&items, None);
@@ -605,7 +610,7 @@ impl Writer {
                 // (the UNIQUE index refuses a duplicate id).
                 let mut grown = next.clone();
                 let hashes = grown.append(leaf_hash(&it.record_hash));
-                match append.record(leaf, it.id, it.canonical, it.principal, &hashes) {
+                match append.record(leaf, it.id, it.canonical, it.principal, &hashes, it.input) {
                     Ok(()) => next = grown,
                     Err(rusqlite::Error::SqliteFailure(e, _))
                         if e.code == ErrorCode::ConstraintViolation =>
@@ -729,6 +734,7 @@ impl Writer {
             canonical: &canonical,
             record_hash: record_hash(&canonical),
             principal: None,
+            input: None,
         };
         let result = self
             .commit(&[item], Some(&old))

@@ -48,7 +48,7 @@ impl Env {
         }
     }
 
-    fn handles(&self) -> Handles<'_> {
+    pub(super) fn handles(&self) -> Handles<'_> {
         Handles {
             shadow: None,
             resolver: &self.resolver,
@@ -58,6 +58,7 @@ impl Env {
             unknown_action: self.config.authorize.unknown_action,
             metrics: &self.metrics,
             clock: SystemTime::now,
+            capture: false,
         }
     }
 }

@@ -110,6 +110,10 @@ pub struct SourceIn {
     pub uri: Option<String>,
     #[serde(default)]
     pub checksum: Option<String>,
+    /// Replay only (never read from the wire): the source was unavailable
+    /// when the captured decision was made, for this reason.
+    #[serde(skip)]
+    pub unavailable: Option<String>,
 }
 
 /// An answer for output mode: a string, or `{text, citations?}`.
@@ -229,9 +233,10 @@ pub fn source_refs(field: &str, sources: Vec<SourceIn>) -> Result<Vec<SourceRef>
                 return Err(bad(format!(".type: unsupported {kind:?} (only \"text\")")));
             }
         }
-        let content = match (s.text, s.uri) {
-            (Some(t), None) => Content::Inline(t),
-            (None, Some(u)) => Content::Uri(u),
+        let content = match (s.text, s.uri, s.unavailable) {
+            (Some(t), None, None) => Content::Inline(t),
+            (None, Some(u), None) => Content::Uri(u),
+            (None, None, Some(why)) => Content::Unavailable(why),
             _ => return Err(bad(": exactly one of text or uri is required".into())),
         };
         if let Some(c) = &s.checksum {

@@ -14,7 +14,7 @@
 //! anywhere but here and in the offline door (`src/cases`).
 
 use crate::audit::record::{hash_string, record_hash};
-use crate::audit::{AuditError, AuditLog, AuditRecord, Receipt};
+use crate::audit::{AuditError, AuditLog, AuditRecord, CapturedInput, Receipt};
 
 /// The `key_id` of a receipt for a record that was not stored: it proves
 /// nothing.
@@ -36,8 +36,18 @@ pub enum Recorder<'a> {
 impl Recorder<'_> {
     /// Records `record` and returns its receipt.
     pub async fn append(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+        self.append_with_input(record, None).await
+    }
+
+    /// Records `record` with the decision's captured input (dropped with
+    /// the record by [`Recorder::Discard`]).
+    pub async fn append_with_input(
+        &self,
+        record: AuditRecord,
+        input: Option<CapturedInput>,
+    ) -> Result<Receipt, AuditError> {
         match self {
-            Recorder::Durable(log) => log.append(record).await,
+            Recorder::Durable(log) => log.append_with_input(record, input).await,
             Recorder::Discard => {
                 let canonical = record
                     .canonical()

@@ -1,0 +1,268 @@
+//! Captured decision inputs: what `verdict replay` re-decides.
+//!
+//! With `[audit] capture_inputs` on, every authorize decision's input (the
+//! action with its `redact` fields already replaced, the claims or answer,
+//! each source as the engine read it, the requested requirements) goes into
+//! `audit_inputs` as RFC 8785 canonical JSON, in the same transaction as the
+//! decision's record. The record carries `input_hash`, the sha256 of those
+//! bytes, inside the Merkle leaf: a replayed input is provably the one that
+//! was decided, while the input itself sits outside every hash, so the
+//! retention sweep here can delete it without breaking `audit verify`.
+//!
+//! The sweep deletes in bounded batches (one short write transaction each,
+//! a pause between them), so the writer's group commits never wait long.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _};
+
+use super::{AuditError, AuditLog};
+
+/// Rows one sweep transaction deletes at most.
+pub const SWEEP_BATCH: usize = 1000;
+/// The pause between two batches of one sweep.
+const SWEEP_PAUSE: Duration = Duration::from_millis(20);
+/// Longest and shortest pause between two sweeps.
+const SWEEP_EVERY_MAX: Duration = Duration::from_secs(60);
+const SWEEP_EVERY_MIN: Duration = Duration::from_millis(200);
+
+/// One decision's captured input, on its way to `audit_inputs`.
+#[derive(Debug, Clone)]
+pub struct CapturedInput {
+    /// The canonical JSON, exactly as hashed into the record's `input_hash`.
+    pub canonical: String,
+    /// When it was captured (milliseconds since the epoch): retention reads it.
+    pub at_ms: i64,
+}
+
+impl CapturedInput {
+    /// An input captured now.
+    pub fn now(canonical: String) -> CapturedInput {
+        CapturedInput {
+            canonical,
+            at_ms: now_ms(),
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Deletes at most `limit` inputs captured before `cutoff_ms`, oldest first,
+/// in one transaction; returns how many went.
+pub fn sweep(conn: &Connection, cutoff_ms: i64, limit: usize) -> Result<usize, AuditError> {
+    let n = conn
+        .prepare_cached(
+            "DELETE FROM audit_inputs WHERE record_id IN (
+                 SELECT record_id FROM audit_inputs WHERE at_ms < ?1 ORDER BY at_ms LIMIT ?2)",
+        )?
+        .execute(params![cutoff_ms, i64::try_from(limit).unwrap_or(i64::MAX)])?;
+    Ok(n)
+}
+
+/// The sweeper's connection: it writes, and waits for the writer rather
+/// than failing.
+fn open_sweeper(path: &Path) -> Result<Connection, AuditError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    Ok(conn)
+}
+
+/// One sweep: batches until none is full. Returns how many rows went.
+fn sweep_all(conn: &Connection, retention: Duration) -> Result<usize, AuditError> {
+    let cutoff = now_ms().saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+    let mut total = 0;
+    loop {
+        let n = sweep(conn, cutoff, SWEEP_BATCH)?;
+        total += n;
+        if n < SWEEP_BATCH {
+            return Ok(total);
+        }
+        std::thread::sleep(SWEEP_PAUSE);
+    }
+}
+
+impl AuditLog {
+    /// Deletes captured inputs older than `retention`, now and then every
+    /// `retention / 2` (between 200 ms and 60 s), until
+    /// [`AuditLog::shutdown`]. Failures are logged and retried next time: a
+    /// late delete costs disk, never a decision.
+    pub fn start_input_retention(&self, retention: Duration) {
+        let db = self.inner.db_path.clone();
+        let every = (retention / 2).clamp(SWEEP_EVERY_MIN, SWEEP_EVERY_MAX);
+        let mut stop = self.inner.stop.subscribe();
+        tokio::spawn(async move {
+            loop {
+                let db = db.clone();
+                let swept =
+                    tokio::task::spawn_blocking(move || sweep_all(&open_sweeper(&db)?, retention))
+                        .await;
+                match swept {
+                    Ok(Ok(0)) => {}
+                    Ok(Ok(n)) => tracing::debug!(deleted = n, "captured decision inputs expired"),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "captured input retention sweep failed")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "captured input retention sweep panicked"),
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        });
+    }
+}
+
+/// A connection that only reads, for `verdict replay` beside a running
+/// server: it takes no lock a writer waits on for long, and never writes.
+pub fn open_read_only(path: &Path) -> Result<Connection, AuditError> {
+    if !path.exists() {
+        return Err(AuditError::Storage(format!(
+            "{}: database does not exist",
+            path.display()
+        )));
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "query_only", "ON")?;
+    Ok(conn)
+}
+
+/// One record in a replay window, with its captured input if it is still
+/// stored.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub leaf: u64,
+    pub canonical: String,
+    pub input: Option<String>,
+}
+
+/// The record `at` of leaf `leaf`, if the leaf exists.
+fn at_of(conn: &Connection, leaf: u64) -> Result<Option<String>, AuditError> {
+    let Some(canonical) = super::store::record_by_leaf(conn, leaf)? else {
+        return Ok(None);
+    };
+    let v: serde_json::Value = serde_json::from_str(&canonical)
+        .map_err(|e| AuditError::Corrupt(format!("leaf {leaf}: {e}")))?;
+    Ok(v.get("at").and_then(|a| a.as_str()).map(str::to_string))
+}
+
+/// The first leaf whose record was stamped at or after `since` (RFC 3339,
+/// as records write it), by binary search: leaves are appended in time
+/// order, up to the few milliseconds a group commit spans, which callers
+/// absorb by searching a little earlier and filtering on `at`.
+pub fn first_leaf_since(conn: &Connection, since: &str) -> Result<u64, AuditError> {
+    let size = super::store::record_count(conn)?;
+    let (mut lo, mut hi) = (0u64, size);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match at_of(conn, mid)? {
+            Some(at) if at.as_str() < since => lo = mid + 1,
+            _ => hi = mid,
+        }
+    }
+    Ok(lo)
+}
+
+/// Calls `f` with every record from leaf `from` on, in leaf order, joined
+/// with its captured input; stops early when `f` returns `false`.
+pub fn for_each_from(
+    conn: &Connection,
+    from: u64,
+    mut f: impl FnMut(Row) -> bool,
+) -> Result<(), AuditError> {
+    let mut stmt = conn.prepare(
+        "SELECT r.leaf, r.canonical, i.input FROM audit_records r
+         LEFT JOIN audit_inputs i ON i.record_id = r.record_id
+         WHERE r.leaf >= ?1 ORDER BY r.leaf",
+    )?;
+    let mut rows = stmt.query([i64::try_from(from).unwrap_or(i64::MAX)])?;
+    while let Some(r) = rows.next()? {
+        let leaf: i64 = r.get(0)?;
+        let row = Row {
+            leaf: u64::try_from(leaf).unwrap_or(0),
+            canonical: r.get(1)?,
+            input: r.get(2)?,
+        };
+        if !f(row) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// How many captured inputs are stored (for tests and `verdict replay`'s
+/// summary).
+pub fn count(conn: &Connection) -> Result<u64, AuditError> {
+    let has_table: Option<i64> = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_inputs'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if has_table.is_none() {
+        return Ok(0);
+    }
+    let n: i64 = conn.query_row("SELECT COUNT(*) FROM audit_inputs", [], |r| r.get(0))?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Connection {
+        let c = Connection::open_in_memory().unwrap();
+        c.execute_batch(
+            "CREATE TABLE audit_inputs (record_id BLOB PRIMARY KEY, at_ms INTEGER NOT NULL,
+             input TEXT NOT NULL) WITHOUT ROWID",
+        )
+        .unwrap();
+        for i in 0..2500i64 {
+            c.execute(
+                "INSERT INTO audit_inputs VALUES (?1, ?2, '{}')",
+                params![i.to_be_bytes().to_vec(), i],
+            )
+            .unwrap();
+        }
+        c
+    }
+
+    #[test]
+    fn a_sweep_batch_deletes_at_most_its_limit_oldest_first() {
+        let c = table();
+        assert_eq!(sweep(&c, 2000, SWEEP_BATCH).unwrap(), SWEEP_BATCH);
+        let oldest: i64 = c
+            .query_row("SELECT MIN(at_ms) FROM audit_inputs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(oldest, 1000);
+        assert_eq!(sweep(&c, 2000, SWEEP_BATCH).unwrap(), 1000);
+        assert_eq!(
+            sweep(&c, 2000, SWEEP_BATCH).unwrap(),
+            0,
+            "nothing older is left"
+        );
+        assert_eq!(count(&c).unwrap(), 500);
+    }
+
+    #[test]
+    fn count_is_zero_for_a_log_written_before_inputs_were_captured() {
+        let c = Connection::open_in_memory().unwrap();
+        assert_eq!(count(&c).unwrap(), 0);
+    }
+}

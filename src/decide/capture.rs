@@ -1,0 +1,365 @@
+//! A decision's input as `[audit] capture_inputs` keeps it, and back.
+//!
+//! The captured form is what the engine decided on, after each door read
+//! its request: the action (type and params, the policy's `redact` fields
+//! replaced by their HMAC, as in the record), the claims or the answer as
+//! sent, every source as the engine read it (its text, or why it was
+//! unavailable: a replay never fetches), and the requirements the request
+//! asked for. It is stored as RFC 8785 canonical JSON, and the decision's
+//! record states its sha256 as `input_hash`. [`decode`] turns it back into
+//! an [`Input`] that `decide::authorize` decides exactly as it did the first
+//! time, under the same policy set and config.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::input::{AnswerIn, CitationIn, ClaimIn, SourceIn};
+use super::{DecideError, Input};
+use crate::engine::decide::{mode_str, Requested};
+use crate::engine::{Citations, DecisionMode};
+use crate::evidence::Resolved;
+
+/// The version of the captured form this build writes and reads.
+const VERSION: u32 = 1;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Captured {
+    v: u32,
+    action: Action,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    claims: Option<Vec<Claim>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    answer: Option<Answer>,
+    sources: Vec<Source>,
+    requested: Asked,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Action {
+    #[serde(rename = "type")]
+    kind: String,
+    params: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Claim {
+    text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    citations: Vec<Citation>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Citation {
+    source_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    quote: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Answer {
+    text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    citations: Vec<Citation>,
+}
+
+/// A source as the engine read it: exactly one of `text` and `unavailable`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Source {
+    id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unavailable: Option<String>,
+}
+
+/// The requirements the request asked for, before floors.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Asked {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    decision_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    min_coverage: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    citations: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deny_if_any_unsupported: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    evidence_limit: Option<usize>,
+}
+
+fn citations_out(c: &[CitationIn]) -> Vec<Citation> {
+    c.iter()
+        .map(|c| Citation {
+            source_id: c.source_id.clone(),
+            quote: c.quote.clone(),
+        })
+        .collect()
+}
+
+fn citations_in(c: Vec<Citation>) -> Vec<CitationIn> {
+    c.into_iter()
+        .map(|c| CitationIn {
+            source_id: c.source_id,
+            quote: c.quote,
+        })
+        .collect()
+}
+
+/// What one decision read, borrowed from the decision path.
+pub struct Parts<'a> {
+    pub action_type: &'a str,
+    /// The params as the record holds them (`redact` fields replaced).
+    pub params: &'a serde_json::Value,
+    pub claims: Option<&'a [ClaimIn]>,
+    pub answer: Option<&'a AnswerIn>,
+    pub sources: &'a [Resolved],
+    pub requested: &'a Requested,
+}
+
+/// The canonical captured input and its `sha256:<hex>`.
+pub fn encode(p: &Parts<'_>) -> Result<(String, String), DecideError> {
+    let captured = Captured {
+        v: VERSION,
+        action: Action {
+            kind: p.action_type.to_string(),
+            params: p.params.as_object().cloned().unwrap_or_default(),
+        },
+        claims: p.claims.map(|claims| {
+            claims
+                .iter()
+                .map(|c| Claim {
+                    text: c.text.clone(),
+                    id: c.id.clone(),
+                    citations: citations_out(&c.citations),
+                })
+                .collect()
+        }),
+        answer: p.answer.map(|a| Answer {
+            text: a.text.clone(),
+            citations: citations_out(&a.citations),
+        }),
+        sources: p
+            .sources
+            .iter()
+            .map(|r| match &r.text {
+                Ok(t) => Source {
+                    id: r.id.clone(),
+                    text: Some(t.clone()),
+                    unavailable: None,
+                },
+                Err(why) => Source {
+                    id: r.id.clone(),
+                    text: None,
+                    unavailable: Some(why.clone()),
+                },
+            })
+            .collect(),
+        requested: Asked {
+            decision_mode: p.requested.decision_mode.map(|m| mode_str(m).to_string()),
+            min_coverage: p.requested.min_coverage,
+            citations: p.requested.citations.map(|c| {
+                match c {
+                    Citations::Optional => "optional",
+                    Citations::Required => "required",
+                }
+                .to_string()
+            }),
+            deny_if_any_unsupported: p.requested.deny_if_any_unsupported,
+            evidence_limit: p.requested.evidence_limit,
+        },
+    };
+    let canonical = serde_json_canonicalizer::to_string(&captured)
+        .map_err(|e| DecideError::Internal(format!("the input cannot be captured: {e}")))?;
+    let hash = hash(&canonical);
+    Ok((canonical, hash))
+}
+
+/// `sha256:<hex>` of a captured input's bytes, as `input_hash` states it.
+pub fn hash(canonical: &str) -> String {
+    format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(canonical.as_bytes()))
+    )
+}
+
+/// The input a captured decision was made on.
+pub fn decode(canonical: &str) -> Result<Input, String> {
+    let c: Captured = serde_json::from_str(canonical).map_err(|e| e.to_string())?;
+    if c.v != VERSION {
+        return Err(format!(
+            "captured input version {} (this build reads {VERSION})",
+            c.v
+        ));
+    }
+    let mode = match c.requested.decision_mode.as_deref() {
+        None => None,
+        Some("audit") => Some(DecisionMode::Audit),
+        Some("balanced") => Some(DecisionMode::Balanced),
+        Some("strict") => Some(DecisionMode::Strict),
+        Some(other) => return Err(format!("requested.decision_mode: {other:?}")),
+    };
+    let citations = match c.requested.citations.as_deref() {
+        None => None,
+        Some("optional") => Some(Citations::Optional),
+        Some("required") => Some(Citations::Required),
+        Some(other) => return Err(format!("requested.citations: {other:?}")),
+    };
+    let mut sources = Vec::with_capacity(c.sources.len());
+    for s in c.sources {
+        if s.text.is_some() == s.unavailable.is_some() {
+            return Err(format!(
+                "sources: {:?} needs exactly one of text and unavailable",
+                s.id
+            ));
+        }
+        sources.push(SourceIn {
+            source_id: Some(s.id),
+            id: None,
+            kind: None,
+            text: s.text,
+            uri: None,
+            checksum: None,
+            unavailable: s.unavailable,
+        });
+    }
+    Ok(Input {
+        action_type: c.action.kind,
+        params: c.action.params,
+        claims: c.claims.map(|claims| {
+            claims
+                .into_iter()
+                .map(|c| ClaimIn {
+                    text: c.text,
+                    id: c.id,
+                    citations: citations_in(c.citations),
+                })
+                .collect()
+        }),
+        answer: c.answer.map(|a| AnswerIn {
+            text: a.text,
+            citations: citations_in(a.citations),
+        }),
+        sources,
+        requested: Requested {
+            decision_mode: mode,
+            min_coverage: c.requested.min_coverage,
+            citations,
+            deny_if_any_unsupported: c.requested.deny_if_any_unsupported,
+            evidence_limit: c.requested.evidence_limit,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn claim(text: &str, cite: Option<&str>) -> ClaimIn {
+        ClaimIn {
+            text: text.into(),
+            id: None,
+            citations: cite
+                .map(|s| {
+                    vec![CitationIn {
+                        source_id: s.into(),
+                        quote: Some("q".into()),
+                    }]
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    #[test]
+    fn an_input_survives_the_round_trip_and_hashes_its_bytes() {
+        let params = json!({"amount": 120.5, "email": "hmac-sha256:ab"});
+        let claims = vec![claim("Order 1 was paid.", Some("s1")), claim("B", None)];
+        let sources = vec![
+            Resolved {
+                id: "s1".into(),
+                text: Ok("Order 1 was paid.".into()),
+            },
+            Resolved {
+                id: "s2".into(),
+                text: Err("file is outside evidence.roots".into()),
+            },
+        ];
+        let requested = Requested {
+            decision_mode: Some(DecisionMode::Strict),
+            min_coverage: Some(0.1 + 0.2),
+            citations: Some(Citations::Required),
+            deny_if_any_unsupported: None,
+            evidence_limit: Some(3),
+        };
+        let (canonical, h) = encode(&Parts {
+            action_type: "refund.create",
+            params: &params,
+            claims: Some(&claims),
+            answer: None,
+            sources: &sources,
+            requested: &requested,
+        })
+        .unwrap();
+        assert_eq!(h, hash(&canonical));
+        assert_eq!(
+            canonical,
+            serde_json_canonicalizer::to_string(
+                &serde_json::from_str::<serde_json::Value>(&canonical).unwrap()
+            )
+            .unwrap(),
+            "stored bytes are canonical"
+        );
+        let back = decode(&canonical).unwrap();
+        assert_eq!(back.action_type, "refund.create");
+        assert_eq!(serde_json::Value::Object(back.params), params);
+        assert_eq!(back.requested, requested);
+        let c = back.claims.unwrap();
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].citations[0].source_id, "s1");
+        assert_eq!(
+            back.sources[1].unavailable.as_deref(),
+            Some("file is outside evidence.roots")
+        );
+        assert_eq!(back.sources[0].text.as_deref(), Some("Order 1 was paid."));
+        // Re-encoding the decoded input gives the same bytes.
+        let resolved: Vec<Resolved> = back
+            .sources
+            .iter()
+            .map(|s| Resolved {
+                id: s.source_id.clone().unwrap(),
+                text: s.text.clone().ok_or_else(|| s.unavailable.clone().unwrap()),
+            })
+            .collect();
+        let again = encode(&Parts {
+            action_type: &back.action_type,
+            params: &params,
+            claims: Some(&c),
+            answer: None,
+            sources: &resolved,
+            requested: &back.requested,
+        })
+        .unwrap();
+        assert_eq!(again.0, canonical);
+    }
+
+    #[test]
+    fn a_foreign_or_damaged_capture_is_refused() {
+        assert!(decode("{").is_err());
+        let v2 = r#"{"action":{"params":{},"type":"x"},"requested":{},"sources":[],"v":2}"#;
+        assert!(decode(v2).unwrap_err().contains("version 2"));
+        let both = r#"{"action":{"params":{},"type":"x"},"requested":{},"sources":[{"id":"s","text":"t","unavailable":"u"}],"v":1}"#;
+        assert!(decode(both).is_err());
+        let unknown =
+            r#"{"action":{"params":{},"type":"x"},"requested":{},"sources":[],"v":1,"extra":1}"#;
+        assert!(decode(unknown).is_err());
+    }
+}
