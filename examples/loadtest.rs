@@ -30,7 +30,8 @@
 //! `cargo build --release --bin verdict && cargo run --release --example
 //! loadtest -- [--duration-secs 3] [--rounds 2] [--connections 64]
 //! [--rate 1000] [--idle-connections 1000] [--verdict-bin PATH]
-//! [--baseline-bin PATH] [--shadow] [--nginx-port PORT | --no-nginx]
+//! [--baseline-bin PATH] [--shadow] [--baseline-no-capture]
+//! [--nginx-port PORT | --no-nginx]
 //! [--scenarios direct,pass,gated,authorize,nginx]`
 //!
 //! Everything is on loopback and bounded in time: with the defaults the run
@@ -106,6 +107,9 @@ struct Args {
     /// whose `min_coverage` differs, so every gated decision is decided a
     /// second time, claims verified again: the worst case of shadow mode.
     shadow: bool,
+    /// Run the baseline with `[audit] capture_inputs = false`: with the same
+    /// binary as baseline, this measures what capturing inputs costs.
+    baseline_no_capture: bool,
     nginx_port: Option<u16>,
     no_nginx: bool,
     scenarios: Vec<String>,
@@ -122,6 +126,7 @@ fn parse_args() -> Result<Args, Error> {
         verdict_bin: root.join("target/release/verdict"),
         baseline_bin: None,
         shadow: false,
+        baseline_no_capture: false,
         nginx_port: None,
         no_nginx: false,
         scenarios: ["direct", "pass", "gated", "authorize", "nginx"]
@@ -140,13 +145,14 @@ fn parse_args() -> Result<Args, Error> {
             "--verdict-bin" => a.verdict_bin = value()?.into(),
             "--baseline-bin" => a.baseline_bin = Some(value()?.into()),
             "--shadow" => a.shadow = true,
+            "--baseline-no-capture" => a.baseline_no_capture = true,
             "--nginx-port" => a.nginx_port = Some(value()?.parse()?),
             "--no-nginx" => a.no_nginx = true,
             "--scenarios" => a.scenarios = value()?.split(',').map(String::from).collect(),
             "-h" | "--help" => {
                 println!(
                     "loadtest [--duration-secs S] [--rounds R] [--connections C] [--rate N] \
-                     [--idle-connections N] [--verdict-bin PATH] [--baseline-bin PATH] [--shadow] \
+                     [--idle-connections N] [--verdict-bin PATH] [--baseline-bin PATH] [--shadow] [--baseline-no-capture] \
                      [--nginx-port PORT | --no-nginx] [--scenarios direct,pass,gated,authorize,nginx]"
                 );
                 std::process::exit(0);
@@ -361,6 +367,7 @@ async fn start_verdict(
     bin: &Path,
     upstream: SocketAddr,
     shadow: bool,
+    capture: bool,
 ) -> Result<Verdict, Error> {
     if !bin.is_file() {
         return Err(format!(
@@ -407,6 +414,9 @@ async fn start_verdict(
         "\n[data]\ndir = {:?}\n",
         root.join("data").display().to_string()
     ));
+    if !capture {
+        config.push_str("\n[audit]\ncapture_inputs = false\n");
+    }
     std::fs::write(root.join("verdict.toml"), config)?;
     let child = Command::new(bin)
         .arg("serve")
@@ -991,9 +1001,11 @@ async fn run(args: Args) -> Result<(), Error> {
     let upstream = start_upstream().await?;
     let wanted = &args.scenarios;
 
-    let mut verdicts = vec![start_verdict("", &args.verdict_bin, upstream, args.shadow).await?];
+    let mut verdicts =
+        vec![start_verdict("", &args.verdict_bin, upstream, args.shadow, true).await?];
     if let Some(b) = &args.baseline_bin {
-        verdicts.push(start_verdict("baseline", b, upstream, false).await?);
+        let capture = !args.baseline_no_capture;
+        verdicts.push(start_verdict("baseline", b, upstream, false, capture).await?);
     }
 
     // Memory: idle, then with many open connections (before any load).

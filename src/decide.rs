@@ -389,7 +389,7 @@ pub async fn authorize(
         Some(serde_json::json!({"type": action_type, "params": audited_params.clone()}));
     let captured = captured.map(|(canonical, hash)| {
         record.input_hash = Some(hash);
-        crate::audit::CapturedInput::now(canonical)
+        crate::audit::CapturedInput { canonical }
     });
     record.decision = Some(decision.outcome.as_str().to_string());
     record.reason = Some(decision.reason.as_str().to_string());

@@ -123,12 +123,22 @@ async fn refund(api: String, proxy: String, i: usize, amount: u64) -> (u64, Stri
         };
         (amount, decision, id)
     } else {
-        let body = json!({
+        let mut body = json!({
             "action": {"type": "refund.create", "params": {"order_id": "7", "amount": amount}},
             "claims": [{"text": claim}],
             "sources": [{"source_id": "inv", "text": EV}],
             "response": {"mode": "verbose"},
         });
+        // Some calls send an answer (output mode), some a source the
+        // server cannot read: both must replay as they were decided.
+        if i % 6 == 1 {
+            body.as_object_mut().unwrap().remove("claims");
+            body["answer"] = json!(claim);
+        }
+        if i % 6 == 3 {
+            body["sources"] = json!([{"source_id": "inv", "text": EV},
+                {"source_id": "gone", "uri": "file:///nonexistent/invoice.txt"}]);
+        }
         let auth = format!("Bearer {APP_KEY}");
         let r = support::call(
             &api,

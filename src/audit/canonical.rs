@@ -21,13 +21,13 @@ fn bad(msg: &str) -> RecordError {
 }
 
 /// Appends a JSON string literal with JCS escaping.
-fn string(out: &mut Vec<u8>, s: &str) -> Result<(), RecordError> {
+pub fn string(out: &mut Vec<u8>, s: &str) -> Result<(), RecordError> {
     serde_json::to_writer(&mut *out, s).map_err(|e| bad(&e.to_string()))
 }
 
 /// Appends a number as ECMAScript formats an IEEE double; NaN and the
 /// infinities have no JSON form.
-fn number(out: &mut Vec<u8>, v: f64) -> Result<(), RecordError> {
+pub fn number(out: &mut Vec<u8>, v: f64) -> Result<(), RecordError> {
     if !v.is_finite() {
         return Err(bad("NaN and +/-Infinity are not permitted in JSON"));
     }
@@ -82,14 +82,21 @@ pub fn value(out: &mut Vec<u8>, v: &Value) -> Result<(), RecordError> {
 }
 
 /// Writes the members of one object in the order they are given, which the
-/// caller guarantees to be canonical.
-struct Members<'o> {
+/// caller guarantees to be canonical (plain ASCII names, sorted). Records use
+/// it, and so do captured decision inputs (`decide::capture`).
+pub struct Members<'o> {
     out: &'o mut Vec<u8>,
     first: bool,
 }
 
-impl Members<'_> {
-    fn key(&mut self, name: &str) {
+impl<'o> Members<'o> {
+    /// An object that starts at the end of `out`.
+    pub fn new(out: &'o mut Vec<u8>) -> Members<'o> {
+        Members { out, first: true }
+    }
+
+    /// Writes the name of the next member; its value goes to [`Members::out`].
+    pub fn key(&mut self, name: &str) {
         self.out
             .extend_from_slice(if self.first { b"{\"" } else { b",\"" });
         self.first = false;
@@ -114,19 +121,32 @@ impl Members<'_> {
         }
     }
 
-    fn str(&mut self, name: &str, v: Option<&str>) -> Result<(), RecordError> {
+    pub fn str(&mut self, name: &str, v: Option<&str>) -> Result<(), RecordError> {
         self.member(name, v, string)
     }
 
-    fn num(&mut self, name: &str, v: Option<f64>) -> Result<(), RecordError> {
+    pub fn num(&mut self, name: &str, v: Option<f64>) -> Result<(), RecordError> {
         self.member(name, v, number)
     }
 
-    fn json(&mut self, name: &str, v: Option<&Value>) -> Result<(), RecordError> {
+    pub fn json(&mut self, name: &str, v: Option<&Value>) -> Result<(), RecordError> {
         self.member(name, v, value)
     }
 
-    fn finish(self) {
+    pub fn bool(&mut self, name: &str, v: Option<bool>) {
+        if let Some(b) = v {
+            self.key(name);
+            self.out
+                .extend_from_slice(if b { b"true" } else { b"false" });
+        }
+    }
+
+    /// The buffer, for a value written after [`Members::key`].
+    pub fn out(&mut self) -> &mut Vec<u8> {
+        self.out
+    }
+
+    pub fn finish(self) {
         self.out
             .extend_from_slice(if self.first { b"{}" } else { b"}" });
     }
@@ -183,10 +203,7 @@ pub fn record(r: &AuditRecord) -> Result<String, RecordError> {
     m.num("coverage_score", *coverage_score)?;
     m.str("decision", decision.as_deref())?;
     m.json("detail", detail.as_ref())?;
-    if let Some(b) = enforced {
-        m.key("enforced");
-        m.out.extend_from_slice(if *b { b"true" } else { b"false" });
-    }
+    m.bool("enforced", *enforced);
     m.str("input_hash", input_hash.as_deref())?;
     m.str("kind", Some(kind_name(*kind)))?;
     m.str("policy_revision", policy_revision.as_deref())?;

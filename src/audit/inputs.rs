@@ -32,18 +32,6 @@ const SWEEP_EVERY_MIN: Duration = Duration::from_millis(200);
 pub struct CapturedInput {
     /// The canonical JSON, exactly as hashed into the record's `input_hash`.
     pub canonical: String,
-    /// When it was captured (milliseconds since the epoch): retention reads it.
-    pub at_ms: i64,
-}
-
-impl CapturedInput {
-    /// An input captured now.
-    pub fn now(canonical: String) -> CapturedInput {
-        CapturedInput {
-            canonical,
-            at_ms: now_ms(),
-        }
-    }
 }
 
 fn now_ms() -> i64 {
@@ -53,15 +41,30 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Deletes at most `limit` inputs captured before `cutoff_ms`, oldest first,
-/// in one transaction; returns how many went.
+/// The smallest record id (UUID v7) stamped at `ms`: every record is
+/// created with a v7 id ([`super::AuditRecord::new`]), whose first 48 bits
+/// are its Unix time in milliseconds, so ids sort by time and the table
+/// needs no time column or index of its own.
+fn first_id_at(ms: i64) -> [u8; 16] {
+    let mut id = [0u8; 16];
+    let ms = u64::try_from(ms.max(0)).unwrap_or(0);
+    id[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+    id
+}
+
+/// Deletes at most `limit` inputs of records stamped before `cutoff_ms`,
+/// oldest first, in one transaction; returns how many went.
 pub fn sweep(conn: &Connection, cutoff_ms: i64, limit: usize) -> Result<usize, AuditError> {
     let n = conn
         .prepare_cached(
             "DELETE FROM audit_inputs WHERE record_id IN (
-                 SELECT record_id FROM audit_inputs WHERE at_ms < ?1 ORDER BY at_ms LIMIT ?2)",
+                 SELECT record_id FROM audit_inputs WHERE record_id < ?1
+                 ORDER BY record_id LIMIT ?2)",
         )?
-        .execute(params![cutoff_ms, i64::try_from(limit).unwrap_or(i64::MAX)])?;
+        .execute(params![
+            first_id_at(cutoff_ms).as_slice(),
+            i64::try_from(limit).unwrap_or(i64::MAX)
+        ])?;
     Ok(n)
 }
 
@@ -185,11 +188,18 @@ pub fn for_each_from(
     from: u64,
     mut f: impl FnMut(Row) -> bool,
 ) -> Result<(), AuditError> {
-    let mut stmt = conn.prepare(
-        "SELECT r.leaf, r.canonical, i.input FROM audit_records r
-         LEFT JOIN audit_inputs i ON i.record_id = r.record_id
-         WHERE r.leaf >= ?1 ORDER BY r.leaf",
-    )?;
+    // A log no server of this version has opened has no inputs table.
+    let mut stmt = if has_table(conn)? {
+        conn.prepare(
+            "SELECT r.leaf, r.canonical, i.input FROM audit_records r
+             LEFT JOIN audit_inputs i ON i.record_id = r.record_id
+             WHERE r.leaf >= ?1 ORDER BY r.leaf",
+        )?
+    } else {
+        conn.prepare(
+            "SELECT leaf, canonical, NULL FROM audit_records WHERE leaf >= ?1 ORDER BY leaf",
+        )?
+    };
     let mut rows = stmt.query([i64::try_from(from).unwrap_or(i64::MAX)])?;
     while let Some(r) = rows.next()? {
         let leaf: i64 = r.get(0)?;
@@ -205,17 +215,21 @@ pub fn for_each_from(
     Ok(())
 }
 
-/// How many captured inputs are stored (for tests and `verdict replay`'s
-/// summary).
-pub fn count(conn: &Connection) -> Result<u64, AuditError> {
-    let has_table: Option<i64> = conn
+fn has_table(conn: &Connection) -> Result<bool, AuditError> {
+    let found: Option<i64> = conn
         .query_row(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_inputs'",
             [],
             |r| r.get(0),
         )
         .optional()?;
-    if has_table.is_none() {
+    Ok(found.is_some())
+}
+
+/// How many captured inputs are stored (for tests and `verdict replay`'s
+/// summary).
+pub fn count(conn: &Connection) -> Result<u64, AuditError> {
+    if !has_table(conn)? {
         return Ok(0);
     }
     let n: i64 = conn.query_row("SELECT COUNT(*) FROM audit_inputs", [], |r| r.get(0))?;
@@ -226,34 +240,48 @@ pub fn count(conn: &Connection) -> Result<u64, AuditError> {
 mod tests {
     use super::*;
 
+    /// Record ids as the log makes them (UUID v7), 1 ms apart from START.
     fn table() -> Connection {
         let c = Connection::open_in_memory().unwrap();
         c.execute_batch(
-            "CREATE TABLE audit_inputs (record_id BLOB PRIMARY KEY, at_ms INTEGER NOT NULL,
-             input TEXT NOT NULL) WITHOUT ROWID",
+            "CREATE TABLE audit_inputs (record_id BLOB PRIMARY KEY, input TEXT NOT NULL)
+             WITHOUT ROWID",
         )
         .unwrap();
-        for i in 0..2500i64 {
+        for i in 0..2500u64 {
+            let ms = START as u64 + i;
+            let id = uuid::Builder::from_unix_timestamp_millis(ms, &[7; 10]).into_uuid();
             c.execute(
-                "INSERT INTO audit_inputs VALUES (?1, ?2, '{}')",
-                params![i.to_be_bytes().to_vec(), i],
+                "INSERT INTO audit_inputs VALUES (?1, '{}')",
+                params![id.as_bytes().as_slice()],
             )
             .unwrap();
         }
         c
     }
 
+    /// A November 2026 millisecond.
+    const START: i64 = 1_795_000_000_000;
+
     #[test]
     fn a_sweep_batch_deletes_at_most_its_limit_oldest_first() {
         let c = table();
-        assert_eq!(sweep(&c, 2000, SWEEP_BATCH).unwrap(), SWEEP_BATCH);
-        let oldest: i64 = c
-            .query_row("SELECT MIN(at_ms) FROM audit_inputs", [], |r| r.get(0))
+        assert_eq!(sweep(&c, START + 2000, SWEEP_BATCH).unwrap(), SWEEP_BATCH);
+        let oldest: Vec<u8> = c
+            .query_row("SELECT MIN(record_id) FROM audit_inputs", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(oldest, 1000);
-        assert_eq!(sweep(&c, 2000, SWEEP_BATCH).unwrap(), 1000);
+        let (secs, nanos) = uuid::Uuid::from_slice(&oldest)
+            .unwrap()
+            .get_timestamp()
+            .unwrap()
+            .to_unix();
         assert_eq!(
-            sweep(&c, 2000, SWEEP_BATCH).unwrap(),
+            secs * 1000 + u64::from(nanos / 1_000_000),
+            START as u64 + 1000
+        );
+        assert_eq!(sweep(&c, START + 2000, SWEEP_BATCH).unwrap(), 1000);
+        assert_eq!(
+            sweep(&c, START + 2000, SWEEP_BATCH).unwrap(),
             0,
             "nothing older is left"
         );
@@ -261,8 +289,23 @@ mod tests {
     }
 
     #[test]
-    fn count_is_zero_for_a_log_written_before_inputs_were_captured() {
+    fn a_log_written_before_inputs_were_captured_reads_as_records_without_inputs() {
         let c = Connection::open_in_memory().unwrap();
         assert_eq!(count(&c).unwrap(), 0);
+        c.execute_batch(
+            "CREATE TABLE audit_records (leaf INTEGER PRIMARY KEY, record_id BLOB NOT NULL UNIQUE,
+             canonical TEXT NOT NULL, principal TEXT, hashes BLOB NOT NULL);
+             INSERT INTO audit_records VALUES (0, x'00', '{}', NULL, x''),
+                                              (1, x'01', '{\"a\":1}', NULL, x'');",
+        )
+        .unwrap();
+        let mut rows = Vec::new();
+        for_each_from(&c, 1, |r| {
+            rows.push(r);
+            true
+        })
+        .unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].leaf, rows[0].input.is_none()), (1, true));
     }
 }

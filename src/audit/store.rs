@@ -15,7 +15,7 @@
 //!   them in the record's row makes a group commit one insert per record.
 //! - `audit_checkpoints(tree_size, note, created_at)`: every signed note ever
 //!   issued; the root is inside the signed text.
-//! - `audit_inputs(record_id, at_ms, input)`: the captured input of a
+//! - `audit_inputs(record_id, input)`: the captured input of a
 //!   decision (`[audit] capture_inputs`), inserted with its record and
 //!   deleted after `audit.input_retention` (see [`super::inputs`]). Not part
 //!   of any hash: the record's `input_hash` names it, so deleting a row never
@@ -44,10 +44,8 @@ CREATE TABLE IF NOT EXISTS audit_records (
 );
 CREATE TABLE IF NOT EXISTS audit_inputs (
     record_id BLOB PRIMARY KEY,
-    at_ms     INTEGER NOT NULL,
     input     TEXT NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS audit_inputs_at ON audit_inputs (at_ms);
 CREATE TABLE IF NOT EXISTS audit_checkpoints (
     tree_size  INTEGER PRIMARY KEY,
     note       TEXT NOT NULL,
@@ -335,14 +333,8 @@ impl<'c> Appender<'c> {
         if let Some(input) = input {
             // Prepared only by groups that capture inputs.
             self.conn
-                .prepare_cached(
-                    "INSERT INTO audit_inputs (record_id, at_ms, input) VALUES (?1, ?2, ?3)",
-                )?
-                .execute(params![
-                    id.as_bytes().as_slice(),
-                    input.at_ms,
-                    input.canonical
-                ])?;
+                .prepare_cached("INSERT INTO audit_inputs (record_id, input) VALUES (?1, ?2)")?
+                .execute(params![id.as_bytes().as_slice(), input.canonical])?;
         }
         Ok(())
     }

@@ -15,6 +15,8 @@ use sha2::{Digest, Sha256};
 
 use super::input::{AnswerIn, CitationIn, ClaimIn, SourceIn};
 use super::{DecideError, Input};
+use crate::audit::canonical::Members;
+use crate::audit::record::RecordError;
 use crate::engine::decide::{mode_str, Requested};
 use crate::engine::{Citations, DecisionMode};
 use crate::evidence::Resolved;
@@ -96,6 +98,7 @@ struct Asked {
     evidence_limit: Option<usize>,
 }
 
+#[cfg(test)]
 fn citations_out(c: &[CitationIn]) -> Vec<Citation> {
     c.iter()
         .map(|c| Citation {
@@ -126,61 +129,115 @@ pub struct Parts<'a> {
 }
 
 /// The canonical captured input and its `sha256:<hex>`.
+///
+/// Written member by member in canonical order (only `action.params` is
+/// free JSON to sort), like audit records and for the same reason: this
+/// runs once per decision, and the generic canonicalizer buffers every
+/// property. A test compares it with the generic one byte for byte.
 pub fn encode(p: &Parts<'_>) -> Result<(String, String), DecideError> {
-    let captured = Captured {
-        v: VERSION,
-        action: Action {
-            kind: p.action_type.to_string(),
-            params: p.params.as_object().cloned().unwrap_or_default(),
-        },
-        claims: p.claims.map(|claims| {
-            claims
-                .iter()
-                .map(|c| Claim {
-                    text: c.text.clone(),
-                    id: c.id.clone(),
-                    citations: citations_out(&c.citations),
-                })
-                .collect()
-        }),
-        answer: p.answer.map(|a| Answer {
-            text: a.text.clone(),
-            citations: citations_out(&a.citations),
-        }),
-        sources: p
-            .sources
-            .iter()
-            .map(|r| match &r.text {
-                Ok(t) => Source {
-                    id: r.id.clone(),
-                    text: Some(t.clone()),
-                    unavailable: None,
-                },
-                Err(why) => Source {
-                    id: r.id.clone(),
-                    text: None,
-                    unavailable: Some(why.clone()),
-                },
-            })
-            .collect(),
-        requested: Asked {
-            decision_mode: p.requested.decision_mode.map(|m| mode_str(m).to_string()),
-            min_coverage: p.requested.min_coverage,
-            citations: p.requested.citations.map(|c| {
-                match c {
-                    Citations::Optional => "optional",
-                    Citations::Required => "required",
-                }
-                .to_string()
-            }),
-            deny_if_any_unsupported: p.requested.deny_if_any_unsupported,
-            evidence_limit: p.requested.evidence_limit,
-        },
-    };
-    let canonical = serde_json_canonicalizer::to_string(&captured)
+    let canonical = write(p)
         .map_err(|e| DecideError::Internal(format!("the input cannot be captured: {e}")))?;
     let hash = hash(&canonical);
     Ok((canonical, hash))
+}
+
+fn citations(out: &mut Vec<u8>, c: &[CitationIn]) -> Result<(), RecordError> {
+    out.push(b'[');
+    for (i, c) in c.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let mut m = Members::new(out);
+        m.str("quote", c.quote.as_deref())?;
+        m.str("source_id", Some(&c.source_id))?;
+        m.finish();
+    }
+    out.push(b']');
+    Ok(())
+}
+
+fn write(p: &Parts<'_>) -> Result<String, RecordError> {
+    let text_bytes: usize = p
+        .sources
+        .iter()
+        .map(|s| s.text.as_ref().map_or(0, String::len))
+        .sum();
+    let mut out = Vec::with_capacity(256 + text_bytes);
+    let mut m = Members::new(&mut out);
+    m.key("action");
+    {
+        let mut a = Members::new(m.out());
+        a.json("params", Some(p.params))?;
+        a.str("type", Some(p.action_type))?;
+        a.finish();
+    }
+    if let Some(answer) = p.answer {
+        m.key("answer");
+        let mut a = Members::new(m.out());
+        if !answer.citations.is_empty() {
+            a.key("citations");
+            citations(a.out(), &answer.citations)?;
+        }
+        a.str("text", Some(&answer.text))?;
+        a.finish();
+    }
+    if let Some(claims) = p.claims {
+        m.key("claims");
+        let out = m.out();
+        out.push(b'[');
+        for (i, c) in claims.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let mut o = Members::new(out);
+            if !c.citations.is_empty() {
+                o.key("citations");
+                citations(o.out(), &c.citations)?;
+            }
+            o.str("id", c.id.as_deref())?;
+            o.str("text", Some(&c.text))?;
+            o.finish();
+        }
+        out.push(b']');
+    }
+    m.key("requested");
+    {
+        let r = p.requested;
+        let mut o = Members::new(m.out());
+        o.str(
+            "citations",
+            r.citations.map(|c| match c {
+                Citations::Optional => "optional",
+                Citations::Required => "required",
+            }),
+        )?;
+        o.str("decision_mode", r.decision_mode.map(mode_str))?;
+        o.bool("deny_if_any_unsupported", r.deny_if_any_unsupported);
+        o.num("evidence_limit", r.evidence_limit.map(|n| n as f64))?;
+        o.num("min_coverage", r.min_coverage)?;
+        o.finish();
+    }
+    m.key("sources");
+    {
+        let out = m.out();
+        out.push(b'[');
+        for (i, s) in p.sources.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let mut o = Members::new(out);
+            o.str("id", Some(&s.id))?;
+            match &s.text {
+                Ok(t) => o.str("text", Some(t))?,
+                Err(why) => o.str("unavailable", Some(why))?,
+            }
+            o.finish();
+        }
+        out.push(b']');
+    }
+    m.num("v", Some(f64::from(VERSION)))?;
+    m.finish();
+    String::from_utf8(out).map_err(|e| RecordError(e.to_string()))
 }
 
 /// `sha256:<hex>` of a captured input's bytes, as `input_hash` states it.
@@ -276,6 +333,99 @@ mod tests {
                     }]
                 })
                 .unwrap_or_default(),
+        }
+    }
+
+    /// The captured form through the generic canonicalizer.
+    fn generic(p: &Parts<'_>) -> String {
+        let captured = Captured {
+            v: VERSION,
+            action: Action {
+                kind: p.action_type.to_string(),
+                params: p.params.as_object().cloned().unwrap_or_default(),
+            },
+            claims: p.claims.map(|claims| {
+                claims
+                    .iter()
+                    .map(|c| Claim {
+                        text: c.text.clone(),
+                        id: c.id.clone(),
+                        citations: citations_out(&c.citations),
+                    })
+                    .collect()
+            }),
+            answer: p.answer.map(|a| Answer {
+                text: a.text.clone(),
+                citations: citations_out(&a.citations),
+            }),
+            sources: p
+                .sources
+                .iter()
+                .map(|r| Source {
+                    id: r.id.clone(),
+                    text: r.text.as_ref().ok().cloned(),
+                    unavailable: r.text.as_ref().err().cloned(),
+                })
+                .collect(),
+            requested: Asked {
+                decision_mode: p.requested.decision_mode.map(|m| mode_str(m).to_string()),
+                min_coverage: p.requested.min_coverage,
+                citations: p.requested.citations.map(|c| {
+                    match c {
+                        Citations::Optional => "optional",
+                        Citations::Required => "required",
+                    }
+                    .to_string()
+                }),
+                deny_if_any_unsupported: p.requested.deny_if_any_unsupported,
+                evidence_limit: p.requested.evidence_limit,
+            },
+        };
+        serde_json_canonicalizer::to_string(&captured).unwrap()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        #[test]
+        fn the_written_bytes_are_the_generic_canonicalizers(
+            texts in proptest::collection::vec(".{0,12}", 6),
+            amount in -1e12f64..1e12,
+            flags in proptest::collection::vec(proptest::prelude::any::<bool>(), 6),
+            limit in 0usize..100,
+        ) {
+            let params = json!({"amount": amount, texts[0].clone(): [1, null, {"\u{e9}": texts[1]}]});
+            let claims: Vec<ClaimIn> = (0..2)
+                .map(|i| ClaimIn {
+                    text: texts[2 + i].clone(),
+                    id: flags[i].then(|| texts[4].clone()),
+                    citations: if flags[2 + i] {
+                        vec![CitationIn { source_id: texts[5].clone(), quote: flags[4].then(|| texts[0].clone()) }]
+                    } else {
+                        vec![]
+                    },
+                })
+                .collect();
+            let answer = AnswerIn { text: texts[3].clone(), citations: claims[0].citations.clone() };
+            let sources = vec![
+                Resolved { id: texts[1].clone(), text: Ok(texts[2].clone()) },
+                Resolved { id: texts[4].clone(), text: Err(texts[5].clone()) },
+            ];
+            let requested = Requested {
+                decision_mode: flags[5].then_some(DecisionMode::Balanced),
+                min_coverage: flags[0].then_some(amount.abs() / 1e12),
+                citations: flags[1].then_some(Citations::Required),
+                deny_if_any_unsupported: flags[2].then_some(flags[3]),
+                evidence_limit: flags[4].then_some(limit),
+            };
+            let parts = Parts {
+                action_type: &texts[0],
+                params: &params,
+                claims: flags[5].then_some(claims.as_slice()),
+                answer: (!flags[5]).then_some(&answer),
+                sources: &sources,
+                requested: &requested,
+            };
+            proptest::prop_assert_eq!(encode(&parts).unwrap().0, generic(&parts));
         }
     }
 
