@@ -417,7 +417,7 @@ pub async fn authorize(
         }
     }
     // A decision is never returned before its record is durable.
-    let receipt = h.audit.append_with_input(record, captured).await?;
+    let receipt = h.audit.append(record, captured).await?;
     h.metrics.observe(
         if ctx.route.is_some() { "proxy" } else { "api" },
         decision.outcome.as_str(),
@@ -593,7 +593,7 @@ pub async fn refuse(
     record.enforced = Some(true);
     record.policy_revision = Some(set.revision.clone());
     record.route = ctx.route.map(str::to_string);
-    let receipt = h.audit.append(record).await?;
+    let receipt = h.audit.append(record, None).await?;
     h.metrics.observe(
         if ctx.route.is_some() { "proxy" } else { "api" },
         Outcome::Deny.as_str(),

@@ -234,15 +234,7 @@ async fn a_draft_reports_exactly_the_flips_computed_here_and_the_set_reproduces_
     }
 
     // The text report, through the real binary, beside the running server.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["replay", "--since", "1h", "--policies"])
-        .arg(s.path("draft-300"))
-        .arg("--baseline")
-        .arg(s.path("policies"))
-        .arg("--data-dir")
-        .arg(s.path("data"))
-        .output()
-        .unwrap();
+    let out = replay_cli(&s, "draft-300");
     support::assert_exit(&out, 0);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("reproduced 1000 of 1000"), "{text}");
@@ -262,6 +254,20 @@ async fn a_draft_reports_exactly_the_flips_computed_here_and_the_set_reproduces_
     proxied.route = Some("create-refund".into());
     let (_, r, out) = run(&proxied).await;
     assert_eq!(r.decisions, 500, "{out}");
+}
+
+/// `verdict replay` (the real binary) of the last hour with the draft in
+/// `s.path(draft)`, against the server's policies and data dir.
+fn replay_cli(s: &TestServer, draft: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["replay", "--since", "1h", "--policies"])
+        .arg(s.path(draft))
+        .arg("--baseline")
+        .arg(s.path("policies"))
+        .arg("--data-dir")
+        .arg(s.path("data"))
+        .output()
+        .unwrap()
 }
 
 fn tamper(db: &Path, record_id: &str) {
@@ -297,15 +303,7 @@ async fn an_input_that_does_not_match_its_record_stops_the_replay() {
     let victim = seen.keys().next().unwrap();
     tamper(&s.path("data/verdict.db"), victim);
 
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["replay", "--policies"])
-        .arg(s.path("policies"))
-        .arg("--baseline")
-        .arg(s.path("policies"))
-        .arg("--data-dir")
-        .arg(s.path("data"))
-        .output()
-        .unwrap();
+    let out = replay_cli(&s, "policies");
     support::assert_exit(&out, 2);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -34,14 +34,10 @@ pub enum Recorder<'a> {
 }
 
 impl Recorder<'_> {
-    /// Records `record` and returns its receipt.
-    pub async fn append(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
-        self.append_with_input(record, None).await
-    }
-
-    /// Records `record` with the decision's captured input (dropped with
-    /// the record by [`Recorder::Discard`]).
-    pub async fn append_with_input(
+    /// Records `record`, with the decision's captured input if there is one
+    /// (dropped with the record by [`Recorder::Discard`]), and returns its
+    /// receipt.
+    pub async fn append(
         &self,
         record: AuditRecord,
         input: Option<CapturedInput>,
@@ -79,13 +75,13 @@ mod tests {
     #[tokio::test]
     async fn discard_checks_the_record_as_the_log_would() {
         let mut record = AuditRecord::new(RecordKind::Decision);
-        let receipt = Recorder::Discard.append(record.clone()).await;
+        let receipt = Recorder::Discard.append(record.clone(), None).await;
         let receipt = receipt.expect("a valid record is accepted");
         assert_eq!(receipt.key_id, UNRECORDED);
         assert_eq!(receipt.record_id, record.record_id);
         assert!(receipt.proof.is_empty() && receipt.tree_size == 0);
         record.coverage_score = Some(f64::NAN);
-        let refused = Recorder::Discard.append(record).await;
+        let refused = Recorder::Discard.append(record, None).await;
         assert!(
             matches!(refused, Err(AuditError::InvalidRecord(_))),
             "{refused:?}"
