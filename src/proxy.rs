@@ -116,30 +116,21 @@ impl Proxy {
         req: Request<Incoming>,
         conn: ConnInfo,
         request_id: &str,
+        set: &crate::policy::PolicySet,
+        routed: Routed<'_>,
     ) -> Response<RespBody> {
-        let set = self.app.policies.load_full();
-        let routed = read::route(
-            &set,
-            &self.cfg,
-            req.method().as_str(),
-            req.uri().path(),
-            req.uri().query(),
-            req.headers(),
-        );
         let (route, path_params) = match routed {
             Routed::Gated { route, path_params } => (route, path_params),
-            Routed::Refused(refusal) => return self.refuse(&set, &req, refusal, request_id).await,
+            Routed::Refused(refusal) => return self.refuse(set, &req, refusal, request_id).await,
             Routed::Unmatched {
                 json_gated_elsewhere: Some(route),
             } if self.cfg.unmatched == Unmatched::Forward => {
-                return self
-                    .unmatched_json(req, conn, request_id, &set, route)
-                    .await;
+                return self.unmatched_json(req, conn, request_id, set, route).await;
             }
             Routed::Unmatched { .. } => return self.unmatched(req, conn, request_id).await,
         };
         match self
-            .gated(req, conn, request_id, &set, route, &path_params)
+            .gated(req, conn, request_id, set, route, &path_params)
             .await
         {
             Ok(resp) => resp,
@@ -155,6 +146,38 @@ impl Handler for Proxy {
     async fn handle(&self, req: Request<Incoming>, conn: ConnInfo) -> Response<RespBody> {
         let started = Instant::now();
         let request_id = http_util::request_id(req.headers());
+        let set = self.app.policies.load_full();
+        let routed = read::route(
+            &set,
+            &self.cfg,
+            req.method().as_str(),
+            req.uri().path(),
+            req.uri().query(),
+            req.headers(),
+        );
+        if self.cfg.unmatched == Unmatched::Forward
+            && matches!(
+                routed,
+                Routed::Unmatched {
+                    json_gated_elsewhere: None
+                }
+            )
+        {
+            // The pass-through is the tax every request pays: no span and
+            // no log line at the default level (an upstream failure is
+            // still a warning naming the request id).
+            let mut resp = self.unmatched(req, conn, &request_id).await;
+            if let Ok(v) = HeaderValue::from_str(&request_id) {
+                resp.headers_mut().insert(REQUEST_ID, v);
+            }
+            tracing::debug!(
+                request_id = %request_id,
+                status = resp.status().as_u16(),
+                latency_ms = (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
+                "passed through"
+            );
+            return resp;
+        }
         let span = tracing::info_span!(
             "proxy",
             request_id = %request_id,
@@ -162,8 +185,8 @@ impl Handler for Proxy {
             path = %req.uri().path(),
             peer = %conn.peer
         );
-        async move {
-            let mut resp = self.route(req, conn, &request_id).await;
+        async {
+            let mut resp = self.route(req, conn, &request_id, &set, routed).await;
             if let Ok(v) = HeaderValue::from_str(&request_id) {
                 resp.headers_mut().insert(REQUEST_ID, v);
             }

@@ -597,3 +597,56 @@ async fn failure_mode_open_forwards_when_the_gate_cannot_decide() {
     e.s.app().audit.inject_write_failure(false);
     e.s.shutdown().await;
 }
+
+/// The address a server spawned with [`support::spawn_binary_with`] logged
+/// for its proxy.
+fn proxy_addr(log: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>) -> String {
+    let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    text.lines()
+        .filter(|l| l.contains("proxy listening"))
+        .find_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            v["addr"].as_str().map(str::to_string)
+        })
+        .expect("a proxy listening line")
+}
+
+/// A pass-through request is the tax every call pays: at the default level
+/// it writes no log line (it still answers with its request id); at debug it
+/// writes one.
+#[tokio::test]
+async fn a_pass_through_logs_nothing_at_info_and_one_line_at_debug() {
+    let up = support::MockUpstream::start().await;
+    for (filter, logged) in [("info", false), ("debug", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut child, _api, log) = support::spawn_binary_with(
+            env!("CARGO_BIN_EXE_verdict"),
+            dir.path(),
+            filter,
+            &["--proxy-listen", "127.0.0.1:0", "--upstream", &up.url()],
+            &[],
+        );
+        let base = format!("http://{}", proxy_addr(&log));
+        let id = format!("pass-through-{filter}");
+        let r = support::call(
+            &base,
+            Method::GET,
+            "/api/items/42",
+            &[("x-request-id", &id)],
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-request-id"), Some(id.as_str()));
+        support::terminate(&mut child, &log);
+        let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(&id)).collect();
+        assert_eq!(!lines.is_empty(), logged, "RUST_LOG={filter}: {lines:?}");
+        if logged {
+            assert!(
+                lines.iter().any(|l| l.contains("passed through")),
+                "{lines:?}"
+            );
+        }
+    }
+}
