@@ -229,7 +229,7 @@ mod tests {
         h.insert("x-forwarded-for", HeaderValue::from_static("1.2.3.4"));
         h.insert(HOST, HeaderValue::from_static("shop.example"));
         h.insert("x-customer-id", HeaderValue::from_static("C-9"));
-        let out = forward_headers(&h, conn(), "rid");
+        let out = forward_headers(h.clone(), conn(), "rid");
         assert!(out.get("connection").is_none());
         assert!(out.get("x-secret").is_none());
         assert!(out.get("transfer-encoding").is_none());

@@ -196,7 +196,7 @@ impl Proxy {
                 .path_and_query()
                 .map(|pq| pq.as_str().to_string())
                 .unwrap_or_else(|| "/".into()),
-            headers: forward_headers(&parts.headers, conn, request_id)
+            headers: forward_headers(parts.headers.clone(), conn, request_id)
                 .iter()
                 .map(|(k, v)| (k.as_str().to_string(), Bytes::copy_from_slice(v.as_bytes())))
                 .collect(),

@@ -128,9 +128,9 @@ pub(super) enum UpstreamError {
 }
 
 /// The headers sent upstream: hop-by-hop and spoofable `x-verdict-*` removed,
-/// `X-Forwarded-*` and `X-Request-ID` set. The body stays byte-identical.
-pub(super) fn forward_headers(incoming: &HeaderMap, conn: ConnInfo, request_id: &str) -> HeaderMap {
-    let mut h = incoming.clone();
+/// `X-Forwarded-*` and `X-Request-ID` set, in the client's own map (the
+/// pass-through copies nothing). The body stays byte-identical.
+pub(super) fn forward_headers(mut h: HeaderMap, conn: ConnInfo, request_id: &str) -> HeaderMap {
     strip_hop_by_hop(&mut h);
     let names: Vec<HeaderName> = h
         .keys()
@@ -200,7 +200,7 @@ impl Proxy {
         let mut req = Request::new(out.body);
         *req.method_mut() = out.method;
         *req.uri_mut() = target;
-        *req.headers_mut() = forward_headers(&out.headers, out.conn, out.request_id);
+        *req.headers_mut() = forward_headers(out.headers, out.conn, out.request_id);
         for (k, v) in out.extra {
             if let (Ok(k), Ok(v)) = (
                 HeaderName::from_bytes(k.as_bytes()),
