@@ -400,8 +400,13 @@ fn text(r: &Report, draft: &Path, baseline: &Path) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "replay: {} decisions since {}: {} replayed, {} missing (inputs deleted by retention), {} not captured",
-        r.decisions, r.since, r.replayed, r.missing, r.not_captured
+        "replay: {} decision{} since {}: {} replayed, {} missing (inputs deleted by retention), {} not captured",
+        r.decisions,
+        if r.decisions == 1 { "" } else { "s" },
+        r.since,
+        r.replayed,
+        r.missing,
+        r.not_captured
     );
     let _ = writeln!(
         out,
