@@ -387,10 +387,21 @@ pub async fn authorize(
     record.principal = Some(ctx.principal.to_string());
     record.action =
         Some(serde_json::json!({"type": action_type, "params": audited_params.clone()}));
-    let captured = captured.map(|(canonical, hash)| {
-        record.input_hash = Some(hash);
-        crate::audit::CapturedInput { canonical }
-    });
+    let captured = match captured {
+        Some((canonical, _)) if canonical.len() > capture::MAX_BYTES => {
+            tracing::warn!(
+                request_id = ctx.request_id,
+                bytes = canonical.len(),
+                "decision input too large to capture; it will not be replayable"
+            );
+            None
+        }
+        Some((canonical, hash)) => {
+            record.input_hash = Some(hash);
+            Some(crate::audit::CapturedInput { canonical })
+        }
+        None => None,
+    };
     record.decision = Some(decision.outcome.as_str().to_string());
     record.reason = Some(decision.reason.as_str().to_string());
     record.enforced = Some(decision.enforced);

@@ -68,14 +68,27 @@ pub fn sweep(conn: &Connection, cutoff_ms: i64, limit: usize) -> Result<usize, A
     Ok(n)
 }
 
+/// A connection to an existing database that waits up to 5 s for a lock
+/// instead of failing.
+fn open_existing(path: &Path, flags: OpenFlags) -> Result<Connection, AuditError> {
+    if !path.exists() {
+        return Err(AuditError::Storage(format!(
+            "{}: database does not exist",
+            path.display()
+        )));
+    }
+    let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    Ok(conn)
+}
+
 /// The sweeper's connection: it writes, and waits for the writer rather
 /// than failing.
 fn open_sweeper(path: &Path) -> Result<Connection, AuditError> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(Duration::from_secs(5))?;
+    let conn = open_existing(path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+    // Deleted inputs (claims, evidence text) are overwritten in their pages,
+    // not left in free space.
+    conn.pragma_update(None, "secure_delete", "FAST")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(conn)
@@ -130,17 +143,7 @@ impl AuditLog {
 /// A connection that only reads, for `verdict replay` beside a running
 /// server: it takes no lock a writer waits on for long, and never writes.
 pub fn open_read_only(path: &Path) -> Result<Connection, AuditError> {
-    if !path.exists() {
-        return Err(AuditError::Storage(format!(
-            "{}: database does not exist",
-            path.display()
-        )));
-    }
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(Duration::from_secs(5))?;
+    let conn = open_existing(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     conn.pragma_update(None, "query_only", "ON")?;
     Ok(conn)
 }

@@ -323,6 +323,14 @@ impl<'c> Appender<'c> {
         for h in hashes {
             self.blob.extend_from_slice(h);
         }
+        // The input first: if either insert is refused, neither row is in
+        // the transaction (a refused record leaves no orphan input).
+        if let Some(input) = input {
+            // Prepared only by groups that capture inputs.
+            self.conn
+                .prepare_cached("INSERT INTO audit_inputs (record_id, input) VALUES (?1, ?2)")?
+                .execute(params![id.as_bytes().as_slice(), input.canonical])?;
+        }
         self.record.execute(params![
             i64::try_from(leaf).unwrap_or(i64::MAX),
             id.as_bytes().as_slice(),
@@ -330,12 +338,6 @@ impl<'c> Appender<'c> {
             principal,
             self.blob
         ])?;
-        if let Some(input) = input {
-            // Prepared only by groups that capture inputs.
-            self.conn
-                .prepare_cached("INSERT INTO audit_inputs (record_id, input) VALUES (?1, ?2)")?
-                .execute(params![id.as_bytes().as_slice(), input.canonical])?;
-        }
         Ok(())
     }
 }

@@ -140,9 +140,17 @@ pub fn replay(args: &Args, config: Config) -> Output {
         Err(e) => return Output::unusable(&[format!("{}: {e}", db.display())], args.json),
     };
     let now = time::OffsetDateTime::now_utc();
-    let since_at = now - args.since;
+    // A window longer than the calendar holds means everything.
+    let since_at = time::Duration::try_from(args.since)
+        .ok()
+        .and_then(|d| now.checked_sub(d))
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     let since = crate::audit::record::format_at(since_at);
-    let search_from = crate::audit::record::format_at(since_at - SEARCH_SLACK);
+    let search_from = crate::audit::record::format_at(
+        since_at
+            .checked_sub(time::Duration::try_from(SEARCH_SLACK).unwrap_or(time::Duration::ZERO))
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
+    );
     let (first, total) = match inputs::first_leaf_since(&conn, &search_from)
         .and_then(|f| Ok((f, crate::audit::store::record_count(&conn)?)))
     {
@@ -191,9 +199,15 @@ pub fn replay(args: &Args, config: Config) -> Output {
         &mut report,
         pending,
     ));
-    let _ = reader.join();
+    let read = reader.join();
     if let Err(message) = outcome {
         return Output::unusable(&[message], args.json);
+    }
+    if read.is_err() {
+        return Output::unusable(
+            &["the log reader failed; the window was not read to its end".to_string()],
+            args.json,
+        );
     }
     let code = if report.unreproduced.is_empty() {
         EXIT_OK
@@ -297,6 +311,7 @@ async fn decide_all(
     let mut set = tokio::task::JoinSet::new();
     let started = Instant::now();
     let mut shown = started;
+    let mut done = 0u64;
     let mut read_done = false;
     let mut failure = None;
     loop {
@@ -340,12 +355,12 @@ async fn decide_all(
         };
         let r = joined.map_err(|e| format!("a replay task failed: {e}"))?;
         tally(report, &mut flips, r);
+        done += 1;
         if shown.elapsed() >= Duration::from_secs(2) {
             shown = Instant::now();
             eprintln!(
-                "replay: {} of at most {pending} records decided ({:.0}/s)",
-                report.replayed,
-                report.replayed as f64 / started.elapsed().as_secs_f64().max(1e-9)
+                "replay: {done} of at most {pending} records decided ({:.0}/s)",
+                done as f64 / started.elapsed().as_secs_f64().max(1e-9)
             );
         }
     }

@@ -24,6 +24,13 @@ use crate::evidence::Resolved;
 /// The version of the captured form this build writes and reads.
 const VERSION: u32 = 1;
 
+/// The largest input kept (its canonical bytes). A bigger one (many large
+/// `uri` sources) is decided and recorded as usual but not captured: the
+/// record names no `input_hash`, and replay counts it as not captured. It
+/// keeps one request from bloating a group commit that other decisions
+/// wait on.
+pub const MAX_BYTES: usize = 8 << 20;
+
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Captured {
@@ -470,7 +477,7 @@ mod tests {
         );
         let back = decode(&canonical).unwrap();
         assert_eq!(back.action_type, "refund.create");
-        assert_eq!(serde_json::Value::Object(back.params), params);
+        assert_eq!(serde_json::Value::Object(back.params.clone()), params);
         assert_eq!(back.requested, requested);
         let c = back.claims.unwrap();
         assert_eq!(c.len(), 2);
@@ -489,9 +496,10 @@ mod tests {
                 text: s.text.clone().ok_or_else(|| s.unavailable.clone().unwrap()),
             })
             .collect();
+        let back_params = serde_json::Value::Object(back.params.clone());
         let again = encode(&Parts {
             action_type: &back.action_type,
-            params: &params,
+            params: &back_params,
             claims: Some(&c),
             answer: None,
             sources: &resolved,
