@@ -234,14 +234,15 @@ fn serve_help_describes_every_flag_and_its_default() {
 }
 
 /// JSON log lines print values, never Rust's Debug form (`Some("…")`), and
-/// latencies rounded to microseconds.
+/// latencies rounded to microseconds. The proxy's pass-through line is at
+/// debug, so the proxy logs at debug here.
 #[tokio::test]
 async fn json_logs_hold_plain_values_and_rounded_latencies() {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, addr, log) = support::spawn_binary_with(
         env!("CARGO_BIN_EXE_verdict"),
         dir.path(),
-        "info",
+        "info,verdict::proxy=debug",
         &[
             "--upstream",
             "http://127.0.0.1:9",
