@@ -11,14 +11,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::header::{HeaderValue, AUTHORIZATION};
+use http::header::AUTHORIZATION;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tracing::Instrument;
 
 use crate::auth::{AuthFailure, Principal, Scope};
 use crate::error::ApiError;
-use crate::http_util::{self, bytes_response, json_response, JsonBody, RespBody, REQUEST_ID};
+use crate::http_util::{self, bytes_response, json_response, JsonBody, RespBody};
 use crate::runtime::health::Liveness;
 use crate::runtime::App;
 use crate::server::{ConnInfo, Handler};
@@ -727,9 +727,7 @@ impl Handler for Api {
         async move {
             let (endpoint, result) = self.dispatch(req, &request_id, started).await;
             let mut resp = result.unwrap_or_else(|e| e.into_response(&request_id));
-            if let Ok(v) = HeaderValue::from_str(&request_id) {
-                resp.headers_mut().insert(REQUEST_ID, v);
-            }
+            http_util::stamp_request_id(&mut resp, &request_id);
             let status = resp.status().as_u16();
             let elapsed = started.elapsed();
             self.app
@@ -737,7 +735,7 @@ impl Handler for Api {
                 .observe(endpoint, method.as_str(), status, elapsed);
             tracing::info!(
                 status,
-                latency_ms = (elapsed.as_secs_f64() * 1_000_000.0).round() / 1000.0,
+                latency_ms = http_util::latency_ms(elapsed),
                 "request done"
             );
             resp

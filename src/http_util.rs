@@ -84,6 +84,18 @@ pub fn request_id(headers: &HeaderMap) -> String {
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
 }
 
+/// Echoes `request_id` on a response (a sane one is always a valid value).
+pub fn stamp_request_id<B>(resp: &mut Response<B>, request_id: &str) {
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
+}
+
+/// A latency as log lines show it: milliseconds, to the microsecond.
+pub fn latency_ms(elapsed: std::time::Duration) -> f64 {
+    (elapsed.as_secs_f64() * 1_000_000.0).round() / 1000.0
+}
+
 fn is_sane_request_id(s: &str) -> bool {
     (1..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_graphic())
 }

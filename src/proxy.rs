@@ -43,7 +43,6 @@ use upstream::{build_client, forward_headers, strip_hop_by_hop};
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::header::HeaderValue;
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
@@ -52,7 +51,7 @@ use hyper_util::client::legacy::Client;
 use tracing::Instrument;
 
 use crate::config::{ProxyConfig, Unmatched};
-use crate::http_util::{self, RespBody, REQUEST_ID};
+use crate::http_util::{self, RespBody};
 use crate::runtime::App;
 use crate::server::{ConnInfo, Handler};
 
@@ -167,13 +166,11 @@ impl Handler for Proxy {
             // no log line at the default level (an upstream failure is
             // still a warning naming the request id).
             let mut resp = self.unmatched(req, conn, &request_id).await;
-            if let Ok(v) = HeaderValue::from_str(&request_id) {
-                resp.headers_mut().insert(REQUEST_ID, v);
-            }
+            http_util::stamp_request_id(&mut resp, &request_id);
             tracing::debug!(
                 request_id = %request_id,
                 status = resp.status().as_u16(),
-                latency_ms = (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
+                latency_ms = http_util::latency_ms(started.elapsed()),
                 "passed through"
             );
             return resp;
@@ -187,12 +184,10 @@ impl Handler for Proxy {
         );
         async {
             let mut resp = self.route(req, conn, &request_id, &set, routed).await;
-            if let Ok(v) = HeaderValue::from_str(&request_id) {
-                resp.headers_mut().insert(REQUEST_ID, v);
-            }
+            http_util::stamp_request_id(&mut resp, &request_id);
             tracing::info!(
                 status = resp.status().as_u16(),
-                latency_ms = (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
+                latency_ms = http_util::latency_ms(started.elapsed()),
                 "proxied"
             );
             resp
@@ -205,6 +200,7 @@ impl Handler for Proxy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::HeaderValue;
     use http::header::HOST;
     use http::HeaderMap;
 
