@@ -686,27 +686,22 @@ impl Config {
 }
 
 fn default_floors(f: &FileDefaults) -> Result<DefaultFloors, ConfigError> {
-    use crate::policy::{Citations, DecisionMode};
+    use crate::engine::decide::{citations_from, mode_from};
     let decision_mode = match f.decision_mode.as_deref() {
         None => None,
-        Some("strict") => Some(DecisionMode::Strict),
-        Some("balanced") => Some(DecisionMode::Balanced),
-        Some("audit") => Some(DecisionMode::Audit),
-        Some(other) => {
-            return Err(ConfigError::Invalid(format!(
-                "defaults.decision_mode: unknown mode {other:?} (strict, balanced, audit)"
-            )))
-        }
+        Some(s) => Some(mode_from(s).ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "defaults.decision_mode: unknown mode {s:?} (strict, balanced, audit)"
+            ))
+        })?),
     };
     let citations = match f.citations.as_deref() {
         None => None,
-        Some("required") => Some(Citations::Required),
-        Some("optional") => Some(Citations::Optional),
-        Some(other) => {
-            return Err(ConfigError::Invalid(format!(
-                "defaults.citations: unknown value {other:?} (required, optional)"
-            )))
-        }
+        Some(s) => Some(citations_from(s).ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "defaults.citations: unknown value {s:?} (required, optional)"
+            ))
+        })?),
     };
     if let Some(c) = f.min_coverage {
         if !(0.0..=1.0).contains(&c) {

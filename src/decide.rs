@@ -276,14 +276,14 @@ pub async fn authorize(
     let sources = input::engine_sources(&resolved);
     // The input as decided, kept beside the record that names its hash.
     let captured = if h.capture && h.audit.is_durable() {
-        Some(capture::encode(&capture::Parts {
+        capture::encode(&capture::Parts {
             action_type: &action_type,
             params: &audited_params,
             claims: input.claims.as_deref(),
             answer: input.answer.as_ref(),
             sources: &resolved,
             requested: &requested,
-        })?)
+        })?
     } else {
         None
     };
@@ -387,21 +387,10 @@ pub async fn authorize(
     record.principal = Some(ctx.principal.to_string());
     record.action =
         Some(serde_json::json!({"type": action_type, "params": audited_params.clone()}));
-    let captured = match captured {
-        Some((canonical, _)) if canonical.len() > capture::MAX_BYTES => {
-            tracing::warn!(
-                request_id = ctx.request_id,
-                bytes = canonical.len(),
-                "decision input too large to capture; it will not be replayable"
-            );
-            None
-        }
-        Some((canonical, hash)) => {
-            record.input_hash = Some(hash);
-            Some(crate::audit::CapturedInput { canonical })
-        }
-        None => None,
-    };
+    let captured = captured.map(|canonical| {
+        record.input_hash = Some(capture::hash(&canonical));
+        crate::audit::CapturedInput { canonical }
+    });
     record.decision = Some(decision.outcome.as_str().to_string());
     record.reason = Some(decision.reason.as_str().to_string());
     record.enforced = Some(decision.enforced);

@@ -105,24 +105,19 @@ impl ExplainInput {
 }
 
 pub fn parse_mode(s: &str) -> Result<DecisionMode, ApiError> {
-    match s {
-        "strict" => Ok(DecisionMode::Strict),
-        "balanced" => Ok(DecisionMode::Balanced),
-        "audit" => Ok(DecisionMode::Audit),
-        other => Err(ApiError::Unprocessable(format!(
-            "requirements.decision_mode: unknown mode {other:?} (strict, balanced, audit)"
-        ))),
-    }
+    crate::engine::decide::mode_from(s).ok_or_else(|| {
+        ApiError::Unprocessable(format!(
+            "requirements.decision_mode: unknown mode {s:?} (strict, balanced, audit)"
+        ))
+    })
 }
 
 pub fn parse_citations(s: &str) -> Result<Citations, ApiError> {
-    match s {
-        "required" => Ok(Citations::Required),
-        "optional" => Ok(Citations::Optional),
-        other => Err(ApiError::Unprocessable(format!(
-            "requirements.citations: unknown value {other:?} (required, optional)"
-        ))),
-    }
+    crate::engine::decide::citations_from(s).ok_or_else(|| {
+        ApiError::Unprocessable(format!(
+            "requirements.citations: unknown value {s:?} (required, optional)"
+        ))
+    })
 }
 
 /// What the request asks for, validated (422 on bad values).

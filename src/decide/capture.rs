@@ -11,14 +11,12 @@
 //! time, under the same policy set and config.
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::input::{AnswerIn, CitationIn, ClaimIn, SourceIn};
 use super::{DecideError, Input};
 use crate::audit::canonical::Members;
-use crate::audit::record::RecordError;
-use crate::engine::decide::{mode_str, Requested};
-use crate::engine::{Citations, DecisionMode};
+use crate::audit::record::{hash_string, record_hash, RecordError};
+use crate::engine::decide::{citations_from, citations_str, mode_from, mode_str, Requested};
 use crate::evidence::Resolved;
 
 /// The version of the captured form this build writes and reads.
@@ -59,15 +57,7 @@ struct Claim {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     id: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    citations: Vec<Citation>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Citation {
-    source_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    quote: Option<String>,
+    citations: Vec<CitationIn>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -75,7 +65,7 @@ struct Citation {
 struct Answer {
     text: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    citations: Vec<Citation>,
+    citations: Vec<CitationIn>,
 }
 
 /// A source as the engine read it: exactly one of `text` and `unavailable`.
@@ -105,25 +95,6 @@ struct Asked {
     evidence_limit: Option<usize>,
 }
 
-#[cfg(test)]
-fn citations_out(c: &[CitationIn]) -> Vec<Citation> {
-    c.iter()
-        .map(|c| Citation {
-            source_id: c.source_id.clone(),
-            quote: c.quote.clone(),
-        })
-        .collect()
-}
-
-fn citations_in(c: Vec<Citation>) -> Vec<CitationIn> {
-    c.into_iter()
-        .map(|c| CitationIn {
-            source_id: c.source_id,
-            quote: c.quote,
-        })
-        .collect()
-}
-
 /// What one decision read, borrowed from the decision path.
 pub struct Parts<'a> {
     pub action_type: &'a str,
@@ -135,17 +106,24 @@ pub struct Parts<'a> {
     pub requested: &'a Requested,
 }
 
-/// The canonical captured input and its `sha256:<hex>`.
+/// The canonical captured input, or `None` when it is larger than
+/// [`MAX_BYTES`] (the input is then not kept).
 ///
 /// Written member by member in canonical order (only `action.params` is
 /// free JSON to sort), like audit records and for the same reason: this
 /// runs once per decision, and the generic canonicalizer buffers every
 /// property. A test compares it with the generic one byte for byte.
-pub fn encode(p: &Parts<'_>) -> Result<(String, String), DecideError> {
+pub fn encode(p: &Parts<'_>) -> Result<Option<String>, DecideError> {
     let canonical = write(p)
         .map_err(|e| DecideError::Internal(format!("the input cannot be captured: {e}")))?;
-    let hash = hash(&canonical);
-    Ok((canonical, hash))
+    if canonical.len() > MAX_BYTES {
+        tracing::warn!(
+            bytes = canonical.len(),
+            "decision input too large to capture; it will not be replayable"
+        );
+        return Ok(None);
+    }
+    Ok(Some(canonical))
 }
 
 fn citations(out: &mut Vec<u8>, c: &[CitationIn]) -> Result<(), RecordError> {
@@ -211,13 +189,7 @@ fn write(p: &Parts<'_>) -> Result<String, RecordError> {
     {
         let r = p.requested;
         let mut o = Members::new(m.out());
-        o.str(
-            "citations",
-            r.citations.map(|c| match c {
-                Citations::Optional => "optional",
-                Citations::Required => "required",
-            }),
-        )?;
+        o.str("citations", r.citations.map(citations_str))?;
         o.str("decision_mode", r.decision_mode.map(mode_str))?;
         o.bool("deny_if_any_unsupported", r.deny_if_any_unsupported);
         o.num("evidence_limit", r.evidence_limit.map(|n| n as f64))?;
@@ -249,10 +221,7 @@ fn write(p: &Parts<'_>) -> Result<String, RecordError> {
 
 /// `sha256:<hex>` of a captured input's bytes, as `input_hash` states it.
 pub fn hash(canonical: &str) -> String {
-    format!(
-        "sha256:{}",
-        hex::encode(Sha256::digest(canonical.as_bytes()))
-    )
+    hash_string(&record_hash(canonical))
 }
 
 /// The input a captured decision was made on.
@@ -266,16 +235,11 @@ pub fn decode(canonical: &str) -> Result<Input, String> {
     }
     let mode = match c.requested.decision_mode.as_deref() {
         None => None,
-        Some("audit") => Some(DecisionMode::Audit),
-        Some("balanced") => Some(DecisionMode::Balanced),
-        Some("strict") => Some(DecisionMode::Strict),
-        Some(other) => return Err(format!("requested.decision_mode: {other:?}")),
+        Some(s) => Some(mode_from(s).ok_or(format!("requested.decision_mode: {s:?}"))?),
     };
     let citations = match c.requested.citations.as_deref() {
         None => None,
-        Some("optional") => Some(Citations::Optional),
-        Some("required") => Some(Citations::Required),
-        Some(other) => return Err(format!("requested.citations: {other:?}")),
+        Some(s) => Some(citations_from(s).ok_or(format!("requested.citations: {s:?}"))?),
     };
     let mut sources = Vec::with_capacity(c.sources.len());
     for s in c.sources {
@@ -304,13 +268,13 @@ pub fn decode(canonical: &str) -> Result<Input, String> {
                 .map(|c| ClaimIn {
                     text: c.text,
                     id: c.id,
-                    citations: citations_in(c.citations),
+                    citations: c.citations,
                 })
                 .collect()
         }),
         answer: c.answer.map(|a| AnswerIn {
             text: a.text,
-            citations: citations_in(a.citations),
+            citations: a.citations,
         }),
         sources,
         requested: Requested {
@@ -326,6 +290,7 @@ pub fn decode(canonical: &str) -> Result<Input, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{Citations, DecisionMode};
     use serde_json::json;
 
     fn claim(text: &str, cite: Option<&str>) -> ClaimIn {
@@ -357,13 +322,13 @@ mod tests {
                     .map(|c| Claim {
                         text: c.text.clone(),
                         id: c.id.clone(),
-                        citations: citations_out(&c.citations),
+                        citations: c.citations.clone(),
                     })
                     .collect()
             }),
             answer: p.answer.map(|a| Answer {
                 text: a.text.clone(),
-                citations: citations_out(&a.citations),
+                citations: a.citations.clone(),
             }),
             sources: p
                 .sources
@@ -377,13 +342,7 @@ mod tests {
             requested: Asked {
                 decision_mode: p.requested.decision_mode.map(|m| mode_str(m).to_string()),
                 min_coverage: p.requested.min_coverage,
-                citations: p.requested.citations.map(|c| {
-                    match c {
-                        Citations::Optional => "optional",
-                        Citations::Required => "required",
-                    }
-                    .to_string()
-                }),
+                citations: p.requested.citations.map(|c| citations_str(c).to_string()),
                 deny_if_any_unsupported: p.requested.deny_if_any_unsupported,
                 evidence_limit: p.requested.evidence_limit,
             },
@@ -432,7 +391,7 @@ mod tests {
                 sources: &sources,
                 requested: &requested,
             };
-            proptest::prop_assert_eq!(encode(&parts).unwrap().0, generic(&parts));
+            proptest::prop_assert_eq!(encode(&parts).unwrap(), Some(generic(&parts)));
         }
     }
 
@@ -457,7 +416,7 @@ mod tests {
             deny_if_any_unsupported: None,
             evidence_limit: Some(3),
         };
-        let (canonical, h) = encode(&Parts {
+        let canonical = encode(&Parts {
             action_type: "refund.create",
             params: &params,
             claims: Some(&claims),
@@ -465,8 +424,8 @@ mod tests {
             sources: &sources,
             requested: &requested,
         })
+        .unwrap()
         .unwrap();
-        assert_eq!(h, hash(&canonical));
         assert_eq!(
             canonical,
             serde_json_canonicalizer::to_string(
@@ -506,7 +465,31 @@ mod tests {
             requested: &back.requested,
         })
         .unwrap();
-        assert_eq!(again.0, canonical);
+        assert_eq!(again, Some(canonical));
+    }
+
+    #[test]
+    fn an_input_over_the_cap_is_not_kept() {
+        let params = json!({});
+        let requested = Requested::default();
+        let parts = |text: String| {
+            let sources = vec![Resolved {
+                id: "s".into(),
+                text: Ok(text),
+            }];
+            encode(&Parts {
+                action_type: "x",
+                params: &params,
+                claims: None,
+                answer: None,
+                sources: &sources,
+                requested: &requested,
+            })
+            .unwrap()
+        };
+        // The rest of the input is well under 200 bytes.
+        assert!(parts("a".repeat(MAX_BYTES - 200)).is_some());
+        assert!(parts("a".repeat(MAX_BYTES)).is_none());
     }
 
     #[test]

@@ -35,10 +35,10 @@ struct ClaimObject {
     citations: Option<Vec<CitationIn>>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 pub struct CitationIn {
     pub source_id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quote: Option<String>,
 }
 

@@ -62,6 +62,24 @@ pub fn citations_str(c: Citations) -> &'static str {
     }
 }
 
+/// The mode [`mode_str`] names.
+pub fn mode_from(s: &str) -> Option<DecisionMode> {
+    [
+        DecisionMode::Strict,
+        DecisionMode::Balanced,
+        DecisionMode::Audit,
+    ]
+    .into_iter()
+    .find(|m| mode_str(*m) == s)
+}
+
+/// The value [`citations_str`] names.
+pub fn citations_from(s: &str) -> Option<Citations> {
+    [Citations::Required, Citations::Optional]
+        .into_iter()
+        .find(|c| citations_str(*c) == s)
+}
+
 /// Which side set one effective requirement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Won {
