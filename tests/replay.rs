@@ -291,7 +291,7 @@ fn tamper(db: &Path, record_id: &str) {
 }
 
 fn inputs_stored(db: &Path) -> u64 {
-    let conn = verdict::audit::inputs::open_read_only(db).unwrap();
+    let conn = verdict::audit::store::open_reader(db).unwrap();
     verdict::audit::inputs::count(&conn).unwrap()
 }
 

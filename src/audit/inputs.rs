@@ -15,7 +15,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _};
+use rusqlite::{params, Connection, OptionalExtension as _};
 
 use super::{AuditError, AuditLog};
 
@@ -68,29 +68,11 @@ pub fn sweep(conn: &Connection, cutoff_ms: i64, limit: usize) -> Result<usize, A
     Ok(n)
 }
 
-/// A connection to an existing database that waits up to 5 s for a lock
-/// instead of failing.
-fn open_existing(path: &Path, flags: OpenFlags) -> Result<Connection, AuditError> {
-    if !path.exists() {
-        return Err(AuditError::Storage(format!(
-            "{}: database does not exist",
-            path.display()
-        )));
-    }
-    let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
-    conn.busy_timeout(Duration::from_secs(5))?;
-    Ok(conn)
-}
-
-/// The sweeper's connection: it writes, and waits for the writer rather
-/// than failing.
+/// The sweeper's connection: deleted inputs (claims, evidence text) are
+/// overwritten in their pages, not left in free space.
 fn open_sweeper(path: &Path) -> Result<Connection, AuditError> {
-    let conn = open_existing(path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
-    // Deleted inputs (claims, evidence text) are overwritten in their pages,
-    // not left in free space.
+    let conn = super::store::open_side_writer(path)?;
     conn.pragma_update(None, "secure_delete", "FAST")?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(conn)
 }
 
@@ -138,14 +120,6 @@ impl AuditLog {
             }
         });
     }
-}
-
-/// A connection that only reads, for `verdict replay` beside a running
-/// server: it takes no lock a writer waits on for long, and never writes.
-pub fn open_read_only(path: &Path) -> Result<Connection, AuditError> {
-    let conn = open_existing(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    conn.pragma_update(None, "query_only", "ON")?;
-    Ok(conn)
 }
 
 /// One record in a replay window, with its captured input if it is still

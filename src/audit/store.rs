@@ -408,9 +408,10 @@ impl SubtreeHashes for SqlHashes<'_> {
 
 // === cosignatures (see `witnessing`) ===
 
-/// The connection that stores witnesses' cosignatures: it writes rarely and
-/// waits for the writer's lock like a reader does.
-pub fn open_cosigner(path: &Path) -> Result<Connection, AuditError> {
+/// A connection that writes beside the writer, rarely and briefly (witnesses'
+/// cosignatures, the retention of captured inputs): it waits for the
+/// writer's lock like a reader does.
+pub fn open_side_writer(path: &Path) -> Result<Connection, AuditError> {
     let conn = Connection::open_with_flags(path, flags())?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.pragma_update(None, "synchronous", "FULL")?;

@@ -119,7 +119,7 @@ impl AuditLog {
             return Ok(());
         }
         let db = self.inner.db_path.clone();
-        let cosigner = tokio::task::spawn_blocking(move || store::open_cosigner(&db))
+        let cosigner = tokio::task::spawn_blocking(move || store::open_side_writer(&db))
             .await
             .map_err(|e| AuditError::Unavailable(e.to_string()))??;
         let client = Submitter {

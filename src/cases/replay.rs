@@ -135,7 +135,7 @@ pub fn replay(args: &Args, config: Config) -> Output {
         Err(lines) => return Output::unusable(&lines, args.json),
     };
     let db = args.data_dir.join("verdict.db");
-    let conn = match inputs::open_read_only(&db) {
+    let conn = match crate::audit::store::open_reader(&db) {
         Ok(c) => c,
         Err(e) => return Output::unusable(&[format!("{}: {e}", db.display())], args.json),
     };
