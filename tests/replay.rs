@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use http::Method;
-use serde_json::{json, Value};
+use serde_json::json;
 use support::{MockUpstream, RefundPolicy, TestServer, APP_KEY};
 use verdict::cases::replay::{self, Args, Report};
 
@@ -68,29 +68,8 @@ async fn run(args: &Args) -> (u8, Report, String) {
     })
     .await
     .unwrap();
-    let v: Value = serde_json::from_str(&out.stdout)
+    let report: Report = serde_json::from_str(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {} / {}", out.stdout, out.stderr));
-    let report = Report {
-        decisions: v["decisions"].as_u64().unwrap(),
-        replayed: v["replayed"].as_u64().unwrap(),
-        missing: v["missing"].as_u64().unwrap(),
-        not_captured: v["not_captured"].as_u64().unwrap(),
-        baseline_compared: v["baseline_compared"].as_u64().unwrap(),
-        baseline_reproduced: v["baseline_reproduced"].as_u64().unwrap(),
-        unchanged: v["unchanged"].as_u64().unwrap(),
-        newly_review: v["newly_review"].as_u64().unwrap(),
-        flips: serde_json::from_value::<Vec<Value>>(v["flips"].clone())
-            .unwrap()
-            .into_iter()
-            .map(|f| replay::Flip {
-                from: f["from"].as_str().unwrap().into(),
-                to: f["to"].as_str().unwrap().into(),
-                count: f["count"].as_u64().unwrap(),
-                examples: serde_json::from_value(f["examples"].clone()).unwrap(),
-            })
-            .collect(),
-        ..Report::default()
-    };
     (out.code, report, out.stdout)
 }
 

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::run::Env;
 use super::{load_set, Output, EXIT_FAILED, EXIT_OK};
@@ -58,7 +58,7 @@ pub struct Args {
 }
 
 /// One flip kind: recorded `from`, draft `to`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Flip {
     pub from: String,
     pub to: String,
@@ -67,19 +67,20 @@ pub struct Flip {
 }
 
 /// A decision the baseline did not reproduce.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Unreproduced {
     pub record_id: String,
     pub recorded: String,
     pub replayed: String,
 }
 
-/// The whole report.
-#[derive(Debug, Clone, Default, Serialize)]
+/// The whole report (`--json` prints it, with `ok`, `draft` and `baseline`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Report {
     /// RFC 3339: the window starts here.
     pub since: String,
-    /// Decision records in the window (and route).
+    /// Decision records in the window (and route): replayed + missing +
+    /// not captured.
     pub decisions: u64,
     /// Of those, records that name a captured input that is still stored.
     pub replayed: u64,
@@ -319,7 +320,6 @@ async fn decide_all(
             match rx.recv().await {
                 None => read_done = true,
                 Some(Read::Job(job)) => {
-                    report.decisions += 1;
                     report.replayed += 1;
                     let (d, b) = (draft.clone(), baseline.clone());
                     set.spawn(async move {
@@ -336,14 +336,8 @@ async fn decide_all(
                         }
                     });
                 }
-                Some(Read::Missing) => {
-                    report.decisions += 1;
-                    report.missing += 1;
-                }
-                Some(Read::NotCaptured) => {
-                    report.decisions += 1;
-                    report.not_captured += 1;
-                }
+                Some(Read::Missing) => report.missing += 1,
+                Some(Read::NotCaptured) => report.not_captured += 1,
                 Some(Read::Refused(m)) | Some(Read::Failed(m)) => {
                     failure = Some(m);
                     read_done = true;
@@ -367,6 +361,7 @@ async fn decide_all(
     if let Some(m) = failure {
         return Err(m);
     }
+    report.decisions = report.replayed + report.missing + report.not_captured;
     report.flips = flips.into_values().collect();
     report.flips.sort_by_key(|f| std::cmp::Reverse(f.count));
     Ok(())
