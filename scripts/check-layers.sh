@@ -11,18 +11,24 @@
 #   evidence          config, engine
 #   jobs              config, sqlite, runtime::health, runtime::metrics
 #   review            sqlite, runtime::health, runtime::metrics (its errors
-#                     become HTTP in src/error.rs)
-#   notify            config, evidence, http_util, review: the review webhook
-#   review_cli        config, http_util: `verdict reviews` talks to the API over HTTP only
+#                     become HTTP in src/api/error.rs)
+#   notify            config, evidence, api::http_util, review: the review webhook
+#   review_cli        config, api::http_util: `verdict reviews` talks to the API over HTTP only
 #   backup            audit: `verdict backup`, a copy of the data dir
-#   witness           audit, http_util, server
-#   runtime           audit, auth, config, decide, evidence, jobs, policy,
+#   witness           audit, api::http_util, server
+#   runtime           audit, api::auth, config, decide, evidence, jobs, policy,
 #                     review (src/runtime.rs: the shared state under the doors)
+#   api::auth         config
+#   api::error        api::http_util, audit, decide, jobs, review: one From
+#                     per domain error
+#   api::http_util    api::error, audit
 #   runtime::health   nothing
 #   runtime::metrics  nothing
 # Denylists (a part may use anything but these):
 #   api               app, proxy: start-up wires the doors, not the reverse
-#   proxy             api, app
+#   proxy             api, app: of the HTTP face it may use only the leaves
+#                     api::auth, api::error and api::http_util, which count
+#                     as parts of their own
 #   cases             app, runtime, server: verdict test and explain read
 #                     requests with the doors' readers (api::authorize,
 #                     proxy::read) and decide offline; they never touch a
@@ -42,11 +48,14 @@ declare -A ALLOWED=(
     [evidence]="config engine"
     [jobs]="config sqlite runtime::health runtime::metrics"
     [review]="sqlite runtime::health runtime::metrics"
-    [notify]="config evidence http_util review"
-    [review_cli]="config http_util"
+    [notify]="config evidence api::http_util review"
+    [review_cli]="config api::http_util"
     [backup]="audit"
-    [witness]="audit http_util server"
-    [runtime]="audit auth config decide evidence jobs policy review runtime::health runtime::metrics runtime::telemetry"
+    [witness]="audit api::http_util server"
+    [runtime]="audit api::auth config decide evidence jobs policy review runtime::health runtime::metrics runtime::telemetry"
+    [api::auth]="config"
+    [api::error]="api::http_util audit decide jobs review"
+    [api::http_util]="api::error audit"
     [runtime::health]=""
     [runtime::metrics]=""
 )
@@ -57,11 +66,13 @@ declare -A FORBIDDEN=(
 )
 
 # The files of a part: `x` is src/x.rs and src/x/ (but `runtime` is only
-# src/runtime.rs, and `runtime::y` is src/runtime/y.rs).
+# src/runtime.rs, `runtime::y` is src/runtime/y.rs, and `api::y` is
+# src/api/y.rs).
 files_of() {
     case "$1" in
         runtime) echo src/runtime.rs ;;
         runtime::*) echo "src/runtime/${1#runtime::}.rs" ;;
+        api::*) echo "src/api/${1#api::}.rs" ;;
         *)
             [ -f "src/$1.rs" ] && echo "src/$1.rs"
             [ -d "src/$1" ] && find "src/$1" -name '*.rs' ! -name tests.rs
@@ -71,10 +82,10 @@ files_of() {
 }
 
 # `file:line:module` for every `crate::` path in the files; the leaf
-# modules of runtime count as themselves.
+# modules of runtime and of api count as themselves.
 imports() {
-    grep -Hno 'crate::[a-z_]*\(::\(health\|metrics\|telemetry\)\b\)\?' "$@" \
-        | sed -E 's/crate::runtime::(health|metrics|telemetry)$/runtime::\1/; s/crate:://' || true
+    grep -Hno 'crate::[a-z_]*\(::\(health\|metrics\|telemetry\|auth\|error\|http_util\)\b\)\?' "$@" \
+        | sed -E 's/crate::runtime::(health|metrics|telemetry)$/runtime::\1/; s/crate::api::(auth|error|http_util)$/api::\1/; s/crate:://' || true
 }
 
 status=0

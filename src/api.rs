@@ -16,16 +16,19 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tracing::Instrument;
 
-use crate::auth::{AuthFailure, Principal, Scope};
-use crate::error::ApiError;
-use crate::http_util::{self, bytes_response, json_response, JsonBody, RespBody};
+use crate::api::auth::{AuthFailure, Principal, Scope};
+use crate::api::error::ApiError;
+use crate::api::http_util::{bytes_response, json_response, JsonBody, RespBody};
 use crate::runtime::health::Liveness;
 use crate::runtime::App;
 use crate::server::{ConnInfo, Handler};
 
+pub mod auth;
 pub mod authorize;
 mod batch;
 pub mod console;
+pub mod error;
+pub mod http_util;
 mod reviews;
 mod verify;
 pub mod wire;
@@ -311,7 +314,7 @@ impl Api {
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
         if def.access == Access::Scope(Scope::Review)
-            && self.app.keys.mode() == crate::auth::AuthMode::Open
+            && self.app.keys.mode() == crate::api::auth::AuthMode::Open
         {
             return (def.template, Err(ApiError::ReviewsNeedKeys));
         }

@@ -14,10 +14,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::api::auth::{AuthMode, KeyStore, KeysError};
 use crate::api::Api;
 use crate::audit::redaction::Opened;
 use crate::audit::{AuditLog, AuditRecord, RecordKind, RedactionKey, RedactionKeyError};
-use crate::auth::{AuthMode, KeyStore, KeysError};
 use crate::config::Config;
 use crate::evidence::Resolver;
 use crate::policy::{self, PolicyStore, ReloadOutcome};

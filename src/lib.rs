@@ -7,14 +7,15 @@
 //! # Layout
 //! The doors, start-up and the listeners:
 //! - [`app`]: start-up and shutdown of a whole sidecar (`app::start`, `app::Running`).
-//! - [`api`]: the native JSON API: routing table, request pipeline, handlers.
+//! - [`api`]: the HTTP face: the native JSON API's routing table, request pipeline and
+//!   handlers, and beside them the parts the proxy and the listeners share:
+//!   [`api::error`] (every client-visible error and its one mapping to HTTP; domain
+//!   errors of decide, review, jobs and audit are mapped there, nowhere else),
+//!   [`api::http_util`] (body reading with limits, request ids, request hashes) and
+//!   [`api::auth`] (API keys, scopes, constant-time lookup, protected mode).
 //! - [`proxy`]: the reverse proxy, one file per phase: guard, route, gated, unmatched,
 //!   upstream, hold, stats.
 //! - [`server`]: listeners, TLS, connection limits, graceful drain.
-//! - [`error`]: every client-visible error and its one mapping to HTTP (domain errors
-//!   of decide, review, jobs and audit are mapped there, nowhere else).
-//! - [`http_util`]: body reading with limits, request ids, request hashes.
-//! - [`auth`]: API keys, scopes, constant-time lookup, protected mode.
 //! - [`cases`]: policy test cases, decided offline through the doors' readers and
 //!   [`decide`]: `verdict test` and `verdict explain`.
 //!
@@ -49,16 +50,13 @@
 pub mod api;
 pub mod app;
 pub mod audit;
-pub mod auth;
 pub mod backup;
 pub mod cases;
 pub mod config;
 pub mod datalock;
 pub mod decide;
 pub mod engine;
-pub mod error;
 pub mod evidence;
-pub mod http_util;
 pub mod jobs;
 pub mod notify;
 pub mod policy;

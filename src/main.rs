@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use verdict::auth::Scope;
+use verdict::api::auth::Scope;
 use verdict::config::{Config, LogFormat, Overrides};
 
 /// mimalloc instead of glibc's malloc: the engine's tokenizer and the proxy
@@ -458,7 +458,7 @@ fn parse_scope(s: &str) -> Result<Scope, String> {
 
 /// A reserved or empty name is a usage error (exit 2), like a bad scope.
 fn parse_key_name(s: &str) -> Result<String, String> {
-    verdict::auth::check_key_name(s).map(|()| s.to_string())
+    verdict::api::auth::check_key_name(s).map(|()| s.to_string())
 }
 
 fn main() -> ExitCode {
@@ -519,7 +519,7 @@ fn main() -> ExitCode {
         Command::Backup { data_dir, to } => backup(&data_dir, &to),
         Command::Reviews(args) => reviews(args),
         Command::Keys(KeysCommand::New { name, scopes }) => {
-            match verdict::auth::new_key(&name, &scopes) {
+            match verdict::api::auth::new_key(&name, &scopes) {
                 Ok(k) => {
                     println!("API key (shown once, store it now):\n  {}\n", k.token);
                     println!("Add this entry to the keys file:\n\n{}", k.entry);

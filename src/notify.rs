@@ -404,7 +404,7 @@ impl Sender {
         let resp = self.client.request(req).await.map_err(|e| Failure {
             reason: format!(
                 "cannot reach the webhook: {}",
-                crate::http_util::error_chain(&e)
+                crate::api::http_util::error_chain(&e)
             ),
             retry: true,
         })?;

@@ -50,14 +50,14 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use tracing::Instrument;
 
+use crate::api::http_util::{self, RespBody};
 use crate::config::{ProxyConfig, Unmatched};
-use crate::http_util::{self, RespBody};
 use crate::runtime::App;
 use crate::server::{ConnInfo, Handler};
 
 /// The principal a proxied decision is recorded under; reserved, so no API
-/// key can be named after it (see `crate::auth`).
-pub use crate::auth::PROXY_PRINCIPAL;
+/// key can be named after it (see `crate::api::auth`).
+pub use crate::api::auth::PROXY_PRINCIPAL;
 
 type UpstreamClient = Client<HttpsConnector<HttpConnector>, RespBody>;
 

@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use prometheus_client::registry::Registry;
 
+use crate::api::auth::KeyStore;
 use crate::audit::{AuditLog, RedactionKey};
-use crate::auth::KeyStore;
 use crate::config::Config;
 use crate::evidence::Resolver;
 use crate::policy::PolicyStore;

@@ -34,9 +34,9 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{oneshot, watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
+use crate::api::error::ApiError;
+use crate::api::http_util::RespBody;
 use crate::config::ServerConfig;
-use crate::error::ApiError;
-use crate::http_util::RespBody;
 
 mod framing;
 mod idle;
@@ -345,7 +345,7 @@ where
 /// The answer to a request with both `Content-Length` and
 /// `Transfer-Encoding`: a 400, and the connection is closed after it.
 fn refuse_ambiguous(req: &Request<Incoming>, peer: SocketAddr) -> Response<RespBody> {
-    let request_id = crate::http_util::request_id(req.headers());
+    let request_id = crate::api::http_util::request_id(req.headers());
     tracing::warn!(%peer, request_id, "request with both content-length and transfer-encoding refused");
     let mut resp = ApiError::BadRequest(
         "a request must not carry both content-length and transfer-encoding".into(),
@@ -356,7 +356,8 @@ fn refuse_ambiguous(req: &Request<Incoming>, peer: SocketAddr) -> Response<RespB
         http::HeaderValue::from_static("close"),
     );
     if let Ok(v) = http::HeaderValue::from_str(&request_id) {
-        resp.headers_mut().insert(crate::http_util::REQUEST_ID, v);
+        resp.headers_mut()
+            .insert(crate::api::http_util::REQUEST_ID, v);
     }
     resp
 }

@@ -561,7 +561,7 @@ async fn every_example_answers_with_the_documented_shape() {
         // request_hash: RFC 8785, and the doc's snippet agrees.
         if let Some(h) = actual.get("request_hash").and_then(Value::as_str) {
             let sent: Value = serde_json::from_str(&body).expect("a JSON body");
-            let want = verdict::http_util::canonical_hash(&sent).expect("canonical");
+            let want = verdict::api::http_util::canonical_hash(&sent).expect("canonical");
             if h != want {
                 errors.push(format!("request_hash {h} is not {want}"));
             }
@@ -801,7 +801,7 @@ fn every_reason_and_error_code_has_its_row() {
         table_keys(&doc, "claim-statuses").into_iter().collect(),
     );
     let codes: BTreeSet<String> = literals_between(
-        "src/error.rs",
+        "src/api/error.rs",
         "pub fn code(&self)",
         "pub fn public_message",
     )

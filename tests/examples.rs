@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use verdict::auth::{KeySet, Scope};
+use verdict::api::auth::{KeySet, Scope};
 use verdict::config::{Config, Overrides, Unmatched};
 use verdict::policy::PolicySet;
 

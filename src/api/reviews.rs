@@ -7,10 +7,10 @@
 
 use serde::Deserialize;
 
+use crate::api::auth::Principal;
+use crate::api::error::ApiError;
+use crate::api::http_util::JsonBody;
 use crate::audit::{AuditLog, AuditRecord, RecordKind};
-use crate::auth::Principal;
-use crate::error::ApiError;
-use crate::http_util::JsonBody;
 use crate::review::{ReviewError, ReviewStatus, ReviewView, Reviews, UpstreamResponse, Viewer};
 
 /// The most reviews one list call returns.
@@ -27,7 +27,7 @@ struct ResolveBody {
 pub fn viewer(p: &Principal) -> Viewer {
     Viewer {
         name: p.name.clone(),
-        sees_all: p.has(crate::auth::Scope::Review),
+        sees_all: p.has(crate::api::auth::Scope::Review),
     }
 }
 
@@ -86,7 +86,7 @@ pub async fn resolve_json(
     approve: bool,
     body: JsonBody,
 ) -> Result<ReviewView, ApiError> {
-    let req: ResolveBody = crate::http_util::typed(&body.value)?;
+    let req: ResolveBody = crate::api::http_util::typed(&body.value)?;
     let reviewer = req.reviewer.trim();
     if reviewer.is_empty() || reviewer.len() > 200 {
         return Err(ApiError::Unprocessable(

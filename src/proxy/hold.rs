@@ -10,9 +10,9 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 
 use super::{blocked, strip_hop_by_hop, Proxy, UpstreamClient, PROXY_PRINCIPAL};
+use crate::api::error::ApiError;
+use crate::api::http_util::{full, RespBody};
 use crate::decide::Decided;
-use crate::error::ApiError;
-use crate::http_util::{full, RespBody};
 use crate::policy::Route;
 use crate::review::{ForwardOutcome, HeldRequest, NewReview, Resolution, Viewer};
 use crate::runtime::App;
@@ -191,7 +191,7 @@ impl Proxy {
     /// The API key behind a held call, when its `Authorization` carries a
     /// verdict key: that key may not resolve the review (four eyes).
     fn requester(&self, held: &HeldRequest) -> Option<String> {
-        if self.app.keys.mode() != crate::auth::AuthMode::Keys {
+        if self.app.keys.mode() != crate::api::auth::AuthMode::Keys {
             return None;
         }
         let auth = held

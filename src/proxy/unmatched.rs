@@ -8,8 +8,8 @@ use hyper::body::Incoming;
 
 use super::upstream::Outbound;
 use super::{blocked, read, Proxy};
+use crate::api::http_util::{self, full, BoxError, RespBody};
 use crate::config::Unmatched;
-use crate::http_util::{self, full, BoxError, RespBody};
 use crate::policy::{PolicySet, Route};
 use crate::server::ConnInfo;
 

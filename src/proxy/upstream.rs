@@ -13,9 +13,9 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls_pki_types::pem::PemObject;
 
 use super::{Proxy, UpstreamClient};
+use crate::api::error::ApiError;
+use crate::api::http_util::{BoxError, RespBody, REQUEST_ID};
 use crate::config::ProxyConfig;
-use crate::error::ApiError;
-use crate::http_util::{BoxError, RespBody, REQUEST_ID};
 use crate::server::ConnInfo;
 
 /// Headers that describe one hop and are never forwarded (RFC 9110 §7.6.1).

@@ -207,7 +207,7 @@ async fn second_resolution_is_a_conflict() {
         .unwrap_err();
     assert_eq!(reject, ReviewError::AlreadyResolved(ReviewStatus::Approved));
     assert_eq!(
-        crate::error::ApiError::from(reject).status(),
+        crate::api::error::ApiError::from(reject).status(),
         http::StatusCode::CONFLICT
     );
     // The first resolution stands.
@@ -222,7 +222,7 @@ async fn second_resolution_is_a_conflict() {
         .unwrap_err();
     assert_eq!(missing, ReviewError::NotFound);
     assert_eq!(
-        crate::error::ApiError::from(missing).status(),
+        crate::api::error::ApiError::from(missing).status(),
         http::StatusCode::NOT_FOUND
     );
     assert_eq!(

@@ -12,7 +12,7 @@ use http::header::{HeaderValue, ALLOW, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{Method, Response, StatusCode};
 use serde::Serialize;
 
-use crate::http_util::{full, RespBody};
+use crate::api::http_util::{full, RespBody};
 
 /// An error that ends a request with a 4xx or 5xx answer.
 #[derive(Debug, thiserror::Error)]
@@ -379,7 +379,7 @@ mod tests {
     fn internal_errors_do_not_leak() {
         let resp = ApiError::Internal("db password=hunter2".into()).into_response("r1");
         assert_eq!(resp.status(), 500);
-        let body = crate::http_util::test_body_string(resp);
+        let body = crate::api::http_util::test_body_string(resp);
         assert!(!body.contains("hunter2"), "{body}");
         assert!(body.contains("\"request_id\":\"r1\""), "{body}");
     }

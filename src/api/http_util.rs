@@ -16,7 +16,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 
 /// Errors a response body may fail with (an upstream body, for the proxy).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
