@@ -2,6 +2,8 @@
 //! data dir and a keys file, and talk to it over real HTTP.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod postgres;
+
 use std::fmt::Display;
 use std::future::Future;
 use std::net::SocketAddr;
