@@ -10,8 +10,10 @@
 #   audit             config, sqlite
 #   evidence          config, engine
 #   jobs              config, sqlite, runtime::health, runtime::metrics
-#   review            sqlite, runtime::health, runtime::metrics (its errors
-#                     become HTTP in src/api/error.rs)
+#   review            shared, sqlite, runtime::health, runtime::metrics (its
+#                     errors become HTTP in src/api/error.rs)
+#   shared            config, runtime::health: the PostgreSQL connection
+#                     side of the shared store; the tables belong to review
 #   notify            config, evidence, api::http_util, review: the review webhook
 #   review_cli        config, api::http_util: `verdict reviews` talks to the API over HTTP only
 #   backup            audit: `verdict backup`, a copy of the data dir
@@ -46,8 +48,9 @@ declare -A ALLOWED=(
     [policy]="config engine"
     [audit]="config sqlite"
     [evidence]="config engine"
+    [shared]="config runtime::health"
     [jobs]="config sqlite runtime::health runtime::metrics"
-    [review]="sqlite runtime::health runtime::metrics"
+    [review]="shared sqlite runtime::health runtime::metrics"
     [notify]="config evidence api::http_util review"
     [review_cli]="config api::http_util"
     [backup]="audit"

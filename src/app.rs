@@ -43,6 +43,8 @@ pub enum StartError {
     RedactionKey(#[from] RedactionKeyError),
     #[error("reviews: {0}")]
     Reviews(#[from] crate::review::ReviewError),
+    #[error(transparent)]
+    Shared(#[from] crate::shared::SharedError),
     #[error("proxy.upstream: {0}")]
     Upstream(String),
     #[error("batch jobs: {0}")]
@@ -72,6 +74,8 @@ pub struct Running {
     _tls_watches: Vec<policy::WatchHandle>,
     /// This process owns the data dir until it is dropped.
     _data_lock: crate::datalock::DataLock,
+    /// The shared store, when reviews live in one.
+    shared: Option<crate::shared::Shared>,
 }
 
 impl Running {
@@ -87,6 +91,10 @@ impl Running {
         // flush what the audit log has queued and stop its writer.
         self.app.jobs.shutdown().await;
         self.app.audit.shutdown().await;
+        // Another replica may take over this one's approved reviews at once.
+        if let Some(shared) = &self.shared {
+            shared.release().await;
+        }
         tracing::info!("shutdown complete");
     }
 }
@@ -415,11 +423,25 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         crate::api::batch_item_fn(resolver.clone(), tokio::runtime::Handle::current()),
     )?;
     jobs.register_metrics(&mut registry);
-    let reviews = crate::review::Reviews::open(
-        &db_path(&config),
-        config.review_ttl,
-        redaction.derive(crate::review::SEAL_KEY_LABEL),
-    )?;
+    let seal_key = redaction.derive(crate::review::SEAL_KEY_LABEL);
+    let (reviews, shared) = match &config.store {
+        crate::config::StoreConfig::Sqlite => (
+            crate::review::Reviews::open(&db_path(&config), config.review_ttl, seal_key)?,
+            None,
+        ),
+        crate::config::StoreConfig::Postgres(pg) => {
+            let shared = crate::shared::Shared::connect(pg).await?;
+            let (s, ttl) = (shared.clone(), config.review_ttl);
+            let reviews = tokio::task::spawn_blocking(move || {
+                crate::review::Reviews::open_shared(s, ttl, seal_key)
+            })
+            .await
+            .map_err(|e| {
+                crate::review::ReviewError::Storage(format!("review store task failed: {e}"))
+            })??;
+            (reviews, Some(shared))
+        }
+    };
     reviews.set_retention(config.review_retention);
     reviews.set_approvals(config.review_approvals);
     reviews.register_metrics(&mut registry);
@@ -454,6 +476,9 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     ];
     for cert in [&api_cert, &proxy_cert].into_iter().flatten() {
         components.push(cert.clone());
+    }
+    if let Some(shared) = &shared {
+        components.push(Arc::new(shared.clone()));
     }
     if let Some(shadow) = &shadow_policies {
         components.push(Arc::new(PoliciesComponent(
@@ -649,5 +674,6 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         _keys_watch: keys_watch,
         _tls_watches: tls_watches,
         _data_lock: data_lock,
+        shared,
     })
 }

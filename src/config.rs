@@ -17,6 +17,8 @@ use serde::Deserialize;
 
 mod notify;
 pub use notify::{origin_only, NotifyConfig, NotifySecret};
+mod store;
+pub use store::{redact as redact_url, PostgresConfig, StoreConfig};
 
 /// Default API listener address.
 pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8181";
@@ -112,6 +114,9 @@ pub struct Config {
     /// review (`None`: no notifications).
     pub review_notify: Option<NotifyConfig>,
     pub jobs: JobsConfig,
+    /// `[store]`: the SQLite file in the data dir (the default) or a
+    /// PostgreSQL database that several replicas share.
+    pub store: StoreConfig,
     pub limits: Limits,
     pub server: ServerConfig,
     pub log_format: LogFormat,
@@ -334,6 +339,8 @@ struct FileConfig {
     review: FileReview,
     #[serde(default)]
     jobs: FileJobs,
+    #[serde(default)]
+    store: store::FileStore,
     #[serde(default)]
     limits: FileLimits,
     #[serde(default)]
@@ -667,6 +674,7 @@ impl Config {
                 retention: duration("jobs.retention", f.jobs.retention, "24h")?,
                 workers,
             },
+            store: store::store_config(f.store, &|name| std::env::var(name).ok())?,
             limits,
             server: ServerConfig {
                 header_read_timeout: duration(

@@ -65,5 +65,6 @@ pub mod review;
 pub mod review_cli;
 pub mod runtime;
 pub mod server;
+pub mod shared;
 mod sqlite;
 pub mod witness;

@@ -12,12 +12,21 @@
 //!
 //! It does not forward anything itself; the proxy does, and reports back with
 //! [`Reviews::finish_forward`]. The rules live in pure transitions
-//! (`state`), the storage in SQLite (`store`), and this file is the thin
-//! async shell: database work runs on blocking threads, waiters are woken by
-//! a per-review `watch` channel (never by polling the database), and a
-//! sweeper task expires reviews at their deadline.
+//! (`state`), the storage behind one interface (`store::Backend`: SQLite by
+//! default, PostgreSQL in `pg` when several replicas share reviews), and
+//! this file is the thin async shell: database work runs on blocking
+//! threads, waiters are woken by a per-review `watch` channel, and a sweeper
+//! task expires reviews at their deadline.
+//!
+//! With a shared store, the replica that holds a call (its client
+//! connection) keeps the first right to forward it: a resolution made on
+//! another replica reaches it by `NOTIFY` (and, should that be lost, by
+//! polling its own pending reviews every second), and the claim in the
+//! database refuses every other replica while the holder's lease is alive.
+//! Once it lapses, any replica may claim the approved forward, still once.
 
 mod observe;
+mod pg;
 mod seal;
 mod state;
 mod store;
@@ -46,7 +55,7 @@ use tokio::sync::{mpsc, watch, Notify};
 
 use state::Verdict;
 pub use state::{ForwardState, ReviewStatus};
-use store::{Resolved, Row, Store};
+use store::{Backend, Resolved, Row, SqliteStore};
 
 /// How much of an upstream answer to a forwarded review is stored.
 pub const MAX_STORED_UPSTREAM_BODY: usize = 64 * 1024;
@@ -361,8 +370,10 @@ pub struct Reviews {
 struct Inner {
     /// std `Mutex`: locked only on blocking threads, never across an
     /// `.await`. One connection serialises this process's writes; the
-    /// `IMMEDIATE` transactions inside serialise them with other processes.
-    store: Mutex<Store>,
+    /// transactions inside serialise them with other processes.
+    store: Mutex<Box<dyn Backend>>,
+    /// The shared store and this replica's id, when reviews live there.
+    shared: Option<crate::shared::Shared>,
     ttl: Duration,
     /// `review.retention` in milliseconds: resolved and expired reviews,
     /// and their held bodies, are deleted this long after they ended.
@@ -423,9 +434,48 @@ impl Reviews {
     /// cannot be forwarded.
     pub fn open(db_path: &Path, ttl: Duration, seal_key: [u8; 32]) -> Result<Reviews, ReviewError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ReviewError::NoRuntime)?;
-        let sealer = seal::Sealer::new(&seal_key)
-            .map_err(|_| ReviewError::Storage("the review seal key is not usable".into()))?;
-        let (store, recovered) = Store::open(db_path, sealer)?;
+        let (store, recovered) = SqliteStore::open(db_path, sealer(&seal_key)?)?;
+        Self::start(runtime, Box::new(store), None, recovered, ttl, &seal_key)
+    }
+
+    /// Opens the review tables of a shared store (PostgreSQL), where
+    /// several replicas hold, list and resolve the same reviews. Every
+    /// replica must have the same `seal_key` (the data dir's secret, shared
+    /// as a Kubernetes secret), or another replica's held credentials do
+    /// not open. Blocking: call it at start-up, on a blocking thread or
+    /// with `block_in_place`.
+    pub fn open_shared(
+        shared: crate::shared::Shared,
+        ttl: Duration,
+        seal_key: [u8; 32],
+    ) -> Result<Reviews, ReviewError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ReviewError::NoRuntime)?;
+        let mut store = pg::PgStore::new(shared.clone(), sealer(&seal_key)?);
+        let recovered = store.recover_lapsed()?;
+        let reviews = Self::start(
+            runtime.clone(),
+            Box::new(store),
+            Some(shared.clone()),
+            recovered,
+            ttl,
+            &seal_key,
+        )?;
+        runtime.spawn(follow_shared(
+            Arc::downgrade(&reviews.inner),
+            shared.listen(crate::shared::REVIEWS_CHANNEL),
+            shared.lease(),
+        ));
+        Ok(reviews)
+    }
+
+    fn start(
+        runtime: tokio::runtime::Handle,
+        mut store: Box<dyn Backend>,
+        shared: Option<crate::shared::Shared>,
+        recovered: Vec<String>,
+        ttl: Duration,
+        seal_key: &[u8; 32],
+    ) -> Result<Reviews, ReviewError> {
         for review_id in &recovered {
             tracing::warn!(
                 review_id,
@@ -438,6 +488,7 @@ impl Reviews {
         let (unattended_tx, unattended_rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             store: Mutex::new(store),
+            shared,
             ttl,
             retention_ms: AtomicU64::new(duration_ms(DEFAULT_RETENTION)),
             approvals_required: std::sync::atomic::AtomicU32::new(1),
@@ -451,7 +502,7 @@ impl Reviews {
             sweeper: Arc::new(Notify::new()),
             resolving: tokio::sync::Mutex::new(()),
             result_key: {
-                let base = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &seal_key);
+                let base = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, seal_key);
                 let derived = ring::hmac::sign(&base, RESULT_KEY_LABEL);
                 ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref())
             },
@@ -522,7 +573,7 @@ impl Reviews {
         let now = SystemTime::now();
         let expires_at = now.checked_add(self.inner.ttl.min(MAX_TTL)).unwrap_or(now);
         let row = on_store(&self.inner, move |s, inner| {
-            let row = s.insert(&review_id, now, expires_at, &new)?;
+            let (row, _) = s.hold(&review_id, now, expires_at, &new, false)?;
             inner.created(&row);
             Ok(row)
         })
@@ -540,15 +591,12 @@ impl Reviews {
         let review_id = new.review_id.unwrap_or_else(uuid::Uuid::new_v4).to_string();
         let now = SystemTime::now();
         let expires_at = now.checked_add(self.inner.ttl.min(MAX_TTL)).unwrap_or(now);
-        // One closure on the store's single connection: the lookup and the
-        // insert cannot interleave with another hold.
         let (row, joined) = on_store(&self.inner, move |s, inner| {
-            if let Some(row) = s.pending_duplicate(&new, now)? {
-                return Ok((row, true));
+            let (row, joined) = s.hold(&review_id, now, expires_at, &new, true)?;
+            if !joined {
+                inner.created(&row);
             }
-            let row = s.insert(&review_id, now, expires_at, &new)?;
-            inner.created(&row);
-            Ok((row, false))
+            Ok((row, joined))
         })
         .await?;
         Ok((view(&row, now, self.approvals_required()), joined))
@@ -565,8 +613,20 @@ impl Reviews {
     /// while the record is written does not turn an audited approval into an
     /// expiry. Resolutions are human-paced, so one turn for all reviews is
     /// enough.
-    pub async fn resolution_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.inner.resolving.lock().await
+    ///
+    /// With a shared store the turn is also an advisory lock in the
+    /// database, so it holds across replicas: two replicas approving the
+    /// same review at once audit one approval and answer the other 409.
+    pub async fn resolution_turn(&self) -> Result<Turn<'_>, ReviewError> {
+        let local = self.inner.resolving.lock().await;
+        let shared = match &self.inner.shared {
+            Some(shared) => Some(pg::SharedTurn::take(shared).await?),
+            None => None,
+        };
+        Ok(Turn {
+            _shared: shared,
+            _local: local,
+        })
     }
 
     /// Waits up to `timeout` for the review to be resolved. Returns at once
@@ -921,7 +981,9 @@ impl Inner {
             }
             _ => false,
         };
-        if resolution.is_approved() && !attended {
+        // Another replica's held call is that replica's to forward (it is
+        // told by NOTIFY); the claim would refuse this one anyway.
+        if resolution.is_approved() && !attended && self.holds(row) {
             self.unattended(&row.review_id);
         }
         self.tell(ReviewEvent::Resolved, row);
@@ -929,6 +991,44 @@ impl Inner {
 
     /// Queues an approval that no held connection will forward.
     fn unattended(&self, review_id: &str) {
+        self.queue_unattended(review_id);
+    }
+
+    /// Bookkeeping after a review this replica holds was resolved on
+    /// another replica: the same as [`Inner::resolved`] but for the webhook
+    /// and the resolution metrics, which the resolving replica did.
+    fn resolved_elsewhere(&self, row: &Row) {
+        let Some(resolution) = Resolution::of(row.status) else {
+            return;
+        };
+        let was_pending = {
+            let mut pending = lock(&self.pending);
+            let was = pending.remove(&(row.created_at, row.review_id.clone()));
+            self.metrics.held.set(gauge_value(pending.len()));
+            was
+        };
+        let attended = match lock(&self.waiters).get(&row.review_id) {
+            Some(tx) if tx.receiver_count() > 0 => {
+                tx.send_replace(Some(resolution));
+                true
+            }
+            _ => false,
+        };
+        if was_pending && resolution.is_approved() && !attended && self.holds(row) {
+            self.unattended(&row.review_id);
+        }
+    }
+
+    /// Whether this replica holds the review's call (always, without a
+    /// shared store).
+    fn holds(&self, row: &Row) -> bool {
+        match (&self.shared, &row.replica) {
+            (Some(shared), Some(replica)) => replica == shared.replica(),
+            _ => true,
+        }
+    }
+
+    fn queue_unattended(&self, review_id: &str) {
         tracing::debug!(
             review_id,
             "approved with no held connection waiting: queued for the background forwarder"
@@ -955,12 +1055,12 @@ impl Drop for Inner {
 async fn on_store<T, F>(inner: &Arc<Inner>, f: F) -> Result<T, ReviewError>
 where
     T: Send + 'static,
-    F: FnOnce(&mut Store, &Inner) -> Result<T, ReviewError> + Send + 'static,
+    F: FnOnce(&mut dyn Backend, &Inner) -> Result<T, ReviewError> + Send + 'static,
 {
     let inner = Arc::clone(inner);
     // Lock order: `store` first, then `pending` or `waiters`; nothing
     // takes `store` while holding either of those.
-    tokio::task::spawn_blocking(move || f(&mut lock(&inner.store), &inner))
+    tokio::task::spawn_blocking(move || f(lock(&inner.store).as_mut(), &inner))
         .await
         .map_err(|e| ReviewError::Storage(format!("storage task failed: {e}")))?
 }
@@ -1033,6 +1133,89 @@ async fn sweep(inner: Weak<Inner>, wake: Arc<Notify>) {
             () = wake.notified() => {}
         }
     }
+}
+
+/// With a shared store: learns of resolutions made on other replicas (by
+/// `NOTIFY`, and by polling this replica's pending reviews every second in
+/// case a notification was lost), and every third of the lease takes over
+/// what replicas that are gone left: their forwards in flight become
+/// `outcome_unknown`, and their approved reviews go to this replica's
+/// background forwarder (the claim lets only one replica have each).
+async fn follow_shared(
+    inner: Weak<Inner>,
+    mut notified: mpsc::UnboundedReceiver<String>,
+    lease: Duration,
+) {
+    let mut poll = tokio::time::interval(Duration::from_secs(1));
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut takeover = tokio::time::interval(lease / 3);
+    takeover.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let ids: Vec<String> = tokio::select! {
+            id = notified.recv() => match id {
+                Some(id) => vec![id],
+                None => return,
+            },
+            _ = poll.tick() => {
+                let Some(strong) = inner.upgrade() else { return };
+                let ids = lock(&strong.pending).iter().map(|(_, id)| id.clone()).collect();
+                ids
+            }
+            _ = takeover.tick() => {
+                let Some(strong) = inner.upgrade() else { return };
+                let taken = on_store(&strong, |s, inner| {
+                    for review_id in s.recover_lapsed()? {
+                        tracing::warn!(review_id, "forward was in flight on a replica that is gone: outcome unknown, not retried");
+                    }
+                    for review_id in s.approved_unforwarded()? {
+                        inner.queue_unattended(&review_id);
+                    }
+                    Ok(())
+                })
+                .await;
+                if let Err(e) = taken {
+                    tracing::warn!(error = %e, "cannot take over the reviews of replicas that are gone");
+                }
+                continue;
+            }
+        };
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        // Only reviews this replica holds (pending in its memory) or waits
+        // on: the rest are other replicas' business.
+        let ids: Vec<String> = {
+            let pending = lock(&strong.pending);
+            let waiters = lock(&strong.waiters);
+            ids.into_iter()
+                .filter(|id| waiters.contains_key(id) || pending.iter().any(|(_, p)| p == id))
+                .collect()
+        };
+        if ids.is_empty() {
+            continue;
+        }
+        let followed = on_store(&strong, move |s, inner| {
+            for row in s.resolved_among(&ids)? {
+                inner.resolved_elsewhere(&row);
+            }
+            Ok(())
+        })
+        .await;
+        if let Err(e) = followed {
+            tracing::warn!(error = %e, "cannot read reviews resolved on another replica");
+        }
+    }
+}
+
+/// A turn to resolve a review (see [`Reviews::resolution_turn`]).
+pub struct Turn<'a> {
+    _shared: Option<pg::SharedTurn>,
+    _local: tokio::sync::MutexGuard<'a, ()>,
+}
+
+fn sealer(seal_key: &[u8; 32]) -> Result<seal::Sealer, ReviewError> {
+    seal::Sealer::new(seal_key)
+        .map_err(|_| ReviewError::Storage("the review seal key is not usable".into()))
 }
 
 /// A waiter's receiver. Whether a waiter or the background forwarder owns

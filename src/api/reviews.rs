@@ -127,7 +127,7 @@ pub async fn resolve(
     let view = viewer(principal);
     // Held until the resolution is stored: check, audit and resolve are one
     // step for racing resolvers.
-    let _turn = reviews.resolution_turn().await;
+    let _turn = reviews.resolution_turn().await?;
     // One instant for the check and the stored resolution: a deadline that
     // passes while the record is written must not contradict the record.
     let now = std::time::SystemTime::now();

@@ -1,5 +1,7 @@
-//! SQLite storage for reviews and their held requests: synchronous, called
-//! only from blocking threads by the async shell in [`super`].
+//! Storage for reviews and their held requests: the [`Backend`] interface
+//! the async shell in [`super`] calls (synchronously, from blocking
+//! threads), and its SQLite implementation, the zero-config default. The
+//! PostgreSQL one, for several replicas, is `super::pg`.
 //!
 //! The exactly-once forward promise rests on this file. Every change runs in
 //! an `IMMEDIATE` transaction (the write lock is taken before the row is read,
@@ -70,7 +72,8 @@ CREATE TABLE IF NOT EXISTS review_request_headers (
 
 /// Every column of a review except the held headers and body, in the order
 /// [`Row::read`] expects.
-const COLUMNS: &str = "review_id, created_at, expires_at, owner, route, action, reason, \
+pub(super) const COLUMNS: &str =
+    "review_id, created_at, expires_at, owner, route, action, reason, \
      record_id, req_method, req_path, status, reviewer, note, resolved_at, forward_state, \
      upstream_status, req_hash, rules, requester, approvals";
 
@@ -100,6 +103,9 @@ pub(super) struct Row {
     pub requester: Option<String>,
     /// Approvals so far, oldest first.
     pub approvals: Vec<StoredApproval>,
+    /// With a shared store: the replica holding the client connection and
+    /// the first right to forward. `None` in SQLite (one replica).
+    pub replica: Option<String>,
 }
 
 /// One approval of a review.
@@ -151,24 +157,108 @@ pub(super) enum Resolved {
     Partial(Row),
 }
 
-/// The open database connection.
+/// What the review subsystem needs of its storage. Every call is
+/// synchronous and runs on a blocking thread; every change is one
+/// transaction, and the exactly-once guards (a single-use resolution, a
+/// forward claimed once) hold in the database, whatever the caller does.
+pub(super) trait Backend: Send {
+    /// Stores a new pending review and its held request; with `join`, first
+    /// looks for a pending review of the same owner and route holding
+    /// exactly this call (see [`super::Reviews::create_or_join`]) and
+    /// returns it instead, with `true`. The lookup and the insert cannot
+    /// interleave with another hold.
+    fn hold(
+        &mut self,
+        review_id: &str,
+        created_at: SystemTime,
+        expires_at: SystemTime,
+        new: &NewReview,
+        join: bool,
+    ) -> Result<(Row, bool), ReviewError>;
+    fn get(&mut self, review_id: &str) -> Result<Option<Row>, ReviewError>;
+    /// See [`SqliteStore::list`].
+    fn list(
+        &mut self,
+        status: Option<ReviewStatus>,
+        owner: Option<&str>,
+        now: SystemTime,
+        limit: usize,
+    ) -> Result<Vec<Row>, ReviewError>;
+    /// See [`SqliteStore::resolve`].
+    fn resolve(
+        &mut self,
+        review_id: &str,
+        verdict: Verdict,
+        who: &Resolver<'_>,
+        now: SystemTime,
+    ) -> Result<Resolved, ReviewError>;
+    /// Claims the forward of an approved review: the held request the one
+    /// time the claim succeeds, `None` every other time.
+    fn claim(
+        &mut self,
+        review_id: &str,
+        now: SystemTime,
+    ) -> Result<Option<HeldRequest>, ReviewError>;
+    fn finish(
+        &mut self,
+        review_id: &str,
+        outcome: &ForwardOutcome,
+        now: SystemTime,
+    ) -> Result<(), ReviewError>;
+    fn purge_resolved(&mut self, before: SystemTime, limit: usize) -> Result<usize, ReviewError>;
+    fn count(&mut self) -> Result<u64, ReviewError>;
+    fn expire_due(
+        &mut self,
+        now: SystemTime,
+    ) -> Result<(Vec<Row>, Option<SystemTime>), ReviewError>;
+    fn upstream(
+        &mut self,
+        review_id: &str,
+    ) -> Result<Option<(String, UpstreamResponse)>, ReviewError>;
+    fn details(&mut self, ids: &[String]) -> Result<Vec<(String, serde_json::Value)>, ReviewError>;
+    fn inspect(&mut self, review_id: &str) -> Result<Option<Inspected>, ReviewError>;
+    /// `(created_at, review_id)` of every review stored as pending.
+    fn pending(&mut self) -> Result<Vec<(SystemTime, String)>, ReviewError>;
+    /// Approved reviews whose forward this process may claim and nobody
+    /// has, oldest approval first.
+    fn approved_unforwarded(&mut self) -> Result<Vec<String>, ReviewError>;
+    /// Of these reviews, the ones no longer pending, as stored: how a
+    /// replica learns of resolutions made elsewhere.
+    fn resolved_among(&mut self, ids: &[String]) -> Result<Vec<Row>, ReviewError>;
+    /// Forwards left `started` by a replica that is gone become
+    /// `outcome_unknown`; returns their ids. SQLite does this once, at open.
+    fn recover_lapsed(&mut self) -> Result<Vec<String>, ReviewError> {
+        Ok(Vec::new())
+    }
+    /// Test hooks: flip a stored body as a disk error might; the stored
+    /// length of an upstream answer.
+    #[cfg(test)]
+    fn corrupt_body(&mut self, review_id: &str);
+    #[cfg(test)]
+    fn upstream_body_len(&mut self, review_id: &str) -> usize;
+    /// Test hook: how many held headers are stored for a review.
+    #[cfg(test)]
+    fn header_rows(&mut self, review_id: &str) -> i64;
+}
+
+/// The SQLite store: one connection to the data dir's database file.
 #[derive(Debug)]
-pub(super) struct Store {
+pub(super) struct SqliteStore {
     conn: Connection,
     /// Seals the credential headers of held requests at rest.
     sealer: super::seal::Sealer,
 }
 
-// === impl Store ===
+// === impl SqliteStore ===
 
-impl Store {
+impl SqliteStore {
     /// Opens (or creates) the review tables in the file at `path`, and turns
     /// every forward left `started` by a previous process into
     /// `outcome_unknown`. Returns the store and the ids it recovered.
     pub fn open(
         path: &Path,
         sealer: super::seal::Sealer,
-    ) -> Result<(Store, Vec<String>), ReviewError> {
+    ) -> Result<(SqliteStore, Vec<String>), ReviewError> {
         crate::sqlite::create_private(path)
             .map_err(|e| ReviewError::Storage(format!("{}: {e}", path.display())))?;
         let conn = Connection::open(path)?;
@@ -209,7 +299,7 @@ impl Store {
                 conn.execute_batch(&format!("ALTER TABLE review_reviews ADD COLUMN {ddl}"))?;
             }
         }
-        let mut store = Store { conn, sealer };
+        let mut store = SqliteStore { conn, sealer };
         let recovered = store.recover()?;
         Ok((store, recovered))
     }
@@ -241,7 +331,7 @@ impl Store {
     }
 
     /// Stores a new pending review and its held request in one transaction.
-    pub fn insert(
+    fn insert(
         &mut self,
         review_id: &str,
         created_at: SystemTime,
@@ -305,7 +395,7 @@ impl Store {
     /// A still-pending review of the same owner and route holding exactly
     /// this method, path and body: a client retrying a held call. The oldest
     /// one if several (only possible for reviews stored before this check).
-    pub fn pending_duplicate(
+    fn pending_duplicate(
         &self,
         new: &NewReview,
         now: SystemTime,
@@ -332,16 +422,159 @@ impl Store {
             )
             .optional()?)
     }
+}
 
-    pub fn get(&self, review_id: &str) -> Result<Option<Row>, ReviewError> {
+/// What a reviewer's verdict does to a pending review, decided from the
+/// row as stored (the same for every backend).
+pub(super) enum ResolvePlan {
+    /// The deadline passed: store the expiry and refuse the verdict.
+    Expire,
+    /// Store this JSON list of approvals; then the final status, or `None`
+    /// when more approvers are needed.
+    Approvals {
+        approvals: String,
+        then: Option<ReviewStatus>,
+    },
+    /// Store this final status.
+    Status(ReviewStatus),
+}
+
+/// Applies the pure transitions to a resolve call: four eyes (whoever made
+/// the held call never resolves it), one approval per key, the deadline,
+/// single use.
+pub(super) fn plan_resolve(
+    row: &Row,
+    verdict: Verdict,
+    who: &Resolver<'_>,
+    now: SystemTime,
+) -> Result<ResolvePlan, ReviewError> {
+    match state::resolve(row.status, row.expires_at, now, verdict) {
+        Ok(_) if row.requester.as_deref() == Some(who.by) => Err(ReviewError::OwnCall),
+        Ok(to) if verdict == Verdict::Approve => {
+            let so_far: Vec<&str> = row.approvals.iter().map(|a| a.by.as_str()).collect();
+            let approval = state::approve(&so_far, who.by, who.required)
+                .map_err(|_| ReviewError::AlreadyApprovedBy)?;
+            let mut approvals = row.approvals.clone();
+            approvals.push(StoredApproval {
+                by: who.by.to_string(),
+                reviewer: who.reviewer.to_string(),
+                note: who.note.map(str::to_string),
+                at: micros(now),
+            });
+            let approvals = serde_json::to_string(&approvals)
+                .map_err(|e| ReviewError::Storage(format!("approvals: {e}")))?;
+            let then = match approval {
+                state::Approval::Partial { .. } => None,
+                _ => Some(to),
+            };
+            Ok(ResolvePlan::Approvals { approvals, then })
+        }
+        Ok(to) => Ok(ResolvePlan::Status(to)),
+        Err(state::ResolveRefusal::Expired) if row.status == ReviewStatus::Pending => {
+            Ok(ResolvePlan::Expire)
+        }
+        Err(state::ResolveRefusal::Expired) => Err(ReviewError::Expired),
+        Err(state::ResolveRefusal::AlreadyApprovedBy) => Err(ReviewError::AlreadyApprovedBy),
+        Err(state::ResolveRefusal::AlreadyResolved(status)) => {
+            Err(ReviewError::AlreadyResolved(status))
+        }
+    }
+}
+
+/// The held request of a claimed forward, its credentials unsealed, or
+/// `Corrupt` when a credential does not open or the request no longer
+/// hashes as it did when it was held: the caller rolls the claim back, so
+/// corrupt bytes are never forwarded and the review stays approved for an
+/// operator.
+pub(super) fn open_held(
+    sealer: &super::seal::Sealer,
+    review_id: &str,
+    (method, path, body): (String, String, Vec<u8>),
+    stored_headers: Vec<(String, Vec<u8>)>,
+    request_hash: &str,
+) -> Result<HeldRequest, ReviewError> {
+    let mut headers = Vec::with_capacity(stored_headers.len());
+    for (name, stored) in stored_headers {
+        let lower = name.to_ascii_lowercase();
+        let value = if super::seal::Sealer::applies(&lower) {
+            sealer.open(review_id, &lower, &stored).map_err(|_| {
+                tracing::error!(review_id, header = %lower, "a held credential does not open; not forwarded");
+                ReviewError::Corrupt(review_id.to_string())
+            })?
+        } else {
+            stored
+        };
+        headers.push((name, Bytes::from(value)));
+    }
+    let request = HeldRequest {
+        method,
+        path,
+        headers,
+        body: Bytes::from(body),
+    };
+    if request.hash() != request_hash {
+        tracing::error!(
+            review_id,
+            "held request fails its integrity check; not forwarded"
+        );
+        return Err(ReviewError::Corrupt(review_id.to_string()));
+    }
+    Ok(request)
+}
+
+/// The held headers of a review as stored (credential values still
+/// sealed), in the order received.
+fn held_headers(conn: &Connection, review_id: &str) -> Result<Vec<(String, Vec<u8>)>, ReviewError> {
+    let mut stmt = conn.prepare(
+        "SELECT name, value FROM review_request_headers WHERE review_id = ?1 ORDER BY position",
+    )?;
+    let rows = stmt.query_map([review_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn load(conn: &Connection, review_id: &str) -> Result<Option<Row>, ReviewError> {
+    let sql = format!("SELECT {COLUMNS} FROM review_reviews WHERE review_id = ?1");
+    Ok(conn.query_row(&sql, [review_id], Row::read).optional()?)
+}
+
+/// Stores a pending review as expired; it expired at its deadline.
+fn mark_expired(conn: &Connection, row: &Row) -> Result<(), ReviewError> {
+    conn.execute(
+        "UPDATE review_reviews SET status = ?2, resolved_at = ?3 \
+         WHERE review_id = ?1 AND status = 'pending'",
+        params![row.review_id, ReviewStatus::Expired, micros(row.expires_at)],
+    )?;
+    Ok(())
+}
+
+impl Backend for SqliteStore {
+    fn hold(
+        &mut self,
+        review_id: &str,
+        created_at: SystemTime,
+        expires_at: SystemTime,
+        new: &NewReview,
+        join: bool,
+    ) -> Result<(Row, bool), ReviewError> {
+        // One connection, locked by the caller: the lookup and the insert
+        // cannot interleave with another hold of this process.
+        if join {
+            if let Some(row) = self.pending_duplicate(new, created_at)? {
+                return Ok((row, true));
+            }
+        }
+        Ok((self.insert(review_id, created_at, expires_at, new)?, false))
+    }
+
+    fn get(&mut self, review_id: &str) -> Result<Option<Row>, ReviewError> {
         load(&self.conn, review_id)
     }
 
     /// Reviews whose status *at `now`* is `status` (any when `None`), of
     /// `owner` only when given. Pending ones come oldest first (the queue a
     /// reviewer works through); every other listing comes newest first.
-    pub fn list(
-        &self,
+    fn list(
+        &mut self,
         status: Option<ReviewStatus>,
         owner: Option<&str>,
         now: SystemTime,
@@ -375,7 +608,7 @@ impl Store {
     /// Applies a reviewer's verdict, or stores the expiry that refuses it.
     /// An approval counts once per `who.by`, and approves the review only
     /// when it is the `required`-th distinct one.
-    pub fn resolve(
+    fn resolve(
         &mut self,
         review_id: &str,
         verdict: Verdict,
@@ -386,60 +619,40 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
-        let (reviewer, note) = (who.reviewer, who.note);
-        match state::resolve(row.status, row.expires_at, now, verdict) {
-            // Four eyes: whoever made the held call never resolves it.
-            Ok(_) if row.requester.as_deref() == Some(who.by) => Err(ReviewError::OwnCall),
-            Ok(to) => {
-                if verdict == Verdict::Approve {
-                    let so_far: Vec<&str> = row.approvals.iter().map(|a| a.by.as_str()).collect();
-                    let approval = state::approve(&so_far, who.by, who.required)
-                        .map_err(|_| ReviewError::AlreadyApprovedBy)?;
-                    let mut approvals = row.approvals.clone();
-                    approvals.push(StoredApproval {
-                        by: who.by.to_string(),
-                        reviewer: reviewer.to_string(),
-                        note: note.map(str::to_string),
-                        at: micros(now),
-                    });
-                    let text = serde_json::to_string(&approvals)
-                        .map_err(|e| ReviewError::Storage(format!("approvals: {e}")))?;
-                    tx.execute(
-                        "UPDATE review_reviews SET approvals = ?2 WHERE review_id = ?1 AND status = 'pending'",
-                        params![review_id, text],
-                    )?;
-                    if let state::Approval::Partial { .. } = approval {
-                        let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
-                        tx.commit()?;
-                        return Ok(Resolved::Partial(row));
-                    }
-                }
-                tx.execute(
-                    "UPDATE review_reviews SET status = ?2, reviewer = ?3, note = ?4, resolved_at = ?5 \
-                     WHERE review_id = ?1 AND status = 'pending'",
-                    params![review_id, to, reviewer, note, micros(now)],
-                )?;
-                let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
-                tx.commit()?;
-                Ok(Resolved::Stored(row))
-            }
-            Err(state::ResolveRefusal::Expired) if row.status == ReviewStatus::Pending => {
+        let status = match plan_resolve(&row, verdict, who, now)? {
+            ResolvePlan::Expire => {
                 mark_expired(&tx, &row)?;
                 let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
                 tx.commit()?;
-                Ok(Resolved::ExpiredNow(row))
+                return Ok(Resolved::ExpiredNow(row));
             }
-            Err(state::ResolveRefusal::Expired) => Err(ReviewError::Expired),
-            Err(state::ResolveRefusal::AlreadyApprovedBy) => Err(ReviewError::AlreadyApprovedBy),
-            Err(state::ResolveRefusal::AlreadyResolved(status)) => {
-                Err(ReviewError::AlreadyResolved(status))
+            ResolvePlan::Approvals { approvals, then } => {
+                tx.execute(
+                    "UPDATE review_reviews SET approvals = ?2 WHERE review_id = ?1 AND status = 'pending'",
+                    params![review_id, approvals],
+                )?;
+                then
             }
-        }
+            ResolvePlan::Status(to) => Some(to),
+        };
+        let Some(to) = status else {
+            let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
+            tx.commit()?;
+            return Ok(Resolved::Partial(row));
+        };
+        tx.execute(
+            "UPDATE review_reviews SET status = ?2, reviewer = ?3, note = ?4, resolved_at = ?5 \
+             WHERE review_id = ?1 AND status = 'pending'",
+            params![review_id, to, who.reviewer, who.note, micros(now)],
+        )?;
+        let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
+        tx.commit()?;
+        Ok(Resolved::Stored(row))
     }
 
     /// Claims the forward of an approved review: returns the held request the
     /// one time the claim succeeds, `None` every other time.
-    pub fn claim(
+    fn claim(
         &mut self,
         review_id: &str,
         now: SystemTime,
@@ -470,48 +683,19 @@ impl Store {
             [review_id],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?;
-        let headers = {
-            let mut headers = Vec::new();
-            for (name, stored) in held_headers(&tx, review_id)? {
-                let lower = name.to_ascii_lowercase();
-                let value = if super::seal::Sealer::applies(&lower) {
-                    match self.sealer.open(review_id, &lower, &stored) {
-                        Ok(v) => v,
-                        Err(_) => {
-                            // Rolled back with `tx`: a credential that does
-                            // not open is never forwarded.
-                            tracing::error!(review_id, header = %lower, "a held credential does not open; not forwarded");
-                            return Err(ReviewError::Corrupt(review_id.to_string()));
-                        }
-                    }
-                } else {
-                    stored
-                };
-                headers.push((name, Bytes::from(value)));
-            }
-            headers
-        };
-        let request = HeldRequest {
-            method,
-            path,
-            headers,
-            body: Bytes::from(body),
-        };
-        if request.hash() != row.request_hash {
-            // Dropping `tx` rolls the claim back: corrupt bytes are never
-            // forwarded, and the review stays approved for an operator.
-            tracing::error!(
-                review_id,
-                "held request fails its integrity check; not forwarded"
-            );
-            return Err(ReviewError::Corrupt(review_id.to_string()));
-        }
+        let request = open_held(
+            &self.sealer,
+            review_id,
+            (method, path, body),
+            held_headers(&tx, review_id)?,
+            &row.request_hash,
+        )?;
         tx.commit()?;
         Ok(Some(request))
     }
 
     /// Records how a claimed forward ended.
-    pub fn finish(
+    fn finish(
         &mut self,
         review_id: &str,
         outcome: &ForwardOutcome,
@@ -559,11 +743,7 @@ impl Store {
     /// `before` and whose forward is over (never started, done, or
     /// `outcome_unknown`), with their held headers and body; pending
     /// reviews and forwards in flight stay. Returns how many went.
-    pub fn purge_resolved(
-        &mut self,
-        before: SystemTime,
-        limit: usize,
-    ) -> Result<usize, ReviewError> {
+    fn purge_resolved(&mut self, before: SystemTime, limit: usize) -> Result<usize, ReviewError> {
         let n = self.conn.execute(
             "DELETE FROM review_reviews WHERE review_id IN (
                  SELECT review_id FROM review_reviews
@@ -578,14 +758,14 @@ impl Store {
     }
 
     /// How many reviews are stored, in every state.
-    pub fn count(&self) -> Result<u64, ReviewError> {
+    fn count(&mut self) -> Result<u64, ReviewError> {
         let n: i64 = self
             .conn
             .query_row("SELECT COUNT(*) FROM review_reviews", [], |r| r.get(0))?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
-    pub fn expire_due(
+    fn expire_due(
         &mut self,
         now: SystemTime,
     ) -> Result<(Vec<Row>, Option<SystemTime>), ReviewError> {
@@ -620,8 +800,8 @@ impl Store {
 
     /// The owner and the stored upstream answer of a review whose forward
     /// is done; `None` otherwise.
-    pub fn upstream(
-        &self,
+    fn upstream(
+        &mut self,
         review_id: &str,
     ) -> Result<Option<(String, UpstreamResponse)>, ReviewError> {
         let found = self
@@ -649,7 +829,7 @@ impl Store {
 
     /// The decision snapshots of these reviews (those that have one), read
     /// without their held requests.
-    pub fn details(&self, ids: &[String]) -> Result<Vec<(String, serde_json::Value)>, ReviewError> {
+    fn details(&mut self, ids: &[String]) -> Result<Vec<(String, serde_json::Value)>, ReviewError> {
         let mut stmt = self
             .conn
             .prepare("SELECT detail FROM review_reviews WHERE review_id = ?1")?;
@@ -667,7 +847,7 @@ impl Store {
     /// snapshot: the credential headers stay sealed (their values are
     /// replaced by [`SEALED_PLACEHOLDER`]), since a reviewer needs to know
     /// they were sent, never what they hold.
-    pub fn inspect(&self, review_id: &str) -> Result<Option<Inspected>, ReviewError> {
+    fn inspect(&mut self, review_id: &str) -> Result<Option<Inspected>, ReviewError> {
         let Some((path, body, detail)) = self
             .conn
             .query_row(
@@ -708,7 +888,7 @@ impl Store {
     }
 
     /// `(created_at, review_id)` of every review stored as pending.
-    pub fn pending(&self) -> Result<Vec<(SystemTime, String)>, ReviewError> {
+    fn pending(&mut self) -> Result<Vec<(SystemTime, String)>, ReviewError> {
         let mut stmt = self
             .conn
             .prepare("SELECT created_at, review_id FROM review_reviews WHERE status = 'pending'")?;
@@ -717,7 +897,7 @@ impl Store {
     }
 
     /// Approved reviews nobody has claimed the forward of, oldest approval first.
-    pub fn approved_unforwarded(&self) -> Result<Vec<String>, ReviewError> {
+    fn approved_unforwarded(&mut self) -> Result<Vec<String>, ReviewError> {
         let mut stmt = self.conn.prepare(
             "SELECT review_id FROM review_reviews \
              WHERE status = 'approved' AND forward_state = 'not_started' \
@@ -726,31 +906,52 @@ impl Store {
         let rows = stmt.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
-}
 
-/// The held headers of a review as stored (credential values still
-/// sealed), in the order received.
-fn held_headers(conn: &Connection, review_id: &str) -> Result<Vec<(String, Vec<u8>)>, ReviewError> {
-    let mut stmt = conn.prepare(
-        "SELECT name, value FROM review_request_headers WHERE review_id = ?1 ORDER BY position",
-    )?;
-    let rows = stmt.query_map([review_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
+    fn resolved_among(&mut self, ids: &[String]) -> Result<Vec<Row>, ReviewError> {
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(row) = load(&self.conn, id)? {
+                if row.status != ReviewStatus::Pending {
+                    out.push(row);
+                }
+            }
+        }
+        Ok(out)
+    }
 
-fn load(conn: &Connection, review_id: &str) -> Result<Option<Row>, ReviewError> {
-    let sql = format!("SELECT {COLUMNS} FROM review_reviews WHERE review_id = ?1");
-    Ok(conn.query_row(&sql, [review_id], Row::read).optional()?)
-}
+    #[cfg(test)]
+    fn corrupt_body(&mut self, review_id: &str) {
+        self.conn
+            .execute(
+                "UPDATE review_reviews SET req_body = ?2 WHERE review_id = ?1",
+                rusqlite::params![review_id, b"{\"amount\":9000}".as_slice()],
+            )
+            .unwrap();
+    }
 
-/// Stores a pending review as expired; it expired at its deadline.
-fn mark_expired(conn: &Connection, row: &Row) -> Result<(), ReviewError> {
-    conn.execute(
-        "UPDATE review_reviews SET status = ?2, resolved_at = ?3 \
-         WHERE review_id = ?1 AND status = 'pending'",
-        params![row.review_id, ReviewStatus::Expired, micros(row.expires_at)],
-    )?;
-    Ok(())
+    #[cfg(test)]
+    fn header_rows(&mut self, review_id: &str) -> i64 {
+        self.conn
+            .query_row(
+                "SELECT COUNT(*) FROM review_request_headers WHERE review_id = ?1",
+                [review_id],
+                |row| row.get(0),
+            )
+            .unwrap()
+    }
+
+    #[cfg(test)]
+    fn upstream_body_len(&mut self, review_id: &str) -> usize {
+        let len: i64 = self
+            .conn
+            .query_row(
+                "SELECT length(upstream_body) FROM review_reviews WHERE review_id = ?1",
+                [review_id],
+                |r| r.get(0),
+            )
+            .unwrap();
+        usize::try_from(len).unwrap()
+    }
 }
 
 // === impl Row ===
@@ -797,6 +998,7 @@ impl Row {
                 serde_json::from_str(&text)
                     .map_err(|e| corrupt(19, Type::Text, format!("bad approvals: {e}")))?
             },
+            replica: None,
         })
     }
 }
@@ -841,37 +1043,13 @@ pub(super) fn from_micros(us: i64) -> SystemTime {
 
 #[cfg(test)]
 pub(super) mod tests_support {
-    use super::Store;
+    use super::SqliteStore;
 
     /// The connection's `PRAGMA temp_store` (2 is MEMORY).
-    pub fn temp_store(store: &Store) -> i64 {
+    pub fn temp_store(store: &SqliteStore) -> i64 {
         store
             .conn
             .query_row("PRAGMA temp_store", [], |r| r.get(0))
             .unwrap()
-    }
-
-    /// Flips the stored body of a review, as a disk error might.
-    pub fn corrupt_body(store: &Store, review_id: &str) {
-        store
-            .conn
-            .execute(
-                "UPDATE review_reviews SET req_body = ?2 WHERE review_id = ?1",
-                rusqlite::params![review_id, b"{\"amount\":9000}".as_slice()],
-            )
-            .unwrap();
-    }
-
-    /// How many upstream body bytes are stored for a review.
-    pub fn upstream_body_len(store: &Store, review_id: &str) -> usize {
-        let len: i64 = store
-            .conn
-            .query_row(
-                "SELECT length(upstream_body) FROM review_reviews WHERE review_id = ?1",
-                [review_id],
-                |r| r.get(0),
-            )
-            .unwrap();
-        usize::try_from(len).unwrap()
     }
 }

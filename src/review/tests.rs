@@ -1,5 +1,10 @@
-//! The async shell against a real SQLite file in a temp dir: the hold
-//! workflow end to end, restarts, expiry, tenants and racing claims.
+//! The async shell against a real store: the hold workflow end to end,
+//! restarts, expiry, tenants and racing claims. One set of tests, two
+//! backends: a SQLite file in a temp dir, or, with
+//! `VERDICT_TEST_STORE=postgres`, a fresh PostgreSQL database (started by
+//! scripts/postgres.sh; `.ci/run` runs this module both ways). The few
+//! tests about one backend's own behaviour say so and return early on the
+//! other.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -13,8 +18,77 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// The key held credentials are sealed with in these tests.
 const TEST_SEAL: [u8; 32] = [42; 32];
 
-fn db(dir: &TempDir) -> std::path::PathBuf {
-    dir.path().join("verdict.db")
+fn db(place: &Place) -> std::path::PathBuf {
+    place.dir.path().join("verdict.db")
+}
+
+#[path = "../../tests/support/postgres.rs"]
+#[allow(dead_code)]
+mod pg_support;
+
+/// Whether this run tests the PostgreSQL backend.
+fn on_postgres() -> bool {
+    std::env::var("VERDICT_TEST_STORE").as_deref() == Ok("postgres")
+}
+
+/// Where one test's reviews live: a temp dir (for SQLite, and for files a
+/// test writes) and, on PostgreSQL, a fresh database of its own.
+struct Place {
+    dir: TempDir,
+    pg: Option<String>,
+}
+
+fn place() -> Place {
+    let pg = on_postgres().then(|| {
+        pg_support::fresh_database().expect("VERDICT_TEST_STORE=postgres needs PostgreSQL")
+    });
+    Place {
+        dir: TempDir::new().unwrap(),
+        pg,
+    }
+}
+
+impl Place {
+    async fn open(&self, ttl: Duration) -> Reviews {
+        self.open_sealed(ttl, TEST_SEAL).await
+    }
+
+    /// Another open of the same store: a restart on SQLite, a second
+    /// replica on PostgreSQL.
+    async fn open_sealed(&self, ttl: Duration, seal: [u8; 32]) -> Reviews {
+        match &self.pg {
+            None => Reviews::open(&db(self), ttl, seal).unwrap(),
+            Some(url) => {
+                let text = format!("[store]\nurl = \"{url}\"\nlease = \"1s\"\n");
+                let config = crate::config::Config::from_toml(
+                    "test",
+                    &text,
+                    &crate::config::Overrides::default(),
+                )
+                .unwrap();
+                let crate::config::StoreConfig::Postgres(pg) = config.store else {
+                    panic!("not a postgres store")
+                };
+                let shared = crate::shared::Shared::connect(&pg).await.unwrap();
+                tokio::task::spawn_blocking(move || Reviews::open_shared(shared, ttl, seal))
+                    .await
+                    .unwrap()
+                    .unwrap()
+            }
+        }
+    }
+}
+
+/// Returns early (the test passes trivially) on PostgreSQL: for tests of
+/// SQLite's own file handling and single-process restarts, which the
+/// PostgreSQL backend replaces with leases (tests/replicas.rs).
+macro_rules! sqlite_only {
+    () => {
+        if on_postgres() {
+            eprintln!("SQLite only: not run against PostgreSQL");
+            return;
+        }
+    };
 }
 
 fn held() -> HeldRequest {
@@ -88,9 +162,9 @@ pub(super) async fn alice_resolves(
 
 /// A fresh store (ttl an hour) holding one pending review of
 /// `refund-app`, and its id; the dir must outlive the store.
-async fn one_pending() -> (TempDir, Reviews, String) {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+async fn one_pending() -> (Place, Reviews, String) {
+    let dir = place();
+    let r = dir.open(HOUR).await;
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     (dir, r, id)
 }
@@ -106,8 +180,8 @@ fn waiter(
 
 #[tokio::test]
 async fn hold_wait_approve_then_claim_exactly_once() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let dir = place();
+    let r = dir.open(HOUR).await;
     let v = r.create(new_review("refund-app")).await.unwrap();
     assert_eq!(v.status, ReviewStatus::Pending);
     assert_eq!(v.forward.state, "not_started");
@@ -189,8 +263,10 @@ async fn hold_wait_approve_then_claim_exactly_once() {
     );
 
     let stored: usize = {
-        let store = lock(&r.inner.store);
-        store::tests_support::upstream_body_len(&store, &id)
+        let (r, id) = (r.clone(), id.clone());
+        tokio::task::spawn_blocking(move || lock(&r.inner.store).upstream_body_len(&id))
+            .await
+            .unwrap()
     };
     assert_eq!(stored, MAX_STORED_UPSTREAM_BODY);
 }
@@ -290,9 +366,9 @@ async fn wait_returns_as_soon_as_another_task_resolves() {
 
 #[tokio::test]
 async fn sweeper_expires_and_wakes_waiters() {
-    let dir = TempDir::new().unwrap();
+    let dir = place();
     let mut registry = prometheus_client::registry::Registry::default();
-    let r = Reviews::open(&db(&dir), Duration::from_millis(300), TEST_SEAL).unwrap();
+    let r = dir.open(Duration::from_millis(300)).await;
     r.register_metrics(&mut registry);
     let v = r.create(new_review("refund-app")).await.unwrap();
     let id = v.review_id.clone();
@@ -327,11 +403,11 @@ async fn sweeper_expires_and_wakes_waiters() {
 
 #[tokio::test]
 async fn the_sweeper_waits_for_a_resolution_in_progress() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), Duration::from_millis(200), TEST_SEAL).unwrap();
+    let dir = place();
+    let r = dir.open(Duration::from_millis(200)).await;
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     // The Review API's order: turn, check as of `now`, audit, resolve.
-    let turn = r.resolution_turn().await;
+    let turn = r.resolution_turn().await.unwrap();
     let now = SystemTime::now();
     let v = r.get_at(&id, &admin(), now).await.unwrap().unwrap();
     assert_eq!(v.status, ReviewStatus::Pending);
@@ -372,15 +448,16 @@ async fn resolving_past_the_deadline_stores_the_expiry() {
 
 #[tokio::test]
 async fn restart_turns_an_in_flight_forward_into_outcome_unknown() {
-    let dir = TempDir::new().unwrap();
+    sqlite_only!();
+    let dir = place();
     let id = {
-        let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+        let r = dir.open(HOUR).await;
         let id = r.create(new_review("refund-app")).await.unwrap().review_id;
         approve(&r, &id).await.unwrap();
         assert!(r.claim_forward(&id).await.unwrap().is_some());
         id
     };
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let r = dir.open(HOUR).await;
     let v = r.get(&id, &admin()).await.unwrap().unwrap();
     assert_eq!(v.status, ReviewStatus::Approved);
     assert_eq!(
@@ -430,15 +507,16 @@ async fn a_failed_forward_is_outcome_unknown() {
 
 #[tokio::test]
 async fn pending_and_approved_reviews_survive_a_restart() {
-    let dir = TempDir::new().unwrap();
+    sqlite_only!();
+    let dir = place();
     let (pending_id, approved_id) = {
-        let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+        let r = dir.open(HOUR).await;
         let p = r.create(new_review("refund-app")).await.unwrap().review_id;
         let a = r.create(new_review("refund-app")).await.unwrap().review_id;
         approve(&r, &a).await.unwrap();
         (p, a)
     };
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let r = dir.open(HOUR).await;
     assert_eq!(r.health().pending, 1);
     assert!(r.health().oldest_pending_age.is_some());
     assert_eq!(
@@ -457,8 +535,8 @@ async fn pending_and_approved_reviews_survive_a_restart() {
 
 #[tokio::test]
 async fn tenants_see_only_their_own_reviews() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let dir = place();
+    let r = dir.open(HOUR).await;
     let a1 = r.create(new_review("app-a")).await.unwrap().review_id;
     let a2 = r.create(new_review("app-a")).await.unwrap().review_id;
     let b1 = r.create(new_review("app-b")).await.unwrap().review_id;
@@ -529,10 +607,10 @@ async fn tenants_see_only_their_own_reviews() {
 
 #[tokio::test]
 async fn list_shows_overdue_pending_reviews_as_expired() {
-    let dir = TempDir::new().unwrap();
+    let dir = place();
     // A zero ttl: every review is overdue at once, whether or not the
     // sweeper has written it down yet.
-    let r = Reviews::open(&db(&dir), Duration::ZERO, TEST_SEAL).unwrap();
+    let r = dir.open(Duration::ZERO).await;
     let id = r.create(new_review("app-a")).await.unwrap().review_id;
     let expired = r
         .list(Some(ReviewStatus::Expired), &admin(), 10)
@@ -582,9 +660,9 @@ async fn racing_claims_forward_exactly_once() {
 async fn racing_claims_through_two_handles_forward_exactly_once() {
     // Two opens of the same file (two connections, like two processes)
     // still hand the request out once.
-    let dir = TempDir::new().unwrap();
-    let r1 = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
-    let r2 = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let dir = place();
+    let r1 = dir.open(HOUR).await;
+    let r2 = dir.open(HOUR).await;
     let id = r1.create(new_review("refund-app")).await.unwrap().review_id;
     approve(&r2, &id).await.unwrap();
     let tasks: Vec<_> = (0..20)
@@ -598,8 +676,8 @@ async fn racing_claims_through_two_handles_forward_exactly_once() {
 
 #[tokio::test]
 async fn view_json_never_shows_the_held_request() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let dir = place();
+    let r = dir.open(HOUR).await;
     let mut new = new_review("refund-app");
     new.record_id = None;
     new.review_id = Some(uuid::Uuid::from_u128(0x1234));
@@ -668,8 +746,8 @@ async fn view_json_never_shows_the_held_request() {
 
 #[tokio::test]
 async fn health_counts_pending_reviews() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let dir = place();
+    let r = dir.open(HOUR).await;
     assert_eq!(
         r.health(),
         ReviewsHealth {
@@ -691,7 +769,8 @@ async fn health_counts_pending_reviews() {
 
 #[test]
 fn open_needs_a_runtime() {
-    let dir = TempDir::new().unwrap();
+    sqlite_only!();
+    let dir = place();
     assert_eq!(
         Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap_err(),
         ReviewError::NoRuntime
@@ -719,8 +798,8 @@ async fn a_dropped_resolve_call_still_wakes_the_held_request() {
 
 #[tokio::test]
 async fn an_absurd_ttl_is_capped_and_still_printable() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), Duration::MAX, TEST_SEAL).unwrap();
+    let dir = place();
+    let r = dir.open(Duration::MAX).await;
     let v = r.create(new_review("refund-app")).await.unwrap();
     assert_eq!(v.expires_at.duration_since(v.created_at).unwrap(), MAX_TTL);
     let json = serde_json::to_value(&v).unwrap();
@@ -744,8 +823,8 @@ fn times_format_as_rfc3339_utc() {
 
 #[tokio::test]
 async fn approvals_go_to_the_live_hold_or_else_to_the_background_queue() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let dir = place();
+    let r = dir.open(HOUR).await;
     let mut queue = r.take_unattended_approvals().unwrap();
     assert!(r.take_unattended_approvals().is_none(), "taken once");
 
@@ -794,12 +873,12 @@ async fn approvals_go_to_the_live_hold_or_else_to_the_background_queue() {
 
 #[tokio::test]
 async fn approvals_of_reviews_pending_across_a_restart_are_queued() {
-    let dir = TempDir::new().unwrap();
+    let dir = place();
     let id = {
-        let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+        let r = dir.open(HOUR).await;
         r.create(new_review("refund-app")).await.unwrap().review_id
     };
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let r = dir.open(HOUR).await;
     let mut queue = r.take_unattended_approvals().unwrap();
     approve(&r, &id).await.unwrap();
     assert_eq!(queue.recv().await, Some(id.clone()));
@@ -844,7 +923,12 @@ fn held_request_hash_covers_every_byte_and_the_boundaries() {
 async fn a_corrupted_held_request_is_never_handed_out() {
     let (_dir, r, id) = one_pending().await;
     approve(&r, &id).await.unwrap();
-    store::tests_support::corrupt_body(&lock(&r.inner.store), &id);
+    {
+        let (r, id) = (r.clone(), id.clone());
+        tokio::task::spawn_blocking(move || lock(&r.inner.store).corrupt_body(&id))
+            .await
+            .unwrap();
+    }
     assert_eq!(
         r.claim_forward(&id).await,
         Err(ReviewError::Corrupt(id.clone()))
@@ -873,8 +957,8 @@ fn with_creds(auth: Option<&str>, cookie: Option<&str>) -> NewReview {
 /// the answer to the first client's call.
 #[tokio::test]
 async fn retries_join_only_with_the_same_credentials() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let dir = place();
+    let r = dir.open(HOUR).await;
     let (a, joined) = r
         .create_or_join(with_creds(Some("Bearer alice"), None))
         .await
@@ -902,9 +986,10 @@ async fn retries_join_only_with_the_same_credentials() {
 /// value is never forwarded.
 #[tokio::test]
 async fn held_credentials_are_sealed_at_rest() {
+    sqlite_only!();
     use std::os::unix::fs::PermissionsExt as _;
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let dir = place();
+    let r = dir.open(HOUR).await;
     let token = "Bearer tok-5f2c9a-very-secret";
     let new = with_creds(Some(token), Some("sid=cookie-secret-77"));
     let want = new.request.clone();
@@ -912,7 +997,7 @@ async fn held_credentials_are_sealed_at_rest() {
     let id = v.review_id.clone();
     approve(&r, &id).await.unwrap();
     // Nothing on disk holds the plain values (the WAL included).
-    for entry in std::fs::read_dir(dir.path()).unwrap() {
+    for entry in std::fs::read_dir(dir.dir.path()).unwrap() {
         let path = entry.unwrap().path();
         let bytes = std::fs::read(&path).unwrap();
         for secret in [&b"tok-5f2c9a-very-secret"[..], b"cookie-secret-77"] {
@@ -930,12 +1015,12 @@ async fn held_credentials_are_sealed_at_rest() {
 
     // Another key cannot open them: the claim fails, nothing is forwarded.
     let v2 = {
-        let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+        let r = dir.open(HOUR).await;
         let v = r.create(with_creds(Some(token), None)).await.unwrap();
         approve(&r, &v.review_id).await.unwrap();
         v.review_id
     };
-    let r = Reviews::open(&db(&dir), HOUR, [9; 32]).unwrap();
+    let r = dir.open_sealed(HOUR, [9; 32]).await;
     assert!(r.claim_forward(&v2).await.is_err());
     assert!(r.claim_forward(&v2).await.is_err(), "still not forwardable");
 }
@@ -944,7 +1029,8 @@ async fn held_credentials_are_sealed_at_rest() {
 /// open; its reviews list none, and new ones keep theirs.
 #[tokio::test]
 async fn a_database_without_rule_messages_is_upgraded() {
-    let dir = TempDir::new().unwrap();
+    sqlite_only!();
+    let dir = place();
     let path = db(&dir);
     let id = {
         let r = Reviews::open(&path, HOUR, TEST_SEAL).unwrap();
@@ -965,9 +1051,10 @@ async fn a_database_without_rule_messages_is_upgraded() {
 /// The review store writes no temporary files: `temp_store` is MEMORY.
 #[tokio::test]
 async fn the_review_store_keeps_temp_data_in_memory() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
-    assert_eq!(store::tests_support::temp_store(&lock(&r.inner.store)), 2);
+    sqlite_only!();
+    let dir = place();
+    let (store, _) = store::SqliteStore::open(&db(&dir), sealer(&TEST_SEAL).unwrap()).unwrap();
+    assert_eq!(store::tests_support::temp_store(&store), 2);
 }
 
 /// Resolved and expired reviews go after `review.retention`, with their
@@ -975,19 +1062,17 @@ async fn the_review_store_keeps_temp_data_in_memory() {
 /// stay.
 #[tokio::test]
 async fn retention_deletes_ended_reviews_and_keeps_pending_ones() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let dir = place();
+    let r = dir.open(HOUR).await;
     let rejected = r.create(new_review("x")).await.unwrap().review_id;
-    let conn = rusqlite::Connection::open(db(&dir)).unwrap();
-    let headers = |id: &str| -> i64 {
-        conn.query_row(
-            "SELECT COUNT(*) FROM review_request_headers WHERE review_id = ?1",
-            [id],
-            |row| row.get(0),
-        )
-        .unwrap()
+    let headers = |id: &str| {
+        let (r, id) = (r.clone(), id.to_string());
+        tokio::task::spawn_blocking(move || lock(&r.inner.store).header_rows(&id))
     };
-    assert!(headers(&rejected) > 0, "the held request has headers");
+    assert!(
+        headers(&rejected).await.unwrap() > 0,
+        "the held request has headers"
+    );
     let approved = r.create(new_review("x")).await.unwrap().review_id;
     let pending = r.create(new_review("x")).await.unwrap().review_id;
     alice_resolves(&r, &rejected, false, "no").await.unwrap();
@@ -1000,7 +1085,7 @@ async fn retention_deletes_ended_reviews_and_keeps_pending_ones() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The held body and headers went with the review.
-    assert_eq!(headers(&rejected), 0);
+    assert_eq!(headers(&rejected).await.unwrap(), 0);
     // An approval whose forward has not run is kept until it has.
     assert!(r.get(&approved, &all).await.unwrap().is_some());
     assert!(r.get(&pending, &all).await.unwrap().is_some());
@@ -1011,8 +1096,8 @@ async fn retention_deletes_ended_reviews_and_keeps_pending_ones() {
 /// decision snapshot as it was stored.
 #[tokio::test]
 async fn inspection_shows_the_request_without_its_credentials() {
-    let dir = TempDir::new().unwrap();
-    let r = Reviews::open(&db(&dir), HOUR, TEST_SEAL).unwrap();
+    let dir = place();
+    let r = dir.open(HOUR).await;
     let mut new = with_creds(Some("Bearer s3cret"), Some("session=abc"));
     new.detail = Some(serde_json::json!({"v": 1, "reason": "review_required"}));
     let v = r.create(new.clone()).await.unwrap();

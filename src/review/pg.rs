@@ -1,0 +1,835 @@
+//! PostgreSQL storage for reviews, for several replicas sharing one review
+//! queue (`[store] url = "postgres://…"`); the schema is in
+//! `crate::shared`.
+//!
+//! It keeps the promises of the SQLite store across processes that share
+//! nothing but the database. A row is locked (`FOR UPDATE`) before a
+//! transition reads it, so two replicas resolving the same review take
+//! turns. The forward claim is one conditional `UPDATE … WHERE
+//! forward_state = 'not_started'`, never a read then a write, and it
+//! refuses every replica but the one holding the call while that
+//! replica's lease is alive. Once the lease lapses any replica may claim,
+//! still once, and a forward left `started` by a replica that is gone
+//! becomes `outcome_unknown`. A resolution or expiry is announced with
+//! `NOTIFY`, sent on commit, so the holding replica wakes its waiter at
+//! once.
+//!
+//! Like the SQLite store it is synchronous and runs on blocking threads;
+//! each call drives the async client with [`Shared::block_on`].
+
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use tokio_postgres::types::ToSql;
+
+use super::state::{self, ForwardEnd, ForwardState, ReviewStatus, Verdict};
+use super::store::{
+    from_micros, micros, open_held, plan_resolve, Backend, Inspected, ResolvePlan, Resolver, Row,
+    COLUMNS, SEALED_PLACEHOLDER,
+};
+use super::MAX_STORED_UPSTREAM_BODY;
+use super::{ForwardOutcome, HeldRequest, NewReview, ReviewError, UpstreamResponse};
+use crate::shared::{error_text, Shared, NOW_MICROS, REVIEWS_CHANNEL};
+
+/// The advisory lock that makes [`super::Reviews::resolution_turn`] one
+/// turn for every replica (an arbitrary constant).
+const RESOLUTION_LOCK: i64 = 0x7265_7669_6577;
+
+/// True when the review's holding replica has no live lease.
+fn holder_gone() -> String {
+    format!(
+        "NOT EXISTS (SELECT 1 FROM verdict_replicas r \
+         WHERE r.replica_id = review_reviews.replica AND r.lease_until > {NOW_MICROS})"
+    )
+}
+
+/// The columns of a [`Row`], in the order [`read_row`] expects.
+fn columns() -> String {
+    format!("{COLUMNS}, replica")
+}
+
+pub(super) struct PgStore {
+    shared: Shared,
+    sealer: super::seal::Sealer,
+}
+
+impl PgStore {
+    pub fn new(shared: Shared, sealer: super::seal::Sealer) -> PgStore {
+        PgStore { shared, sealer }
+    }
+
+    fn me(&self) -> &str {
+        self.shared.replica()
+    }
+}
+
+impl From<tokio_postgres::Error> for ReviewError {
+    fn from(e: tokio_postgres::Error) -> ReviewError {
+        ReviewError::Storage(error_text(&e))
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for ReviewError {
+    fn from(e: deadpool_postgres::PoolError) -> ReviewError {
+        ReviewError::Storage(format!("no connection to the shared store: {e}"))
+    }
+}
+
+impl Backend for PgStore {
+    fn hold(
+        &mut self,
+        review_id: &str,
+        created_at: SystemTime,
+        expires_at: SystemTime,
+        new: &NewReview,
+        join: bool,
+    ) -> Result<(Row, bool), ReviewError> {
+        let me = self.me().to_string();
+        let creds = new.request.credentials();
+        let rules = serde_json::to_string(&new.rules)
+            .map_err(|e| ReviewError::Storage(format!("rule messages: {e}")))?;
+        let detail = new.detail.as_ref().map(|d| d.to_string());
+        let mut headers = Vec::with_capacity(new.request.headers.len());
+        for (name, value) in &new.request.headers {
+            let lower = name.to_ascii_lowercase();
+            let stored = if super::seal::Sealer::applies(&lower) {
+                self.sealer
+                    .seal(review_id, &lower, value)
+                    .ok_or_else(|| ReviewError::Storage("cannot seal a held credential".into()))?
+            } else {
+                value.to_vec()
+            };
+            headers.push((name.clone(), stored));
+        }
+        self.shared.block_on(async {
+            let mut client = self.shared.pool().get().await?;
+            let tx = client.transaction().await?;
+            if join {
+                // Two replicas holding the same retried call at once take
+                // turns here, so the second one joins the first's review.
+                tx.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, 0))",
+                    &[&new.owner, &new.route],
+                )
+                .await?;
+                let found = tx
+                    .query_opt(
+                        &format!(
+                            "SELECT {} FROM review_reviews WHERE status = 'pending' \
+                             AND expires_at > $1 AND owner = $2 AND route = $3 \
+                             AND req_method = $4 AND req_path = $5 AND req_body = $6 \
+                             AND req_creds = $7 ORDER BY created_at LIMIT 1",
+                            columns()
+                        ),
+                        &[
+                            &micros(created_at),
+                            &new.owner,
+                            &new.route,
+                            &new.request.method,
+                            &new.request.path,
+                            &new.request.body.as_ref(),
+                            &creds,
+                        ],
+                    )
+                    .await?;
+                if let Some(r) = found {
+                    return Ok((read_row(&r)?, true));
+                }
+            }
+            tx.execute(
+                "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, \
+                 action, reason, record_id, req_method, req_path, req_body, req_hash, status, \
+                 forward_state, req_creds, rules, detail, requester, replica) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', \
+                 'not_started', $13, $14, $15, $16, $17)",
+                &[
+                    &review_id,
+                    &micros(created_at),
+                    &micros(expires_at),
+                    &new.owner,
+                    &new.route,
+                    &new.action,
+                    &new.reason,
+                    &new.record_id,
+                    &new.request.method,
+                    &new.request.path,
+                    &new.request.body.as_ref(),
+                    &new.request.hash(),
+                    &creds,
+                    &rules,
+                    &detail,
+                    &new.requester,
+                    &me,
+                ],
+            )
+            .await?;
+            let insert = tx
+                .prepare(
+                    "INSERT INTO review_request_headers (review_id, position, name, value) \
+                     VALUES ($1, $2, $3, $4)",
+                )
+                .await?;
+            for (position, (name, value)) in headers.iter().enumerate() {
+                let position = i32::try_from(position).unwrap_or(i32::MAX);
+                tx.execute(&insert, &[&review_id, &position, name, value])
+                    .await?;
+            }
+            let row = load(&tx, review_id, false)
+                .await?
+                .ok_or(ReviewError::NotFound)?;
+            tx.commit().await?;
+            Ok((row, false))
+        })
+    }
+
+    fn get(&mut self, review_id: &str) -> Result<Option<Row>, ReviewError> {
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            load(&client, review_id, false).await
+        })
+    }
+
+    fn list(
+        &mut self,
+        status: Option<ReviewStatus>,
+        owner: Option<&str>,
+        now: SystemTime,
+        limit: usize,
+    ) -> Result<Vec<Row>, ReviewError> {
+        let sql = format!(
+            "SELECT {} FROM review_reviews \
+             WHERE ($1::text IS NULL OR owner = $1) \
+               AND ($2::text IS NULL \
+                 OR ($2 = 'pending' AND status = 'pending' AND expires_at > $3) \
+                 OR ($2 = 'expired' AND (status = 'expired' \
+                      OR (status = 'pending' AND expires_at <= $3))) \
+                 OR ($2 IN ('approved', 'rejected') AND status = $2)) \
+             ORDER BY CASE WHEN $2 = 'pending' THEN created_at ELSE -created_at END, review_id \
+             LIMIT $4",
+            columns()
+        );
+        let status = status.map(ReviewStatus::as_str);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            let rows = client
+                .query(&sql, &[&owner, &status, &micros(now), &limit])
+                .await?;
+            rows.iter().map(read_row).collect()
+        })
+    }
+
+    fn resolve(
+        &mut self,
+        review_id: &str,
+        verdict: Verdict,
+        who: &Resolver<'_>,
+        now: SystemTime,
+    ) -> Result<Resolved, ReviewError> {
+        self.shared.block_on(async {
+            let mut client = self.shared.pool().get().await?;
+            let tx = client.transaction().await?;
+            let row = load(&tx, review_id, true)
+                .await?
+                .ok_or(ReviewError::NotFound)?;
+            let plan = plan_resolve(&row, verdict, who, now)?;
+            let to = match plan {
+                ResolvePlan::Expire => {
+                    mark_expired(&tx, &[review_id]).await?;
+                    let row = load(&tx, review_id, false)
+                        .await?
+                        .ok_or(ReviewError::NotFound)?;
+                    tx.commit().await?;
+                    return Ok(Resolved::ExpiredNow(row));
+                }
+                ResolvePlan::Approvals { approvals, then } => {
+                    tx.execute(
+                        "UPDATE review_reviews SET approvals = $2 \
+                         WHERE review_id = $1 AND status = 'pending'",
+                        &[&review_id, &approvals],
+                    )
+                    .await?;
+                    then
+                }
+                ResolvePlan::Status(to) => Some(to),
+            };
+            let Some(to) = to else {
+                let row = load(&tx, review_id, false)
+                    .await?
+                    .ok_or(ReviewError::NotFound)?;
+                tx.commit().await?;
+                return Ok(Resolved::Partial(row));
+            };
+            tx.execute(
+                "UPDATE review_reviews SET status = $2, reviewer = $3, note = $4, \
+                 resolved_at = $5 WHERE review_id = $1 AND status = 'pending'",
+                &[
+                    &review_id,
+                    &to.as_str(),
+                    &who.reviewer,
+                    &who.note,
+                    &micros(now),
+                ],
+            )
+            .await?;
+            notify(&tx, review_id).await?;
+            let row = load(&tx, review_id, false)
+                .await?
+                .ok_or(ReviewError::NotFound)?;
+            tx.commit().await?;
+            Ok(Resolved::Stored(row))
+        })
+    }
+
+    fn claim(
+        &mut self,
+        review_id: &str,
+        now: SystemTime,
+    ) -> Result<Option<HeldRequest>, ReviewError> {
+        let me = self.me().to_string();
+        self.shared.block_on(async {
+            let mut client = self.shared.pool().get().await?;
+            let tx = client.transaction().await?;
+            // The claim itself: one conditional UPDATE, so two replicas
+            // (or two tasks) can never both move `not_started` on.
+            let claimed = tx
+                .query_opt(
+                    &format!(
+                        "UPDATE review_reviews SET forward_state = $2, forward_started_at = $3, \
+                         forward_replica = $4 \
+                         WHERE review_id = $1 AND status = 'approved' \
+                           AND forward_state = 'not_started' AND (replica = $4 OR {}) \
+                         RETURNING req_method, req_path, req_body, req_hash",
+                        holder_gone()
+                    ),
+                    &[
+                        &review_id,
+                        &ForwardState::Started.as_str(),
+                        &micros(now),
+                        &me,
+                    ],
+                )
+                .await?;
+            let Some(c) = claimed else {
+                let exists = tx
+                    .query_opt(
+                        "SELECT 1 FROM review_reviews WHERE review_id = $1",
+                        &[&review_id],
+                    )
+                    .await?;
+                if exists.is_none() {
+                    return Err(ReviewError::NotFound);
+                }
+                tracing::debug!(review_id, "forward claim refused");
+                return Ok(None);
+            };
+            let stored_headers = held_headers(&tx, review_id).await?;
+            // An error drops `tx` uncommitted: the claim rolls back.
+            let request = open_held(
+                &self.sealer,
+                review_id,
+                (c.try_get(0)?, c.try_get(1)?, c.try_get(2)?),
+                stored_headers,
+                &c.try_get::<_, String>(3)?,
+            )?;
+            tx.commit().await?;
+            Ok(Some(request))
+        })
+    }
+
+    fn finish(
+        &mut self,
+        review_id: &str,
+        outcome: &ForwardOutcome,
+        now: SystemTime,
+    ) -> Result<(), ReviewError> {
+        self.shared.block_on(async {
+            let mut client = self.shared.pool().get().await?;
+            let tx = client.transaction().await?;
+            let row = load(&tx, review_id, true)
+                .await?
+                .ok_or(ReviewError::NotFound)?;
+            let end = match outcome {
+                ForwardOutcome::Done { status, .. } => ForwardEnd::Done { status: *status },
+                ForwardOutcome::Failed { .. } => ForwardEnd::Failed,
+            };
+            let to = state::finish(row.forward, end)
+                .map_err(|r| ReviewError::NotForwarding(r.0.as_str()))?;
+            match outcome {
+                ForwardOutcome::Done {
+                    status,
+                    body,
+                    content_type,
+                } => {
+                    let capped = &body[..body.len().min(MAX_STORED_UPSTREAM_BODY)];
+                    tx.execute(
+                        "UPDATE review_reviews SET forward_state = $2, forward_finished_at = $3, \
+                         upstream_status = $4, upstream_body = $5, upstream_content_type = $6 \
+                         WHERE review_id = $1 AND forward_state = 'started'",
+                        &[
+                            &review_id,
+                            &to.as_str(),
+                            &micros(now),
+                            &i32::from(*status),
+                            &capped,
+                            content_type,
+                        ],
+                    )
+                    .await?;
+                }
+                ForwardOutcome::Failed { error } => {
+                    tx.execute(
+                        "UPDATE review_reviews SET forward_state = $2, forward_finished_at = $3, \
+                         forward_error = $4 WHERE review_id = $1 AND forward_state = 'started'",
+                        &[&review_id, &to.as_str(), &micros(now), error],
+                    )
+                    .await?;
+                }
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn purge_resolved(&mut self, before: SystemTime, limit: usize) -> Result<usize, ReviewError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            let n = client
+                .execute(
+                    "DELETE FROM review_reviews WHERE review_id IN (
+                         SELECT review_id FROM review_reviews
+                         WHERE status != 'pending'
+                           AND forward_state != 'started'
+                           AND NOT (status = 'approved' AND forward_state = 'not_started')
+                           AND COALESCE(resolved_at, expires_at) < $1
+                         LIMIT $2)",
+                    &[&micros(before), &limit],
+                )
+                .await?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn count(&mut self) -> Result<u64, ReviewError> {
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            let n: i64 = client
+                .query_one("SELECT COUNT(*) FROM review_reviews", &[])
+                .await?
+                .try_get(0)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+    }
+
+    fn expire_due(
+        &mut self,
+        now: SystemTime,
+    ) -> Result<(Vec<Row>, Option<SystemTime>), ReviewError> {
+        self.shared.block_on(async {
+            let mut client = self.shared.pool().get().await?;
+            let tx = client.transaction().await?;
+            // Rows another replica is resolving are skipped, not waited
+            // for: that replica stores the outcome.
+            let due: Vec<String> = tx
+                .query(
+                    "SELECT review_id FROM review_reviews \
+                     WHERE status = 'pending' AND expires_at <= $1 \
+                     ORDER BY expires_at FOR UPDATE SKIP LOCKED",
+                    &[&micros(now)],
+                )
+                .await?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
+            let ids: Vec<&str> = due.iter().map(String::as_str).collect();
+            mark_expired(&tx, &ids).await?;
+            let mut expired = Vec::with_capacity(due.len());
+            for id in &due {
+                notify(&tx, id).await?;
+                if let Some(row) = load(&tx, id, false).await? {
+                    expired.push(row);
+                }
+            }
+            let next: Option<i64> = tx
+                .query_one(
+                    "SELECT MIN(expires_at) FROM review_reviews WHERE status = 'pending'",
+                    &[],
+                )
+                .await?
+                .try_get(0)?;
+            tx.commit().await?;
+            Ok((expired, next.map(from_micros)))
+        })
+    }
+
+    fn upstream(
+        &mut self,
+        review_id: &str,
+    ) -> Result<Option<(String, UpstreamResponse)>, ReviewError> {
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            upstream(&client, review_id).await
+        })
+    }
+
+    fn details(&mut self, ids: &[String]) -> Result<Vec<(String, serde_json::Value)>, ReviewError> {
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            let rows = client
+                .query(
+                    "SELECT review_id, detail FROM review_reviews \
+                     WHERE review_id = ANY($1) AND detail IS NOT NULL",
+                    &[&ids],
+                )
+                .await?;
+            let mut found = std::collections::HashMap::with_capacity(rows.len());
+            for r in rows {
+                let (id, detail): (String, String) = (r.try_get(0)?, r.try_get(1)?);
+                if let Ok(v) = serde_json::from_str(&detail) {
+                    found.insert(id, v);
+                }
+            }
+            // In the order asked, as the SQLite store answers.
+            Ok(ids
+                .iter()
+                .filter_map(|id| found.remove(id).map(|v| (id.clone(), v)))
+                .collect())
+        })
+    }
+
+    fn inspect(&mut self, review_id: &str) -> Result<Option<Inspected>, ReviewError> {
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            let Some(r) = client
+                .query_opt(
+                    "SELECT req_path, req_body, detail FROM review_reviews WHERE review_id = $1",
+                    &[&review_id],
+                )
+                .await?
+            else {
+                return Ok(None);
+            };
+            let (path, body, detail): (String, Vec<u8>, Option<String>) =
+                (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+            let headers = held_headers(&client, review_id)
+                .await?
+                .into_iter()
+                .map(|(name, value)| {
+                    let value = if super::seal::Sealer::applies(&name.to_ascii_lowercase()) {
+                        Bytes::from_static(SEALED_PLACEHOLDER.as_bytes())
+                    } else {
+                        Bytes::from(value)
+                    };
+                    (name, value)
+                })
+                .collect();
+            Ok(Some(Inspected {
+                path,
+                headers,
+                body: Bytes::from(body),
+                detail: detail.and_then(|d| serde_json::from_str(&d).ok()),
+                upstream: upstream(&client, review_id).await?.map(|(_, u)| u),
+            }))
+        })
+    }
+
+    fn pending(&mut self) -> Result<Vec<(SystemTime, String)>, ReviewError> {
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            client
+                .query(
+                    "SELECT created_at, review_id FROM review_reviews \
+                     WHERE status = 'pending' AND replica = $1",
+                    &[&self.me()],
+                )
+                .await?
+                .iter()
+                .map(|r| Ok((from_micros(r.try_get(0)?), r.try_get(1)?)))
+                .collect()
+        })
+    }
+
+    fn approved_unforwarded(&mut self) -> Result<Vec<String>, ReviewError> {
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            client
+                .query(
+                    &format!(
+                        "SELECT review_id FROM review_reviews \
+                         WHERE status = 'approved' AND forward_state = 'not_started' \
+                           AND (replica = $1 OR {}) \
+                         ORDER BY resolved_at, review_id",
+                        holder_gone()
+                    ),
+                    &[&self.me()],
+                )
+                .await?
+                .iter()
+                .map(|r| Ok(r.try_get(0)?))
+                .collect()
+        })
+    }
+
+    fn resolved_among(&mut self, ids: &[String]) -> Result<Vec<Row>, ReviewError> {
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            client
+                .query(
+                    &format!(
+                        "SELECT {} FROM review_reviews \
+                         WHERE review_id = ANY($1) AND status <> 'pending'",
+                        columns()
+                    ),
+                    &[&ids],
+                )
+                .await?
+                .iter()
+                .map(read_row)
+                .collect()
+        })
+    }
+
+    fn recover_lapsed(&mut self) -> Result<Vec<String>, ReviewError> {
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            client
+                .query(
+                    &format!(
+                        "UPDATE review_reviews SET forward_state = $1, forward_error = $2 \
+                         WHERE forward_state = 'started' AND NOT EXISTS ( \
+                           SELECT 1 FROM verdict_replicas r \
+                           WHERE r.replica_id = review_reviews.forward_replica \
+                             AND r.lease_until > {NOW_MICROS}) \
+                         RETURNING review_id"
+                    ),
+                    &[
+                        &state::recover(ForwardState::Started).as_str(),
+                        &"the replica forwarding it stopped while the forward was in flight",
+                    ],
+                )
+                .await?
+                .iter()
+                .map(|r| Ok(r.try_get(0)?))
+                .collect()
+        })
+    }
+
+    #[cfg(test)]
+    fn corrupt_body(&mut self, review_id: &str) {
+        self.shared
+            .block_on(async {
+                let client = self.shared.pool().get().await?;
+                client
+                    .execute(
+                        "UPDATE review_reviews SET req_body = $2 WHERE review_id = $1",
+                        &[&review_id, &b"{\"amount\":9000}".as_slice()],
+                    )
+                    .await?;
+                Ok::<_, ReviewError>(())
+            })
+            .unwrap();
+    }
+
+    #[cfg(test)]
+    fn header_rows(&mut self, review_id: &str) -> i64 {
+        self.shared
+            .block_on(async {
+                let client = self.shared.pool().get().await?;
+                let n: i64 = client
+                    .query_one(
+                        "SELECT COUNT(*) FROM review_request_headers WHERE review_id = $1",
+                        &[&review_id],
+                    )
+                    .await?
+                    .try_get(0)?;
+                Ok::<_, ReviewError>(n)
+            })
+            .unwrap()
+    }
+
+    #[cfg(test)]
+    fn upstream_body_len(&mut self, review_id: &str) -> usize {
+        self.shared
+            .block_on(async {
+                let client = self.shared.pool().get().await?;
+                let n: i32 = client
+                    .query_one(
+                        "SELECT length(upstream_body) FROM review_reviews WHERE review_id = $1",
+                        &[&review_id],
+                    )
+                    .await?
+                    .try_get(0)?;
+                Ok::<_, ReviewError>(usize::try_from(n).unwrap())
+            })
+            .unwrap()
+    }
+}
+
+use super::store::Resolved;
+
+/// One review, locked for the rest of the transaction with `lock`.
+async fn load<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    review_id: &str,
+    lock: bool,
+) -> Result<Option<Row>, ReviewError> {
+    let sql = format!(
+        "SELECT {} FROM review_reviews WHERE review_id = $1{}",
+        columns(),
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    client
+        .query_opt(&sql, &[&review_id])
+        .await?
+        .as_ref()
+        .map(read_row)
+        .transpose()
+}
+
+async fn held_headers<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    review_id: &str,
+) -> Result<Vec<(String, Vec<u8>)>, ReviewError> {
+    client
+        .query(
+            "SELECT name, value FROM review_request_headers WHERE review_id = $1 ORDER BY position",
+            &[&review_id],
+        )
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
+}
+
+async fn upstream<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    review_id: &str,
+) -> Result<Option<(String, UpstreamResponse)>, ReviewError> {
+    let Some(r) = client
+        .query_opt(
+            "SELECT owner, upstream_status, upstream_content_type, upstream_body \
+             FROM review_reviews WHERE review_id = $1 AND forward_state = 'done'",
+            &[&review_id],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let status: i32 = r.try_get(1)?;
+    let status = u16::try_from(status)
+        .map_err(|_| ReviewError::Storage(format!("bad upstream status {status}")))?;
+    let body: Option<Vec<u8>> = r.try_get(3)?;
+    Ok(Some((
+        r.try_get(0)?,
+        UpstreamResponse {
+            status,
+            content_type: r.try_get(2)?,
+            body: Bytes::from(body.unwrap_or_default()),
+        },
+    )))
+}
+
+/// Stores pending reviews as expired at their deadline.
+async fn mark_expired(
+    tx: &deadpool_postgres::Transaction<'_>,
+    ids: &[&str],
+) -> Result<(), ReviewError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    tx.execute(
+        "UPDATE review_reviews SET status = 'expired', resolved_at = expires_at \
+         WHERE review_id = ANY($1) AND status = 'pending'",
+        &[&ids],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Tells every replica, on commit, that this review left `pending`.
+async fn notify(
+    tx: &deadpool_postgres::Transaction<'_>,
+    review_id: &str,
+) -> Result<(), ReviewError> {
+    let params: [&(dyn ToSql + Sync); 2] = [&REVIEWS_CHANNEL, &review_id];
+    tx.execute("SELECT pg_notify($1, $2)", &params).await?;
+    Ok(())
+}
+
+fn read_row(r: &tokio_postgres::Row) -> Result<Row, ReviewError> {
+    let bad = |what: &str| ReviewError::Storage(format!("bad stored {what}"));
+    let forward_name: String = r.try_get(14)?;
+    let upstream_status: Option<i32> = r.try_get(15)?;
+    let upstream_status = upstream_status
+        .map(|s| u16::try_from(s).map_err(|_| bad("upstream status")))
+        .transpose()?;
+    let forward =
+        ForwardState::parse(&forward_name, upstream_status).ok_or_else(|| bad("forward state"))?;
+    let status: String = r.try_get(10)?;
+    let rules: String = r.try_get(17)?;
+    let approvals: String = r.try_get(19)?;
+    Ok(Row {
+        review_id: r.try_get(0)?,
+        created_at: from_micros(r.try_get(1)?),
+        expires_at: from_micros(r.try_get(2)?),
+        owner: r.try_get(3)?,
+        route: r.try_get(4)?,
+        action: r.try_get(5)?,
+        reason: r.try_get(6)?,
+        record_id: r.try_get(7)?,
+        method: r.try_get(8)?,
+        path: r.try_get(9)?,
+        status: ReviewStatus::parse(&status).ok_or_else(|| bad("review status"))?,
+        reviewer: r.try_get(11)?,
+        note: r.try_get(12)?,
+        resolved_at: r.try_get::<_, Option<i64>>(13)?.map(from_micros),
+        forward,
+        request_hash: r.try_get(16)?,
+        rules: serde_json::from_str(&rules).map_err(|_| bad("rule messages"))?,
+        requester: r.try_get(18)?,
+        approvals: serde_json::from_str(&approvals).map_err(|_| bad("approvals"))?,
+        replica: r.try_get(20)?,
+    })
+}
+
+/// The database half of a resolution turn: a session advisory lock on a
+/// pooled connection, released when the turn ends.
+pub(super) struct SharedTurn {
+    client: Option<deadpool_postgres::Object>,
+}
+
+impl SharedTurn {
+    pub async fn take(shared: &Shared) -> Result<SharedTurn, ReviewError> {
+        let client = shared.pool().get().await?;
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&RESOLUTION_LOCK])
+            .await?;
+        Ok(SharedTurn {
+            client: Some(client),
+        })
+    }
+}
+
+impl Drop for SharedTurn {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Closing the connection releases the lock.
+            drop(deadpool_postgres::Object::take(client));
+            return;
+        };
+        runtime.spawn(async move {
+            if client
+                .execute("SELECT pg_advisory_unlock($1)", &[&RESOLUTION_LOCK])
+                .await
+                .is_err()
+            {
+                // Closing the connection releases the lock.
+                drop(deadpool_postgres::Object::take(client));
+            }
+        });
+    }
+}

@@ -1,0 +1,548 @@
+//! The shared store: a PostgreSQL database that several replicas of the
+//! sidecar use for the state people share (reviews and their held
+//! requests), so that a reviewer finds every replica's held calls in one
+//! queue and a pod that dies does not take its pending reviews with it.
+//!
+//! This module owns the connection side, not the data: the pool, the
+//! versioned schema (applied at start-up by one replica at a time under an
+//! advisory lock; a replica refuses a schema newer than it knows), this
+//! replica's id and its lease (renewed every third of `store.lease`, read
+//! with the database's clock so replicas' clocks need not agree), and a
+//! `LISTEN` connection that tells the replica at once when another one
+//! resolved a review. The tables of each subsystem are written by that
+//! subsystem (`review::pg`).
+//!
+//! The review store runs on blocking threads (it is synchronous, like the
+//! SQLite one); [`Shared::block_on`] lets it drive this async client from
+//! there.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use rustls_pki_types::pem::PemObject;
+use tokio::sync::mpsc;
+use tokio_postgres::AsyncMessage;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::config::PostgresConfig;
+
+/// The SQL expression for "now" in unix microseconds, by the database's
+/// clock: leases are written and compared with one clock.
+pub const NOW_MICROS: &str = "(extract(epoch from clock_timestamp()) * 1000000)::bigint";
+
+/// The channel a replica is told of resolved reviews on; the payload is
+/// the review id.
+pub const REVIEWS_CHANNEL: &str = "verdict_reviews";
+
+/// The advisory lock key that serialises schema migrations across
+/// replicas (an arbitrary constant: `verdict` in ASCII).
+const MIGRATION_LOCK: i64 = 0x0076_6572_6469_6374;
+
+/// The schema, one step per version, in order. A step is applied once, in
+/// one transaction, and never edited after it ships: a change is a new
+/// step.
+const MIGRATIONS: &[&str] = &[
+    // 1: replicas and their leases; reviews and their held requests.
+    "CREATE TABLE verdict_replicas (
+        replica_id  TEXT PRIMARY KEY,
+        started_at  BIGINT NOT NULL,  -- unix microseconds, database clock
+        lease_until BIGINT NOT NULL
+    );
+    CREATE TABLE review_reviews (
+        review_id             TEXT PRIMARY KEY,
+        created_at            BIGINT NOT NULL,  -- unix microseconds
+        expires_at            BIGINT NOT NULL,
+        owner                 TEXT NOT NULL,
+        route                 TEXT NOT NULL,
+        action                TEXT NOT NULL,
+        reason                TEXT NOT NULL,
+        record_id             TEXT,
+        req_method            TEXT NOT NULL,
+        req_path              TEXT NOT NULL,
+        req_body              BYTEA NOT NULL,
+        req_hash              TEXT NOT NULL,
+        req_creds             TEXT NOT NULL,
+        rules                 TEXT NOT NULL,
+        detail                TEXT,
+        requester             TEXT,
+        approvals             TEXT NOT NULL DEFAULT '[]',
+        status                TEXT NOT NULL
+            CHECK (status IN ('pending', 'approved', 'rejected', 'expired')),
+        reviewer              TEXT,
+        note                  TEXT,
+        resolved_at           BIGINT,
+        forward_state         TEXT NOT NULL DEFAULT 'not_started'
+            CHECK (forward_state IN ('not_started', 'started', 'done', 'outcome_unknown')),
+        forward_started_at    BIGINT,
+        forward_finished_at   BIGINT,
+        forward_error         TEXT,
+        upstream_status       INTEGER,
+        upstream_body         BYTEA,
+        upstream_content_type TEXT,
+        replica               TEXT NOT NULL,  -- the replica that holds the client connection
+        forward_replica       TEXT            -- the replica that claimed the forward
+    );
+    CREATE INDEX review_reviews_status_created ON review_reviews (status, created_at);
+    CREATE INDEX review_reviews_owner_created ON review_reviews (owner, created_at);
+    CREATE TABLE review_request_headers (
+        review_id TEXT NOT NULL REFERENCES review_reviews (review_id) ON DELETE CASCADE,
+        position  INTEGER NOT NULL,
+        name      TEXT NOT NULL,
+        value     BYTEA NOT NULL,
+        PRIMARY KEY (review_id, position)
+    );",
+];
+
+/// The schema version this build knows.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// A shared store that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SharedError {
+    #[error("shared store {url}: {message}")]
+    Connect { url: String, message: String },
+    #[error(
+        "shared store {url}: its schema is version {found}, newer than this build knows \
+         ({known}); upgrade this replica"
+    )]
+    SchemaTooNew { url: String, found: i32, known: i32 },
+    #[error("shared store: {0}")]
+    Query(String),
+}
+
+impl From<tokio_postgres::Error> for SharedError {
+    fn from(e: tokio_postgres::Error) -> SharedError {
+        SharedError::Query(error_text(&e))
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for SharedError {
+    fn from(e: deadpool_postgres::PoolError) -> SharedError {
+        SharedError::Query(format!("no connection: {e}"))
+    }
+}
+
+/// A database error with its server message (tokio-postgres prints only
+/// "db error" for those).
+pub fn error_text(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    }
+}
+
+/// The shared store: cheap to clone.
+#[derive(Clone)]
+pub struct Shared {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    pg: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    display: String,
+    replica: String,
+    lease: Duration,
+    runtime: tokio::runtime::Handle,
+    /// The last lease renewal's round trip, in microseconds (-1: none yet).
+    latency_us: AtomicI64,
+    /// Failed renewals and listener connections since start.
+    errors: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+impl Shared {
+    /// Connects, applies the schema (refusing one newer than this build),
+    /// registers this replica's lease and starts renewing it. Call at
+    /// start-up, inside the runtime that will use the store.
+    pub async fn connect(cfg: &PostgresConfig) -> Result<Shared, SharedError> {
+        let connect_err = |message: String| SharedError::Connect {
+            url: cfg.display.clone(),
+            message,
+        };
+        let tls = MakeRustlsConnect::new(tls_config(cfg).map_err(connect_err)?);
+        let manager = Manager::from_config(
+            cfg.pg.clone(),
+            tls.clone(),
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(cfg.pool_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(5)))
+            .create_timeout(Some(Duration::from_secs(5)))
+            .recycle_timeout(Some(Duration::from_secs(5)))
+            .build()
+            .map_err(|e| connect_err(e.to_string()))?;
+        let replica = format!(
+            "{}-{}",
+            hostname(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let inner = Arc::new(Inner {
+            pool,
+            pg: cfg.pg.clone(),
+            tls,
+            display: cfg.display.clone(),
+            replica,
+            lease: cfg.lease,
+            runtime: tokio::runtime::Handle::current(),
+            latency_us: AtomicI64::new(-1),
+            errors: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+        });
+        let shared = Shared { inner };
+        shared.migrate().await.map_err(|e| match e {
+            SharedError::Query(m) => connect_err(m),
+            other => other,
+        })?;
+        shared
+            .renew()
+            .await
+            .map_err(|e| connect_err(e.to_string()))?;
+        tokio::spawn(renew_forever(Arc::downgrade(&shared.inner)));
+        tracing::info!(url = %shared.inner.display, replica = %shared.inner.replica, schema = SCHEMA_VERSION, "shared store ready");
+        Ok(shared)
+    }
+
+    /// This replica's id: the host name and a random suffix, new on every
+    /// start.
+    pub fn replica(&self) -> &str {
+        &self.inner.replica
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// `store.lease`.
+    pub fn lease(&self) -> Duration {
+        self.inner.lease
+    }
+
+    /// Runs `fut` to completion from a blocking thread (never from an async
+    /// task): the synchronous stores use the async client this way.
+    pub fn block_on<F: Future>(&self, fut: F) -> F::Output {
+        self.inner.runtime.block_on(fut)
+    }
+
+    /// Ends this replica's lease now, so another replica may take over its
+    /// approved reviews without waiting for the lease to lapse. Called on a
+    /// graceful shutdown.
+    pub async fn release(&self) {
+        let sql = "UPDATE verdict_replicas SET lease_until = 0 WHERE replica_id = $1";
+        match self.inner.pool.get().await {
+            Ok(c) => {
+                if let Err(e) = c.execute(sql, &[&self.inner.replica]).await {
+                    tracing::warn!(error = %error_text(&e), "cannot end this replica's lease");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot end this replica's lease"),
+        }
+    }
+
+    /// Review ids from `NOTIFY` on `channel`, as they arrive, for as long
+    /// as the receiver lives. The connection is made again after a failure
+    /// (a notification sent while it was down is lost; the caller polls as
+    /// a fallback).
+    pub fn listen(&self, channel: &'static str) -> mpsc::UnboundedReceiver<String> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let inner = Arc::downgrade(&self.inner);
+        self.inner.runtime.spawn(async move {
+            let mut backoff = Duration::from_millis(200);
+            loop {
+                let Some(strong) = inner.upgrade() else {
+                    return;
+                };
+                let (pg, tls) = (strong.pg.clone(), strong.tls.clone());
+                drop(strong);
+                match listen_once(&pg, tls, channel, &tx).await {
+                    Ok(()) => return, // the receiver is gone
+                    Err(e) => {
+                        if let Some(strong) = inner.upgrade() {
+                            strong.failed(format!("LISTEN {channel}: {e}"));
+                        }
+                    }
+                }
+                if tx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        });
+        rx
+    }
+
+    async fn migrate(&self) -> Result<(), SharedError> {
+        // A session-level lock on a connection of its own: the pool's
+        // connections go back to the pool between statements.
+        let mut client = self.inner.pool.get().await?;
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+            .await?;
+        let result = self.migrate_locked(&mut client).await;
+        let unlock = client
+            .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+            .await;
+        result?;
+        unlock?;
+        Ok(())
+    }
+
+    async fn migrate_locked(
+        &self,
+        client: &mut deadpool_postgres::Object,
+    ) -> Result<(), SharedError> {
+        client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS verdict_schema_migrations (
+                     version    INTEGER PRIMARY KEY,
+                     applied_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                     replica    TEXT NOT NULL
+                 )",
+            )
+            .await?;
+        let found: i32 = client
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0) FROM verdict_schema_migrations",
+                &[],
+            )
+            .await?
+            .get(0);
+        if found > SCHEMA_VERSION {
+            return Err(SharedError::SchemaTooNew {
+                url: self.inner.display.clone(),
+                found,
+                known: SCHEMA_VERSION,
+            });
+        }
+        for (i, step) in MIGRATIONS
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(found).unwrap_or(0))
+        {
+            let version = i32::try_from(i + 1).unwrap_or(i32::MAX);
+            let tx = client.transaction().await?;
+            tx.batch_execute(step).await?;
+            tx.execute(
+                "INSERT INTO verdict_schema_migrations (version, replica) VALUES ($1, $2)",
+                &[&version, &self.inner.replica],
+            )
+            .await?;
+            tx.commit().await?;
+            tracing::info!(version, "shared store schema migrated");
+        }
+        Ok(())
+    }
+
+    /// Writes this replica's lease: alive until now + `store.lease`.
+    async fn renew(&self) -> Result<(), SharedError> {
+        let started = Instant::now();
+        let lease_us = i64::try_from(self.inner.lease.as_micros()).unwrap_or(i64::MAX);
+        let client = self.inner.pool.get().await?;
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO verdict_replicas (replica_id, started_at, lease_until) \
+                     VALUES ($1, {NOW_MICROS}, {NOW_MICROS} + $2) \
+                     ON CONFLICT (replica_id) DO UPDATE SET lease_until = EXCLUDED.lease_until"
+                ),
+                &[&self.inner.replica, &lease_us],
+            )
+            .await?;
+        let us = i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX);
+        self.inner.latency_us.store(us, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Inner {
+    fn failed(&self, message: String) {
+        tracing::warn!(error = %message, "shared store");
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut last) = self.last_error.lock() {
+            *last = Some(message);
+        }
+    }
+}
+
+/// Renews the lease every third of it until the store is dropped. A
+/// renewal that fails is logged and retried at the next tick: the lease
+/// lapses only after three misses.
+async fn renew_forever(inner: std::sync::Weak<Inner>) {
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let every = strong.lease / 3;
+        drop(strong);
+        tokio::time::sleep(every).await;
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let shared = Shared { inner: strong };
+        match shared.renew().await {
+            Ok(()) => {
+                if let Ok(mut last) = shared.inner.last_error.lock() {
+                    *last = None;
+                }
+            }
+            Err(e) => shared.inner.failed(format!("lease renewal: {e}")),
+        }
+    }
+}
+
+/// One `LISTEN` connection: forwards each notification's payload until the
+/// connection fails (an error) or the receiver is dropped (`Ok`).
+async fn listen_once(
+    pg: &tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    channel: &str,
+    tx: &mpsc::UnboundedSender<String>,
+) -> Result<(), String> {
+    let (client, mut connection) = pg.connect(tls).await.map_err(|e| error_text(&e))?;
+    let (msg_tx, mut msg_rx) = mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(n))) => {
+                    if msg_tx.send(Ok(n.payload().to_string())).is_err() {
+                        return;
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    let _ = msg_tx.send(Err(error_text(&e)));
+                    return;
+                }
+                None => {
+                    let _ = msg_tx.send(Err("the connection closed".to_string()));
+                    return;
+                }
+            }
+        }
+    });
+    let result = async {
+        client
+            .batch_execute(&format!("LISTEN {channel}"))
+            .await
+            .map_err(|e| error_text(&e))?;
+        loop {
+            tokio::select! {
+                msg = msg_rx.recv() => match msg {
+                    Some(Ok(payload)) => {
+                        if tx.send(payload).is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Some(Err(e)) => return Err(e),
+                    None => return Err("the connection closed".to_string()),
+                },
+                () = tx.closed() => return Ok(()),
+            }
+        }
+    }
+    .await;
+    driver.abort();
+    result
+}
+
+/// The client TLS config: `ca_file`'s roots, or the system's. Used when
+/// the URL's `sslmode` asks for TLS (`prefer`, the default, tries it and
+/// falls back to plain; `require` insists).
+fn tls_config(cfg: &PostgresConfig) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    match &cfg.ca_file {
+        Some(path) => {
+            let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
+                .map_err(|e| format!("store.ca_file {}: {e}", path.display()))?;
+            for cert in certs {
+                let cert = cert.map_err(|e| format!("store.ca_file {}: {e}", path.display()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("store.ca_file {}: {e}", path.display()))?;
+            }
+            if roots.is_empty() {
+                return Err(format!(
+                    "store.ca_file {}: no certificate found",
+                    path.display()
+                ));
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            for cert in found.certs {
+                // A system root rustls cannot parse is skipped, as browsers do.
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "replica".to_string())
+}
+
+impl crate::runtime::health::Component for Shared {
+    fn name(&self) -> &'static str {
+        "shared_store"
+    }
+
+    fn report(&self) -> crate::runtime::health::Report {
+        use crate::runtime::health::{Report, Status};
+        let last_error = self.inner.last_error.lock().ok().and_then(|e| e.clone());
+        let status = if last_error.is_some() {
+            Status::Degraded
+        } else {
+            Status::Ok
+        };
+        let pool = self.inner.pool.status();
+        let mut report = Report::new(status)
+            .fact("url", self.inner.display.clone())
+            .fact("replica", self.inner.replica.clone())
+            .fact("schema_version", SCHEMA_VERSION)
+            .fact("pool_size", pool.size)
+            .fact("pool_in_use", pool.size.saturating_sub(pool.available))
+            .fact("pool_waiting", pool.waiting)
+            .fact("errors", self.inner.errors.load(Ordering::Relaxed));
+        let latency = self.inner.latency_us.load(Ordering::Relaxed);
+        if latency >= 0 {
+            report = report.fact("latency_ms", latency as f64 / 1000.0);
+        }
+        if let Some(e) = last_error {
+            report = report.fact("last_error", e);
+        }
+        report
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("url", &self.inner.display)
+            .field("replica", &self.inner.replica)
+            .finish_non_exhaustive()
+    }
+}
