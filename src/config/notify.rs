@@ -329,77 +329,44 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_key() {
+        // `base()` with one field changed.
+        let with = |change: fn(&mut FileNotify)| {
+            let mut f = base();
+            change(&mut f);
+            f
+        };
         let cases: Vec<(FileNotify, &str)> = vec![
             (
-                FileNotify {
-                    url: Some("ftp://x/hook".into()),
-                    ..base()
-                },
+                with(|f| f.url = Some("ftp://x/hook".into())),
                 "review.notify_url:",
             ),
             (
-                FileNotify {
-                    url: Some("/relative".into()),
-                    ..base()
-                },
+                with(|f| f.url = Some("/relative".into())),
                 "review.notify_url:",
             ),
             (
-                FileNotify {
-                    url: Some("http://user:pw@127.0.0.1:9/hook".into()),
-                    ..base()
-                },
+                with(|f| f.url = Some("http://user:pw@127.0.0.1:9/hook".into())),
                 "review.notify_url:",
             ),
             (
-                FileNotify {
-                    console_url: Some("console".into()),
-                    ..base()
-                },
+                with(|f| f.console_url = Some("console".into())),
                 "review.console_url:",
             ),
             (
-                FileNotify {
-                    console_url: Some("https://verdict.internal/?x=1".into()),
-                    ..base()
-                },
+                with(|f| f.console_url = Some("https://verdict.internal/?x=1".into())),
                 "review.console_url:",
             ),
+            (with(|f| f.attempts = Some(0)), "review.notify_attempts:"),
             (
-                FileNotify {
-                    attempts: Some(0),
-                    ..base()
-                },
-                "review.notify_attempts:",
-            ),
-            (
-                FileNotify {
-                    backoff: Some("soon".into()),
-                    ..base()
-                },
+                with(|f| f.backoff = Some("soon".into())),
                 "review.notify_backoff:",
             ),
             (
-                FileNotify {
-                    timeout: Some("0".into()),
-                    ..base()
-                },
+                with(|f| f.timeout = Some("0".into())),
                 "review.notify_timeout:",
             ),
-            (
-                FileNotify {
-                    queue: Some(0),
-                    ..base()
-                },
-                "review.notify_queue:",
-            ),
-            (
-                FileNotify {
-                    url: None,
-                    ..base()
-                },
-                "review.notify_secret:",
-            ),
+            (with(|f| f.queue = Some(0)), "review.notify_queue:"),
+            (with(|f| f.url = None), "review.notify_secret:"),
         ];
         for (f, key) in cases {
             let e = err(f);

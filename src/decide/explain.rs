@@ -372,67 +372,71 @@ fn requirements(t: &Trace, e: &crate::engine::decide::Effective) -> Vec<FieldOut
         DEFAULT_CITATIONS, DEFAULT_EVIDENCE_LIMIT, DEFAULT_MIN_COVERAGE, DEFAULT_MODE,
     };
     let (fr, fo, rq) = (&t.floor_requirements, &t.floor_options, &t.requested);
-    let field =
-        |field, value: Value, won: Won, default: Value, floor: Value, requested: Value| FieldOut {
-            field,
-            value,
-            won: won.as_str(),
-            default,
-            floor,
-            requested,
-        };
-    let opt = |v: Option<Value>| v.unwrap_or(Value::Null);
     vec![
         field(
             "decision_mode",
-            json!(mode_str(e.decision_mode)),
             t.origins.decision_mode,
-            json!(mode_str(DEFAULT_MODE)),
-            opt(fr.decision_mode.map(|m| json!(mode_str(m)))),
-            opt(rq.decision_mode.map(|m| json!(mode_str(m)))),
+            |m| json!(mode_str(m)),
+            (e.decision_mode, DEFAULT_MODE),
+            (fr.decision_mode, rq.decision_mode),
         ),
         field(
             "min_coverage",
-            json!(e.min_coverage),
             t.origins.min_coverage,
-            json!(DEFAULT_MIN_COVERAGE),
-            opt(fr.min_coverage.or(fo.min_coverage).map(|v| json!(v))),
-            opt(rq.min_coverage.map(|v| json!(v))),
+            |v| json!(v),
+            (e.min_coverage, DEFAULT_MIN_COVERAGE),
+            (fr.min_coverage.or(fo.min_coverage), rq.min_coverage),
         ),
         field(
             "citations",
-            json!(citations_str(e.citations)),
             t.origins.citations,
-            json!(citations_str(DEFAULT_CITATIONS)),
-            opt(fr.citations.map(|c| json!(citations_str(c)))),
-            opt(rq.citations.map(|c| json!(citations_str(c)))),
+            |c| json!(citations_str(c)),
+            (e.citations, DEFAULT_CITATIONS),
+            (fr.citations, rq.citations),
         ),
         field(
             "deny_if_any_unsupported",
-            json!(e.deny_if_any_unsupported),
             t.origins.deny_if_any_unsupported,
-            json!(false),
-            opt(fo.deny_if_any_unsupported.map(|b| json!(b))),
-            opt(rq.deny_if_any_unsupported.map(|b| json!(b))),
+            |b| json!(b),
+            (e.deny_if_any_unsupported, false),
+            (fo.deny_if_any_unsupported, rq.deny_if_any_unsupported),
         ),
         field(
             "evidence_limit",
-            json!(e.evidence_limit),
             t.origins.evidence_limit,
-            json!(DEFAULT_EVIDENCE_LIMIT),
-            opt(fo.evidence_limit.map(|n| json!(n))),
-            opt(rq.evidence_limit.map(|n| json!(n))),
+            |n| json!(n),
+            (e.evidence_limit, DEFAULT_EVIDENCE_LIMIT),
+            (fo.evidence_limit.map(|n| n as usize), rq.evidence_limit),
         ),
-        field(
-            "require_claims",
-            json!(e.require_claims),
-            t.origins.require_claims,
-            json!(true),
-            match t.origins.require_claims {
+        FieldOut {
+            field: "require_claims",
+            value: json!(e.require_claims),
+            won: t.origins.require_claims.as_str(),
+            default: json!(true),
+            floor: match t.origins.require_claims {
                 Won::Default => Value::Null,
                 _ => json!(e.require_claims),
             },
-            Value::Null,
-        ),
+            requested: Value::Null,
+        },
     ]
+}
+
+/// One requirement with its (effective, default) values and its (floor,
+/// request) sides, each shown by `show`; a side that says nothing is null.
+fn field<T: Copy>(
+    field: &'static str,
+    won: Won,
+    show: impl Fn(T) -> Value,
+    (value, default): (T, T),
+    (floor, requested): (Option<T>, Option<T>),
+) -> FieldOut {
+    FieldOut {
+        field,
+        value: show(value),
+        won: won.as_str(),
+        default: show(default),
+        floor: floor.map(&show).unwrap_or(Value::Null),
+        requested: requested.map(&show).unwrap_or(Value::Null),
+    }
 }

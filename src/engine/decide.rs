@@ -521,6 +521,25 @@ mod tests {
         }
     }
 
+    /// Facts with no sources missing, no param problems and a known action.
+    fn facts<'a>(
+        requirements: &'a Effective,
+        rule_hits: &'a [RuleHit],
+        checks: &'a [Check],
+        claims_without_citations: usize,
+    ) -> Facts<'a> {
+        Facts {
+            requirements,
+            rule_hits,
+            checks,
+            claims_without_citations,
+            unavailable_sources: 0,
+            param_mismatches: 0,
+            unbound_params: 0,
+            unknown_action: None,
+        }
+    }
+
     fn reqs(mode: DecisionMode, citations: Citations, deny_any: bool) -> Effective {
         Effective {
             decision_mode: mode,
@@ -679,14 +698,10 @@ mod tests {
                 let mut r = reqs(mode, row.citations, row.deny_any);
                 r.require_claims = row.require_claims;
                 let d = decide(&Facts {
-                    requirements: &r,
-                    rule_hits: &row.hits,
-                    checks: &row.checks,
-                    claims_without_citations: row.uncited,
                     unavailable_sources: row.unavailable,
                     param_mismatches: row.mismatches,
                     unbound_params: row.unbound,
-                    unknown_action: None,
+                    ..facts(&r, &row.hits, &row.checks, row.uncited)
                 });
                 match mode {
                     Strict => {
@@ -842,16 +857,7 @@ mod tests {
         for (requested, c, uncited, want) in cases {
             let r = effective(None, &requested);
             let checks = [c];
-            let d = decide(&Facts {
-                requirements: &r,
-                rule_hits: &[],
-                checks: &checks,
-                claims_without_citations: uncited,
-                unavailable_sources: 0,
-                param_mismatches: 0,
-                unbound_params: 0,
-                unknown_action: None,
-            });
+            let d = decide(&facts(&r, &[], &checks, uncited));
             assert_eq!((d.outcome, d.reason), want, "{requested:?}");
         }
     }
@@ -887,18 +893,12 @@ mod tests {
             let mut rows = Vec::new();
             for mode in [Strict, Balanced, Audit] {
                 let r = reqs(mode, Citations::Required, false);
-                let facts = Facts {
-                    requirements: &r,
-                    rule_hits: &hits,
-                    checks: &checks,
-                    claims_without_citations: uncited,
-                    unavailable_sources: 0,
-                    param_mismatches: 0,
-                    unbound_params: 0,
+                let f = Facts {
                     unknown_action: unknown,
+                    ..facts(&r, &hits, &checks, uncited)
                 };
-                let (d, row) = decide_traced(&facts);
-                assert_eq!(d, decide(&facts));
+                let (d, row) = decide_traced(&f);
+                assert_eq!(d, decide(&f));
                 assert_eq!(d.reason, row.reason);
                 match mode {
                     Strict => assert_eq!(d.outcome, row.strict),
@@ -947,14 +947,8 @@ mod tests {
         let decide_unknown = |mode, unknown| {
             let r = reqs(mode, Citations::Optional, false);
             decide(&Facts {
-                requirements: &r,
-                rule_hits: &[],
-                checks: &checks,
-                claims_without_citations: 0,
-                unavailable_sources: 0,
-                param_mismatches: 0,
-                unbound_params: 0,
                 unknown_action: Some(unknown),
+                ..facts(&r, &[], &checks, 0)
             })
         };
         for mode in [Strict, Balanced, Audit] {

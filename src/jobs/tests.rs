@@ -65,6 +65,57 @@ fn created(s: Submitted) -> JobSummary {
     }
 }
 
+/// Submits a job that must be new.
+async fn submit_new(
+    jobs: &Jobs,
+    owner: &str,
+    key: Option<&str>,
+    request_hash: &str,
+    input: Vec<Value>,
+) -> JobSummary {
+    created(jobs.submit(owner, key, request_hash, input).await.unwrap())
+}
+
+/// Submits a new job of `n` items for each `n` in `sizes`, in that order,
+/// and returns their ids.
+async fn submit_sized(jobs: &Jobs, sizes: &[usize]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for (k, n) in sizes.iter().enumerate() {
+        let hash = format!("sha256:{k}");
+        ids.push(submit_new(jobs, "app", None, &hash, items(*n)).await.job_id);
+    }
+    ids
+}
+
+/// The job as its owner "app" sees it; it must exist.
+async fn app_view(jobs: &Jobs, id: &str) -> JobView {
+    jobs.get(id, "app", false, Page::ALL)
+        .await
+        .unwrap()
+        .expect("job exists")
+}
+
+/// Jobs over a database in a fresh temp dir, which lives as long as the
+/// returned guard.
+fn open_temp(
+    workers: usize,
+    retention: Duration,
+    work: ItemFn,
+) -> (tempfile::TempDir, std::path::PathBuf, Jobs) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("verdict.db");
+    let jobs = Jobs::open(&db, &cfg(workers, retention), work).unwrap();
+    (dir, db, jobs)
+}
+
+/// Jobs on one worker with one finished echo job of `n` items from "app".
+async fn one_finished_job(n: usize) -> (tempfile::TempDir, Jobs, JobSummary) {
+    let (dir, _, jobs) = open_temp(1, day(), echo());
+    let s = submit_new(&jobs, "app", None, "sha256:a", items(n)).await;
+    wait_finished(&jobs, &s.job_id, "app").await;
+    (dir, jobs, s)
+}
+
 fn count_rows(db: &Path, table: &str) -> i64 {
     let c = rusqlite::Connection::open(db).unwrap();
     c.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
@@ -73,15 +124,9 @@ fn count_rows(db: &Path, table: &str) -> i64 {
 
 #[tokio::test]
 async fn submit_then_poll_gives_results_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let jobs = Jobs::open(&db, &cfg(2, day()), echo()).unwrap();
+    let (_dir, _, jobs) = open_temp(2, day(), echo());
     let input = items(5);
-    let s = created(
-        jobs.submit("app", None, "sha256:a", input.clone())
-            .await
-            .unwrap(),
-    );
+    let s = submit_new(&jobs, "app", None, "sha256:a", input.clone()).await;
     assert_eq!(s.status, JobStatus::Queued);
     assert_eq!(s.items_total, 5);
 
@@ -142,14 +187,8 @@ async fn queued_view_omits_optional_fields() {
 
 #[tokio::test]
 async fn idempotency_is_per_owner_and_per_body() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
-    let first = created(
-        jobs.submit("app", Some("k1"), "sha256:a", items(3))
-            .await
-            .unwrap(),
-    );
+    let (_dir, _, jobs) = open_temp(1, day(), echo());
+    let first = submit_new(&jobs, "app", Some("k1"), "sha256:a", items(3)).await;
     match jobs
         .submit("app", Some("k1"), "sha256:a", items(3))
         .await
@@ -165,37 +204,17 @@ async fn idempotency_is_per_owner_and_per_body() {
         jobs.submit("app", Some("k1"), "sha256:b", items(3)).await,
         Err(JobsError::Conflict)
     ));
-    let other = created(
-        jobs.submit("other", Some("k1"), "sha256:b", items(1))
-            .await
-            .unwrap(),
-    );
+    let other = submit_new(&jobs, "other", Some("k1"), "sha256:b", items(1)).await;
     assert_ne!(other.job_id, first.job_id);
-    let a = created(
-        jobs.submit("app", None, "sha256:a", items(1))
-            .await
-            .unwrap(),
-    );
-    let b = created(
-        jobs.submit("app", None, "sha256:a", items(1))
-            .await
-            .unwrap(),
-    );
+    let a = submit_new(&jobs, "app", None, "sha256:a", items(1)).await;
+    let b = submit_new(&jobs, "app", None, "sha256:a", items(1)).await;
     assert_ne!(a.job_id, b.job_id);
     jobs.shutdown().await;
 }
 
 #[tokio::test]
 async fn other_owners_jobs_are_invisible_but_admin_sees_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
-    let s = created(
-        jobs.submit("app", None, "sha256:a", items(2))
-            .await
-            .unwrap(),
-    );
-    wait_finished(&jobs, &s.job_id, "app").await;
+    let (_dir, jobs, s) = one_finished_job(2).await;
     assert!(jobs
         .get(&s.job_id, "intruder", false, Page::ALL)
         .await
@@ -217,15 +236,7 @@ async fn other_owners_jobs_are_invisible_but_admin_sees_them() {
 
 #[tokio::test]
 async fn results_are_paged_in_index_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
-    let s = created(
-        jobs.submit("app", None, "sha256:a", items(10))
-            .await
-            .unwrap(),
-    );
-    wait_finished(&jobs, &s.job_id, "app").await;
+    let (_dir, jobs, s) = one_finished_job(10).await;
     let page = |offset, limit| {
         let jobs = jobs.clone();
         let id = s.job_id.clone();
@@ -250,8 +261,6 @@ async fn results_are_paged_in_index_order() {
 
 #[tokio::test]
 async fn a_panicking_item_fails_its_job_and_the_worker_survives() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
     let work: ItemFn = Arc::new(|i, item| {
         if item.get("panic").is_some() {
             panic!("boom at {i}");
@@ -259,22 +268,10 @@ async fn a_panicking_item_fails_its_job_and_the_worker_survives() {
         json!({"ok": i})
     });
     // One worker: the second job can only succeed if it survived.
-    let jobs = Jobs::open(&db, &cfg(1, day()), work).unwrap();
-    let bad = created(
-        jobs.submit(
-            "app",
-            None,
-            "sha256:a",
-            vec![json!({}), json!({"panic": true}), json!({})],
-        )
-        .await
-        .unwrap(),
-    );
-    let good = created(
-        jobs.submit("app", None, "sha256:b", items(3))
-            .await
-            .unwrap(),
-    );
+    let (_dir, _, jobs) = open_temp(1, day(), work);
+    let panics_at_1 = vec![json!({}), json!({"panic": true}), json!({})];
+    let bad = submit_new(&jobs, "app", None, "sha256:a", panics_at_1).await;
+    let good = submit_new(&jobs, "app", None, "sha256:b", items(3)).await;
     let v = wait_finished(&jobs, &bad.job_id, "app").await;
     assert_eq!(v.status, JobStatus::Failed);
     assert_eq!(v.progress, Progress { total: 3, done: 1 });
@@ -290,59 +287,72 @@ async fn a_panicking_item_fails_its_job_and_the_worker_survives() {
 
 #[tokio::test]
 async fn an_empty_job_succeeds() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
-    let s = created(jobs.submit("app", None, "sha256:a", vec![]).await.unwrap());
+    let (_dir, _, jobs) = open_temp(1, day(), echo());
+    let s = submit_new(&jobs, "app", None, "sha256:a", vec![]).await;
     let v = wait_finished(&jobs, &s.job_id, "app").await;
     assert_eq!(v.status, JobStatus::Succeeded);
     assert_eq!(v.results, Some(vec![]));
     jobs.shutdown().await;
 }
 
-/// A work function that is slow and counts its calls.
-fn slow(calls: Arc<AtomicUsize>, in_flight: Arc<AtomicUsize>, each: Duration) -> ItemFn {
-    Arc::new(move |i, _| {
-        in_flight.fetch_add(1, Ordering::SeqCst);
-        std::thread::sleep(each);
-        calls.fetch_add(1, Ordering::SeqCst);
-        in_flight.fetch_sub(1, Ordering::SeqCst);
-        json!({"i": i})
-    })
+/// Work that takes a while per item, with counters of the items it
+/// finished and of the items under way.
+struct Slow {
+    work: ItemFn,
+    calls: Arc<AtomicUsize>,
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Jobs as [`open_temp`] makes them, over [`Slow`] work taking `each` per
+/// item.
+fn open_slow(
+    workers: usize,
+    retention: Duration,
+    each: Duration,
+) -> (tempfile::TempDir, std::path::PathBuf, Jobs, Slow) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let work: ItemFn = {
+        let (calls, in_flight) = (calls.clone(), in_flight.clone());
+        Arc::new(move |i, _| {
+            in_flight.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(each);
+            calls.fetch_add(1, Ordering::SeqCst);
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            json!({"i": i})
+        })
+    };
+    let (dir, db, jobs) = open_temp(workers, retention, work.clone());
+    let slow = Slow {
+        work,
+        calls,
+        in_flight,
+    };
+    (dir, db, jobs, slow)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_interrupted_by_shutdown_resumes_after_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
     const N: usize = 400;
-    let calls = Arc::new(AtomicUsize::new(0));
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let work = slow(calls.clone(), in_flight.clone(), Duration::from_millis(1));
-    let jobs = Jobs::open(&db, &cfg(1, day()), work.clone()).unwrap();
-    let s = created(
-        jobs.submit("app", None, "sha256:a", items(N))
-            .await
-            .unwrap(),
-    );
+    let (_dir, db, jobs, slow) = open_slow(1, day(), Duration::from_millis(1));
+    let s = submit_new(&jobs, "app", None, "sha256:a", items(N)).await;
     let mid = wait_until(&jobs, &s.job_id, "app", |v| v.progress.done >= 70).await;
     assert_eq!(mid.status, JobStatus::Running);
     jobs.shutdown().await;
-    let paused = jobs
-        .get(&s.job_id, "app", false, Page::ALL)
-        .await
-        .unwrap()
-        .unwrap();
+    let paused = app_view(&jobs, &s.job_id).await;
     assert_eq!(paused.status, JobStatus::Running);
     assert!(
         paused.progress.done < N as u64,
         "shut down too late to test"
     );
     // Every finished item's result was written before shutdown returned.
-    assert_eq!(paused.progress.done, calls.load(Ordering::SeqCst) as u64);
+    assert_eq!(
+        paused.progress.done,
+        slow.calls.load(Ordering::SeqCst) as u64
+    );
     drop(jobs);
 
-    let jobs = Jobs::open(&db, &cfg(1, day()), work).unwrap();
+    let jobs = Jobs::open(&db, &cfg(1, day()), slow.work.clone()).unwrap();
     let v = wait_finished(&jobs, &s.job_id, "app").await;
     assert_eq!(v.status, JobStatus::Succeeded, "{v:?}");
     assert_eq!(v.started_at, paused.started_at, "started_at is kept");
@@ -352,7 +362,7 @@ async fn a_job_interrupted_by_shutdown_resumes_after_reopen() {
     assert_eq!(unique.len(), N);
     assert!(results.iter().enumerate().all(|(n, (i, _))| n == *i));
     // A graceful stop re-runs nothing: each item ran exactly once.
-    assert_eq!(calls.load(Ordering::SeqCst), N);
+    assert_eq!(slow.calls.load(Ordering::SeqCst), N);
     assert_eq!(count_rows(&db, "jobs_results"), N as i64);
     assert_eq!(count_rows(&db, "jobs_items"), 0, "items go when a job ends");
     jobs.shutdown().await;
@@ -360,48 +370,31 @@ async fn a_job_interrupted_by_shutdown_resumes_after_reopen() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_between_items_and_keeps_every_result() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let calls = Arc::new(AtomicUsize::new(0));
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let work = slow(calls.clone(), in_flight.clone(), Duration::from_millis(20));
-    let jobs = Jobs::open(&db, &cfg(1, day()), work).unwrap();
-    let first = created(
-        jobs.submit("app", None, "sha256:a", items(200))
-            .await
-            .unwrap(),
-    );
-    let second = created(
-        jobs.submit("app", None, "sha256:b", items(5))
-            .await
-            .unwrap(),
-    );
+    let (_dir, db, jobs, slow) = open_slow(1, day(), Duration::from_millis(20));
+    let ids = submit_sized(&jobs, &[200, 5]).await;
+    let (first, second) = (&ids[0], &ids[1]);
 
-    wait_until(&jobs, &first.job_id, "app", |v| v.progress.done >= 3).await;
+    wait_until(&jobs, first, "app", |v| v.progress.done >= 3).await;
     let h = jobs.health();
     assert_eq!((h.queued, h.running), (1, 1), "{h:?}");
     assert!(h.oldest_queued_age_s.is_some());
 
     jobs.shutdown().await;
-    assert_eq!(in_flight.load(Ordering::SeqCst), 0, "an item was abandoned");
-    let done = calls.load(Ordering::SeqCst);
-    let v = jobs
-        .get(&first.job_id, "app", false, Page::ALL)
-        .await
-        .unwrap()
-        .unwrap();
+    assert_eq!(
+        slow.in_flight.load(Ordering::SeqCst),
+        0,
+        "an item was abandoned"
+    );
+    let done = slow.calls.load(Ordering::SeqCst);
+    let v = app_view(&jobs, first).await;
     assert_eq!(v.progress.done, done as u64, "a finished result was lost");
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
-        calls.load(Ordering::SeqCst),
+        slow.calls.load(Ordering::SeqCst),
         done,
         "work ran after shutdown"
     );
-    let untouched = jobs
-        .get(&second.job_id, "app", false, Page::ALL)
-        .await
-        .unwrap()
-        .unwrap();
+    let untouched = app_view(&jobs, second).await;
     assert_eq!(untouched.status, JobStatus::Queued);
     assert!(matches!(
         jobs.submit("app", None, "sha256:c", items(1)).await,
@@ -411,7 +404,7 @@ async fn shutdown_stops_between_items_and_keeps_every_result() {
 
     // Both the paused running job and the never-started queued one resume.
     let jobs = Jobs::open(&db, &cfg(2, day()), echo()).unwrap();
-    for id in [&first.job_id, &second.job_id] {
+    for id in [first, second] {
         let v = wait_finished(&jobs, id, "app").await;
         assert_eq!(v.status, JobStatus::Succeeded);
     }
@@ -420,20 +413,8 @@ async fn shutdown_stops_between_items_and_keeps_every_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_worker_runs_jobs_in_submit_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let calls = Arc::new(AtomicUsize::new(0));
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let work = slow(calls, in_flight, Duration::from_millis(2));
-    let jobs = Jobs::open(&db, &cfg(1, day()), work).unwrap();
-    let mut ids = Vec::new();
-    for n in 0..4 {
-        let s = jobs
-            .submit("app", None, &format!("sha256:{n}"), items(5))
-            .await
-            .unwrap();
-        ids.push(created(s).job_id);
-    }
+    let (_dir, _, jobs, _) = open_slow(1, day(), Duration::from_millis(2));
+    let ids = submit_sized(&jobs, &[5; 4]).await;
     let mut views = Vec::new();
     for id in &ids {
         views.push(wait_finished(&jobs, id, "app").await);
@@ -447,49 +428,25 @@ async fn one_worker_runs_jobs_in_submit_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_run_two_jobs_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let calls = Arc::new(AtomicUsize::new(0));
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let work = slow(calls, in_flight.clone(), Duration::from_millis(20));
-    let jobs = Jobs::open(&db, &cfg(2, day()), work).unwrap();
-    let a = created(
-        jobs.submit("app", None, "sha256:a", items(50))
-            .await
-            .unwrap(),
-    );
-    let b = created(
-        jobs.submit("app", None, "sha256:b", items(50))
-            .await
-            .unwrap(),
-    );
+    let (_dir, _, jobs, slow) = open_slow(2, day(), Duration::from_millis(20));
+    let ids = submit_sized(&jobs, &[50, 50]).await;
     let start = Instant::now();
-    while in_flight.load(Ordering::SeqCst) < 2 {
+    while slow.in_flight.load(Ordering::SeqCst) < 2 {
         assert!(start.elapsed() < DEADLINE, "never two items at once");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     assert_eq!(jobs.health().running, 2);
     jobs.shutdown().await;
-    for id in [&a.job_id, &b.job_id] {
-        let v = jobs
-            .get(id, "app", false, Page::ALL)
-            .await
-            .unwrap()
-            .unwrap();
+    for id in &ids {
+        let v = app_view(&jobs, id).await;
         assert_eq!(v.status, JobStatus::Running);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_jobs_and_their_keys_expire_after_retention() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let jobs = Jobs::open(&db, &cfg(1, Duration::from_millis(300)), echo()).unwrap();
-    let s = created(
-        jobs.submit("app", Some("k"), "sha256:a", items(3))
-            .await
-            .unwrap(),
-    );
+    let (_dir, db, jobs) = open_temp(1, Duration::from_millis(300), echo());
+    let s = submit_new(&jobs, "app", Some("k"), "sha256:a", items(3)).await;
     wait_finished(&jobs, &s.job_id, "app").await;
     let start = Instant::now();
     while jobs
@@ -509,28 +466,15 @@ async fn finished_jobs_and_their_keys_expire_after_retention() {
     assert_eq!(count_rows(&db, "jobs_items"), 0);
     // The key is forgotten with its job: the same key (even with another
     // body) makes a new job.
-    let again = created(
-        jobs.submit("app", Some("k"), "sha256:b", items(1))
-            .await
-            .unwrap(),
-    );
+    let again = submit_new(&jobs, "app", Some("k"), "sha256:b", items(1)).await;
     assert_ne!(again.job_id, s.job_id);
     jobs.shutdown().await;
 }
 
 #[tokio::test]
 async fn unfinished_jobs_are_never_swept() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let calls = Arc::new(AtomicUsize::new(0));
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let work = slow(calls, in_flight, Duration::from_millis(5));
-    let jobs = Jobs::open(&db, &cfg(1, Duration::ZERO), work).unwrap();
-    let s = created(
-        jobs.submit("app", None, "sha256:a", items(50))
-            .await
-            .unwrap(),
-    );
+    let (_dir, _, jobs, _) = open_slow(1, Duration::ZERO, Duration::from_millis(5));
+    let s = submit_new(&jobs, "app", None, "sha256:a", items(50)).await;
     wait_until(&jobs, &s.job_id, "app", |v| v.progress.done >= 1).await;
     assert_eq!(jobs.sweep().await.unwrap(), 0);
     let v = jobs
@@ -544,27 +488,18 @@ async fn unfinished_jobs_are_never_swept() {
 
 #[tokio::test]
 async fn metrics_are_registered() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
+    let (_dir, _, jobs) = open_temp(1, day(), echo());
     let mut registry = prometheus_client::registry::Registry::default();
     jobs.register_metrics(&mut registry);
-    let s = created(
-        jobs.submit("app", None, "sha256:a", items(4))
-            .await
-            .unwrap(),
-    );
+    let s = submit_new(&jobs, "app", None, "sha256:a", items(4)).await;
     wait_finished(&jobs, &s.job_id, "app").await;
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-    assert!(text.contains("verdict_jobs_queue_depth 0"), "{text}");
-    assert!(
-        text.contains("verdict_jobs_items_processed_total 4"),
-        "{text}"
-    );
-    assert!(
-        text.contains("verdict_jobs_item_duration_seconds_count 4"),
-        "{text}"
+    crate::runtime::metrics::assert_encodes(
+        &registry,
+        &[
+            "verdict_jobs_queue_depth 0",
+            "verdict_jobs_items_processed_total 4",
+            "verdict_jobs_item_duration_seconds_count 4",
+        ],
     );
     let report = Component::report(&jobs);
     assert_eq!(report.status, Status::Ok);
@@ -573,16 +508,10 @@ async fn metrics_are_registered() {
 
 #[tokio::test]
 async fn a_large_job_is_stored_in_chunks_and_runs_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
+    let (_dir, _, jobs) = open_temp(1, day(), echo());
     let n = store::ITEM_CHUNK * 2 + 7;
     let input = items(n);
-    let s = created(
-        jobs.submit("app", Some("k"), "sha256:big", input.clone())
-            .await
-            .unwrap(),
-    );
+    let s = submit_new(&jobs, "app", Some("k"), "sha256:big", input.clone()).await;
     assert_eq!((s.status, s.items_total), (JobStatus::Queued, n as u64));
     let v = wait_finished(&jobs, &s.job_id, "app").await;
     assert_eq!(v.status, JobStatus::Succeeded, "{v:?}");
@@ -625,9 +554,7 @@ fn leave_staging(db: &Path, key: &str) {
 
 #[tokio::test]
 async fn a_staging_job_is_invisible_blocks_its_key_and_is_dropped_at_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("verdict.db");
-    let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
+    let (_dir, db, jobs) = open_temp(1, day(), echo());
     leave_staging(&db, "k");
     // Nobody sees it, and a replay of its key waits for it instead of
     // creating a second job.
@@ -646,11 +573,7 @@ async fn a_staging_job_is_invisible_blocks_its_key_and_is_dropped_at_open() {
     let jobs = Jobs::open(&db, &cfg(1, day()), echo()).unwrap();
     assert_eq!(count_rows(&db, "jobs_jobs"), 0);
     assert_eq!(count_rows(&db, "jobs_items"), 0);
-    let s = created(
-        jobs.submit("app", Some("k"), "sha256:h", items(1))
-            .await
-            .unwrap(),
-    );
+    let s = submit_new(&jobs, "app", Some("k"), "sha256:h", items(1)).await;
     assert_eq!(
         wait_finished(&jobs, &s.job_id, "app").await.status,
         JobStatus::Succeeded

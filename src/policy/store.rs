@@ -266,12 +266,31 @@ mod tests {
     const GOOD: &str = "[[action]]\ntype = \"a\"\n";
     const GOOD2: &str = "[[action]]\ntype = \"b\"\n";
 
-    #[test]
-    fn reload_applies_keeps_and_recovers() {
+    /// A store over a temp dir whose one file, `p.toml`, holds `text`; the
+    /// dir lives as long as the returned guard.
+    fn store_with(text: &str) -> (tempfile::TempDir, PathBuf, PolicyStore) {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("p.toml");
-        std::fs::write(&file, GOOD).unwrap();
+        std::fs::write(&file, text).unwrap();
         let store = PolicyStore::open(dir.path()).unwrap();
+        (dir, file, store)
+    }
+
+    /// The revision a reload that had to be rejected (`why`) kept, and its
+    /// errors.
+    fn rejected(outcome: ReloadOutcome, why: &str) -> (String, Vec<PolicyError>) {
+        match outcome {
+            ReloadOutcome::Rejected {
+                kept_revision,
+                errors,
+            } => (kept_revision, errors),
+            other => panic!("{why}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reload_applies_keeps_and_recovers() {
+        let (_dir, file, store) = store_with(GOOD);
         let first = store.load_full();
         assert!(first.action("a").is_some());
 
@@ -283,13 +302,7 @@ mod tests {
         );
 
         std::fs::write(&file, "[[action]]\ntype = 5\n").unwrap();
-        let ReloadOutcome::Rejected {
-            kept_revision,
-            errors,
-        } = store.reload()
-        else {
-            panic!("bad file must be rejected");
-        };
+        let (kept_revision, errors) = rejected(store.reload(), "bad file must be rejected");
         assert_eq!(kept_revision, first.revision);
         assert_eq!(errors.len(), 1);
         assert!(
@@ -338,19 +351,14 @@ mod tests {
 
     #[test]
     fn a_reload_that_gates_nothing_needs_allow_empty() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("p.toml");
-        std::fs::write(&file, ROUTED).unwrap();
-        let store = PolicyStore::open(dir.path()).unwrap();
+        let (_dir, file, store) = store_with(ROUTED);
         let first = store.load_full();
         // Truncated to nothing: an error, the gate stays.
         std::fs::write(&file, "").unwrap();
         assert!(matches!(store.reload(), ReloadOutcome::Rejected { .. }));
         // Deleted: a valid empty directory, refused all the same.
         std::fs::remove_file(&file).unwrap();
-        let ReloadOutcome::Rejected { errors, .. } = store.reload() else {
-            panic!("an empty set must not replace a gating one");
-        };
+        let (_, errors) = rejected(store.reload(), "an empty set must not replace a gating one");
         assert!(errors[0].to_string().contains("allow_empty"), "{errors:?}");
         assert!(Arc::ptr_eq(&store.load_full(), &first));
         assert!(store.status().degraded);
@@ -367,16 +375,11 @@ mod tests {
 
     #[test]
     fn pinned_routes_stay_and_removals_wait_for_acknowledgement() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("p.toml");
         let extra = "[[route]]\nname = \"s\"\nmethod = \"POST\"\npath = \"/s\"\naction = \"a\"\n";
-        std::fs::write(&file, format!("{ROUTED}pinned = true\n{extra}")).unwrap();
-        let store = PolicyStore::open(dir.path()).unwrap();
+        let (_dir, file, store) = store_with(&format!("{ROUTED}pinned = true\n{extra}"));
         // Removing the pinned route, or moving it, is refused.
         std::fs::write(&file, format!("[[action]]\ntype = \"a\"\n{extra}")).unwrap();
-        let ReloadOutcome::Rejected { errors, .. } = store.reload() else {
-            panic!("a pinned route must not be removed");
-        };
+        let (_, errors) = rejected(store.reload(), "a pinned route must not be removed");
         assert!(errors[0].to_string().contains("\"r\""), "{errors:?}");
         std::fs::write(
             &file,

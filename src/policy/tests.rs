@@ -438,30 +438,21 @@ fn route_extracts_from_a_request() {
     assert_eq!(got.claims, None);
 
     // Extracted params feed the rules directly.
-    let lookup = ParamLookup::from(
-        &route
-            .extract(&RequestParts {
-                path_params: &pp,
-                query: None,
-                headers: &headers,
-                body: Some(&json!({"amount": 600})),
-            })
-            .params,
-    );
+    let params_of = |body: serde_json::Value| {
+        let parts = RequestParts {
+            path_params: &pp,
+            query: None,
+            headers: &headers,
+            body: Some(&body),
+        };
+        ParamLookup::from(&route.extract(&parts).params)
+    };
+    let lookup = params_of(json!({"amount": 600}));
     let hits = set.action("refund.create").unwrap().evaluate_rules(&lookup);
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].effect, Effect::Review);
     // A numeric string is not a number: a mismatch, never a silent miss.
-    let lookup = ParamLookup::from(
-        &route
-            .extract(&RequestParts {
-                path_params: &pp,
-                query: None,
-                headers: &headers,
-                body: Some(&json!({"amount": "600"})),
-            })
-            .params,
-    );
+    let lookup = params_of(json!({"amount": "600"}));
     let eval = set.action("refund.create").unwrap().evaluate(&lookup);
     assert!(eval.hits.is_empty());
     assert_eq!(eval.mismatches.len(), 1, "{eval:?}");
@@ -910,20 +901,19 @@ fn routes_that_share_paths() {
     let r = |name: &str, method: &str, path: &str, extra: &str| {
         format!("[[route]]\nname = \"{name}\"\nmethod = \"{method}\"\npath = \"{path}\"\naction = \"x\"\n{extra}")
     };
-    let head = "[[action]]\ntype = \"x\"\n";
-    let set = PolicySet::from_sources(&[(
-        "a.toml",
-        &[
-            head.to_string(),
-            r("get-order", "POST", "/api/orders/{id}", ""),
-            r("export", "POST", "/api/orders/export", ""),
-            r("other-method", "GET", "/api/orders/export", ""),
-            r("left", "PUT", "/{a}/x", ""),
-            r("right", "PUT", "/y/{b}", ""),
-        ]
-        .concat(),
-    )])
-    .unwrap();
+    // One action `x`, then the routes.
+    let set_of = |routes: &[String]| {
+        let text = format!("[[action]]\ntype = \"x\"\n{}", routes.concat());
+        PolicySet::from_sources(&[("a.toml", &text)]).unwrap()
+    };
+    let json_suffix = "suffixes = [\".json\"]\n";
+    let set = set_of(&[
+        r("get-order", "POST", "/api/orders/{id}", ""),
+        r("export", "POST", "/api/orders/export", ""),
+        r("other-method", "GET", "/api/orders/export", ""),
+        r("left", "PUT", "/{a}/x", ""),
+        r("right", "PUT", "/y/{b}", ""),
+    ]);
     assert_eq!(
         set.warnings(),
         [
@@ -937,21 +927,10 @@ fn routes_that_share_paths() {
 
     // `/api/orders/export.json` is matched by `{id}` as written before the
     // suffix is ever stripped, so the suffix never reaches "export".
-    let set = PolicySet::from_sources(&[(
-        "a.toml",
-        &[
-            head.to_string(),
-            r("get-order", "POST", "/api/orders/{id}", ""),
-            r(
-                "export",
-                "POST",
-                "/api/orders/export",
-                "suffixes = [\".json\"]\n",
-            ),
-        ]
-        .concat(),
-    )])
-    .unwrap();
+    let set = set_of(&[
+        r("get-order", "POST", "/api/orders/{id}", ""),
+        r("export", "POST", "/api/orders/export", json_suffix),
+    ]);
     let errors = set.errors_against(Duration::from_secs(3600), "x");
     assert_eq!(
         errors,
@@ -965,21 +944,10 @@ fn routes_that_share_paths() {
         "get-order"
     );
     // Where the other route matches only some of them, a warning.
-    let set = PolicySet::from_sources(&[(
-        "a.toml",
-        &[
-            head.to_string(),
-            r("one-export", "POST", "/api/7/export.json", ""),
-            r(
-                "export",
-                "POST",
-                "/api/{id}/export",
-                "suffixes = [\".json\"]\n",
-            ),
-        ]
-        .concat(),
-    )])
-    .unwrap();
+    let set = set_of(&[
+        r("one-export", "POST", "/api/7/export.json", ""),
+        r("export", "POST", "/api/{id}/export", json_suffix),
+    ]);
     assert!(set
         .errors_against(Duration::from_secs(3600), "x")
         .is_empty());

@@ -243,6 +243,9 @@ mod tests {
     use ForwardState as F;
     use ReviewStatus as S;
 
+    /// A finished forward; its status is the upstream's.
+    const DONE: ForwardState = F::Done { status: 502 };
+
     fn t(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
     }
@@ -267,36 +270,17 @@ mod tests {
         use ResolveRefusal as R;
         use Verdict::{Approve, Reject};
         let exp = t(100);
+        let resolved = |s| Err(R::AlreadyResolved(s));
         let cases = [
             // (status, now, verdict, expected)
             (S::Pending, t(99), Approve, Ok(S::Approved)),
             (S::Pending, t(99), Reject, Ok(S::Rejected)),
             (S::Pending, t(100), Approve, Err(R::Expired)),
             (S::Pending, t(500), Reject, Err(R::Expired)),
-            (
-                S::Approved,
-                t(99),
-                Approve,
-                Err(R::AlreadyResolved(S::Approved)),
-            ),
-            (
-                S::Approved,
-                t(99),
-                Reject,
-                Err(R::AlreadyResolved(S::Approved)),
-            ),
-            (
-                S::Rejected,
-                t(99),
-                Approve,
-                Err(R::AlreadyResolved(S::Rejected)),
-            ),
-            (
-                S::Rejected,
-                t(500),
-                Reject,
-                Err(R::AlreadyResolved(S::Rejected)),
-            ),
+            (S::Approved, t(99), Approve, resolved(S::Approved)),
+            (S::Approved, t(99), Reject, resolved(S::Approved)),
+            (S::Rejected, t(99), Approve, resolved(S::Rejected)),
+            (S::Rejected, t(500), Reject, resolved(S::Rejected)),
             (S::Expired, t(99), Approve, Err(R::Expired)),
             (S::Expired, t(500), Reject, Err(R::Expired)),
         ];
@@ -339,11 +323,10 @@ mod tests {
     #[test]
     fn claim_table() {
         use ClaimRefusal as C;
-        let done = F::Done { status: 201 };
         let cases = [
             (S::Approved, F::NotStarted, Ok(F::Started)),
             (S::Approved, F::Started, Err(C::AlreadyClaimed(F::Started))),
-            (S::Approved, done, Err(C::AlreadyClaimed(done))),
+            (S::Approved, DONE, Err(C::AlreadyClaimed(DONE))),
             (
                 S::Approved,
                 F::OutcomeUnknown,
@@ -360,9 +343,8 @@ mod tests {
 
     #[test]
     fn finish_table() {
-        let done = F::Done { status: 502 };
         let cases = [
-            (F::Started, ForwardEnd::Done { status: 502 }, Ok(done)),
+            (F::Started, ForwardEnd::Done { status: 502 }, Ok(DONE)),
             (F::Started, ForwardEnd::Failed, Ok(F::OutcomeUnknown)),
             // INVARIANT: nothing ever leads back to not_started or started.
             (
@@ -371,9 +353,9 @@ mod tests {
                 Err(FinishRefusal(F::NotStarted)),
             ),
             (
-                done,
+                DONE,
                 ForwardEnd::Done { status: 200 },
-                Err(FinishRefusal(done)),
+                Err(FinishRefusal(DONE)),
             ),
             (
                 F::OutcomeUnknown,
@@ -388,11 +370,10 @@ mod tests {
 
     #[test]
     fn recover_table() {
-        let done = F::Done { status: 200 };
         let cases = [
             (F::NotStarted, F::NotStarted),
             (F::Started, F::OutcomeUnknown),
-            (done, done),
+            (DONE, DONE),
             (F::OutcomeUnknown, F::OutcomeUnknown),
         ];
         for (from, want) in cases {

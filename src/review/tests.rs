@@ -389,15 +389,13 @@ async fn sweeper_expires_and_wakes_waiters() {
     let h = r.health();
     assert_eq!((h.pending, h.oldest_pending_age), (0, None));
 
-    let text = crate::runtime::metrics::encode(&registry).unwrap();
-    assert!(text.contains("verdict_review_held_requests 0"), "{text}");
-    assert!(
-        text.contains("verdict_review_resolutions_total{outcome=\"expired\"} 1"),
-        "{text}"
-    );
-    assert!(
-        text.contains("verdict_review_hold_duration_seconds_count 1"),
-        "{text}"
+    crate::runtime::metrics::assert_encodes(
+        &registry,
+        &[
+            "verdict_review_held_requests 0",
+            "verdict_review_resolutions_total{outcome=\"expired\"} 1",
+            "verdict_review_hold_duration_seconds_count 1",
+        ],
     );
 }
 

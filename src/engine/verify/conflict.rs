@@ -388,6 +388,12 @@ pub(super) fn find(
     Some((hit.reason, conflict))
 }
 
+/// The most claim words any one sentence shares; `None` when no sentence
+/// shares any.
+fn best_overlap(sentences: &[Sentence<'_>]) -> Option<usize> {
+    sentences.iter().map(|s| s.overlap).max().filter(|&n| n > 0)
+}
+
 /// A claim word that the sentence carrying most of the claim states with
 /// the opposite polarity: `negation_conflict`.
 fn negation(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
@@ -428,11 +434,8 @@ fn denied_predicate(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Voca
     if a.negated {
         return None;
     }
-    let best = sentences.iter().map(|s| s.overlap).max().unwrap_or(0);
     // One of the claim's words is enough: a denied predicate fails closed.
-    if best == 0 {
-        return None;
-    }
+    let best = best_overlap(sentences)?;
     let mut first = None;
     for (si, s) in sentences
         .iter()
@@ -735,10 +738,7 @@ fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
         .filter_map(|t| t.stem)
         .chain(a.qty_stems.iter().copied())
         .collect();
-    let best = sentences.iter().map(|s| s.overlap).max().unwrap_or(0);
-    if best == 0 {
-        return None;
-    }
+    let best = best_overlap(sentences)?;
     // The event the claim reports with "was"/"were"/"been" ("was
     // charged"): when some clause names it, those clauses decide, not the
     // ones that share most of the claim's other words ("The customer
@@ -989,10 +989,7 @@ fn designated_party(
     claim: &str,
     claim_toks: &[Token],
 ) -> Option<Hit> {
-    let best = sentences.iter().map(|s| s.overlap).max().unwrap_or(0);
-    if best == 0 {
-        return None;
-    }
+    let best = best_overlap(sentences)?;
     for k in 0..claim_toks.len() {
         let Some(d) = designator(claim, claim_toks, vocab, k) else {
             continue;
@@ -1030,7 +1027,7 @@ fn scope(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Optio
     if a.excepts {
         return None;
     }
-    let best = sentences.iter().map(|s| s.overlap).max().unwrap_or(0);
+    let best = best_overlap(sentences).unwrap_or(0);
     for (si, s) in sentences.iter().enumerate() {
         let mut k = 0;
         while k < s.toks.len() {
