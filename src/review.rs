@@ -1167,7 +1167,7 @@ async fn follow_shared(
                     for review_id in s.recover_lapsed()? {
                         tracing::warn!(review_id, "forward was in flight on a replica that is gone: outcome unknown, not retried");
                     }
-                    for review_id in s.approved_unforwarded()? {
+                    for review_id in s.orphaned_approvals()? {
                         inner.queue_unattended(&review_id);
                     }
                     Ok(())

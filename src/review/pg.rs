@@ -571,6 +571,27 @@ impl Backend for PgStore {
         })
     }
 
+    fn orphaned_approvals(&mut self) -> Result<Vec<String>, ReviewError> {
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            client
+                .query(
+                    &format!(
+                        "SELECT review_id FROM review_reviews \
+                         WHERE status = 'approved' AND forward_state = 'not_started' \
+                           AND replica <> $1 AND {} \
+                         ORDER BY resolved_at, review_id",
+                        holder_gone()
+                    ),
+                    &[&self.me()],
+                )
+                .await?
+                .iter()
+                .map(|r| Ok(r.try_get(0)?))
+                .collect()
+        })
+    }
+
     fn resolved_among(&mut self, ids: &[String]) -> Result<Vec<Row>, ReviewError> {
         self.shared.block_on(async {
             let client = self.shared.pool().get().await?;

@@ -230,6 +230,13 @@ pub(super) trait Backend: Send {
     fn recover_lapsed(&mut self) -> Result<Vec<String>, ReviewError> {
         Ok(Vec::new())
     }
+    /// Approved reviews nobody has claimed whose holding replica is gone:
+    /// what a replica takes over. Never this replica's own, which its
+    /// waiting connections and its unattended queue forward. SQLite has
+    /// one replica, so none.
+    fn orphaned_approvals(&mut self) -> Result<Vec<String>, ReviewError> {
+        Ok(Vec::new())
+    }
     /// Test hooks: flip a stored body as a disk error might; the stored
     /// length of an upstream answer.
     #[cfg(test)]

@@ -1,0 +1,354 @@
+//! Several replicas on one PostgreSQL review store: two real `verdict`
+//! processes, each with its own upstream, sharing one database started by
+//! scripts/postgres.sh (no mocks of the store). A call held by one replica
+//! is listed and resolved through the other, forwarded exactly once, and
+//! survives the death of the replica that held it.
+//!
+//! Needs PostgreSQL: the support code starts a throwaway cluster, or skips
+//! loudly with `VERDICT_SKIP_POSTGRES=1`.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+use std::process::Child;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::Method;
+use serde_json::Value;
+use support::{MockUpstream, RefundPolicy, APP_KEY, DAMAGED, INVOICE_77_BLENDER, REVIEW_KEY};
+
+const BIN: &str = env!("CARGO_BIN_EXE_verdict");
+
+/// One `verdict serve` process on the shared store.
+struct Replica {
+    child: Child,
+    /// `http://` and the API listener.
+    api: String,
+    /// `http://` and the proxy listener.
+    proxy: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Replica {
+    /// Starts a replica in front of `upstream` with the refund route held
+    /// above 500 for `hold`, on the store at `url` with a 1 s lease. Every
+    /// replica gets `redaction_key` (the data dir's secret that seals held
+    /// credentials), as a deployment would mount one shared secret.
+    fn start(url: &str, upstream: &str, hold: &str, redaction_key: &[u8]) -> Replica {
+        let dir = tempfile::TempDir::new().unwrap();
+        std::fs::create_dir_all(dir.path().join("policies")).unwrap();
+        std::fs::write(
+            dir.path().join("policies/refunds.toml"),
+            RefundPolicy::new("strict")
+                .review_over(500)
+                .hold(hold)
+                .build(),
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("data")).unwrap();
+        std::fs::write(dir.path().join("data/redaction.key"), redaction_key).unwrap();
+        let config = dir.path().join("verdict.toml");
+        std::fs::write(
+            &config,
+            format!("[store]\nurl = \"{url}\"\nlease = \"1s\"\n"),
+        )
+        .unwrap();
+        let (child, api, log) = support::spawn_binary_with(
+            BIN,
+            dir.path(),
+            "info",
+            &[
+                "--config",
+                config.to_str().unwrap(),
+                "--proxy-listen",
+                "127.0.0.1:0",
+                "--upstream",
+                upstream,
+            ],
+            &[],
+        );
+        let proxy = logged_addr(&log, "proxy listening");
+        Replica {
+            child,
+            api: format!("http://{api}"),
+            proxy: format!("http://{proxy}"),
+            _dir: dir,
+        }
+    }
+
+    async fn get(&self, path: &str) -> support::Resp {
+        support::call(
+            &self.api,
+            Method::GET,
+            path,
+            &[("authorization", &format!("Bearer {REVIEW_KEY}"))],
+            "",
+        )
+        .await
+    }
+
+    async fn resolve(&self, id: &str, action: &str) -> support::Resp {
+        support::call(
+            &self.api,
+            Method::POST,
+            &format!("/v2/reviews/{id}/{action}"),
+            &[
+                ("authorization", &format!("Bearer {REVIEW_KEY}")),
+                ("content-type", "application/json"),
+            ],
+            r#"{"reviewer":"ops@example.com"}"#,
+        )
+        .await
+    }
+
+    /// A refund of `amount` on order 77 through this replica's proxy.
+    async fn refund(&self, amount: u64) -> support::Resp {
+        let body = format!(
+            "{{\"amount\": {amount}, \"claims\": [{}], \"evidence\": [{{\"source_id\":\"inv\",\"text\":{}}}]}}",
+            serde_json::to_string(DAMAGED).unwrap(),
+            serde_json::to_string(INVOICE_77_BLENDER).unwrap()
+        );
+        support::call(
+            &self.proxy,
+            Method::POST,
+            "/api/orders/77/refunds",
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &format!("Bearer {APP_KEY}")),
+            ],
+            body,
+        )
+        .await
+    }
+
+    /// The one pending review this replica lists, once there is one.
+    async fn pending_review(&self) -> String {
+        support::eventually("a pending review", Duration::from_secs(10), || async {
+            let list = self.get("/v2/reviews?status=pending").await.json();
+            match list["reviews"].as_array().map(Vec::as_slice) {
+                Some([one]) => Ok(one["review_id"].as_str().unwrap().to_string()),
+                _ => Err(list),
+            }
+        })
+        .await
+    }
+
+    async fn review(&self, id: &str) -> Value {
+        self.get(&format!("/v2/reviews/{id}")).await.json()
+    }
+
+    /// `kill -9`: no drain, no lease ended.
+    fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The address in the first log line holding `message`.
+fn logged_addr(log: &Arc<Mutex<Vec<u8>>>, message: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+        let found = text.lines().filter(|l| l.contains(message)).find_map(|l| {
+            serde_json::from_str::<Value>(l).ok()?["addr"]
+                .as_str()
+                .map(str::to_string)
+        });
+        if let Some(addr) = found {
+            return addr;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {message:?} line:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Two replicas on a fresh database, each in front of its own upstream.
+async fn pair(hold: &str) -> Option<(Replica, MockUpstream, Replica, MockUpstream)> {
+    let url = support::postgres::fresh_database()?;
+    let key = [7u8; 32];
+    let (up_a, up_b) = (MockUpstream::start().await, MockUpstream::start().await);
+    let a = Replica::start(&url, &up_a.url(), hold, &key);
+    let b = Replica::start(&url, &up_b.url(), hold, &key);
+    Some((a, up_a, b, up_b))
+}
+
+/// Held through A, listed and approved through B: A's waiting client gets
+/// the upstream's answer, A's upstream sees the call once, B's never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_held_on_one_replica_is_approved_on_the_other_and_forwarded_once() {
+    let Some((a, up_a, b, up_b)) = pair("30s").await else {
+        return;
+    };
+    let a = Arc::new(a);
+    let held = tokio::spawn({
+        let a = a.clone();
+        async move { a.refund(900).await }
+    });
+    let id = b.pending_review().await;
+    assert_eq!(a.pending_review().await, id, "both replicas list it");
+    let approved = b.resolve(&id, "approve").await;
+    assert_eq!(approved.status, 200, "{}", approved.text());
+    let answer = support::within(Duration::from_secs(10), "the held call", held)
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.json()["path"], "/api/orders/77/refunds");
+    assert_eq!(up_a.count(), 1);
+    assert_eq!(up_b.count(), 0, "B never forwards A's call");
+    let seen = b.review(&id).await;
+    assert_eq!(seen["forward"]["state"], "done", "{seen}");
+    assert_eq!(seen["forward"]["upstream_status"], 200, "{seen}");
+    // A second approval is refused on either replica.
+    a.resolve(&id, "approve")
+        .await
+        .assert_error(409, "conflict");
+}
+
+/// The same approval sent to both replicas at the same moment, 200 times:
+/// one 200 and one 409 each time, and exactly one forward.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_approvals_on_two_replicas_forward_exactly_once() {
+    let Some((a, up_a, b, up_b)) = pair("30s").await else {
+        return;
+    };
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    for round in 0..200 {
+        let held = tokio::spawn({
+            let a = a.clone();
+            async move { a.refund(900).await }
+        });
+        let id = a.pending_review().await;
+        let (ra, rb) = tokio::join!(a.resolve(&id, "approve"), b.resolve(&id, "approve"));
+        let mut statuses = [ra.status, rb.status];
+        statuses.sort_unstable();
+        assert_eq!(
+            statuses,
+            [200, 409],
+            "round {round}: {} / {}",
+            ra.text(),
+            rb.text()
+        );
+        let answer = support::within(Duration::from_secs(10), "the held call", held)
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200, "round {round}: {}", answer.text());
+        assert_eq!(up_a.count(), round + 1, "round {round}: one forward each");
+    }
+    assert_eq!(up_b.count(), 0);
+}
+
+/// A dies (`kill -9`) with its held call approved but not forwarded: once
+/// its lease lapses, B forwards the call to its own upstream, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_left_by_a_dead_replica_is_forwarded_once_by_another() {
+    // A short hold: the client gets its 202 and leaves, so only the
+    // background forwarders can send the call.
+    let Some((mut a, up_a, b, up_b)) = pair("200ms").await else {
+        return;
+    };
+    let r = a.refund(900).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    let id = r.json()["review_id"].as_str().unwrap().to_string();
+    a.kill();
+    let approved = b.resolve(&id, "approve").await;
+    assert_eq!(approved.status, 200, "{}", approved.text());
+    let seen = support::eventually("B forwards it", Duration::from_secs(15), || async {
+        let v = b.review(&id).await;
+        if v["forward"]["state"] == "done" {
+            Ok(v)
+        } else {
+            Err(v)
+        }
+    })
+    .await;
+    assert_eq!(seen["forward"]["upstream_status"], 200, "{seen}");
+    assert_eq!(up_b.count(), 1);
+    assert_eq!(up_a.count(), 0);
+    // Later takeover rounds find nothing more to send.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(up_b.count(), 1, "forwarded exactly once");
+}
+
+/// A dies in the middle of forwarding: the forward ends `outcome_unknown`
+/// on the other replica, and nobody sends it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_in_flight_on_a_dead_replica_ends_outcome_unknown() {
+    let Some(url) = support::postgres::fresh_database() else {
+        return;
+    };
+    let key = [7u8; 32];
+    // A's upstream never answers the refund.
+    let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (stuck_addr, _stuck) = support::serve_http({
+        let received = received.clone();
+        move |_parts, _body| {
+            let received = received.clone();
+            async move {
+                received.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(600)).await;
+                let body: support::TestBody =
+                    http_body_util::BodyExt::boxed(http_body_util::Full::new(bytes::Bytes::new()));
+                http::Response::new(body)
+            }
+        }
+    })
+    .await;
+    let up_b = MockUpstream::start().await;
+    let mut a = Replica::start(&url, &format!("http://{stuck_addr}"), "30s", &key);
+    let b = Replica::start(&url, &up_b.url(), "30s", &key);
+    let held = tokio::spawn({
+        let proxy = a.proxy.clone();
+        async move {
+            support::call(
+                &proxy,
+                Method::POST,
+                "/api/orders/77/refunds",
+                &[("content-type", "application/json")],
+                refund_body(900),
+            )
+            .await
+        }
+    });
+    let id = b.pending_review().await;
+    assert_eq!(b.resolve(&id, "approve").await.status, 200);
+    support::wait_for("A forwards", Duration::from_secs(10), || {
+        received.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(b.review(&id).await["forward"]["state"], "started");
+    a.kill();
+    held.abort();
+    let seen = support::eventually("outcome_unknown", Duration::from_secs(15), || async {
+        let v = b.review(&id).await;
+        if v["forward"]["state"] == "outcome_unknown" {
+            Ok(v)
+        } else {
+            Err(v)
+        }
+    })
+    .await;
+    assert_eq!(seen["status"], "approved", "{seen}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(up_b.count(), 0, "never sent again");
+    assert_eq!(received.load(std::sync::atomic::Ordering::SeqCst), 1);
+    drop(b);
+}
+
+fn refund_body(amount: u64) -> String {
+    format!(
+        "{{\"amount\": {amount}, \"claims\": [{}], \"evidence\": [{{\"source_id\":\"inv\",\"text\":{}}}]}}",
+        serde_json::to_string(DAMAGED).unwrap(),
+        serde_json::to_string(INVOICE_77_BLENDER).unwrap()
+    )
+}
