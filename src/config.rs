@@ -180,6 +180,22 @@ pub struct ApiConfig {
     pub tls: Option<TlsFiles>,
 }
 
+/// The certificates of a PEM file (`ca_file` keys) as TLS client roots;
+/// an error names what is wrong (the caller names the key and the file).
+pub fn pem_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_file_iter(path).map_err(|e| e.to_string())? {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    if roots.is_empty() {
+        return Err("no certificate found".into());
+    }
+    Ok(roots)
+}
+
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
     pub cert: PathBuf,

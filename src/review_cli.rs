@@ -22,7 +22,6 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use rustls_pki_types::pem::PemObject;
 use serde_json::Value;
 
 use crate::config::DEFAULT_API_LISTEN;
@@ -211,17 +210,7 @@ fn build_client(ca_file: Option<&std::path::Path>) -> Result<HttpClient, CliErro
     let builder = match ca_file {
         Some(path) => {
             let bad = |e: String| CliError::Usage(format!("--ca-file {}: {e}", path.display()));
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_pki_types::CertificateDer::pem_file_iter(path)
-                .map_err(|e| bad(e.to_string()))?
-            {
-                roots
-                    .add(cert.map_err(|e| bad(e.to_string()))?)
-                    .map_err(|e| bad(e.to_string()))?;
-            }
-            if roots.is_empty() {
-                return Err(bad("no certificate found".into()));
-            }
+            let roots = crate::config::pem_roots(path).map_err(bad)?;
             hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls(roots)?)
         }
         None => match hyper_rustls::HttpsConnectorBuilder::new()

@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use rustls_pki_types::pem::PemObject;
 use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -459,32 +458,18 @@ async fn listen_once(
 /// falls back to plain; `require` insists).
 fn tls_config(cfg: &PostgresConfig) -> Result<rustls::ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    match &cfg.ca_file {
-        Some(path) => {
-            let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("store.ca_file {}: {e}", path.display()))?;
-            for cert in certs {
-                let cert = cert.map_err(|e| format!("store.ca_file {}: {e}", path.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("store.ca_file {}: {e}", path.display()))?;
-            }
-            if roots.is_empty() {
-                return Err(format!(
-                    "store.ca_file {}: no certificate found",
-                    path.display()
-                ));
-            }
-        }
+    let roots = match &cfg.ca_file {
+        Some(path) => crate::config::pem_roots(path)
+            .map_err(|e| format!("store.ca_file {}: {e}", path.display()))?,
         None => {
-            let found = rustls_native_certs::load_native_certs();
-            for cert in found.certs {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_native_certs::load_native_certs().certs {
                 // A system root rustls cannot parse is skipped, as browsers do.
                 let _ = roots.add(cert);
             }
+            roots
         }
-    }
+    };
     Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?

@@ -138,6 +138,20 @@ impl Replica {
         self.get(&format!("/v2/reviews/{id}")).await.json()
     }
 
+    /// The review once its forward is in `state` (within 15 s: a lease
+    /// of 1 s to lapse, then a takeover round).
+    async fn forward_reaches(&self, id: &str, state: &str) -> Value {
+        support::eventually(state, Duration::from_secs(15), || async {
+            let v = self.review(id).await;
+            if v["forward"]["state"] == state {
+                Ok(v)
+            } else {
+                Err(v)
+            }
+        })
+        .await
+    }
+
     /// `kill -9`: no drain, no lease ended.
     fn kill(&mut self) {
         self.child.kill().unwrap();
@@ -263,15 +277,7 @@ async fn an_approval_left_by_a_dead_replica_is_forwarded_once_by_another() {
     a.kill();
     let approved = b.resolve(&id, "approve").await;
     assert_eq!(approved.status, 200, "{}", approved.text());
-    let seen = support::eventually("B forwards it", Duration::from_secs(15), || async {
-        let v = b.review(&id).await;
-        if v["forward"]["state"] == "done" {
-            Ok(v)
-        } else {
-            Err(v)
-        }
-    })
-    .await;
+    let seen = b.forward_reaches(&id, "done").await;
     assert_eq!(seen["forward"]["upstream_status"], 200, "{seen}");
     assert_eq!(up_b.count(), 1);
     assert_eq!(up_a.count(), 0);
@@ -329,15 +335,7 @@ async fn a_forward_in_flight_on_a_dead_replica_ends_outcome_unknown() {
     assert_eq!(b.review(&id).await["forward"]["state"], "started");
     a.kill();
     held.abort();
-    let seen = support::eventually("outcome_unknown", Duration::from_secs(15), || async {
-        let v = b.review(&id).await;
-        if v["forward"]["state"] == "outcome_unknown" {
-            Ok(v)
-        } else {
-            Err(v)
-        }
-    })
-    .await;
+    let seen = b.forward_reaches(&id, "outcome_unknown").await;
     assert_eq!(seen["status"], "approved", "{seen}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(up_b.count(), 0, "never sent again");

@@ -10,7 +10,6 @@ use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use rustls_pki_types::pem::PemObject;
 
 use super::{Proxy, UpstreamClient};
 use crate::api::error::ApiError;
@@ -40,21 +39,8 @@ pub(super) fn build_client(cfg: &ProxyConfig) -> Result<UpstreamClient, String> 
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = match &cfg.ca_file {
         Some(path) => {
-            let mut roots = rustls::RootCertStore::empty();
-            let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
+            let roots = crate::config::pem_roots(path)
                 .map_err(|e| format!("proxy.ca_file {}: {e}", path.display()))?;
-            for cert in certs {
-                let cert = cert.map_err(|e| format!("proxy.ca_file {}: {e}", path.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("proxy.ca_file {}: {e}", path.display()))?;
-            }
-            if roots.is_empty() {
-                return Err(format!(
-                    "proxy.ca_file {}: no certificate found",
-                    path.display()
-                ));
-            }
             let tls = rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
                 .map_err(|e| e.to_string())?

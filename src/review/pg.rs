@@ -22,12 +22,11 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use tokio_postgres::types::ToSql;
 
-use super::state::{self, ForwardEnd, ForwardState, ReviewStatus, Verdict};
+use super::state::{self, ForwardState, ReviewStatus, Verdict};
 use super::store::{
-    from_micros, micros, open_held, plan_resolve, Backend, Inspected, ResolvePlan, Resolver, Row,
-    COLUMNS, SEALED_PLACEHOLDER,
+    from_micros, micros, open_held, plan_finish, plan_resolve, Backend, Inspected, ResolvePlan,
+    Resolver, Row, COLUMNS, SEALED_PLACEHOLDER,
 };
-use super::MAX_STORED_UPSTREAM_BODY;
 use super::{ForwardOutcome, HeldRequest, NewReview, ReviewError, UpstreamResponse};
 use crate::shared::{error_text, Shared, NOW_MICROS, REVIEWS_CHANNEL};
 
@@ -60,6 +59,19 @@ impl PgStore {
 
     fn me(&self) -> &str {
         self.shared.replica()
+    }
+
+    /// The review ids `sql` selects, given this replica's id as `$1`.
+    fn ids(&self, sql: &str) -> Result<Vec<String>, ReviewError> {
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            client
+                .query(sql, &[&self.me()])
+                .await?
+                .iter()
+                .map(|r| Ok(r.try_get(0)?))
+                .collect()
+        })
     }
 }
 
@@ -349,43 +361,22 @@ impl Backend for PgStore {
             let row = load(&tx, review_id, true)
                 .await?
                 .ok_or(ReviewError::NotFound)?;
-            let end = match outcome {
-                ForwardOutcome::Done { status, .. } => ForwardEnd::Done { status: *status },
-                ForwardOutcome::Failed { .. } => ForwardEnd::Failed,
-            };
-            let to = state::finish(row.forward, end)
-                .map_err(|r| ReviewError::NotForwarding(r.0.as_str()))?;
-            match outcome {
-                ForwardOutcome::Done {
-                    status,
-                    body,
-                    content_type,
-                } => {
-                    let capped = &body[..body.len().min(MAX_STORED_UPSTREAM_BODY)];
-                    tx.execute(
-                        "UPDATE review_reviews SET forward_state = $2, forward_finished_at = $3, \
-                         upstream_status = $4, upstream_body = $5, upstream_content_type = $6 \
-                         WHERE review_id = $1 AND forward_state = 'started'",
-                        &[
-                            &review_id,
-                            &to.as_str(),
-                            &micros(now),
-                            &i32::from(*status),
-                            &capped,
-                            content_type,
-                        ],
-                    )
-                    .await?;
-                }
-                ForwardOutcome::Failed { error } => {
-                    tx.execute(
-                        "UPDATE review_reviews SET forward_state = $2, forward_finished_at = $3, \
-                         forward_error = $4 WHERE review_id = $1 AND forward_state = 'started'",
-                        &[&review_id, &to.as_str(), &micros(now), error],
-                    )
-                    .await?;
-                }
-            }
+            let f = plan_finish(row.forward, outcome)?;
+            tx.execute(
+                "UPDATE review_reviews SET forward_state = $2, forward_finished_at = $3, \
+                 upstream_status = $4, upstream_body = $5, upstream_content_type = $6, \
+                 forward_error = $7 WHERE review_id = $1 AND forward_state = 'started'",
+                &[
+                    &review_id,
+                    &f.to.as_str(),
+                    &micros(now),
+                    &f.status.map(i32::from),
+                    &f.body,
+                    &f.content_type,
+                    &f.error,
+                ],
+            )
+            .await?;
             tx.commit().await?;
             Ok(())
         })
@@ -551,45 +542,23 @@ impl Backend for PgStore {
     }
 
     fn approved_unforwarded(&mut self) -> Result<Vec<String>, ReviewError> {
-        self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
-            client
-                .query(
-                    &format!(
-                        "SELECT review_id FROM review_reviews \
-                         WHERE status = 'approved' AND forward_state = 'not_started' \
-                           AND (replica = $1 OR {}) \
-                         ORDER BY resolved_at, review_id",
-                        holder_gone()
-                    ),
-                    &[&self.me()],
-                )
-                .await?
-                .iter()
-                .map(|r| Ok(r.try_get(0)?))
-                .collect()
-        })
+        self.ids(&format!(
+            "SELECT review_id FROM review_reviews \
+             WHERE status = 'approved' AND forward_state = 'not_started' \
+               AND (replica = $1 OR {}) \
+             ORDER BY resolved_at, review_id",
+            holder_gone()
+        ))
     }
 
     fn orphaned_approvals(&mut self) -> Result<Vec<String>, ReviewError> {
-        self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
-            client
-                .query(
-                    &format!(
-                        "SELECT review_id FROM review_reviews \
-                         WHERE status = 'approved' AND forward_state = 'not_started' \
-                           AND replica <> $1 AND {} \
-                         ORDER BY resolved_at, review_id",
-                        holder_gone()
-                    ),
-                    &[&self.me()],
-                )
-                .await?
-                .iter()
-                .map(|r| Ok(r.try_get(0)?))
-                .collect()
-        })
+        self.ids(&format!(
+            "SELECT review_id FROM review_reviews \
+             WHERE status = 'approved' AND forward_state = 'not_started' \
+               AND replica <> $1 AND {} \
+             ORDER BY resolved_at, review_id",
+            holder_gone()
+        ))
     }
 
     fn resolved_among(&mut self, ids: &[String]) -> Result<Vec<Row>, ReviewError> {

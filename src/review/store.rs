@@ -488,6 +488,49 @@ pub(super) fn plan_resolve(
     }
 }
 
+/// The columns a finished forward stores: the upstream's answer (its body
+/// cut to [`MAX_STORED_UPSTREAM_BODY`]) or the error.
+pub(super) struct Finish<'a> {
+    pub to: ForwardState,
+    pub status: Option<u16>,
+    pub body: Option<&'a [u8]>,
+    pub content_type: Option<&'a str>,
+    pub error: Option<&'a str>,
+}
+
+/// How a claimed forward ends, or `NotForwarding` when it is not in
+/// flight.
+pub(super) fn plan_finish(
+    forward: ForwardState,
+    outcome: &ForwardOutcome,
+) -> Result<Finish<'_>, ReviewError> {
+    let end = match outcome {
+        ForwardOutcome::Done { status, .. } => ForwardEnd::Done { status: *status },
+        ForwardOutcome::Failed { .. } => ForwardEnd::Failed,
+    };
+    let to = state::finish(forward, end).map_err(|r| ReviewError::NotForwarding(r.0.as_str()))?;
+    Ok(match outcome {
+        ForwardOutcome::Done {
+            status,
+            body,
+            content_type,
+        } => Finish {
+            to,
+            status: Some(*status),
+            body: Some(&body[..body.len().min(MAX_STORED_UPSTREAM_BODY)]),
+            content_type: content_type.as_deref(),
+            error: None,
+        },
+        ForwardOutcome::Failed { error } => Finish {
+            to,
+            status: None,
+            body: None,
+            content_type: None,
+            error: Some(error),
+        },
+    })
+}
+
 /// The held request of a claimed forward, its credentials unsealed, or
 /// `Corrupt` when a credential does not open or the request no longer
 /// hashes as it did when it was held: the caller rolls the claim back, so
@@ -712,34 +755,21 @@ impl Backend for SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
-        let end = match outcome {
-            ForwardOutcome::Done { status, .. } => ForwardEnd::Done { status: *status },
-            ForwardOutcome::Failed { .. } => ForwardEnd::Failed,
-        };
-        let to = state::finish(row.forward, end)
-            .map_err(|r| ReviewError::NotForwarding(r.0.as_str()))?;
-        match outcome {
-            ForwardOutcome::Done {
-                status,
-                body,
-                content_type,
-            } => {
-                let capped = &body[..body.len().min(MAX_STORED_UPSTREAM_BODY)];
-                tx.execute(
-                    "UPDATE review_reviews SET forward_state = ?2, forward_finished_at = ?3, \
-                     upstream_status = ?4, upstream_body = ?5, upstream_content_type = ?6 \
-                     WHERE review_id = ?1 AND forward_state = 'started'",
-                    params![review_id, to, micros(now), status, capped, content_type],
-                )?;
-            }
-            ForwardOutcome::Failed { error } => {
-                tx.execute(
-                    "UPDATE review_reviews SET forward_state = ?2, forward_finished_at = ?3, \
-                     forward_error = ?4 WHERE review_id = ?1 AND forward_state = 'started'",
-                    params![review_id, to, micros(now), error],
-                )?;
-            }
-        }
+        let f = plan_finish(row.forward, outcome)?;
+        tx.execute(
+            "UPDATE review_reviews SET forward_state = ?2, forward_finished_at = ?3, \
+             upstream_status = ?4, upstream_body = ?5, upstream_content_type = ?6, \
+             forward_error = ?7 WHERE review_id = ?1 AND forward_state = 'started'",
+            params![
+                review_id,
+                f.to,
+                micros(now),
+                f.status,
+                f.body,
+                f.content_type,
+                f.error
+            ],
+        )?;
         tx.commit()?;
         Ok(())
     }
