@@ -9,7 +9,7 @@
 #   policy            config, engine
 #   audit             config, sqlite
 #   evidence          config, engine
-#   jobs              config, sqlite, runtime::health, runtime::metrics
+#   jobs              config, shared, sqlite, runtime::health, runtime::metrics
 #   review            shared, sqlite, runtime::health, runtime::metrics (its
 #                     errors become HTTP in src/api/error.rs)
 #   shared            config, runtime::health: the PostgreSQL connection
@@ -49,7 +49,7 @@ declare -A ALLOWED=(
     [audit]="config sqlite"
     [evidence]="config engine"
     [shared]="config runtime::health"
-    [jobs]="config sqlite runtime::health runtime::metrics"
+    [jobs]="config shared sqlite runtime::health runtime::metrics"
     [review]="shared sqlite runtime::health runtime::metrics"
     [notify]="config evidence api::http_util review"
     [review_cli]="config api::http_util"

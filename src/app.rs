@@ -417,12 +417,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     let decision_metrics = crate::decide::DecisionMetrics::register(&mut registry);
     audit.register_metrics(&mut registry);
     let resolver = Resolver::new(&config.evidence);
-    let jobs = crate::jobs::Jobs::open(
-        &db_path(&config),
-        &config.jobs,
-        crate::api::batch_item_fn(resolver.clone(), tokio::runtime::Handle::current()),
-    )?;
-    jobs.register_metrics(&mut registry);
+
     let seal_key = redaction.derive(crate::review::SEAL_KEY_LABEL);
     let (reviews, shared) = match &config.store {
         crate::config::StoreConfig::Sqlite => (
@@ -442,6 +437,12 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
             (reviews, Some(shared))
         }
     };
+    let work = crate::api::batch_item_fn(resolver.clone(), tokio::runtime::Handle::current());
+    let jobs = match &shared {
+        None => crate::jobs::Jobs::open(&db_path(&config), &config.jobs, work)?,
+        Some(shared) => crate::jobs::Jobs::open_shared(shared.clone(), &config.jobs, work)?,
+    };
+    jobs.register_metrics(&mut registry);
     reviews.set_retention(config.review_retention);
     reviews.set_approvals(config.review_approvals);
     reviews.register_metrics(&mut registry);

@@ -36,6 +36,7 @@ use tokio::sync::watch;
 use crate::config::JobsConfig;
 use crate::runtime::health::{Component, Report, Status};
 
+mod pg;
 mod queue;
 mod store;
 mod worker;
@@ -67,6 +68,12 @@ pub enum JobsError {
     InProgress,
     #[error("job store: {0}")]
     Store(#[from] rusqlite::Error),
+    /// The shared store (PostgreSQL) refused a statement.
+    #[error("shared job store: {0}")]
+    Shared(String),
+    /// The shared store cannot be reached (the API answers 503).
+    #[error("shared job store unavailable: {0}")]
+    Unavailable(String),
     #[error("stored job data is corrupt: {0}")]
     Corrupt(String),
     /// After [`Jobs::shutdown`] no new job is accepted.
@@ -197,7 +204,19 @@ pub struct JobsHealth {
 
 /// Handle to the batch-job subsystem; cheap to clone.
 #[derive(Clone)]
-pub struct Jobs {
+pub struct Jobs(Kind);
+
+#[derive(Clone)]
+enum Kind {
+    /// The data dir's SQLite file: one replica.
+    Sqlite(SqliteJobs),
+    /// The shared store: every replica's jobs, run by every replica.
+    Postgres(Arc<pg::PgJobs>),
+}
+
+/// Jobs in the data dir's SQLite file.
+#[derive(Clone)]
+struct SqliteJobs {
     inner: Arc<Inner>,
 }
 
@@ -214,6 +233,101 @@ struct Inner {
 // === impl Jobs ===
 
 impl Jobs {
+    /// Opens the jobs in the SQLite file at `db_path`; see
+    /// [`SqliteJobs::open`].
+    pub fn open(db_path: &Path, cfg: &JobsConfig, work: ItemFn) -> Result<Jobs, JobsError> {
+        SqliteJobs::open(db_path, cfg, work).map(|j| Jobs(Kind::Sqlite(j)))
+    }
+
+    /// Jobs on the shared store: submitted through any replica, visible
+    /// and pollable through every one, run by the workers of all of them.
+    /// Inside a Tokio runtime.
+    pub fn open_shared(
+        shared: crate::shared::Shared,
+        cfg: &JobsConfig,
+        work: ItemFn,
+    ) -> Result<Jobs, JobsError> {
+        pg::PgJobs::open(shared, cfg.retention, cfg.workers, work).map(|j| Jobs(Kind::Postgres(j)))
+    }
+
+    /// Stores a job and queues it; with an `Idempotency-Key`, a repeat of
+    /// the same request returns the job it created (a different request
+    /// under the same key is `Conflict`).
+    pub async fn submit(
+        &self,
+        owner: &str,
+        idempotency_key: Option<&str>,
+        request_hash: &str,
+        items: Vec<serde_json::Value>,
+    ) -> Result<Submitted, JobsError> {
+        let inserted = match &self.0 {
+            Kind::Sqlite(j) => {
+                j.submit(owner, idempotency_key, request_hash, items)
+                    .await?
+            }
+            Kind::Postgres(j) => {
+                j.submit(owner, idempotency_key, request_hash, items)
+                    .await?
+            }
+        };
+        Ok(match inserted {
+            Inserted::New(job) => Submitted::Created(summary(&job)),
+            Inserted::Existing(job) => Submitted::Existing(summary(&job)),
+        })
+    }
+
+    /// A job as `owner` may see it (an admin sees every job), with a page
+    /// of its results once it succeeded.
+    pub async fn get(
+        &self,
+        job_id: &str,
+        owner: &str,
+        admin: bool,
+        page: Page,
+    ) -> Result<Option<JobView>, JobsError> {
+        match &self.0 {
+            Kind::Sqlite(j) => j.get(job_id, owner, admin, page).await,
+            Kind::Postgres(j) => j.get(job_id, owner, admin, page).await,
+        }
+    }
+
+    /// Queued and running jobs (of every replica, on the shared store).
+    pub fn health(&self) -> JobsHealth {
+        match &self.0 {
+            Kind::Sqlite(j) => j.health(),
+            Kind::Postgres(j) => j.health(),
+        }
+    }
+
+    /// Registers the jobs metrics.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        let m = match &self.0 {
+            Kind::Sqlite(j) => &j.inner.shared.metrics,
+            Kind::Postgres(j) => &j.metrics,
+        };
+        m.register(registry);
+    }
+
+    /// Runs one retention sweep now; returns how many jobs it deleted.
+    pub async fn sweep(&self) -> Result<usize, JobsError> {
+        match &self.0 {
+            Kind::Sqlite(j) => j.sweep().await,
+            Kind::Postgres(j) => j.sweep().await,
+        }
+    }
+
+    /// Stops accepting jobs and waits for the workers to stop between
+    /// items; unfinished jobs resume at the next start (or, on the shared
+    /// store, on another replica).
+    pub async fn shutdown(&self) {
+        match &self.0 {
+            Kind::Sqlite(j) => j.shutdown().await,
+            Kind::Postgres(j) => j.shutdown().await,
+        }
+    }
+}
+
+impl SqliteJobs {
     /// Opens or creates the `jobs_*` tables in the SQLite file at `db_path`
     /// (shared with other subsystems) in WAL mode, deletes expired jobs,
     /// queues every queued and running job again (a running one continues
@@ -222,7 +336,7 @@ impl Jobs {
     ///
     /// Must be called inside a Tokio runtime. It does its start-up IO
     /// synchronously, once, before the server accepts requests.
-    pub fn open(db_path: &Path, cfg: &JobsConfig, work: ItemFn) -> Result<Jobs, JobsError> {
+    fn open(db_path: &Path, cfg: &JobsConfig, work: ItemFn) -> Result<SqliteJobs, JobsError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| JobsError::NoRuntime)?;
         let db = Store::open(db_path)?;
         let swept = db.with_conn(|c| store::sweep(c, cutoff_ms(cfg.retention)))?;
@@ -267,7 +381,7 @@ impl Jobs {
         }
         let (stop_sweeper, stopped) = watch::channel(false);
         let sweeper = runtime.spawn(sweep_loop(Arc::clone(&shared), cfg.retention, stopped));
-        Ok(Jobs {
+        Ok(SqliteJobs {
             inner: Arc::new(Inner {
                 shared,
                 retention: cfg.retention,
@@ -295,7 +409,7 @@ impl Jobs {
         idempotency_key: Option<&str>,
         request_hash: &str,
         items: Vec<serde_json::Value>,
-    ) -> Result<Submitted, JobsError> {
+    ) -> Result<Inserted, JobsError> {
         let shared = &self.inner.shared;
         if shared.queue.is_stopping() {
             return Err(JobsError::ShuttingDown);
@@ -311,16 +425,13 @@ impl Jobs {
                 })
             })
             .await?;
-        Ok(match inserted {
-            Inserted::New(job) => {
-                self.inner.shared.queue.push(Queued {
-                    seq: job.seq,
-                    created_at_ms: job.created_at_ms,
-                });
-                Submitted::Created(summary(&job))
-            }
-            Inserted::Existing(job) => Submitted::Existing(summary(&job)),
-        })
+        if let Inserted::New(job) = &inserted {
+            self.inner.shared.queue.push(Queued {
+                seq: job.seq,
+                created_at_ms: job.created_at_ms,
+            });
+        }
+        Ok(inserted)
     }
 
     /// The job as `owner` may see it, or `None` for an unknown id and for
@@ -375,37 +486,6 @@ impl Jobs {
             oldest_queued_age_s: oldest
                 .map(|created| (now_ms().saturating_sub(created).max(0) / 1000) as u64),
         }
-    }
-
-    /// Registers queue depth, running jobs, items processed, item duration
-    /// and finished jobs by status. Call once.
-    pub fn register_metrics(&self, registry: &mut Registry) {
-        let m = &self.inner.shared.metrics;
-        registry.register(
-            "verdict_jobs_queue_depth",
-            "Batch jobs waiting for a worker",
-            m.queue_depth.clone(),
-        );
-        registry.register(
-            "verdict_jobs_running",
-            "Batch jobs being processed",
-            m.running.clone(),
-        );
-        registry.register(
-            "verdict_jobs_items_processed",
-            "Batch items processed",
-            m.items.clone(),
-        );
-        registry.register(
-            "verdict_jobs_item_duration_seconds",
-            "Time to process one batch item",
-            m.item_duration.clone(),
-        );
-        registry.register(
-            "verdict_jobs_finished",
-            "Batch jobs finished, by status",
-            m.finished.clone(),
-        );
     }
 
     /// Deletes jobs finished more than the retention ago now, instead of
@@ -466,7 +546,15 @@ impl Component for Jobs {
 
     fn report(&self) -> Report {
         let h = self.health();
-        let status = if self.inner.shared.queue.is_stopping() {
+        let (stopping, workers, store) = match &self.0 {
+            Kind::Sqlite(j) => (
+                j.inner.shared.queue.is_stopping(),
+                j.inner.workers,
+                "sqlite",
+            ),
+            Kind::Postgres(j) => (j.is_stopping(), j.workers, "postgres"),
+        };
+        let status = if stopping {
             Status::Degraded
         } else {
             Status::Ok
@@ -475,7 +563,8 @@ impl Component for Jobs {
             .fact("queued", h.queued)
             .fact("running", h.running)
             .fact("oldest_queued_age_s", h.oldest_queued_age_s)
-            .fact("workers", self.inner.workers)
+            .fact("workers", workers)
+            .fact("store", store)
     }
 }
 

@@ -356,6 +356,10 @@ pub enum ReviewError {
     /// The database failed. The text is for logs, not clients.
     #[error("review storage failed: {0}")]
     Storage(String),
+    /// The shared store cannot be reached (the Review API answers 503; a
+    /// hold fails closed).
+    #[error("review storage unavailable: {0}")]
+    Unavailable(String),
     /// [`Reviews::open`] was called outside a Tokio runtime.
     #[error("the review store must be opened inside a tokio runtime")]
     NoRuntime,

@@ -9,8 +9,8 @@
 //! replica's id and its lease (renewed every third of `store.lease`, read
 //! with the database's clock so replicas' clocks need not agree), and a
 //! `LISTEN` connection that tells the replica at once when another one
-//! resolved a review. The tables of each subsystem are written by that
-//! subsystem (`review::pg`).
+//! resolved a review or submitted a job. The tables of each subsystem are
+//! written by that subsystem (`review::pg`, `jobs::pg`).
 //!
 //! The review store runs on blocking threads (it is synchronous, like the
 //! SQLite one); [`Shared::block_on`] lets it drive this async client from
@@ -35,6 +35,10 @@ pub const NOW_MICROS: &str = "(extract(epoch from clock_timestamp()) * 1000000):
 /// The channel a replica is told of resolved reviews on; the payload is
 /// the review id.
 pub const REVIEWS_CHANNEL: &str = "verdict_reviews";
+
+/// The channel workers are woken on when a job is submitted; the payload
+/// is the job id.
+pub const JOBS_CHANNEL: &str = "verdict_jobs";
 
 /// The advisory lock key that serialises schema migrations across
 /// replicas (an arbitrary constant: `verdict` in ASCII).
@@ -93,6 +97,36 @@ const MIGRATIONS: &[&str] = &[
         value     BYTEA NOT NULL,
         PRIMARY KEY (review_id, position)
     );",
+    // 2: batch jobs, their items and results; an item is leased to one
+    // worker at a time.
+    "CREATE TABLE jobs_jobs (
+        job_id          TEXT PRIMARY KEY,
+        seq             BIGSERIAL NOT NULL UNIQUE,  -- creation order: the queue's order
+        owner           TEXT NOT NULL,
+        status          TEXT NOT NULL
+            CHECK (status IN ('queued', 'running', 'succeeded', 'failed')),
+        items_total     BIGINT NOT NULL,
+        items_done      BIGINT NOT NULL DEFAULT 0,
+        created_at_ms   BIGINT NOT NULL,
+        started_at_ms   BIGINT,
+        finished_at_ms  BIGINT,
+        error           TEXT,
+        idempotency_key TEXT,
+        request_hash    TEXT NOT NULL,
+        UNIQUE (owner, idempotency_key)  -- NULL keys never collide
+    );
+    CREATE INDEX jobs_jobs_open ON jobs_jobs (seq) WHERE status IN ('queued', 'running');
+    CREATE INDEX jobs_jobs_finished ON jobs_jobs (finished_at_ms) WHERE finished_at_ms IS NOT NULL;
+    CREATE TABLE jobs_items (
+        job_id      TEXT NOT NULL REFERENCES jobs_jobs (job_id) ON DELETE CASCADE,
+        idx         INTEGER NOT NULL,
+        item        TEXT NOT NULL,
+        result      TEXT,
+        lease_owner TEXT,    -- the replica whose worker runs it
+        lease_until BIGINT,  -- unix microseconds, database clock
+        PRIMARY KEY (job_id, idx)
+    );
+    CREATE INDEX jobs_items_todo ON jobs_items (job_id, idx) WHERE result IS NULL;",
 ];
 
 /// The schema version this build knows.
@@ -529,5 +563,41 @@ impl std::fmt::Debug for Shared {
             .field("url", &self.inner.display)
             .field("replica", &self.inner.replica)
             .finish_non_exhaustive()
+    }
+}
+
+/// The shared store for the crate's unit tests: with
+/// `VERDICT_TEST_STORE=postgres`, the review and job tests run against a
+/// fresh database in the throwaway cluster that scripts/postgres.sh starts
+/// (the same support code the integration tests use).
+#[cfg(test)]
+#[path = "../tests/support/postgres.rs"]
+#[allow(dead_code)]
+mod pg_support;
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::pg_support;
+
+    /// Whether this run tests the PostgreSQL backends.
+    pub fn on_postgres() -> bool {
+        std::env::var("VERDICT_TEST_STORE").as_deref() == Ok("postgres")
+    }
+
+    /// The URL of a new, empty database.
+    pub fn fresh_database() -> String {
+        pg_support::fresh_database().expect("VERDICT_TEST_STORE=postgres needs PostgreSQL")
+    }
+
+    /// A replica connected to the database at `url`, with a 1 s lease.
+    pub async fn connect(url: &str) -> super::Shared {
+        let text = format!("[store]\nurl = \"{url}\"\nlease = \"1s\"\n");
+        let config =
+            crate::config::Config::from_toml("test", &text, &crate::config::Overrides::default())
+                .unwrap();
+        let crate::config::StoreConfig::Postgres(pg) = config.store else {
+            panic!("not a postgres store")
+        };
+        super::Shared::connect(&pg).await.unwrap()
     }
 }

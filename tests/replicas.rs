@@ -350,3 +350,130 @@ fn refund_body(amount: u64) -> String {
         serde_json::to_string(INVOICE_77_BLENDER).unwrap()
     )
 }
+
+/// A batch call as the app key, to `base`.
+async fn batch_call(
+    base: &str,
+    method: Method,
+    path: &str,
+    key: Option<&str>,
+    body: String,
+) -> support::Resp {
+    let auth = format!("Bearer {APP_KEY}");
+    let mut headers = vec![
+        ("content-type", "application/json"),
+        ("authorization", auth.as_str()),
+    ];
+    if let Some(k) = key {
+        headers.push(("idempotency-key", k));
+    }
+    support::call(base, method, path, &headers, body).await
+}
+
+fn batch_body(n: usize) -> String {
+    let items: Vec<Value> = (0..n)
+        .map(|i| serde_json::json!({"claims": [format!("Order {i} was refunded.")], "sources": [{"id": "s", "text": format!("Order {i} was refunded in full.")}]}))
+        .collect();
+    serde_json::json!({ "jobs": items }).to_string()
+}
+
+/// A job submitted through A is polled through B; A is killed mid-job
+/// and B finishes it, with exactly one result for every item, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_submitted_to_one_replica_is_finished_by_the_other_after_a_kill() {
+    let Some(url) = support::postgres::fresh_database() else {
+        return;
+    };
+    let key = [7u8; 32];
+    let mut a = Replica::start(&url, "http://127.0.0.1:9", "1s", &key);
+    let n = 4000;
+    let r = batch_call(
+        &a.api,
+        Method::POST,
+        "/v1/verify-claims-batch",
+        None,
+        batch_body(n),
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    let id = r.json()["job_id"].as_str().unwrap().to_string();
+    let path = format!("/v2/jobs/{id}?limit={n}");
+    let under_way = support::eventually("the job under way", Duration::from_secs(60), || async {
+        let j = batch_call(&a.api, Method::GET, &path, None, String::new())
+            .await
+            .json();
+        match j["progress"]["done"].as_u64() {
+            Some(d) if d > 0 => Ok(j),
+            _ => Err(j),
+        }
+    })
+    .await;
+    assert!(
+        under_way["progress"]["done"].as_u64().unwrap() < n as u64,
+        "finished before the kill: {under_way}"
+    );
+    a.kill();
+    let b = Replica::start(&url, "http://127.0.0.1:9", "1s", &key);
+    let every = Duration::from_millis(100);
+    let done = support::eventually_every(
+        "B finishes the job",
+        Duration::from_secs(120),
+        every,
+        || async {
+            let j = batch_call(&b.api, Method::GET, &path, None, String::new())
+                .await
+                .json();
+            assert_ne!(j["status"], "failed", "{j}");
+            if j["status"] == "succeeded" {
+                Ok(j)
+            } else {
+                Err(j["progress"].clone())
+            }
+        },
+    )
+    .await;
+    assert_eq!(done["progress"]["done"], n, "{}", done["progress"]);
+    let results = done["results"].as_array().unwrap();
+    assert_eq!(results.len(), n);
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["index"], i, "one result per item, in order: {r}");
+    }
+}
+
+/// The same `Idempotency-Key` and body sent to A and B at once: one job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_idempotency_key_sent_to_two_replicas_makes_one_job() {
+    let Some((a, _up_a, b, _up_b)) = pair("1s").await else {
+        return;
+    };
+    for round in 0..20 {
+        let key = format!("refund-batch-{round}");
+        let body = batch_body(3);
+        let (ra, rb) = tokio::join!(
+            batch_call(
+                &a.api,
+                Method::POST,
+                "/v1/verify-claims-batch",
+                Some(&key),
+                body.clone()
+            ),
+            batch_call(
+                &b.api,
+                Method::POST,
+                "/v1/verify-claims-batch",
+                Some(&key),
+                body
+            ),
+        );
+        let mut statuses = [ra.status, rb.status];
+        statuses.sort_unstable();
+        assert_eq!(
+            statuses,
+            [200, 202],
+            "round {round}: {} / {}",
+            ra.text(),
+            rb.text()
+        );
+        assert_eq!(ra.json()["job_id"], rb.json()["job_id"], "round {round}");
+    }
+}

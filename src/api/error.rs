@@ -276,6 +276,7 @@ impl From<crate::review::ReviewError> for ApiError {
             | ReviewError::Expired
             | ReviewError::AlreadyApprovedBy => ApiError::Conflict(e.to_string()),
             ReviewError::OwnCall => ApiError::Refused(e.to_string()),
+            ReviewError::Unavailable(_) => ApiError::Unavailable(e.to_string()),
             ReviewError::NotForwarding(_)
             | ReviewError::Corrupt(_)
             | ReviewError::Storage(_)
@@ -295,6 +296,7 @@ impl From<crate::jobs::JobsError> for ApiError {
                 "a request with this Idempotency-Key is still being stored; retry shortly".into(),
             ),
             JobsError::ShuttingDown => ApiError::Unavailable("batch jobs are shutting down".into()),
+            JobsError::Unavailable(_) => ApiError::Unavailable(e.to_string()),
             other => ApiError::Internal(other.to_string()),
         }
     }

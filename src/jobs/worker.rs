@@ -66,7 +66,38 @@ impl JobsMetrics {
         }
     }
 
-    fn job_finished(&self, status: JobStatus) {
+    /// Registers queue depth, running jobs, items processed, item duration
+    /// and finished jobs by status. Call once.
+    pub(crate) fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        let m = self;
+        registry.register(
+            "verdict_jobs_queue_depth",
+            "Batch jobs waiting for a worker",
+            m.queue_depth.clone(),
+        );
+        registry.register(
+            "verdict_jobs_running",
+            "Batch jobs being processed",
+            m.running.clone(),
+        );
+        registry.register(
+            "verdict_jobs_items_processed",
+            "Batch items processed",
+            m.items.clone(),
+        );
+        registry.register(
+            "verdict_jobs_item_duration_seconds",
+            "Time to process one batch item",
+            m.item_duration.clone(),
+        );
+        registry.register(
+            "verdict_jobs_finished",
+            "Batch jobs finished, by status",
+            m.finished.clone(),
+        );
+    }
+
+    pub(crate) fn job_finished(&self, status: JobStatus) {
         self.finished
             .get_or_create(&StatusLabels {
                 status: status.as_str().to_string(),

@@ -75,15 +75,21 @@ impl PgStore {
     }
 }
 
+/// A statement the database refused is a storage error; a connection
+/// that failed is the store being unavailable.
 impl From<tokio_postgres::Error> for ReviewError {
     fn from(e: tokio_postgres::Error) -> ReviewError {
-        ReviewError::Storage(error_text(&e))
+        if e.as_db_error().is_some() {
+            ReviewError::Storage(error_text(&e))
+        } else {
+            ReviewError::Unavailable(error_text(&e))
+        }
     }
 }
 
 impl From<deadpool_postgres::PoolError> for ReviewError {
     fn from(e: deadpool_postgres::PoolError) -> ReviewError {
-        ReviewError::Storage(format!("no connection to the shared store: {e}"))
+        ReviewError::Unavailable(format!("no connection to the shared store: {e}"))
     }
 }
 

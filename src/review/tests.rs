@@ -22,14 +22,7 @@ fn db(place: &Place) -> std::path::PathBuf {
     place.dir.path().join("verdict.db")
 }
 
-#[path = "../../tests/support/postgres.rs"]
-#[allow(dead_code)]
-mod pg_support;
-
-/// Whether this run tests the PostgreSQL backend.
-fn on_postgres() -> bool {
-    std::env::var("VERDICT_TEST_STORE").as_deref() == Ok("postgres")
-}
+use crate::shared::testing::on_postgres;
 
 /// Where one test's reviews live: a temp dir (for SQLite, and for files a
 /// test writes) and, on PostgreSQL, a fresh database of its own.
@@ -39,9 +32,7 @@ struct Place {
 }
 
 fn place() -> Place {
-    let pg = on_postgres().then(|| {
-        pg_support::fresh_database().expect("VERDICT_TEST_STORE=postgres needs PostgreSQL")
-    });
+    let pg = on_postgres().then(crate::shared::testing::fresh_database);
     Place {
         dir: TempDir::new().unwrap(),
         pg,
@@ -59,17 +50,7 @@ impl Place {
         match &self.pg {
             None => Reviews::open(&db(self), ttl, seal).unwrap(),
             Some(url) => {
-                let text = format!("[store]\nurl = \"{url}\"\nlease = \"1s\"\n");
-                let config = crate::config::Config::from_toml(
-                    "test",
-                    &text,
-                    &crate::config::Overrides::default(),
-                )
-                .unwrap();
-                let crate::config::StoreConfig::Postgres(pg) = config.store else {
-                    panic!("not a postgres store")
-                };
-                let shared = crate::shared::Shared::connect(&pg).await.unwrap();
+                let shared = crate::shared::testing::connect(url).await;
                 tokio::task::spawn_blocking(move || Reviews::open_shared(shared, ttl, seal))
                     .await
                     .unwrap()

@@ -1,0 +1,654 @@
+//! Batch jobs on the shared PostgreSQL store, for several replicas: a job
+//! submitted through any replica is visible and pollable through every
+//! one, and the workers of every replica run its items.
+//!
+//! There is no in-memory queue: the database is the queue. A worker claims
+//! a few items at a time with one statement (`FOR UPDATE SKIP LOCKED`, so
+//! workers never wait on each other's rows) and leases them for
+//! `store.lease`. A result is written only where none is stored yet, so an
+//! item has one result however many workers ran it; a worker killed
+//! mid-item loses its lease and another runs the item again. Results and
+//! the job's progress are one transaction, and the job turns `succeeded`
+//! in the same transaction as its last result. `Idempotency-Key` holds
+//! across replicas through a unique constraint, not a check then an insert.
+//!
+//! Workers are plain threads, as in the SQLite store (items are CPU work);
+//! they drive the async client with [`Shared::block_on`]. A submit wakes
+//! them at once, on every replica, by `NOTIFY`; otherwise they look for
+//! work every half second.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::store::{Inserted, JobRow};
+use super::worker::{JobsMetrics, FLUSH_INTERVAL, FLUSH_ITEMS};
+use super::{cutoff_ms, now_ms, view, ItemFn, JobStatus, JobView, JobsError, JobsHealth, Page};
+use crate::shared::{error_text, Shared, JOBS_CHANNEL, NOW_MICROS};
+
+/// Items one worker claims at a time.
+const CLAIM: i64 = 32;
+/// How often an idle worker looks for work without being woken.
+const IDLE_POLL: Duration = Duration::from_millis(500);
+/// Items inserted per statement at submit.
+const INSERT_CHUNK: usize = 1000;
+
+const JOB_COLUMNS: &str = "seq, job_id, owner, status, items_total, items_done, created_at_ms, \
+     started_at_ms, finished_at_ms, error, request_hash";
+
+impl From<tokio_postgres::Error> for JobsError {
+    fn from(e: tokio_postgres::Error) -> JobsError {
+        if e.as_db_error().is_some() {
+            JobsError::Shared(error_text(&e))
+        } else {
+            JobsError::Unavailable(error_text(&e))
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for JobsError {
+    fn from(e: deadpool_postgres::PoolError) -> JobsError {
+        JobsError::Unavailable(format!("no connection to the shared store: {e}"))
+    }
+}
+
+/// The PostgreSQL job subsystem of one replica.
+pub(crate) struct PgJobs {
+    shared: Shared,
+    work: ItemFn,
+    pub(super) metrics: JobsMetrics,
+    retention: Duration,
+    pub(super) workers: usize,
+    stopping: AtomicBool,
+    /// Bumped (and notified) when there may be new work.
+    wake: (Mutex<u64>, Condvar),
+    /// std `Mutex`: taken once, by shutdown, to move the handles out.
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Queued and running jobs of every replica, as of the last look.
+    counts: Mutex<JobsHealth>,
+}
+
+impl PgJobs {
+    /// Starts `workers` worker threads, the retention sweeper and the
+    /// listener that wakes the workers. Inside a Tokio runtime.
+    pub fn open(
+        shared: Shared,
+        retention: Duration,
+        workers: usize,
+        work: ItemFn,
+    ) -> Result<Arc<PgJobs>, JobsError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| JobsError::NoRuntime)?;
+        let jobs = Arc::new(PgJobs {
+            shared: shared.clone(),
+            work,
+            metrics: JobsMetrics::new(),
+            retention,
+            workers: workers.max(1),
+            stopping: AtomicBool::new(false),
+            wake: (Mutex::new(0), Condvar::new()),
+            threads: Mutex::new(Vec::new()),
+            tasks: Mutex::new(Vec::new()),
+            counts: Mutex::new(JobsHealth {
+                queued: 0,
+                running: 0,
+                oldest_queued_age_s: None,
+            }),
+        });
+        for i in 0..jobs.workers {
+            let j = Arc::clone(&jobs);
+            let spawned = std::thread::Builder::new()
+                .name(format!("verdict-jobs-{i}"))
+                .spawn(move || j.run_worker());
+            match spawned {
+                Ok(t) => lock(&jobs.threads).push(t),
+                Err(e) => {
+                    jobs.stop();
+                    return Err(JobsError::Spawn(e));
+                }
+            }
+        }
+        let mut notified = shared.listen(JOBS_CHANNEL);
+        let weak = Arc::downgrade(&jobs);
+        let listener = runtime.spawn(async move {
+            while notified.recv().await.is_some() {
+                match weak.upgrade() {
+                    Some(j) => j.wake_workers(),
+                    None => return,
+                }
+            }
+        });
+        let weak = Arc::downgrade(&jobs);
+        let sweeper = runtime.spawn(async move {
+            let every = (retention / 2).clamp(Duration::from_millis(10), Duration::from_secs(60));
+            let mut look = tokio::time::interval(Duration::from_secs(1));
+            let mut last_sweep = Instant::now();
+            loop {
+                look.tick().await;
+                let Some(j) = weak.upgrade() else { return };
+                if j.stopping.load(Ordering::Relaxed) {
+                    return;
+                }
+                j.refresh_counts_or_warn().await;
+                if last_sweep.elapsed() >= every {
+                    last_sweep = Instant::now();
+                    match j.sweep().await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(jobs = n, "expired batch jobs deleted"),
+                        Err(e) => tracing::warn!(error = %e, "batch job retention sweep failed"),
+                    }
+                }
+            }
+        });
+        lock(&jobs.tasks).extend([listener, sweeper]);
+        Ok(jobs)
+    }
+
+    pub async fn submit(
+        &self,
+        owner: &str,
+        idempotency_key: Option<&str>,
+        request_hash: &str,
+        items: Vec<serde_json::Value>,
+    ) -> Result<Inserted, JobsError> {
+        if self.stopping.load(Ordering::Relaxed) {
+            return Err(JobsError::ShuttingDown);
+        }
+        let job_id = uuid::Uuid::new_v4().to_string();
+        let total = i64::try_from(items.len()).unwrap_or(i64::MAX);
+        // A job with nothing to run is done when stored.
+        let (status, finished) = if items.is_empty() {
+            ("succeeded", Some(now_ms()))
+        } else {
+            ("queued", None)
+        };
+        let mut client = self.shared.pool().get().await?;
+        let tx = client.transaction().await?;
+        let inserted = tx
+            .query_opt(
+                &format!(
+                    "INSERT INTO jobs_jobs (job_id, owner, status, items_total, created_at_ms, \
+                     started_at_ms, finished_at_ms, idempotency_key, request_hash) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8) \
+                     ON CONFLICT (owner, idempotency_key) DO NOTHING RETURNING {JOB_COLUMNS}"
+                ),
+                &[
+                    &job_id,
+                    &owner,
+                    &status,
+                    &total,
+                    &now_ms(),
+                    &finished,
+                    &idempotency_key,
+                    &request_hash,
+                ],
+            )
+            .await?;
+        let Some(row) = inserted else {
+            // The key was used before (perhaps through another replica, a
+            // moment ago: the insert waited for that commit).
+            let existing = tx
+                .query_one(
+                    &format!(
+                        "SELECT {JOB_COLUMNS} FROM jobs_jobs \
+                         WHERE owner = $1 AND idempotency_key = $2"
+                    ),
+                    &[&owner, &idempotency_key],
+                )
+                .await?;
+            let job = job_row(&existing)?;
+            return if job.request_hash == request_hash {
+                Ok(Inserted::Existing(job))
+            } else {
+                Err(JobsError::Conflict)
+            };
+        };
+        let job = job_row(&row)?;
+        for (n, chunk) in items.chunks(INSERT_CHUNK).enumerate() {
+            let first = n * INSERT_CHUNK;
+            let idx: Vec<i32> = (first..first + chunk.len())
+                .map(|i| i32::try_from(i).unwrap_or(i32::MAX))
+                .collect();
+            let text: Vec<String> = chunk.iter().map(|v| v.to_string()).collect();
+            tx.execute(
+                "INSERT INTO jobs_items (job_id, idx, item) \
+                 SELECT $1, i, t FROM UNNEST($2::int[], $3::text[]) AS u(i, t)",
+                &[&job_id, &idx, &text],
+            )
+            .await?;
+        }
+        tx.execute("SELECT pg_notify($1, $2)", &[&JOBS_CHANNEL, &job_id])
+            .await?;
+        tx.commit().await?;
+        self.wake_workers();
+        self.refresh_counts_or_warn().await;
+        Ok(Inserted::New(job))
+    }
+
+    pub async fn get(
+        &self,
+        job_id: &str,
+        owner: &str,
+        admin: bool,
+        page: Page,
+    ) -> Result<Option<JobView>, JobsError> {
+        let mut client = self.shared.pool().get().await?;
+        // One snapshot for the row and its results.
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        let Some(row) = tx
+            .query_opt(
+                &format!("SELECT {JOB_COLUMNS} FROM jobs_jobs WHERE job_id = $1"),
+                &[&job_id],
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let job = job_row(&row)?;
+        if !admin && job.owner != owner {
+            return Ok(None);
+        }
+        let results = if job.status == JobStatus::Succeeded {
+            let offset = i64::try_from(page.offset).unwrap_or(i64::MAX);
+            let limit = i64::try_from(page.limit).unwrap_or(i64::MAX);
+            let rows = tx
+                .query(
+                    "SELECT idx, result FROM jobs_items WHERE job_id = $1 \
+                     ORDER BY idx OFFSET $2 LIMIT $3",
+                    &[&job_id, &offset, &limit],
+                )
+                .await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in rows {
+                let idx: i32 = r.try_get(0)?;
+                let text: Option<String> = r.try_get(1)?;
+                let text = text.ok_or_else(|| {
+                    JobsError::Corrupt(format!("job {job_id} item {idx} has no result"))
+                })?;
+                let value = serde_json::from_str(&text)
+                    .map_err(|e| JobsError::Corrupt(format!("job {job_id} result {idx}: {e}")))?;
+                out.push((usize::try_from(idx).unwrap_or(usize::MAX), value));
+            }
+            Some(out)
+        } else {
+            None
+        };
+        tx.commit().await?;
+        Ok(Some(view(job, results)))
+    }
+
+    pub fn health(&self) -> JobsHealth {
+        *lock(&self.counts)
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    /// Deletes jobs that finished more than `retention` ago, with their
+    /// items and results.
+    pub async fn sweep(&self) -> Result<usize, JobsError> {
+        let client = self.shared.pool().get().await?;
+        let n = client
+            .execute(
+                "DELETE FROM jobs_jobs WHERE finished_at_ms IS NOT NULL AND finished_at_ms < $1",
+                &[&cutoff_ms(self.retention)],
+            )
+            .await?;
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    /// Stops taking items, waits for the workers to finish the item they
+    /// run (each writes what it computed), and gives the leases of the
+    /// items it claimed but did not run back, so another replica need not
+    /// wait for them to lapse.
+    pub async fn shutdown(&self) {
+        self.stop();
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        let joined = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                if t.join().is_err() {
+                    tracing::error!("batch worker thread panicked");
+                }
+            }
+        })
+        .await;
+        if let Err(e) = joined {
+            tracing::error!(error = %e, "joining batch workers failed");
+        }
+        for t in std::mem::take(&mut *lock(&self.tasks)) {
+            t.abort();
+        }
+        let released = async {
+            let client = self.shared.pool().get().await?;
+            client
+                .execute(
+                    "UPDATE jobs_items SET lease_owner = NULL, lease_until = NULL \
+                     WHERE lease_owner = $1 AND result IS NULL",
+                    &[&self.shared.replica()],
+                )
+                .await?;
+            Ok::<_, JobsError>(())
+        }
+        .await;
+        if let Err(e) = released {
+            tracing::warn!(error = %e, "cannot give back the leases of unfinished batch items");
+        }
+    }
+
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        self.wake_workers();
+    }
+
+    fn wake_workers(&self) {
+        let (generation, cv) = &self.wake;
+        *lock(generation) += 1;
+        cv.notify_all();
+    }
+
+    /// Sleeps until woken or `IDLE_POLL` passes.
+    fn idle(&self, seen: u64) {
+        let (generation, cv) = &self.wake;
+        let guard = lock(generation);
+        if *guard == seen && !self.stopping.load(Ordering::Relaxed) {
+            let _ = cv
+                .wait_timeout(guard, IDLE_POLL)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Counts queued and running jobs for health and the gauges: every
+    /// second, and whenever this replica submits or finishes a job.
+    async fn refresh_counts_or_warn(&self) {
+        if let Err(e) = self.refresh_counts().await {
+            tracing::warn!(error = %e, "cannot count batch jobs");
+        }
+    }
+
+    async fn refresh_counts(&self) -> Result<(), JobsError> {
+        let client = self.shared.pool().get().await?;
+        let rows = client
+            .query(
+                "SELECT status, COUNT(*), MIN(created_at_ms) FROM jobs_jobs \
+                 WHERE status IN ('queued', 'running') GROUP BY status",
+                &[],
+            )
+            .await?;
+        let mut h = JobsHealth {
+            queued: 0,
+            running: 0,
+            oldest_queued_age_s: None,
+        };
+        for r in rows {
+            let status: String = r.try_get(0)?;
+            let n = usize::try_from(r.try_get::<_, i64>(1)?).unwrap_or(0);
+            if status == "queued" {
+                h.queued = n;
+                let oldest: Option<i64> = r.try_get(2)?;
+                h.oldest_queued_age_s = oldest
+                    .map(|created| u64::try_from((now_ms() - created).max(0) / 1000).unwrap_or(0));
+            } else {
+                h.running = n;
+            }
+        }
+        self.metrics
+            .queue_depth
+            .set(i64::try_from(h.queued).unwrap_or(i64::MAX));
+        self.metrics
+            .running
+            .set(i64::try_from(h.running).unwrap_or(i64::MAX));
+        *lock(&self.counts) = h;
+        Ok(())
+    }
+
+    /// A worker thread's body: claim items, run them, until shutdown.
+    fn run_worker(self: Arc<Self>) {
+        while !self.stopping.load(Ordering::Relaxed) {
+            let seen = *lock(&self.wake.0);
+            match self.shared.block_on(self.claim()) {
+                Ok(batch) if batch.is_empty() => self.idle(seen),
+                Ok(batch) => {
+                    if let Err(e) = self.run_batch(batch) {
+                        tracing::error!(error = %e, "batch job storage error");
+                        self.idle(seen);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot claim batch items");
+                    self.idle(seen);
+                }
+            }
+        }
+    }
+
+    /// Leases up to [`CLAIM`] items nobody holds of the oldest job that has
+    /// any (jobs run in submit order), and marks the job running.
+    async fn claim(&self) -> Result<Vec<Claimed>, JobsError> {
+        let lease_us = i64::try_from(self.shared.lease().as_micros()).unwrap_or(i64::MAX);
+        let mut client = self.shared.pool().get().await?;
+        let tx = client.transaction().await?;
+        let rows = tx
+            .query(
+                &format!(
+                    "WITH j AS ( \
+                       SELECT job_id FROM jobs_jobs j \
+                       WHERE status IN ('queued', 'running') AND EXISTS ( \
+                         SELECT 1 FROM jobs_items i WHERE i.job_id = j.job_id \
+                           AND i.result IS NULL \
+                           AND (i.lease_until IS NULL OR i.lease_until < {NOW_MICROS})) \
+                       ORDER BY seq LIMIT 1), \
+                     c AS ( \
+                       SELECT i.job_id, i.idx FROM jobs_items i JOIN j ON j.job_id = i.job_id \
+                       WHERE i.result IS NULL \
+                         AND (i.lease_until IS NULL OR i.lease_until < {NOW_MICROS}) \
+                       ORDER BY i.idx LIMIT $2 \
+                       FOR UPDATE OF i SKIP LOCKED) \
+                     UPDATE jobs_items i SET lease_owner = $1, lease_until = {NOW_MICROS} + $3 \
+                     FROM c WHERE i.job_id = c.job_id AND i.idx = c.idx \
+                     RETURNING i.job_id, i.idx, i.item"
+                ),
+                &[&self.shared.replica(), &CLAIM, &lease_us],
+            )
+            .await?;
+        let mut batch: Vec<Claimed> = rows
+            .iter()
+            .map(|r| {
+                Ok(Claimed {
+                    job_id: r.try_get(0)?,
+                    idx: r.try_get(1)?,
+                    item: r.try_get(2)?,
+                })
+            })
+            .collect::<Result<_, JobsError>>()?;
+        batch.sort_by(|a, b| (&a.job_id, a.idx).cmp(&(&b.job_id, b.idx)));
+        let mut jobs: Vec<&str> = batch.iter().map(|c| c.job_id.as_str()).collect();
+        jobs.dedup();
+        if !jobs.is_empty() {
+            let started = tx
+                .query(
+                    "UPDATE jobs_jobs SET status = 'running', started_at_ms = $2 \
+                     WHERE job_id = ANY($1) AND status = 'queued' RETURNING job_id, items_done, items_total",
+                    &[&jobs, &now_ms()],
+                )
+                .await?;
+            for r in started {
+                let (id, done, total): (String, i64, i64) =
+                    (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+                tracing::info!(job_id = %id, items = total, done, "batch job started");
+            }
+        }
+        tx.commit().await?;
+        Ok(batch)
+    }
+
+    /// Runs claimed items in order, writing results in small batches.
+    fn run_batch(&self, batch: Vec<Claimed>) -> Result<(), JobsError> {
+        let mut pending: Vec<(i32, String)> = Vec::with_capacity(FLUSH_ITEMS);
+        let mut job_id: Option<String> = None;
+        let mut last_flush = Instant::now();
+        let mut failed: Option<String> = None;
+        for c in batch {
+            if job_id.as_deref() != Some(c.job_id.as_str()) {
+                if let Some(done) = job_id.take() {
+                    self.flush(&done, &mut pending)?;
+                }
+                job_id = Some(c.job_id.clone());
+                last_flush = Instant::now();
+            }
+            if failed.as_deref() == Some(c.job_id.as_str()) {
+                continue;
+            }
+            if self.stopping.load(Ordering::Relaxed) {
+                break;
+            }
+            let item: serde_json::Value = match serde_json::from_str(&c.item) {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::error!(job_id = %c.job_id, index = c.idx, error = %e, "stored batch item is not JSON");
+                    self.flush(&c.job_id, &mut pending)?;
+                    self.fail(
+                        &c.job_id,
+                        &format!("item {}: stored item is corrupt", c.idx),
+                    )?;
+                    failed = Some(c.job_id.clone());
+                    continue;
+                }
+            };
+            let index = usize::try_from(c.idx).unwrap_or(usize::MAX);
+            let started = Instant::now();
+            let result = catch_unwind(AssertUnwindSafe(|| (self.work)(index, &item)));
+            let took = started.elapsed();
+            self.metrics.item_duration.observe(took.as_secs_f64());
+            self.metrics.items.inc();
+            match result {
+                Ok(value) => pending.push((c.idx, value.to_string())),
+                Err(_) => {
+                    tracing::error!(job_id = %c.job_id, index = c.idx, "batch item panicked");
+                    self.flush(&c.job_id, &mut pending)?;
+                    self.fail(
+                        &c.job_id,
+                        &format!("item {} could not be processed: internal error", c.idx),
+                    )?;
+                    failed = Some(c.job_id.clone());
+                    continue;
+                }
+            }
+            if pending.len() >= FLUSH_ITEMS
+                || last_flush.elapsed() >= FLUSH_INTERVAL
+                || took >= FLUSH_INTERVAL
+            {
+                self.flush(&c.job_id, &mut pending)?;
+                last_flush = Instant::now();
+            }
+        }
+        if let Some(id) = job_id {
+            self.flush(&id, &mut pending)?;
+        }
+        Ok(())
+    }
+
+    /// Writes results where none is stored yet, counts them into the job's
+    /// progress, and finishes the job with its last one: one transaction.
+    fn flush(&self, job_id: &str, pending: &mut Vec<(i32, String)>) -> Result<(), JobsError> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let (idx, text): (Vec<i32>, Vec<String>) = pending.drain(..).unzip();
+        let finished = self.shared.block_on(async {
+            let mut client = self.shared.pool().get().await?;
+            let tx = client.transaction().await?;
+            let row = tx
+                .query_one(
+                    "WITH w AS ( \
+                       UPDATE jobs_items i SET result = u.t, lease_owner = NULL, lease_until = NULL \
+                       FROM UNNEST($2::int[], $3::text[]) AS u(i, t) \
+                       WHERE i.job_id = $1 AND i.idx = u.i AND i.result IS NULL RETURNING 1) \
+                     UPDATE jobs_jobs SET items_done = items_done + (SELECT COUNT(*) FROM w) \
+                     WHERE job_id = $1 RETURNING items_done, items_total, status",
+                    &[&job_id, &idx, &text],
+                )
+                .await?;
+            let (done, total, status): (i64, i64, String) =
+                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+            let finished = if done >= total && status == "running" {
+                tx.execute(
+                    "UPDATE jobs_jobs SET status = 'succeeded', finished_at_ms = $2 \
+                     WHERE job_id = $1 AND status = 'running'",
+                    &[&job_id, &now_ms()],
+                )
+                .await?
+                    == 1
+            } else {
+                false
+            };
+            tx.commit().await?;
+            Ok::<_, JobsError>(finished)
+        })?;
+        if finished {
+            self.metrics.job_finished(JobStatus::Succeeded);
+            tracing::info!(job_id, status = "succeeded", "batch job finished");
+            self.shared.block_on(self.refresh_counts_or_warn());
+        }
+        Ok(())
+    }
+
+    fn fail(&self, job_id: &str, message: &str) -> Result<(), JobsError> {
+        let changed = self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            Ok::<_, JobsError>(
+                client
+                    .execute(
+                        "UPDATE jobs_jobs SET status = 'failed', error = $2, finished_at_ms = $3 \
+                         WHERE job_id = $1 AND status IN ('queued', 'running')",
+                        &[&job_id, &message, &now_ms()],
+                    )
+                    .await?,
+            )
+        })?;
+        if changed == 1 {
+            self.metrics.job_finished(JobStatus::Failed);
+            tracing::info!(job_id, status = "failed", "batch job finished");
+            self.shared.block_on(self.refresh_counts_or_warn());
+        }
+        Ok(())
+    }
+}
+
+/// One leased item.
+struct Claimed {
+    job_id: String,
+    idx: i32,
+    item: String,
+}
+
+fn job_row(r: &tokio_postgres::Row) -> Result<JobRow, JobsError> {
+    let status: String = r.try_get(3)?;
+    let count = |i: usize| -> Result<u64, JobsError> {
+        Ok(u64::try_from(r.try_get::<_, i64>(i)?).unwrap_or(0))
+    };
+    Ok(JobRow {
+        seq: r.try_get(0)?,
+        job_id: r.try_get(1)?,
+        owner: r.try_get(2)?,
+        status: JobStatus::parse(&status)
+            .ok_or_else(|| JobsError::Corrupt(format!("bad job status {status:?}")))?,
+        items_total: count(4)?,
+        items_done: count(5)?,
+        created_at_ms: r.try_get(6)?,
+        started_at_ms: r.try_get(7)?,
+        finished_at_ms: r.try_get(8)?,
+        error: r.try_get(9)?,
+        request_hash: r.try_get(10)?,
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
