@@ -403,7 +403,7 @@ struct Inner {
     sweeper: Arc<Notify>,
     /// Serialises resolutions (check pending, audit, resolve) in this
     /// process; see [`Reviews::resolution_turn`].
-    resolving: tokio::sync::Mutex<()>,
+    resolving: Arc<tokio::sync::Mutex<()>>,
     /// Signs the capability tokens of result links.
     result_key: ring::hmac::Key,
     /// Told of every new and resolved review (see `observe`).
@@ -504,7 +504,7 @@ impl Reviews {
             unattended_rx: Mutex::new(Some(unattended_rx)),
             metrics,
             sweeper: Arc::new(Notify::new()),
-            resolving: tokio::sync::Mutex::new(()),
+            resolving: Arc::new(tokio::sync::Mutex::new(())),
             result_key: {
                 let base = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, seal_key);
                 let derived = ring::hmac::sign(&base, RESULT_KEY_LABEL);
@@ -621,16 +621,8 @@ impl Reviews {
     /// With a shared store the turn is also an advisory lock in the
     /// database, so it holds across replicas: two replicas approving the
     /// same review at once audit one approval and answer the other 409.
-    pub async fn resolution_turn(&self) -> Result<Turn<'_>, ReviewError> {
-        let local = self.inner.resolving.lock().await;
-        let shared = match &self.inner.shared {
-            Some(shared) => Some(pg::SharedTurn::take(shared).await?),
-            None => None,
-        };
-        Ok(Turn {
-            _shared: shared,
-            _local: local,
-        })
+    pub async fn resolution_turn(&self) -> Result<Turn, ReviewError> {
+        Turn::take(&self.inner).await
     }
 
     /// Waits up to `timeout` for the review to be resolved. Returns at once
@@ -1077,8 +1069,24 @@ async fn sweep(inner: Weak<Inner>, wake: Arc<Notify>) {
         let Some(strong) = inner.upgrade() else {
             return;
         };
-        // Not in the middle of a resolution (see `resolution_turn`).
-        let turn = strong.resolving.lock().await;
+        // Not in the middle of a resolution (see `resolution_turn`), on
+        // any replica.
+        let turn = match Turn::take(&strong).await {
+            Ok(turn) => Some(turn),
+            Err(e) => {
+                tracing::warn!(error = %e, "review expiry sweep cannot take its turn");
+                *lock(&strong.last_sweep_error) = Some(e.to_string());
+                None
+            }
+        };
+        let Some(turn) = turn else {
+            drop(strong);
+            tokio::select! {
+                () = tokio::time::sleep(SWEEP_RETRY) => {}
+                () = wake.notified() => {}
+            }
+            continue;
+        };
         let swept = on_store(&strong, |s, inner| {
             let now = SystemTime::now();
             let (expired, next) = s.expire_due(now)?;
@@ -1212,9 +1220,23 @@ async fn follow_shared(
 }
 
 /// A turn to resolve a review (see [`Reviews::resolution_turn`]).
-pub struct Turn<'a> {
+pub struct Turn {
     _shared: Option<pg::SharedTurn>,
-    _local: tokio::sync::MutexGuard<'a, ()>,
+    _local: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Turn {
+    async fn take(inner: &Inner) -> Result<Turn, ReviewError> {
+        let local = Arc::clone(&inner.resolving).lock_owned().await;
+        let shared = match &inner.shared {
+            Some(shared) => Some(pg::SharedTurn::take(shared).await?),
+            None => None,
+        };
+        Ok(Turn {
+            _shared: shared,
+            _local: local,
+        })
+    }
 }
 
 fn sealer(seal_key: &[u8; 32]) -> Result<seal::Sealer, ReviewError> {

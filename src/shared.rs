@@ -392,6 +392,16 @@ impl Shared {
             .await?;
         let us = i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX);
         self.inner.latency_us.store(us, Ordering::Relaxed);
+        // Replicas gone for a day leave their row; nothing refers to it
+        // once their reviews and items are taken over.
+        client
+            .execute(
+                &format!(
+                    "DELETE FROM verdict_replicas WHERE lease_until < {NOW_MICROS} - 86400000000"
+                ),
+                &[],
+            )
+            .await?;
         Ok(())
     }
 }
@@ -542,7 +552,8 @@ impl crate::runtime::health::Component for Shared {
             .fact("url", self.inner.display.clone())
             .fact("replica", self.inner.replica.clone())
             .fact("schema_version", SCHEMA_VERSION)
-            .fact("pool_size", pool.size)
+            .fact("pool_max", pool.max_size)
+            .fact("pool_open", pool.size)
             .fact("pool_in_use", pool.size.saturating_sub(pool.available))
             .fact("pool_waiting", pool.waiting)
             .fact("errors", self.inner.errors.load(Ordering::Relaxed));

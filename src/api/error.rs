@@ -276,7 +276,10 @@ impl From<crate::review::ReviewError> for ApiError {
             | ReviewError::Expired
             | ReviewError::AlreadyApprovedBy => ApiError::Conflict(e.to_string()),
             ReviewError::OwnCall => ApiError::Refused(e.to_string()),
-            ReviewError::Unavailable(_) => ApiError::Unavailable(e.to_string()),
+            ReviewError::Unavailable(cause) => {
+                tracing::warn!(error = %cause, "shared review store unavailable");
+                ApiError::Unavailable("the review store is unavailable; retry later".into())
+            }
             ReviewError::NotForwarding(_)
             | ReviewError::Corrupt(_)
             | ReviewError::Storage(_)
@@ -296,7 +299,11 @@ impl From<crate::jobs::JobsError> for ApiError {
                 "a request with this Idempotency-Key is still being stored; retry shortly".into(),
             ),
             JobsError::ShuttingDown => ApiError::Unavailable("batch jobs are shutting down".into()),
-            JobsError::Unavailable(_) => ApiError::Unavailable(e.to_string()),
+            JobsError::Unavailable(cause) => {
+                // The cause (addresses, driver text) is for the log only.
+                tracing::warn!(error = %cause, "shared job store unavailable");
+                ApiError::Unavailable("the job store is unavailable; retry later".into())
+            }
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -236,7 +236,9 @@ impl Proxy {
             })
             .await
             .map_err(|e| {
-                ApiError::Unavailable(format!("cannot hold the request for review: {e}"))
+                // Fail closed; the cause is for the log, not the client.
+                tracing::error!(error = %e, route = %route.name, "cannot hold the request for review");
+                ApiError::Unavailable("cannot hold the request for review; retry later".into())
             })?;
         let id = view.review_id.clone();
         if joined {
@@ -268,7 +270,12 @@ impl Proxy {
                 "a reviewer rejected this call",
             )),
             Ok(None) => Ok(pending(&id, &reviews.result_token(&id), request_id)),
-            Err(e) => Err(ApiError::Unavailable(format!("review store failed: {e}"))),
+            Err(e) => {
+                tracing::error!(error = %e, review_id = %id, "review store failed while holding");
+                Err(ApiError::Unavailable(
+                    "the review store failed while holding the request; retry later".into(),
+                ))
+            }
         }
     }
 }

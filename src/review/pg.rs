@@ -558,13 +558,26 @@ impl Backend for PgStore {
     }
 
     fn orphaned_approvals(&mut self) -> Result<Vec<String>, ReviewError> {
-        self.ids(&format!(
+        // This replica's own approvals only once they are three leases old:
+        // by then its waiting connection or unattended queue has claimed
+        // them unless that claim failed (a store blip), which this retries.
+        let stale_us = i64::try_from(self.shared.lease().as_micros() * 3).unwrap_or(i64::MAX);
+        let sql = format!(
             "SELECT review_id FROM review_reviews \
              WHERE status = 'approved' AND forward_state = 'not_started' \
-               AND replica <> $1 AND {} \
+               AND ((replica <> $1 AND {}) OR (replica = $1 AND resolved_at < {NOW_MICROS} - $2)) \
              ORDER BY resolved_at, review_id",
             holder_gone()
-        ))
+        );
+        self.shared.block_on(async {
+            let client = self.shared.pool().get().await?;
+            client
+                .query(&sql, &[&self.me(), &stale_us])
+                .await?
+                .iter()
+                .map(|r| Ok(r.try_get(0)?))
+                .collect()
+        })
     }
 
     fn resolved_among(&mut self, ids: &[String]) -> Result<Vec<Row>, ReviewError> {

@@ -231,9 +231,10 @@ pub(super) trait Backend: Send {
         Ok(Vec::new())
     }
     /// Approved reviews nobody has claimed whose holding replica is gone:
-    /// what a replica takes over. Never this replica's own, which its
-    /// waiting connections and its unattended queue forward. SQLite has
-    /// one replica, so none.
+    /// what a replica takes over. This replica's own only once they are
+    /// well past the moment its waiting connection or unattended queue
+    /// would have claimed them (that claim failed). SQLite has one
+    /// replica, whose background forwarder lists its approvals at start.
     fn orphaned_approvals(&mut self) -> Result<Vec<String>, ReviewError> {
         Ok(Vec::new())
     }

@@ -1103,3 +1103,41 @@ async fn inspection_shows_the_request_without_its_credentials() {
     assert!(r.inspect(&v.review_id, &other).await.unwrap().is_none());
     assert!(r.inspect("nope", &admin()).await.unwrap().is_none());
 }
+
+/// With a shared store the resolution turn holds across replicas: while
+/// one replica checks, audits and stores a resolution, another's sweeper
+/// does not expire the review in between.
+#[tokio::test]
+async fn another_replicas_sweeper_waits_for_a_resolution_in_progress() {
+    if !on_postgres() {
+        // Two handles on one SQLite file are two processes' worth of
+        // turns; SQLite runs one replica, so there is nothing to test.
+        eprintln!("PostgreSQL only: not run against SQLite");
+        return;
+    }
+    let dir = place();
+    // Longer than the test's other deadlines: a new pooled connection
+    // (SCRAM, debug build) can take a good part of 200 ms.
+    let ttl = Duration::from_secs(2);
+    let r1 = dir.open(ttl).await;
+    let r2 = dir.open(ttl).await;
+    let id = r1.create(new_review("refund-app")).await.unwrap().review_id;
+    let turn = r1.resolution_turn().await.unwrap();
+    let now = SystemTime::now();
+    let v = r1.get_at(&id, &admin(), now).await.unwrap().unwrap();
+    assert_eq!(v.status, ReviewStatus::Pending);
+    // A hold on r2 wakes its sweeper, which plans for the earliest
+    // deadline in the store: this review's. Past it, the sweeper would
+    // expire the review, but it waits for the turn.
+    r2.create(new_review("other-app")).await.unwrap();
+    tokio::time::sleep(ttl + Duration::from_millis(500)).await;
+    let v = r1
+        .resolve(&id, true, "alice", "alice", None, now)
+        .await
+        .unwrap();
+    assert_eq!(v.status, ReviewStatus::Approved);
+    drop(turn);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let v = r2.get(&id, &admin()).await.unwrap().unwrap();
+    assert_eq!(v.status, ReviewStatus::Approved);
+}
