@@ -372,10 +372,14 @@ pub struct Reviews {
 }
 
 struct Inner {
-    /// std `Mutex`: locked only on blocking threads, never across an
-    /// `.await`. One connection serialises this process's writes; the
-    /// transactions inside serialise them with other processes.
-    store: Mutex<Box<dyn Backend>>,
+    /// The stores calls check out, one each: one SQLite store, whose
+    /// single connection serialises this process's writes (the
+    /// transactions inside serialise them with other processes); several
+    /// PostgreSQL ones, so calls run side by side on the pool. std `Mutex`:
+    /// held only to take or return a store.
+    stores: Mutex<Vec<Box<dyn Backend>>>,
+    /// One permit per store in `stores`.
+    store_slots: Arc<tokio::sync::Semaphore>,
     /// The shared store and this replica's id, when reviews live there.
     shared: Option<crate::shared::Shared>,
     ttl: Duration,
@@ -439,7 +443,14 @@ impl Reviews {
     pub fn open(db_path: &Path, ttl: Duration, seal_key: [u8; 32]) -> Result<Reviews, ReviewError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ReviewError::NoRuntime)?;
         let (store, recovered) = SqliteStore::open(db_path, sealer(&seal_key)?)?;
-        Self::start(runtime, Box::new(store), None, recovered, ttl, &seal_key)
+        Self::start(
+            runtime,
+            vec![Box::new(store)],
+            None,
+            recovered,
+            ttl,
+            &seal_key,
+        )
     }
 
     /// Opens the review tables of a shared store (PostgreSQL), where
@@ -454,11 +465,25 @@ impl Reviews {
         seal_key: [u8; 32],
     ) -> Result<Reviews, ReviewError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ReviewError::NoRuntime)?;
-        let mut store = pg::PgStore::new(shared.clone(), sealer(&seal_key)?);
-        let recovered = store.recover_lapsed()?;
+        let mut stores: Vec<Box<dyn Backend>> = Vec::new();
+        for _ in 0..shared
+            .pool()
+            .status()
+            .max_size
+            .clamp(1, MAX_SHARED_STORE_CALLS)
+        {
+            stores.push(Box::new(pg::PgStore::new(
+                shared.clone(),
+                sealer(&seal_key)?,
+            )));
+        }
+        let recovered = match stores.first_mut() {
+            Some(store) => store.recover_lapsed()?,
+            None => Vec::new(),
+        };
         let reviews = Self::start(
             runtime.clone(),
-            Box::new(store),
+            stores,
             Some(shared.clone()),
             recovered,
             ttl,
@@ -474,7 +499,7 @@ impl Reviews {
 
     fn start(
         runtime: tokio::runtime::Handle,
-        mut store: Box<dyn Backend>,
+        mut stores: Vec<Box<dyn Backend>>,
         shared: Option<crate::shared::Shared>,
         recovered: Vec<String>,
         ttl: Duration,
@@ -486,12 +511,17 @@ impl Reviews {
                 "forward was in flight when the process stopped: outcome unknown, not retried"
             );
         }
-        let pending: BTreeSet<(SystemTime, String)> = store.pending()?.into_iter().collect();
+        let pending: BTreeSet<(SystemTime, String)> = match stores.first_mut() {
+            Some(store) => store.pending()?.into_iter().collect(),
+            None => return Err(ReviewError::Storage("no review store".into())),
+        };
+        let slots = stores.len();
         let metrics = Metrics::new();
         metrics.held.set(gauge_value(pending.len()));
         let (unattended_tx, unattended_rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
-            store: Mutex::new(store),
+            stores: Mutex::new(stores),
+            store_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
             shared,
             ttl,
             retention_ms: AtomicU64::new(duration_ms(DEFAULT_RETENTION)),
@@ -1054,11 +1084,22 @@ where
     F: FnOnce(&mut dyn Backend, &Inner) -> Result<T, ReviewError> + Send + 'static,
 {
     let inner = Arc::clone(inner);
-    // Lock order: `store` first, then `pending` or `waiters`; nothing
-    // takes `store` while holding either of those.
-    tokio::task::spawn_blocking(move || f(lock(&inner.store).as_mut(), &inner))
+    // The permit moves into the task: a caller that goes away does not
+    // free its slot while the task still holds the store.
+    let permit = Arc::clone(&inner.store_slots)
+        .acquire_owned()
         .await
-        .map_err(|e| ReviewError::Storage(format!("storage task failed: {e}")))?
+        .map_err(|_| ReviewError::Storage("the review store is closed".into()))?;
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let mut out = Checkout::take(&inner)?;
+        match out.store.as_mut() {
+            Some(store) => f(store.as_mut(), &inner),
+            None => Err(ReviewError::Storage("no review store free".into())),
+        }
+    })
+    .await
+    .map_err(|e| ReviewError::Storage(format!("storage task failed: {e}")))?
 }
 
 /// The expiry sweeper: expires every pending review at its deadline and
@@ -1215,6 +1256,36 @@ async fn follow_shared(
         .await;
         if let Err(e) = followed {
             tracing::warn!(error = %e, "cannot read reviews resolved on another replica");
+        }
+    }
+}
+
+/// The most PostgreSQL review calls one replica runs at once.
+const MAX_SHARED_STORE_CALLS: usize = 8;
+
+/// A store taken from [`Inner::stores`], returned when dropped (also when
+/// the call panics).
+struct Checkout<'a> {
+    inner: &'a Inner,
+    store: Option<Box<dyn Backend>>,
+}
+
+impl<'a> Checkout<'a> {
+    fn take(inner: &'a Inner) -> Result<Checkout<'a>, ReviewError> {
+        let store = lock(&inner.stores)
+            .pop()
+            .ok_or_else(|| ReviewError::Storage("no review store free".into()))?;
+        Ok(Checkout {
+            inner,
+            store: Some(store),
+        })
+    }
+}
+
+impl Drop for Checkout<'_> {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.take() {
+            lock(&self.inner.stores).push(store);
         }
     }
 }

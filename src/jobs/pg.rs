@@ -23,12 +23,15 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::store::{Inserted, JobRow};
-use super::worker::{JobsMetrics, FLUSH_INTERVAL, FLUSH_ITEMS};
+use super::worker::{JobsMetrics, FLUSH_INTERVAL};
 use super::{cutoff_ms, now_ms, view, ItemFn, JobStatus, JobView, JobsError, JobsHealth, Page};
 use crate::shared::{error_text, Shared, JOBS_CHANNEL, NOW_MICROS};
 
-/// Items one worker claims at a time.
-const CLAIM: i64 = 32;
+/// Items one worker claims at a time: each claim and each write of
+/// results is a durable commit, so larger claims mean fewer of them (and
+/// a killed worker's claim, run again elsewhere, costs at most this many
+/// items).
+const CLAIM: i64 = 128;
 /// How often an idle worker looks for work without being woken.
 const IDLE_POLL: Duration = Duration::from_millis(500);
 /// Items inserted per statement at submit.
@@ -436,7 +439,7 @@ impl PgJobs {
         let tx = client.transaction().await?;
         let rows = tx
             .query(
-                &format!(
+                &tx.prepare_cached(&format!(
                     "WITH j AS ( \
                        SELECT job_id FROM jobs_jobs j \
                        WHERE status IN ('queued', 'running') AND EXISTS ( \
@@ -453,7 +456,8 @@ impl PgJobs {
                      UPDATE jobs_items i SET lease_owner = $1, lease_until = {NOW_MICROS} + $3 \
                      FROM c WHERE i.job_id = c.job_id AND i.idx = c.idx \
                      RETURNING i.job_id, i.idx, i.item"
-                ),
+                ))
+                .await?,
                 &[&self.shared.replica(), &CLAIM, &lease_us],
             )
             .await?;
@@ -473,8 +477,12 @@ impl PgJobs {
         if !jobs.is_empty() {
             let started = tx
                 .query(
-                    "UPDATE jobs_jobs SET status = 'running', started_at_ms = $2 \
-                     WHERE job_id = ANY($1) AND status = 'queued' RETURNING job_id, items_done, items_total",
+                    &tx.prepare_cached(
+                        "UPDATE jobs_jobs SET status = 'running', started_at_ms = $2 \
+                         WHERE job_id = ANY($1) AND status = 'queued' \
+                         RETURNING job_id, items_done, items_total",
+                    )
+                    .await?,
                     &[&jobs, &now_ms()],
                 )
                 .await?;
@@ -490,7 +498,7 @@ impl PgJobs {
 
     /// Runs claimed items in order, writing results in small batches.
     fn run_batch(&self, batch: Vec<Claimed>) -> Result<(), JobsError> {
-        let mut pending: Vec<(i32, String)> = Vec::with_capacity(FLUSH_ITEMS);
+        let mut pending: Vec<(i32, String)> = Vec::new();
         let mut job_id: Option<String> = None;
         let mut last_flush = Instant::now();
         let mut failed: Option<String> = None;
@@ -540,10 +548,10 @@ impl PgJobs {
                     continue;
                 }
             }
-            if pending.len() >= FLUSH_ITEMS
-                || last_flush.elapsed() >= FLUSH_INTERVAL
-                || took >= FLUSH_INTERVAL
-            {
+            // Results go in once per claim, or sooner when items are slow
+            // (progress stays visible): one commit per claim, not per
+            // FLUSH_ITEMS.
+            if last_flush.elapsed() >= FLUSH_INTERVAL || took >= FLUSH_INTERVAL {
                 self.flush(&c.job_id, &mut pending)?;
                 last_flush = Instant::now();
             }
@@ -566,12 +574,15 @@ impl PgJobs {
             let tx = client.transaction().await?;
             let row = tx
                 .query_one(
+                    &tx.prepare_cached(
                     "WITH w AS ( \
                        UPDATE jobs_items i SET result = u.t, lease_owner = NULL, lease_until = NULL \
                        FROM UNNEST($2::int[], $3::text[]) AS u(i, t) \
                        WHERE i.job_id = $1 AND i.idx = u.i AND i.result IS NULL RETURNING 1) \
                      UPDATE jobs_jobs SET items_done = items_done + (SELECT COUNT(*) FROM w) \
                      WHERE job_id = $1 RETURNING items_done, items_total, status",
+                    )
+                    .await?,
                     &[&job_id, &idx, &text],
                 )
                 .await?;

@@ -126,19 +126,23 @@ impl Backend for PgStore {
                 // Two replicas holding the same retried call at once take
                 // turns here, so the second one joins the first's review.
                 tx.execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, 0))",
+                    &tx.prepare_cached(
+                        "SELECT pg_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, 0))",
+                    )
+                    .await?,
                     &[&new.owner, &new.route],
                 )
                 .await?;
                 let found = tx
                     .query_opt(
-                        &format!(
+                        &tx.prepare_cached(&format!(
                             "SELECT {} FROM review_reviews WHERE status = 'pending' \
                              AND expires_at > $1 AND owner = $2 AND route = $3 \
                              AND req_method = $4 AND req_path = $5 AND req_body = $6 \
                              AND req_creds = $7 ORDER BY created_at LIMIT 1",
                             columns()
-                        ),
+                        ))
+                        .await?,
                         &[
                             &micros(created_at),
                             &new.owner,
@@ -155,11 +159,14 @@ impl Backend for PgStore {
                 }
             }
             tx.execute(
+                &tx.prepare_cached(
                 "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, \
                  action, reason, record_id, req_method, req_path, req_body, req_hash, status, \
                  forward_state, req_creds, rules, detail, requester, replica) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', \
                  'not_started', $13, $14, $15, $16, $17)",
+                )
+                .await?,
                 &[
                     &review_id,
                     &micros(created_at),
@@ -181,17 +188,20 @@ impl Backend for PgStore {
                 ],
             )
             .await?;
-            let insert = tx
-                .prepare(
+            // Every header in one statement: one round trip, not one each.
+            let positions: Vec<i32> = (0..headers.len())
+                .map(|p| i32::try_from(p).unwrap_or(i32::MAX))
+                .collect();
+            let (names, values): (Vec<String>, Vec<Vec<u8>>) = headers.into_iter().unzip();
+            tx.execute(
+                &tx.prepare_cached(
                     "INSERT INTO review_request_headers (review_id, position, name, value) \
-                     VALUES ($1, $2, $3, $4)",
+                     SELECT $1, p, n, v FROM UNNEST($2::int[], $3::text[], $4::bytea[]) AS h(p, n, v)",
                 )
-                .await?;
-            for (position, (name, value)) in headers.iter().enumerate() {
-                let position = i32::try_from(position).unwrap_or(i32::MAX);
-                tx.execute(&insert, &[&review_id, &position, name, value])
-                    .await?;
-            }
+                .await?,
+                &[&review_id, &positions, &names, &values],
+            )
+            .await?;
             let row = load(&tx, review_id, false)
                 .await?
                 .ok_or(ReviewError::NotFound)?;
@@ -688,8 +698,9 @@ async fn load<C: deadpool_postgres::GenericClient>(
         columns(),
         if lock { " FOR UPDATE" } else { "" }
     );
+    let statement = client.prepare_cached(&sql).await?;
     client
-        .query_opt(&sql, &[&review_id])
+        .query_opt(&statement, &[&review_id])
         .await?
         .as_ref()
         .map(read_row)

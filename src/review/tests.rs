@@ -60,6 +60,17 @@ impl Place {
     }
 }
 
+/// A review deadline that passes within a test, yet outlasts the store
+/// calls before it: on PostgreSQL a new pooled connection (SCRAM, debug
+/// build) can take a good part of 200 ms.
+fn short_ttl() -> Duration {
+    if on_postgres() {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_millis(200)
+    }
+}
+
 /// Returns early (the test passes trivially) on PostgreSQL: for tests of
 /// SQLite's own file handling and single-process restarts, which the
 /// PostgreSQL backend replaces with leases (tests/replicas.rs).
@@ -245,7 +256,7 @@ async fn hold_wait_approve_then_claim_exactly_once() {
 
     let stored: usize = {
         let (r, id) = (r.clone(), id.clone());
-        tokio::task::spawn_blocking(move || lock(&r.inner.store).upstream_body_len(&id))
+        on_store(&r.inner, move |s, _| Ok(s.upstream_body_len(&id)))
             .await
             .unwrap()
     };
@@ -383,7 +394,8 @@ async fn sweeper_expires_and_wakes_waiters() {
 #[tokio::test]
 async fn the_sweeper_waits_for_a_resolution_in_progress() {
     let dir = place();
-    let r = dir.open(Duration::from_millis(200)).await;
+    let ttl = short_ttl();
+    let r = dir.open(ttl).await;
     let id = r.create(new_review("refund-app")).await.unwrap().review_id;
     // The Review API's order: turn, check as of `now`, audit, resolve.
     let turn = r.resolution_turn().await.unwrap();
@@ -391,7 +403,7 @@ async fn the_sweeper_waits_for_a_resolution_in_progress() {
     let v = r.get_at(&id, &admin(), now).await.unwrap().unwrap();
     assert_eq!(v.status, ReviewStatus::Pending);
     // The deadline passes while the resolution is being audited.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(ttl * 3).await;
     let v = r
         .resolve(&id, true, "alice", "alice", None, now)
         .await
@@ -904,9 +916,12 @@ async fn a_corrupted_held_request_is_never_handed_out() {
     approve(&r, &id).await.unwrap();
     {
         let (r, id) = (r.clone(), id.clone());
-        tokio::task::spawn_blocking(move || lock(&r.inner.store).corrupt_body(&id))
-            .await
-            .unwrap();
+        on_store(&r.inner, move |s, _| {
+            s.corrupt_body(&id);
+            Ok(())
+        })
+        .await
+        .unwrap();
     }
     assert_eq!(
         r.claim_forward(&id).await,
@@ -1045,8 +1060,8 @@ async fn retention_deletes_ended_reviews_and_keeps_pending_ones() {
     let r = dir.open(HOUR).await;
     let rejected = r.create(new_review("x")).await.unwrap().review_id;
     let headers = |id: &str| {
-        let (r, id) = (r.clone(), id.to_string());
-        tokio::task::spawn_blocking(move || lock(&r.inner.store).header_rows(&id))
+        let (inner, id) = (r.inner.clone(), id.to_string());
+        async move { on_store(&inner, move |s, _| Ok(s.header_rows(&id))).await }
     };
     assert!(
         headers(&rejected).await.unwrap() > 0,
@@ -1116,9 +1131,7 @@ async fn another_replicas_sweeper_waits_for_a_resolution_in_progress() {
         return;
     }
     let dir = place();
-    // Longer than the test's other deadlines: a new pooled connection
-    // (SCRAM, debug build) can take a good part of 200 ms.
-    let ttl = Duration::from_secs(2);
+    let ttl = short_ttl();
     let r1 = dir.open(ttl).await;
     let r2 = dir.open(ttl).await;
     let id = r1.create(new_review("refund-app")).await.unwrap().review_id;
@@ -1130,7 +1143,7 @@ async fn another_replicas_sweeper_waits_for_a_resolution_in_progress() {
     // deadline in the store: this review's. Past it, the sweeper would
     // expire the review, but it waits for the turn.
     r2.create(new_review("other-app")).await.unwrap();
-    tokio::time::sleep(ttl + Duration::from_millis(500)).await;
+    tokio::time::sleep(ttl * 3).await;
     let v = r1
         .resolve(&id, true, "alice", "alice", None, now)
         .await
