@@ -12,8 +12,8 @@
 #   jobs              config, shared, sqlite, runtime::health, runtime::metrics
 #   review            shared, sqlite, runtime::health, runtime::metrics (its
 #                     errors become HTTP in src/api/error.rs)
-#   shared            config, runtime::health: the PostgreSQL connection
-#                     side of the shared store; the tables belong to review
+#   shared            config, runtime::health, runtime::metrics: the PostgreSQL connection
+#                     side of the shared store; the tables belong to review and jobs
 #   notify            config, evidence, api::http_util, review: the review webhook
 #   review_cli        config, api::http_util: `verdict reviews` talks to the API over HTTP only
 #   backup            audit: `verdict backup`, a copy of the data dir
@@ -48,7 +48,7 @@ declare -A ALLOWED=(
     [policy]="config engine"
     [audit]="config sqlite"
     [evidence]="config engine"
-    [shared]="config runtime::health"
+    [shared]="config runtime::health runtime::metrics"
     [jobs]="config shared sqlite runtime::health runtime::metrics"
     [review]="shared sqlite runtime::health runtime::metrics"
     [notify]="config evidence api::http_util review"

@@ -443,6 +443,9 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         Some(shared) => crate::jobs::Jobs::open_shared(shared.clone(), &config.jobs, work)?,
     };
     jobs.register_metrics(&mut registry);
+    if let Some(shared) = &shared {
+        shared.register_metrics(&mut registry);
+    }
     reviews.set_retention(config.review_retention);
     reviews.set_approvals(config.review_approvals);
     reviews.register_metrics(&mut registry);

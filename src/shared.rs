@@ -183,6 +183,7 @@ struct Inner {
     runtime: tokio::runtime::Handle,
     /// The last lease renewal's round trip, in microseconds (-1: none yet).
     latency_us: AtomicI64,
+    metrics: Metrics,
     /// Failed renewals and listener connections since start.
     errors: AtomicU64,
     last_error: Mutex<Option<String>>,
@@ -227,6 +228,7 @@ impl Shared {
             lease: cfg.lease,
             runtime: tokio::runtime::Handle::current(),
             latency_us: AtomicI64::new(-1),
+            metrics: Metrics::default(),
             errors: AtomicU64::new(0),
             last_error: Mutex::new(None),
         });
@@ -254,6 +256,45 @@ impl Shared {
         &self.inner.pool
     }
 
+    /// A pooled connection, timing the wait for it
+    /// (`verdict_store_pool_wait_seconds`) and counting a failure to get
+    /// one (`verdict_store_errors_total{kind="connect"}`).
+    pub async fn client(&self) -> Result<deadpool_postgres::Object, deadpool_postgres::PoolError> {
+        let started = Instant::now();
+        let got = self.inner.pool.get().await;
+        self.inner
+            .metrics
+            .pool_wait
+            .observe(started.elapsed().as_secs_f64());
+        if got.is_err() {
+            self.inner.metrics.error("connect");
+        }
+        got
+    }
+
+    /// Registers `verdict_store_pool_wait_seconds`,
+    /// `verdict_store_errors_total{kind}` and
+    /// `verdict_store_pool_connections{state}` (open connections in use and
+    /// idle, as of the last lease renewal).
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        let m = &self.inner.metrics;
+        registry.register(
+            "verdict_store_pool_wait_seconds",
+            "Time waited for a connection to the shared store",
+            m.pool_wait.clone(),
+        );
+        registry.register(
+            "verdict_store_errors",
+            "Shared store failures: connect (no connection), lease (a renewal failed), listen (the LISTEN connection failed)",
+            m.errors.clone(),
+        );
+        registry.register(
+            "verdict_store_pool_connections",
+            "Open connections to the shared store, by state",
+            m.connections.clone(),
+        );
+    }
+
     /// `store.lease`.
     pub fn lease(&self) -> Duration {
         self.inner.lease
@@ -270,7 +311,7 @@ impl Shared {
     /// graceful shutdown.
     pub async fn release(&self) {
         let sql = "UPDATE verdict_replicas SET lease_until = 0 WHERE replica_id = $1";
-        match self.inner.pool.get().await {
+        match self.client().await {
             Ok(c) => {
                 if let Err(e) = c.execute(sql, &[&self.inner.replica]).await {
                     tracing::warn!(error = %error_text(&e), "cannot end this replica's lease");
@@ -299,7 +340,7 @@ impl Shared {
                     Ok(()) => return, // the receiver is gone
                     Err(e) => {
                         if let Some(strong) = inner.upgrade() {
-                            strong.failed(format!("LISTEN {channel}: {e}"));
+                            strong.failed("listen", format!("LISTEN {channel}: {e}"));
                         }
                     }
                 }
@@ -316,7 +357,7 @@ impl Shared {
     async fn migrate(&self) -> Result<(), SharedError> {
         // A session-level lock on a connection of its own: the pool's
         // connections go back to the pool between statements.
-        let mut client = self.inner.pool.get().await?;
+        let mut client = self.client().await?;
         client
             .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
             .await?;
@@ -379,7 +420,7 @@ impl Shared {
     async fn renew(&self) -> Result<(), SharedError> {
         let started = Instant::now();
         let lease_us = i64::try_from(self.inner.lease.as_micros()).unwrap_or(i64::MAX);
-        let client = self.inner.pool.get().await?;
+        let client = self.client().await?;
         client
             .execute(
                 &format!(
@@ -392,6 +433,16 @@ impl Shared {
             .await?;
         let us = i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX);
         self.inner.latency_us.store(us, Ordering::Relaxed);
+        let pool = self.inner.pool.status();
+        let gauge = |state| {
+            self.inner
+                .metrics
+                .connections
+                .get_or_create(&StateLabels { state })
+                .clone()
+        };
+        gauge("in_use").set(i64::try_from(pool.size.saturating_sub(pool.available)).unwrap_or(0));
+        gauge("idle").set(i64::try_from(pool.available).unwrap_or(0));
         // Replicas gone for a day leave their row; nothing refers to it
         // once their reviews and items are taken over.
         client
@@ -406,9 +457,50 @@ impl Shared {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+/// The shared store's Prometheus metrics.
+#[derive(Debug)]
+struct Metrics {
+    pool_wait: prometheus_client::metrics::histogram::Histogram,
+    errors: prometheus_client::metrics::family::Family<
+        KindLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+    connections: prometheus_client::metrics::family::Family<
+        StateLabels,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            pool_wait: crate::runtime::metrics::latency_histogram(),
+            errors: Default::default(),
+            connections: Default::default(),
+        }
+    }
+}
+
+impl Metrics {
+    fn error(&self, kind: &'static str) {
+        self.errors.get_or_create(&KindLabels { kind }).inc();
+    }
+}
+
 impl Inner {
-    fn failed(&self, message: String) {
+    fn failed(&self, kind: &'static str, message: String) {
         tracing::warn!(error = %message, "shared store");
+        self.metrics.error(kind);
         self.errors.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut last) = self.last_error.lock() {
             *last = Some(message);
@@ -437,7 +529,7 @@ async fn renew_forever(inner: std::sync::Weak<Inner>) {
                     *last = None;
                 }
             }
-            Err(e) => shared.inner.failed(format!("lease renewal: {e}")),
+            Err(e) => shared.inner.failed("lease", format!("lease renewal: {e}")),
         }
     }
 }

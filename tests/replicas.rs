@@ -477,3 +477,83 @@ async fn one_idempotency_key_sent_to_two_replicas_makes_one_job() {
         assert_eq!(ra.json()["job_id"], rb.json()["job_id"], "round {round}");
     }
 }
+
+/// The shared store goes away under a running replica: a call that needs a
+/// hold fails closed (503, nothing reaches the upstream), while
+/// `/v2/authorize` and the pass-through keep working and the outage shows
+/// in the metrics. When the store comes back, holds work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_fails_holds_closed_and_leaves_the_rest_working() {
+    let Some(url) = support::postgres::fresh_database() else {
+        return;
+    };
+    let db = url.rsplit('/').next().unwrap().to_string();
+    // The owner (the URL's role) can close its database to connections
+    // and end its own sessions; this runs from the cluster's `verdict` db.
+    let control = support::postgres::with_database(&url, "verdict");
+    let set_open = |open: bool| {
+        support::postgres::psql(
+            &control,
+            &format!(
+                "ALTER DATABASE {db} ALLOW_CONNECTIONS {open}; \
+                 SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE datname = '{db}' AND pid <> pg_backend_pid();"
+            ),
+        )
+        .unwrap();
+    };
+    let up = MockUpstream::start().await;
+    let a = Replica::start(&url, &up.url(), "1ms", &[7u8; 32]);
+    set_open(false);
+
+    let held = a.refund(900).await;
+    held.assert_error(503, "unavailable");
+    assert!(
+        !held.text().contains("connect"),
+        "no driver text: {}",
+        held.text()
+    );
+    assert_eq!(up.count(), 0, "nothing forwarded");
+
+    let authorize = support::call(
+        &a.api,
+        Method::POST,
+        "/v2/authorize",
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &format!("Bearer {APP_KEY}")),
+        ],
+        serde_json::json!({
+            "action": {"type": "refund.create", "params": {"order_id": "77", "amount": 100}},
+            "claims": [DAMAGED],
+            "sources": [{"source_id": "inv", "text": INVOICE_77_BLENDER}],
+        })
+        .to_string(),
+    )
+    .await;
+    assert_eq!(authorize.status, 200, "{}", authorize.text());
+    let passed = support::call(&a.proxy, Method::GET, "/health-of-the-app", &[], "").await;
+    assert_eq!(passed.status, 200, "{}", passed.text());
+    assert_eq!(up.count(), 1, "the pass-through reached the upstream");
+    let metrics = support::call(&a.api, Method::GET, "/metrics", &[], "")
+        .await
+        .text();
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("verdict_store_errors_total{kind=\"connect\"}") && !l.ends_with(" 0")
+        ),
+        "{metrics}"
+    );
+
+    set_open(true);
+    let again = support::eventually("holds work again", Duration::from_secs(15), || async {
+        let r = a.refund(901).await;
+        if r.status == 202 {
+            Ok(r)
+        } else {
+            Err(r.text())
+        }
+    })
+    .await;
+    assert_eq!(again.json()["status"], "pending");
+}

@@ -166,7 +166,7 @@ impl PgJobs {
         } else {
             ("queued", None)
         };
-        let mut client = self.shared.pool().get().await?;
+        let mut client = self.shared.client().await?;
         let tx = client.transaction().await?;
         let inserted = tx
             .query_opt(
@@ -236,7 +236,7 @@ impl PgJobs {
         admin: bool,
         page: Page,
     ) -> Result<Option<JobView>, JobsError> {
-        let mut client = self.shared.pool().get().await?;
+        let mut client = self.shared.client().await?;
         // One snapshot for the row and its results.
         let tx = client
             .build_transaction()
@@ -297,7 +297,7 @@ impl PgJobs {
     /// Deletes jobs that finished more than `retention` ago, with their
     /// items and results.
     pub async fn sweep(&self) -> Result<usize, JobsError> {
-        let client = self.shared.pool().get().await?;
+        let client = self.shared.client().await?;
         let n = client
             .execute(
                 "DELETE FROM jobs_jobs WHERE finished_at_ms IS NOT NULL AND finished_at_ms < $1",
@@ -329,7 +329,7 @@ impl PgJobs {
             t.abort();
         }
         let released = async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             client
                 .execute(
                     "UPDATE jobs_items SET lease_owner = NULL, lease_until = NULL \
@@ -376,7 +376,7 @@ impl PgJobs {
     }
 
     async fn refresh_counts(&self) -> Result<(), JobsError> {
-        let client = self.shared.pool().get().await?;
+        let client = self.shared.client().await?;
         let rows = client
             .query(
                 "SELECT status, COUNT(*), MIN(created_at_ms) FROM jobs_jobs \
@@ -435,7 +435,7 @@ impl PgJobs {
     /// any (jobs run in submit order), and marks the job running.
     async fn claim(&self) -> Result<Vec<Claimed>, JobsError> {
         let lease_us = i64::try_from(self.shared.lease().as_micros()).unwrap_or(i64::MAX);
-        let mut client = self.shared.pool().get().await?;
+        let mut client = self.shared.client().await?;
         let tx = client.transaction().await?;
         let rows = tx
             .query(
@@ -570,7 +570,7 @@ impl PgJobs {
         }
         let (idx, text): (Vec<i32>, Vec<String>) = pending.drain(..).unzip();
         let finished = self.shared.block_on(async {
-            let mut client = self.shared.pool().get().await?;
+            let mut client = self.shared.client().await?;
             let tx = client.transaction().await?;
             let row = tx
                 .query_one(
@@ -612,7 +612,7 @@ impl PgJobs {
 
     fn fail(&self, job_id: &str, message: &str) -> Result<(), JobsError> {
         let changed = self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             Ok::<_, JobsError>(
                 client
                     .execute(

@@ -64,7 +64,7 @@ impl PgStore {
     /// The review ids `sql` selects, given this replica's id as `$1`.
     fn ids(&self, sql: &str) -> Result<Vec<String>, ReviewError> {
         self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             client
                 .query(sql, &[&self.me()])
                 .await?
@@ -120,7 +120,7 @@ impl Backend for PgStore {
             headers.push((name.clone(), stored));
         }
         self.shared.block_on(async {
-            let mut client = self.shared.pool().get().await?;
+            let mut client = self.shared.client().await?;
             let tx = client.transaction().await?;
             if join {
                 // Two replicas holding the same retried call at once take
@@ -212,7 +212,7 @@ impl Backend for PgStore {
 
     fn get(&mut self, review_id: &str) -> Result<Option<Row>, ReviewError> {
         self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             load(&client, review_id, false).await
         })
     }
@@ -239,7 +239,7 @@ impl Backend for PgStore {
         let status = status.map(ReviewStatus::as_str);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             let rows = client
                 .query(&sql, &[&owner, &status, &micros(now), &limit])
                 .await?;
@@ -255,7 +255,7 @@ impl Backend for PgStore {
         now: SystemTime,
     ) -> Result<Resolved, ReviewError> {
         self.shared.block_on(async {
-            let mut client = self.shared.pool().get().await?;
+            let mut client = self.shared.client().await?;
             let tx = client.transaction().await?;
             let row = load(&tx, review_id, true)
                 .await?
@@ -316,7 +316,7 @@ impl Backend for PgStore {
     ) -> Result<Option<HeldRequest>, ReviewError> {
         let me = self.me().to_string();
         self.shared.block_on(async {
-            let mut client = self.shared.pool().get().await?;
+            let mut client = self.shared.client().await?;
             let tx = client.transaction().await?;
             // The claim itself: one conditional UPDATE, so two replicas
             // (or two tasks) can never both move `not_started` on.
@@ -372,7 +372,7 @@ impl Backend for PgStore {
         now: SystemTime,
     ) -> Result<(), ReviewError> {
         self.shared.block_on(async {
-            let mut client = self.shared.pool().get().await?;
+            let mut client = self.shared.client().await?;
             let tx = client.transaction().await?;
             let row = load(&tx, review_id, true)
                 .await?
@@ -401,7 +401,7 @@ impl Backend for PgStore {
     fn purge_resolved(&mut self, before: SystemTime, limit: usize) -> Result<usize, ReviewError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             let n = client
                 .execute(
                     "DELETE FROM review_reviews WHERE review_id IN (
@@ -420,7 +420,7 @@ impl Backend for PgStore {
 
     fn count(&mut self) -> Result<u64, ReviewError> {
         self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             let n: i64 = client
                 .query_one("SELECT COUNT(*) FROM review_reviews", &[])
                 .await?
@@ -434,7 +434,7 @@ impl Backend for PgStore {
         now: SystemTime,
     ) -> Result<(Vec<Row>, Option<SystemTime>), ReviewError> {
         self.shared.block_on(async {
-            let mut client = self.shared.pool().get().await?;
+            let mut client = self.shared.client().await?;
             let tx = client.transaction().await?;
             // Rows another replica is resolving are skipped, not waited
             // for: that replica stores the outcome.
@@ -475,14 +475,14 @@ impl Backend for PgStore {
         review_id: &str,
     ) -> Result<Option<(String, UpstreamResponse)>, ReviewError> {
         self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             upstream(&client, review_id).await
         })
     }
 
     fn details(&mut self, ids: &[String]) -> Result<Vec<(String, serde_json::Value)>, ReviewError> {
         self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             let rows = client
                 .query(
                     "SELECT review_id, detail FROM review_reviews \
@@ -507,7 +507,7 @@ impl Backend for PgStore {
 
     fn inspect(&mut self, review_id: &str) -> Result<Option<Inspected>, ReviewError> {
         self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             let Some(r) = client
                 .query_opt(
                     "SELECT req_path, req_body, detail FROM review_reviews WHERE review_id = $1",
@@ -543,7 +543,7 @@ impl Backend for PgStore {
 
     fn pending(&mut self) -> Result<Vec<(SystemTime, String)>, ReviewError> {
         self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             client
                 .query(
                     "SELECT created_at, review_id FROM review_reviews \
@@ -580,7 +580,7 @@ impl Backend for PgStore {
             holder_gone()
         );
         self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             client
                 .query(&sql, &[&self.me(), &stale_us])
                 .await?
@@ -592,7 +592,7 @@ impl Backend for PgStore {
 
     fn resolved_among(&mut self, ids: &[String]) -> Result<Vec<Row>, ReviewError> {
         self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             client
                 .query(
                     &format!(
@@ -611,7 +611,7 @@ impl Backend for PgStore {
 
     fn recover_lapsed(&mut self) -> Result<Vec<String>, ReviewError> {
         self.shared.block_on(async {
-            let client = self.shared.pool().get().await?;
+            let client = self.shared.client().await?;
             client
                 .query(
                     &format!(
@@ -638,7 +638,7 @@ impl Backend for PgStore {
     fn corrupt_body(&mut self, review_id: &str) {
         self.shared
             .block_on(async {
-                let client = self.shared.pool().get().await?;
+                let client = self.shared.client().await?;
                 client
                     .execute(
                         "UPDATE review_reviews SET req_body = $2 WHERE review_id = $1",
@@ -654,7 +654,7 @@ impl Backend for PgStore {
     fn header_rows(&mut self, review_id: &str) -> i64 {
         self.shared
             .block_on(async {
-                let client = self.shared.pool().get().await?;
+                let client = self.shared.client().await?;
                 let n: i64 = client
                     .query_one(
                         "SELECT COUNT(*) FROM review_request_headers WHERE review_id = $1",
@@ -671,7 +671,7 @@ impl Backend for PgStore {
     fn upstream_body_len(&mut self, review_id: &str) -> usize {
         self.shared
             .block_on(async {
-                let client = self.shared.pool().get().await?;
+                let client = self.shared.client().await?;
                 let n: i32 = client
                     .query_one(
                         "SELECT length(upstream_body) FROM review_reviews WHERE review_id = $1",
@@ -821,7 +821,7 @@ pub(super) struct SharedTurn {
 
 impl SharedTurn {
     pub async fn take(shared: &Shared) -> Result<SharedTurn, ReviewError> {
-        let client = shared.pool().get().await?;
+        let client = shared.client().await?;
         client
             .execute("SELECT pg_advisory_lock($1)", &[&RESOLUTION_LOCK])
             .await?;
