@@ -393,6 +393,11 @@ struct Inner {
     /// One `watch` channel per review somebody waits on. An entry lives while
     /// it has receivers; a resolution is sent into it and never changes.
     waiters: Mutex<HashMap<String, watch::Sender<Option<Resolution>>>>,
+    /// Approvals a waiter read from the store before this replica's
+    /// bookkeeping of them ran (another store call committed them): theirs
+    /// to forward, so that bookkeeping must not queue them. Taken after
+    /// `waiters`, never alone.
+    taken: Mutex<std::collections::HashSet<String>>,
     /// `(created_at, review_id)` of every stored pending review, so health
     /// and the gauge need no database IO.
     pending: Mutex<BTreeSet<(SystemTime, String)>>,
@@ -528,6 +533,7 @@ impl Reviews {
             approvals_required: std::sync::atomic::AtomicU32::new(1),
             stored: AtomicU64::new(0),
             waiters: Mutex::new(HashMap::new()),
+            taken: Mutex::new(std::collections::HashSet::new()),
             pending: Mutex::new(pending),
             last_sweep_error: Mutex::new(None),
             unattended_tx,
@@ -622,7 +628,31 @@ impl Reviews {
     /// retried refund could both be approved and forward it twice; joined,
     /// one approval forwards it once.
     pub async fn create_or_join(&self, new: NewReview) -> Result<(ReviewView, bool), ReviewError> {
+        let (view, joined, _waiter) = self.hold(new).await?;
+        Ok((view, joined))
+    }
+
+    /// [`Reviews::create_or_join`] for a caller that will wait on the
+    /// review: the returned [`Waiter`] was listening before the review
+    /// could be seen, so an approval that comes at once (even on another
+    /// replica) is this caller's to forward, never the unattended queue's.
+    pub async fn hold(&self, new: NewReview) -> Result<(ReviewView, bool, Waiter), ReviewError> {
         let review_id = new.review_id.unwrap_or_else(uuid::Uuid::new_v4).to_string();
+        let sub = Subscription::new(&self.inner, &review_id);
+        let (view, joined) = self.store_or_join(review_id, new).await?;
+        let sub = if view.review_id == sub.id {
+            sub
+        } else {
+            Subscription::new(&self.inner, &view.review_id)
+        };
+        Ok((view, joined, Waiter { sub }))
+    }
+
+    async fn store_or_join(
+        &self,
+        review_id: String,
+        new: NewReview,
+    ) -> Result<(ReviewView, bool), ReviewError> {
         let now = SystemTime::now();
         let expires_at = now.checked_add(self.inner.ttl.min(MAX_TTL)).unwrap_or(now);
         let (row, joined) = on_store(&self.inner, move |s, inner| {
@@ -670,11 +700,23 @@ impl Reviews {
     ) -> Result<Option<Resolution>, ReviewError> {
         // Subscribe before reading, so a resolution between the read and the
         // wait is still seen.
-        let mut sub = Subscription::new(&self.inner, id);
+        let sub = Subscription::new(&self.inner, id);
+        self.wait_on(Waiter { sub }, timeout).await
+    }
+
+    /// [`Reviews::wait`] on the review a [`Reviews::hold`] returned.
+    pub async fn wait_on(
+        &self,
+        waiter: Waiter,
+        timeout: Duration,
+    ) -> Result<Option<Resolution>, ReviewError> {
+        let mut sub = waiter.sub;
+        let id = sub.id.clone();
+        let id = id.as_str();
         let row = self.load(id).await?.ok_or(ReviewError::NotFound)?;
         let status = state::effective_status(row.status, row.expires_at, SystemTime::now());
         if let Some(resolution) = Resolution::of(status) {
-            sub.delivered = true;
+            sub.read_from_store(resolution, row.created_at);
             return Ok(Some(resolution));
         }
         let woken = tokio::time::timeout(timeout, sub.rx.wait_for(Option::is_some))
@@ -688,12 +730,16 @@ impl Reviews {
             // The sender lives while we hold a receiver; read again anyway.
             Ok(Err(_)) => {
                 let row = self.load(id).await?.ok_or(ReviewError::NotFound)?;
-                sub.delivered = true;
-                Ok(Resolution::of(state::effective_status(
+                let resolution = Resolution::of(state::effective_status(
                     row.status,
                     row.expires_at,
                     SystemTime::now(),
-                )))
+                ));
+                match resolution {
+                    Some(r) => sub.read_from_store(r, row.created_at),
+                    None => sub.delivered = true,
+                }
+                Ok(resolution)
             }
             Err(_elapsed) => Ok(sub.give_up()),
         }
@@ -985,11 +1031,7 @@ impl Inner {
         let Some(resolution) = Resolution::of(row.status) else {
             return;
         };
-        {
-            let mut pending = lock(&self.pending);
-            pending.remove(&(row.created_at, row.review_id.clone()));
-            self.metrics.held.set(gauge_value(pending.len()));
-        }
+        let (attended, was_pending) = self.deliver(row, resolution);
         self.metrics
             .resolutions
             .get_or_create(&OutcomeLabels {
@@ -1000,19 +1042,40 @@ impl Inner {
             let held = at.duration_since(row.created_at).unwrap_or_default();
             self.metrics.hold_duration.observe(held.as_secs_f64());
         }
-        let attended = match lock(&self.waiters).get(&row.review_id) {
+        // Another replica's held call is that replica's to forward (it is
+        // told by NOTIFY); the claim would refuse this one anyway. And only
+        // the first bookkeeping of a resolution here decides: this
+        // replica's own NOTIFY can reach `resolved_elsewhere` before this
+        // runs, which then delivered it already.
+        if resolution.is_approved() && !attended && was_pending && self.holds(row) {
+            self.unattended(&row.review_id);
+        }
+        self.tell(ReviewEvent::Resolved, row);
+    }
+
+    /// Takes a resolved review out of the pending ones and sends the
+    /// resolution to its waiters, as one step under the `waiters` lock (a
+    /// waiter that reads the store checks both under it too, see
+    /// `Subscription::read_from_store`). Returns whether a waiter owns the
+    /// resolution (it got it, or read it from the store first), and
+    /// whether the review was pending here.
+    fn deliver(&self, row: &Row, resolution: Resolution) -> (bool, bool) {
+        // Lock order: `waiters`, then `pending`, then `taken`.
+        let waiters = lock(&self.waiters);
+        let was_pending = {
+            let mut pending = lock(&self.pending);
+            let was = pending.remove(&(row.created_at, row.review_id.clone()));
+            self.metrics.held.set(gauge_value(pending.len()));
+            was
+        };
+        let attended = match waiters.get(&row.review_id) {
             Some(tx) if tx.receiver_count() > 0 => {
                 tx.send_replace(Some(resolution));
                 true
             }
-            _ => false,
+            _ => lock(&self.taken).remove(&row.review_id),
         };
-        // Another replica's held call is that replica's to forward (it is
-        // told by NOTIFY); the claim would refuse this one anyway.
-        if resolution.is_approved() && !attended && self.holds(row) {
-            self.unattended(&row.review_id);
-        }
-        self.tell(ReviewEvent::Resolved, row);
+        (attended, was_pending)
     }
 
     /// Queues an approval that no held connection will forward.
@@ -1027,19 +1090,7 @@ impl Inner {
         let Some(resolution) = Resolution::of(row.status) else {
             return;
         };
-        let was_pending = {
-            let mut pending = lock(&self.pending);
-            let was = pending.remove(&(row.created_at, row.review_id.clone()));
-            self.metrics.held.set(gauge_value(pending.len()));
-            was
-        };
-        let attended = match lock(&self.waiters).get(&row.review_id) {
-            Some(tx) if tx.receiver_count() > 0 => {
-                tx.send_replace(Some(resolution));
-                true
-            }
-            _ => false,
-        };
+        let (attended, was_pending) = self.deliver(row, resolution);
         if was_pending && resolution.is_approved() && !attended && self.holds(row) {
             self.unattended(&row.review_id);
         }
@@ -1238,8 +1289,8 @@ async fn follow_shared(
         // Only reviews this replica holds (pending in its memory) or waits
         // on: the rest are other replicas' business.
         let ids: Vec<String> = {
-            let pending = lock(&strong.pending);
             let waiters = lock(&strong.waiters);
+            let pending = lock(&strong.pending);
             ids.into_iter()
                 .filter(|id| waiters.contains_key(id) || pending.iter().any(|(_, p)| p == id))
                 .collect()
@@ -1315,6 +1366,22 @@ fn sealer(seal_key: &[u8; 32]) -> Result<seal::Sealer, ReviewError> {
         .map_err(|_| ReviewError::Storage("the review seal key is not usable".into()))
 }
 
+/// A caller listening for a review's resolution since before the review
+/// was stored (see [`Reviews::hold`]); give it to [`Reviews::wait_on`].
+/// Dropped unused, it passes an approval it was sent on to the unattended
+/// queue, as a wait that ends does.
+pub struct Waiter {
+    sub: Subscription,
+}
+
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiter")
+            .field("review_id", &self.sub.id)
+            .finish()
+    }
+}
+
 /// A waiter's receiver. Whether a waiter or the background forwarder owns
 /// an approval is decided under the `waiters` lock: an approval sent to a
 /// live receiver belongs to it, and a receiver that leaves without taking
@@ -1338,6 +1405,24 @@ impl Subscription {
             id: id.to_string(),
             rx,
             delivered: false,
+        }
+    }
+
+    /// The caller learned the resolution by reading the store. If this
+    /// replica's bookkeeping of it has not run yet (the channel is still
+    /// empty), an approval is marked taken, so that bookkeeping, finding
+    /// no waiter, does not also queue it for the background forwarder.
+    /// (Still pending in this replica's memory means the bookkeeping has
+    /// not run; an approval made long ago is nobody's to mark.)
+    fn read_from_store(&mut self, resolution: Resolution, created_at: SystemTime) {
+        self.delivered = true;
+        // Lock order: `waiters`, then `pending`, then `taken`.
+        let _waiters = lock(&self.inner.waiters);
+        if resolution.is_approved()
+            && self.rx.borrow().is_none()
+            && lock(&self.inner.pending).contains(&(created_at, self.id.clone()))
+        {
+            lock(&self.inner.taken).insert(self.id.clone());
         }
     }
 

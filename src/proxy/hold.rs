@@ -217,8 +217,8 @@ impl Proxy {
         let reviews = &self.app.reviews;
         let record_id = decided.receipt.record_id.to_string();
         let record_id = record_id.as_str();
-        let (view, joined) = reviews
-            .create_or_join(NewReview {
+        let (view, joined, waiter) = reviews
+            .hold(NewReview {
                 review_id: None,
                 owner: PROXY_PRINCIPAL.to_string(),
                 route: route.name.clone(),
@@ -246,7 +246,7 @@ impl Proxy {
         } else {
             tracing::info!(review_id = %id, route = %route.name, "request held for review");
         }
-        match reviews.wait(&id, route.hold_timeout).await {
+        match reviews.wait_on(waiter, route.hold_timeout).await {
             Ok(Some(Resolution::Approved)) => match forward_held(&self.app, self, &id).await {
                 Some(mut resp) => {
                     // The caller learns it was decided, like any forward.
