@@ -17,7 +17,7 @@
 #   notify            config, evidence, api::http_util, review: the review webhook
 #   review_cli        config, api::http_util: `verdict reviews` talks to the API over HTTP only
 #   backup            audit: `verdict backup`, a copy of the data dir
-#   witness           audit, api::http_util, server
+#   witness           audit, api::http_util, server, shared (remote: checkpoints published to the shared store)
 #   runtime           audit, api::auth, config, decide, evidence, jobs, policy,
 #                     review (src/runtime.rs: the shared state under the doors)
 #   api::auth         config
@@ -54,7 +54,7 @@ declare -A ALLOWED=(
     [notify]="config evidence api::http_util review"
     [review_cli]="config api::http_util"
     [backup]="audit"
-    [witness]="audit api::http_util server"
+    [witness]="audit api::http_util server shared"
     [runtime]="audit api::auth config decide evidence jobs policy review runtime::health runtime::metrics runtime::telemetry"
     [api::auth]="config"
     [api::error]="api::http_util audit decide jobs review"

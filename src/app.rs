@@ -617,6 +617,13 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         config.server.clone(),
         shutdown_rx.clone(),
     ))];
+    if let Some(shared) = &shared {
+        tasks.push(tokio::spawn(crate::witness::remote::publish_until(
+            audit.clone(),
+            shared.clone(),
+            shutdown_rx.clone(),
+        )));
+    }
     tasks.extend(watches);
     if let Some(n) = notifier {
         let base = crate::notify::derived_console_base(api_addr, config.api.tls.is_some());

@@ -78,8 +78,9 @@ pub use merkle::Position;
 pub use record::{redact, AuditRecord, RecordKind, SCHEMA};
 pub use redaction::{RedactionKey, RedactionKeyError};
 pub use verify::{
-    verify_consistency_documents, verify_log, verify_proof, verify_record, ConsistencyDocument,
-    ProofDocument, VerifyError, VerifyReport,
+    verify_consistency_documents, verify_log, verify_proof, verify_published_chain, verify_record,
+    ChainSummary, ConsistencyDocument, ProofDocument, PublishedCheckpoint, VerifyError,
+    VerifyReport,
 };
 
 pub use witnessing::WitnessStatus;
@@ -446,6 +447,16 @@ impl AuditLog {
             verify::build_proof(conn, &keys, id)
         })
         .await
+    }
+
+    /// Every published key, active and retired.
+    pub fn keys(&self) -> Vec<KeyDocument> {
+        self.inner
+            .shared
+            .keys
+            .read()
+            .map(|k| k.clone())
+            .unwrap_or_default()
     }
 
     /// A published key (active or retired) by its RFC 7638 thumbprint.

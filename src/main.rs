@@ -236,6 +236,16 @@ enum AuditCommand {
         #[arg(long, default_value = "data")]
         data_dir: PathBuf,
     },
+    /// Check every replica's audit checkpoints published to a shared store
+    /// (`[store] url`): each log's checkpoints are signed by the key
+    /// published with them, only grow, and each extends the one before.
+    /// The password is read from the URL or VERDICT_STORE_PASSWORD. Exit 0
+    /// all consistent, 1 a log is not, 2 the store cannot be read.
+    VerifyRemote {
+        /// The store's URL, e.g. postgres://verdict@db:5432/verdict.
+        #[arg(long)]
+        store: String,
+    },
     /// Check a proof from GET /v2/audit/{id}/proof against a trusted public
     /// key file. Exit 0 valid, 1 invalid, 2 usage error.
     VerifyProof {
@@ -649,6 +659,7 @@ fn check(policies: Option<PathBuf>, config: Option<PathBuf>, strict: bool) -> Ex
 
 fn audit(cmd: AuditCommand) -> ExitCode {
     match cmd {
+        AuditCommand::VerifyRemote { store } => verify_remote(&store),
         AuditCommand::Verify { data_dir } => {
             let db = data_dir.join("verdict.db");
             if !db.exists() {
@@ -984,6 +995,64 @@ fn witness(cmd: WitnessCommand) -> ExitCode {
                 ExitCode::SUCCESS
             })
         }
+    }
+}
+
+/// `verdict audit verify-remote`.
+fn verify_remote(url: &str) -> ExitCode {
+    let pg = match verdict::config::StoreConfig::from_url(url) {
+        Ok(verdict::config::StoreConfig::Postgres(pg)) => pg,
+        Ok(verdict::config::StoreConfig::Sqlite) => {
+            eprintln!("verdict: --store: a single SQLite replica publishes no checkpoints; give a postgres:// URL");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("verdict: --store: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match start_runtime(tokio::runtime::Builder::new_current_thread()) {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let verdicts = rt.block_on(async {
+        let client = verdict::shared::Shared::connect_reader(&pg)
+            .await
+            .map_err(|e| e.to_string())?;
+        verdict::witness::remote::verify_remote(&client).await
+    });
+    let verdicts = match verdicts {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("verdict: cannot read the published checkpoints: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if verdicts.is_empty() {
+        println!("no checkpoints published yet");
+        return ExitCode::SUCCESS;
+    }
+    let mut bad = 0;
+    for v in &verdicts {
+        match &v.result {
+            Ok(c) => println!(
+                "ok: {}: {} checkpoints, each extending the one before, tree size {}",
+                v.origin, c.checkpoints, c.tree_size
+            ),
+            Err(e) => {
+                bad += 1;
+                println!("INVALID: {}: {e}", v.origin);
+            }
+        }
+    }
+    if bad > 0 {
+        eprintln!(
+            "verdict: {bad} of {} logs are not consistent",
+            verdicts.len()
+        );
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

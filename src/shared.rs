@@ -127,6 +127,19 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (job_id, idx)
     );
     CREATE INDEX jobs_items_todo ON jobs_items (job_id, idx) WHERE result IS NULL;",
+    // 3: every replica's signed audit checkpoints, each with the key that
+    // signed it and the consistency proof from the one published before,
+    // for `verdict audit verify-remote`.
+    "CREATE TABLE verdict_checkpoints (
+        origin       TEXT NOT NULL,
+        tree_size    BIGINT NOT NULL,
+        note         TEXT NOT NULL,  -- the signed checkpoint, cosignatures included
+        key_json     TEXT NOT NULL,  -- the signing key, as GET /v2/audit/keys/{kid}
+        proof_json   TEXT,           -- consistency from the previous published size
+        replica      TEXT NOT NULL,
+        published_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        PRIMARY KEY (origin, tree_size)
+    );",
 ];
 
 /// The schema version this build knows.
@@ -244,6 +257,29 @@ impl Shared {
         tokio::spawn(renew_forever(Arc::downgrade(&shared.inner)));
         tracing::info!(url = %shared.inner.display, replica = %shared.inner.replica, schema = SCHEMA_VERSION, "shared store ready");
         Ok(shared)
+    }
+
+    /// One plain connection, without the pool, the schema or a lease: for
+    /// a command that only reads the store (`verdict audit verify-remote`).
+    pub async fn connect_reader(
+        cfg: &PostgresConfig,
+    ) -> Result<tokio_postgres::Client, SharedError> {
+        let connect_err = |message: String| SharedError::Connect {
+            url: cfg.display.clone(),
+            message,
+        };
+        let tls = MakeRustlsConnect::new(tls_config(cfg).map_err(connect_err)?);
+        let (client, connection) = cfg
+            .pg
+            .connect(tls)
+            .await
+            .map_err(|e| connect_err(error_text(&e)))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %error_text(&e), "shared store connection");
+            }
+        });
+        Ok(client)
     }
 
     /// This replica's id: the host name and a random suffix, new on every

@@ -20,6 +20,8 @@
 //! witness holds or the same size has another root, 422 for a proof that
 //! does not verify.
 
+pub mod remote;
+
 use std::fs::{self, File, OpenOptions};
 use std::future::Future;
 use std::io::Write as _;

@@ -36,6 +36,17 @@ impl Replica {
     /// replica gets `redaction_key` (the data dir's secret that seals held
     /// credentials), as a deployment would mount one shared secret.
     fn start(url: &str, upstream: &str, hold: &str, redaction_key: &[u8]) -> Replica {
+        Replica::start_as(url, upstream, hold, redaction_key, None)
+    }
+
+    /// [`Replica::start`] with its audit log's origin set.
+    fn start_as(
+        url: &str,
+        upstream: &str,
+        hold: &str,
+        redaction_key: &[u8],
+        origin: Option<&str>,
+    ) -> Replica {
         let dir = tempfile::TempDir::new().unwrap();
         std::fs::create_dir_all(dir.path().join("policies")).unwrap();
         std::fs::write(
@@ -51,7 +62,12 @@ impl Replica {
         let config = dir.path().join("verdict.toml");
         std::fs::write(
             &config,
-            format!("[store]\nurl = \"{url}\"\nlease = \"1s\"\n"),
+            format!(
+                "[store]\nurl = \"{url}\"\nlease = \"1s\"\n{}",
+                origin
+                    .map(|o| format!("[audit]\norigin = \"{o}\"\n"))
+                    .unwrap_or_default()
+            ),
         )
         .unwrap();
         let (child, api, log) = support::spawn_binary_with(
@@ -556,4 +572,112 @@ async fn a_store_outage_fails_holds_closed_and_leaves_the_rest_working() {
     })
     .await;
     assert_eq!(again.json()["status"], "pending");
+}
+
+/// Each replica publishes its signed checkpoints to the shared store, and
+/// `verdict audit verify-remote` checks every replica's chain; a rewritten
+/// checkpoint is caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_remote_checks_every_replicas_published_checkpoints() {
+    let Some(url) = support::postgres::fresh_database() else {
+        return;
+    };
+    let key = [7u8; 32];
+    let a = Replica::start_as(
+        &url,
+        "http://127.0.0.1:9",
+        "1s",
+        &key,
+        Some("verdict.test/a"),
+    );
+    let b = Replica::start_as(
+        &url,
+        "http://127.0.0.1:9",
+        "1s",
+        &key,
+        Some("verdict.test/b"),
+    );
+    let decide = |r: &Replica, i: u64| {
+        let api = r.api.clone();
+        async move {
+            let resp = support::call(
+                &api,
+                Method::POST,
+                "/v2/authorize",
+                &[
+                    ("content-type", "application/json"),
+                    ("authorization", &format!("Bearer {APP_KEY}")),
+                ],
+                serde_json::json!({
+                    "action": {"type": "refund.create", "params": {"order_id": "77", "amount": i}},
+                    "claims": [DAMAGED],
+                    "sources": [{"source_id": "inv", "text": INVOICE_77_BLENDER}],
+                })
+                .to_string(),
+            )
+            .await;
+            assert_eq!(resp.status, 200, "{}", resp.text());
+        }
+    };
+    let published = |origin: &'static str, at_least: usize| {
+        let url = url.clone();
+        async move {
+            support::eventually(origin, Duration::from_secs(20), || async {
+                let n: usize = support::postgres::psql(
+                    &url,
+                    &format!("SELECT count(*) FROM verdict_checkpoints WHERE origin = '{origin}'"),
+                )?
+                .parse()
+                .map_err(|e| format!("{e}"))?;
+                if n >= at_least {
+                    Ok(n)
+                } else {
+                    Err(format!("{n} published"))
+                }
+            })
+            .await
+        }
+    };
+    // Two rounds of decisions on each replica, each round published.
+    for round in 1..=2 {
+        for i in 0..3 {
+            decide(&a, round * 10 + i).await;
+            decide(&b, round * 10 + i).await;
+        }
+        published("verdict.test/a", round as usize).await;
+        published("verdict.test/b", round as usize).await;
+    }
+    let verify = || {
+        std::process::Command::new(BIN)
+            .args(["audit", "verify-remote", "--store", &url])
+            .output()
+            .unwrap()
+    };
+    let out = verify();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("ok: verdict.test/a:"), "{text}");
+    assert!(text.contains("ok: verdict.test/b:"), "{text}");
+
+    // A replica rewrites its newest published checkpoint with another
+    // (validly signed) one of the same log: it no longer extends the last.
+    support::postgres::psql(
+        &url,
+        "UPDATE verdict_checkpoints SET note = (SELECT note FROM verdict_checkpoints \
+         WHERE origin = 'verdict.test/a' ORDER BY tree_size LIMIT 1), proof_json = proof_json \
+         WHERE origin = 'verdict.test/a' AND tree_size = (SELECT MAX(tree_size) \
+         FROM verdict_checkpoints WHERE origin = 'verdict.test/a')",
+    )
+    .unwrap();
+    let out = verify();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("INVALID: verdict.test/a:"), "{text}");
+    assert!(text.contains("ok: verdict.test/b:"), "{text}");
+    drop((a, b));
 }

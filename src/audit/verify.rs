@@ -163,6 +163,93 @@ pub fn verify_consistency_documents(
 /// the SHA-256 of its RFC 8785 canonical bytes is the proof's
 /// `record_hash`. Without this a proof says only that *some* record is in
 /// the log.
+/// One published checkpoint of a log: its signed note, the key that
+/// signed it (as `GET /v2/audit/keys/{kid}` gives it), and the consistency
+/// proof from the log's previous published checkpoint (`None` for the
+/// first).
+#[derive(Debug, Clone)]
+pub struct PublishedCheckpoint {
+    pub note: String,
+    pub key_json: String,
+    pub proof_json: Option<String>,
+}
+
+/// What a chain of published checkpoints proves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainSummary {
+    pub origin: String,
+    pub checkpoints: usize,
+    pub tree_size: u64,
+}
+
+/// Checks a log's published checkpoints, oldest first, as a witness
+/// would: each is signed by the key published with it, all are of one
+/// origin, sizes only grow, and each tree extends the one before it (the
+/// RFC 6962 consistency proof published with it). The error names the
+/// first checkpoint that fails.
+pub fn verify_published_chain(entries: &[PublishedCheckpoint]) -> Result<ChainSummary, String> {
+    let mut previous: Option<Checkpoint> = None;
+    for e in entries {
+        let (pk, kid) = keys::parse_key_json(&e.key_json)?;
+        let n = note::parse(&e.note).map_err(|err| format!("checkpoint: {err}"))?;
+        let c = Checkpoint::parse(n.text).map_err(|err| format!("checkpoint: {err}"))?;
+        let at = format!("{} at size {}", c.origin, c.size);
+        match n.verified_by(&c.origin, &pk) {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(format!("{at}: not signed by its key {kid}")),
+            Err(err) => return Err(format!("{at}: {err}")),
+        }
+        if let Some(prev) = &previous {
+            if c.origin != prev.origin {
+                return Err(format!("{at}: another log than {}", prev.origin));
+            }
+            if c.size <= prev.size {
+                return Err(format!(
+                    "{at}: does not grow from size {} (root {} then {})",
+                    prev.size,
+                    B64.encode(prev.root),
+                    B64.encode(c.root)
+                ));
+            }
+            let proof_json = e
+                .proof_json
+                .as_deref()
+                .ok_or_else(|| format!("{at}: no consistency proof from size {}", prev.size))?;
+            let doc: ConsistencyDocument =
+                serde_json::from_str(proof_json).map_err(|err| format!("{at}: proof: {err}"))?;
+            if (doc.first, doc.second) != (prev.size, c.size) {
+                return Err(format!(
+                    "{at}: the proof is from size {} to {}, not from {}",
+                    doc.first, doc.second, prev.size
+                ));
+            }
+            let mut proof = Vec::with_capacity(doc.proof.len());
+            for h in &doc.proof {
+                let raw = B64
+                    .decode(h)
+                    .map_err(|_| format!("{at}: proof: {h:?} is not base64"))?;
+                proof.push(
+                    merkle::Hash::try_from(raw)
+                        .map_err(|_| format!("{at}: proof: a hash is not 32 bytes"))?,
+                );
+            }
+            if !merkle::verify_consistency(prev.size, c.size, &prev.root, &c.root, &proof) {
+                return Err(format!(
+                    "{at}: does not extend the tree of size {}",
+                    prev.size
+                ));
+            }
+        }
+        previous = Some(c);
+    }
+    let last = previous.ok_or("no checkpoints")?;
+    Ok(ChainSummary {
+        origin: last.origin,
+        checkpoints: entries.len(),
+        tree_size: last.size,
+    })
+}
+
 pub fn verify_record(proof_json: &str, record_json: &str) -> Result<(), String> {
     let doc: ProofDocument = serde_json::from_str(proof_json).map_err(|e| format!("proof: {e}"))?;
     let record: serde_json::Value =

@@ -177,6 +177,20 @@ pub(super) fn store_config(
     })))
 }
 
+impl StoreConfig {
+    /// The store a command-line `--store URL` names, the password read as
+    /// for `[store] url` (from the URL or `VERDICT_STORE_PASSWORD`).
+    pub fn from_url(url: &str) -> Result<StoreConfig, ConfigError> {
+        store_config(
+            FileStore {
+                url: Some(url.to_string()),
+                ..FileStore::default()
+            },
+            &|name| std::env::var(name).ok(),
+        )
+    }
+}
+
 /// `url` with the password of its user-info part (if any) replaced by
 /// `***`, and any `password=` query parameter likewise.
 pub fn redact(url: &str) -> String {
