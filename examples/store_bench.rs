@@ -171,12 +171,16 @@ fn fresh_database(c: &Cluster) -> Result<String, Error> {
     if !out.status.success() {
         return Err(format!("psql: {}", String::from_utf8_lossy(&out.stderr)).into());
     }
-    let base = c
+    let (base, rest) = c
         .url
         .rsplit_once('/')
-        .map(|(b, _)| b)
         .ok_or("a cluster URL without a database")?;
-    Ok(format!("{base}/{name}"))
+    let query = rest.split_once('?').map(|(_, q)| q).unwrap_or("");
+    Ok(if query.is_empty() {
+        format!("{base}/{name}")
+    } else {
+        format!("{base}/{name}?{query}")
+    })
 }
 
 struct Server {

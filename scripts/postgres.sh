@@ -12,10 +12,14 @@
 # socket in its own directory; password (scram-sha-256) authentication; a
 # role `verdict` owning a database `verdict`. stdout gets exactly one line,
 #
-#   postgres://verdict:PASSWORD@127.0.0.1:PORT/verdict
+#   postgres://verdict:PASSWORD@127.0.0.1:PORT/verdict?sslmode=disable
 #
 # and everything else goes to stderr. DIR/url holds that URL and
 # DIR/admin_url (mode 600) the superuser's (user and database `postgres`).
+# The server also speaks TLS (`ssl = on`) with a certificate for 127.0.0.1
+# issued by a throwaway CA whose certificate is DIR/ca.crt, so clients can
+# be tested with `?sslmode=require` and that file as their root (when the
+# openssl command is there; without it the server is plain only).
 # `start` on a DIR whose cluster runs prints its URL again, and concurrent
 # starts on one DIR share one cluster (flock on DIR/.lock).
 #
@@ -177,7 +181,7 @@ running() {
 # Entries a DIR of this script may hold.
 ours() {
     case "$1" in
-        .lock | url | admin_url | url.tmp | admin_url.tmp | cluster | data | log | pwfile | .s.PGSQL.*) return 0 ;;
+        .lock | url | admin_url | url.tmp | admin_url.tmp | ca.crt | ca.crt.tmp | cluster | data | log | pwfile | .s.PGSQL.*) return 0 ;;
         *) return 1 ;;
     esac
 }
@@ -215,7 +219,7 @@ clear_cluster() {
     case "$cl" in
         /tmp/verdict-pg.*) rm -rf -- "$cl" ;;
     esac
-    rm -rf -- "$dir/url" "$dir/admin_url" "$dir/url.tmp" "$dir/admin_url.tmp" "$dir/cluster" "$dir/data" "$dir/log" "$dir/pwfile" "$dir"/.s.PGSQL.*
+    rm -rf -- "$dir/url" "$dir/admin_url" "$dir/ca.crt" "$dir/ca.crt.tmp" "$dir/url.tmp" "$dir/admin_url.tmp" "$dir/cluster" "$dir/data" "$dir/log" "$dir/pwfile" "$dir"/.s.PGSQL.*
 }
 
 # Takes the lock on DIR/.lock (fd 9). A `stop` may remove DIR while we wait,
@@ -312,6 +316,34 @@ cmd_start() {
     fi
     rm -f -- "$cl/pwfile"
 
+    local tls=""
+    if command -v openssl >/dev/null 2>&1; then
+        # A CA and a server certificate for 127.0.0.1 (webpki refuses a CA
+        # certificate as the server's own, so there are two).
+        if (
+            set -e
+            umask 077
+            cd "$cl/data"
+            openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=verdict test CA" \
+                -keyout ca.key -out ca.crt >/dev/null 2>&1
+            openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+                -keyout server.key -out server.csr >/dev/null 2>&1
+            printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' >server.ext
+            openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+                -extfile server.ext -out server.crt >/dev/null 2>&1
+            rm -f ca.key server.csr server.ext ca.srl
+        ); then
+            if am_root; then
+                chown "$SERVICE_USER:" "$cl/data/server.key" "$cl/data/server.crt" "$cl/data/ca.crt"
+            fi
+            cp "$cl/data/ca.crt" "$dir/ca.crt.tmp" && mv "$dir/ca.crt.tmp" "$dir/ca.crt"
+            chmod 644 "$dir/ca.crt"
+            tls=$'ssl = on\n'
+        else
+            log "openssl failed: the server speaks plain only"
+        fi
+    fi
+
     local fast=""
     if [ "${PG_FAST:-}" = 1 ]; then
         fast=$'fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n'
@@ -324,8 +356,8 @@ cmd_start() {
     local port attempt started=""
     for attempt in 1 2 3 4 5; do
         port=$(free_port)
-        printf "listen_addresses = '127.0.0.1'\nport = %s\nunix_socket_directories = '%s'\nmax_connections = 200\n%s" \
-            "$port" "$cl" "$fast" >"$cl/data/verdict.conf"
+        printf "listen_addresses = '127.0.0.1'\nport = %s\nunix_socket_directories = '%s'\nmax_connections = 200\n%s%s" \
+            "$port" "$cl" "$fast" "$tls" >"$cl/data/verdict.conf"
         if am_root; then
             chown "$SERVICE_USER:" "$cl/data/verdict.conf"
         fi
@@ -360,8 +392,10 @@ cmd_start() {
         sleep 0.2
     done
 
-    local admin_url="postgres://postgres:$admin_pw@127.0.0.1:$port/postgres"
-    local url="postgres://verdict:$user_pw@127.0.0.1:$port/verdict"
+    # Plain on loopback: `prefer` would try TLS and refuse the throwaway
+    # CA that no client trusts unless told to (`ca_file`, `sslrootcert`).
+    local admin_url="postgres://postgres:$admin_pw@127.0.0.1:$port/postgres?sslmode=disable"
+    local url="postgres://verdict:$user_pw@127.0.0.1:$port/verdict?sslmode=disable"
     "$bin/psql" -X -q -v ON_ERROR_STOP=1 -d "$admin_url" >&2 <<SQL || die "creating the role and database verdict failed"
 CREATE ROLE verdict LOGIN PASSWORD '$user_pw';
 CREATE DATABASE verdict OWNER verdict;

@@ -167,7 +167,7 @@ impl From<tokio_postgres::Error> for SharedError {
 
 impl From<deadpool_postgres::PoolError> for SharedError {
     fn from(e: deadpool_postgres::PoolError) -> SharedError {
-        SharedError::Query(format!("no connection: {e}"))
+        SharedError::Query(format!("no connection: {}", with_sources(&e)))
     }
 }
 
@@ -176,8 +176,24 @@ impl From<deadpool_postgres::PoolError> for SharedError {
 pub fn error_text(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {}", db.code().code(), db.message()),
-        None => e.to_string(),
+        None => with_sources(e),
     }
+}
+
+/// An error and its causes, `a: b: c` (the TLS failure behind "error
+/// performing TLS handshake", say).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The shared store: cheap to clone.

@@ -503,7 +503,14 @@ async fn a_store_outage_fails_holds_closed_and_leaves_the_rest_working() {
     let Some(url) = support::postgres::fresh_database() else {
         return;
     };
-    let db = url.rsplit('/').next().unwrap().to_string();
+    let db = url
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .split('?')
+        .next()
+        .unwrap()
+        .to_string();
     // The owner (the URL's role) can close its database to connections
     // and end its own sessions; this runs from the cluster's `verdict` db.
     let control = support::postgres::with_database(&url, "verdict");
@@ -680,4 +687,119 @@ async fn verify_remote_checks_every_replicas_published_checkpoints() {
     assert!(text.contains("INVALID: verdict.test/a:"), "{text}");
     assert!(text.contains("ok: verdict.test/b:"), "{text}");
     drop((a, b));
+}
+
+/// `sslmode=require` with `ca_file`: the replica reaches the store over TLS
+/// (rustls) and holds calls there; with roots that do not cover the
+/// server's certificate it refuses to start (exit 64) and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_is_reached_over_tls_and_a_wrong_root_refuses_to_start() {
+    let Some(url) = support::postgres::fresh_database() else {
+        return;
+    };
+    let Some(ca) = support::postgres::ca_file() else {
+        eprintln!("skipping: the test cluster has no TLS (started without openssl, or VERDICT_TEST_POSTGRES_URL)");
+        return;
+    };
+    let tls_url = url.replace("sslmode=disable", "sslmode=require");
+    assert!(tls_url.contains("sslmode=require"), "{tls_url}");
+    // The right root: a hold is stored over TLS.
+    let up = MockUpstream::start().await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let config = dir.path().join("tls.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\nurl = \"{tls_url}\"\nca_file = \"{}\"\n",
+            ca.display()
+        ),
+    )
+    .unwrap();
+    let (mut child, api, log) = support::spawn_binary_with(
+        BIN,
+        dir.path(),
+        "info",
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--proxy-listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &up.url(),
+        ],
+        &[],
+    );
+    std::fs::write(
+        dir.path().join("policies/refunds.toml"),
+        RefundPolicy::new("strict")
+            .review_over(500)
+            .hold("1ms")
+            .build(),
+    )
+    .unwrap();
+    let health = support::eventually(
+        "the shared store over TLS",
+        Duration::from_secs(10),
+        || async {
+            let h = support::call(
+                &format!("http://{api}"),
+                Method::GET,
+                "/health/detailed",
+                &[],
+                "",
+            )
+            .await
+            .json();
+            if h["components"]["shared_store"]["status"] == "ok" {
+                Ok(h)
+            } else {
+                Err(h)
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        health["components"]["shared_store"]["schema_version"], 3,
+        "{health}"
+    );
+    let ssl = support::postgres::psql(
+        &url,
+        "SELECT count(*) FILTER (WHERE NOT s.ssl) || '/' || count(*) FROM pg_stat_ssl s \
+         JOIN pg_stat_activity a USING (pid) \
+         WHERE a.datname = current_database() AND a.application_name = ''",
+    )
+    .unwrap();
+    assert!(
+        ssl.starts_with("0/") && ssl != "0/0",
+        "plain/all connections of the replica: {ssl}"
+    );
+    support::terminate(&mut child, &log);
+
+    // Roots that do not cover the server's certificate (the system's).
+    std::fs::write(&config, format!("[store]\nurl = \"{tls_url}\"\n")).unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--api-listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path().join("data2"))
+        .arg("--policies")
+        .arg(dir.path().join("policies"))
+        .arg("--keys")
+        .arg(dir.path().join("keys.toml"))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(64), "{text}");
+    assert!(
+        text.contains("certificate") || text.contains("UnknownIssuer"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(url.split('@').next().unwrap().rsplit(':').next().unwrap()),
+        "no password in: {text}"
+    );
 }

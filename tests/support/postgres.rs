@@ -131,6 +131,17 @@ pub fn fresh_database() -> Option<String> {
     Some(with_database(&c.url, &name))
 }
 
+/// The CA certificate the shared cluster's TLS certificate chains to
+/// (scripts/postgres.sh writes it when openssl is there); `None` with
+/// [`ENV_URL`], or for a cluster started without TLS.
+pub fn ca_file() -> Option<PathBuf> {
+    if std::env::var(ENV_URL).is_ok_and(|u| !u.is_empty()) {
+        return None;
+    }
+    cluster()?;
+    Some(cluster_dir().join("ca.crt")).filter(|p| p.exists())
+}
+
 /// Runs `sql` with `psql` on `url` (stopping at the first error) and returns
 /// its output, unaligned and without headers; `Err` holds psql's stderr.
 pub fn psql(url: &str, sql: &str) -> Result<String, String> {
