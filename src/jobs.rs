@@ -511,17 +511,7 @@ impl SqliteJobs {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let joined = tokio::task::spawn_blocking(move || {
-            for t in threads {
-                if t.join().is_err() {
-                    tracing::error!("batch worker thread panicked");
-                }
-            }
-        })
-        .await;
-        if let Err(e) = joined {
-            tracing::error!(error = %e, "joining batch workers failed");
-        }
+        join_workers(threads).await;
         if let Some(s) = sweeper {
             let _ = s.await;
         }
@@ -574,6 +564,22 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.shared.queue.stop();
         let _ = self.stop_sweeper.send(true);
+    }
+}
+
+/// Waits (on the blocking pool) for worker threads to end, logging any
+/// that panicked.
+async fn join_workers(threads: Vec<std::thread::JoinHandle<()>>) {
+    let joined = tokio::task::spawn_blocking(move || {
+        for t in threads {
+            if t.join().is_err() {
+                tracing::error!("batch worker thread panicked");
+            }
+        }
+    })
+    .await;
+    if let Err(e) = joined {
+        tracing::error!(error = %e, "joining batch workers failed");
     }
 }
 

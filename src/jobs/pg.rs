@@ -314,17 +314,7 @@ impl PgJobs {
     pub async fn shutdown(&self) {
         self.stop();
         let threads = std::mem::take(&mut *lock(&self.threads));
-        let joined = tokio::task::spawn_blocking(move || {
-            for t in threads {
-                if t.join().is_err() {
-                    tracing::error!("batch worker thread panicked");
-                }
-            }
-        })
-        .await;
-        if let Err(e) = joined {
-            tracing::error!(error = %e, "joining batch workers failed");
-        }
+        super::join_workers(threads).await;
         for t in std::mem::take(&mut *lock(&self.tasks)) {
             t.abort();
         }

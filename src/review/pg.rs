@@ -61,6 +61,18 @@ impl PgStore {
         self.shared.replica()
     }
 
+    /// Test hook: the one number `sql` selects for a review.
+    #[cfg(test)]
+    fn test_count(&self, sql: &str, review_id: &str) -> i64 {
+        self.shared
+            .block_on(async {
+                let client = self.shared.client().await?;
+                let n: i64 = client.query_one(sql, &[&review_id]).await?.try_get(0)?;
+                Ok::<_, ReviewError>(n)
+            })
+            .unwrap()
+    }
+
     /// The review ids `sql` selects, given this replica's id as `$1`.
     fn ids(&self, sql: &str) -> Result<Vec<String>, ReviewError> {
         self.shared.block_on(async {
@@ -652,36 +664,19 @@ impl Backend for PgStore {
 
     #[cfg(test)]
     fn header_rows(&mut self, review_id: &str) -> i64 {
-        self.shared
-            .block_on(async {
-                let client = self.shared.client().await?;
-                let n: i64 = client
-                    .query_one(
-                        "SELECT COUNT(*) FROM review_request_headers WHERE review_id = $1",
-                        &[&review_id],
-                    )
-                    .await?
-                    .try_get(0)?;
-                Ok::<_, ReviewError>(n)
-            })
-            .unwrap()
+        self.test_count(
+            "SELECT COUNT(*) FROM review_request_headers WHERE review_id = $1",
+            review_id,
+        )
     }
 
     #[cfg(test)]
     fn upstream_body_len(&mut self, review_id: &str) -> usize {
-        self.shared
-            .block_on(async {
-                let client = self.shared.client().await?;
-                let n: i32 = client
-                    .query_one(
-                        "SELECT length(upstream_body) FROM review_reviews WHERE review_id = $1",
-                        &[&review_id],
-                    )
-                    .await?
-                    .try_get(0)?;
-                Ok::<_, ReviewError>(usize::try_from(n).unwrap())
-            })
-            .unwrap()
+        let n = self.test_count(
+            "SELECT length(upstream_body)::bigint FROM review_reviews WHERE review_id = $1",
+            review_id,
+        );
+        usize::try_from(n).unwrap()
     }
 }
 
