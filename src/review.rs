@@ -471,12 +471,9 @@ impl Reviews {
     ) -> Result<Reviews, ReviewError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ReviewError::NoRuntime)?;
         let mut stores: Vec<Box<dyn Backend>> = Vec::new();
-        for _ in 0..shared
-            .pool()
-            .status()
-            .max_size
-            .clamp(1, MAX_SHARED_STORE_CALLS)
-        {
+        // Half the pool at most: the turn, the jobs, the lease and the
+        // checkpoints need connections too.
+        for _ in 0..(shared.pool().status().max_size / 2).clamp(1, MAX_SHARED_STORE_CALLS) {
             stores.push(Box::new(pg::PgStore::new(
                 shared.clone(),
                 sealer(&seal_key)?,
@@ -1071,6 +1068,8 @@ impl Inner {
         let attended = match waiters.get(&row.review_id) {
             Some(tx) if tx.receiver_count() > 0 => {
                 tx.send_replace(Some(resolution));
+                // A mark left by a waiter that read the store is spent.
+                lock(&self.taken).remove(&row.review_id);
                 true
             }
             _ => lock(&self.taken).remove(&row.review_id),

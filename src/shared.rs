@@ -180,6 +180,24 @@ pub fn error_text(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// Whether an error passes by itself: the connection failed, or the server
+/// refused for a reason of the moment (SQLSTATE classes 08 connection, 40
+/// rollback such as a deadlock or serialization failure, 53 resources, 57
+/// operator intervention such as a shutdown, 58 system; and 55P03, a lock
+/// not available). Callers answer these 503, not 500.
+pub fn is_transient(e: &tokio_postgres::Error) -> bool {
+    match e.as_db_error() {
+        None => true,
+        Some(db) => {
+            let code = db.code().code();
+            ["08", "40", "53", "57", "58"]
+                .iter()
+                .any(|class| code.starts_with(class))
+                || code == "55P03"
+        }
+    }
+}
+
 /// An error and its causes, `a: b: c` (the TLS failure behind "error
 /// performing TLS handshake", say).
 fn with_sources(e: &dyn std::error::Error) -> String {
@@ -215,6 +233,8 @@ struct Inner {
     metrics: Metrics,
     /// Failed renewals and listener connections since start.
     errors: AtomicU64,
+    /// Set by [`Shared::release`]: the lease is ended and stays ended.
+    released: std::sync::atomic::AtomicBool,
     last_error: Mutex<Option<String>>,
 }
 
@@ -259,6 +279,7 @@ impl Shared {
             latency_us: AtomicI64::new(-1),
             metrics: Metrics::default(),
             errors: AtomicU64::new(0),
+            released: std::sync::atomic::AtomicBool::new(false),
             last_error: Mutex::new(None),
         });
         let shared = Shared { inner };
@@ -362,6 +383,7 @@ impl Shared {
     /// approved reviews without waiting for the lease to lapse. Called on a
     /// graceful shutdown.
     pub async fn release(&self) {
+        self.inner.released.store(true, Ordering::Relaxed);
         let sql = "UPDATE verdict_replicas SET lease_until = 0 WHERE replica_id = $1";
         match self.client().await {
             Ok(c) => {
@@ -574,6 +596,9 @@ async fn renew_forever(inner: std::sync::Weak<Inner>) {
         let Some(strong) = inner.upgrade() else {
             return;
         };
+        if strong.released.load(Ordering::Relaxed) {
+            return;
+        }
         let shared = Shared { inner: strong };
         match shared.renew().await {
             Ok(()) => {

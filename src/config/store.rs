@@ -16,6 +16,10 @@ use super::{duration, ConfigError};
 
 /// `[store] pool_size` when unset.
 pub const DEFAULT_POOL_SIZE: usize = 16;
+/// The smallest `pool_size`: a resolution holds the turn's connection
+/// while its store call takes another, and the lease, the job workers and
+/// the checkpoints need theirs.
+pub const MIN_POOL_SIZE: usize = 4;
 /// The largest `pool_size`.
 pub const MAX_POOL_SIZE: usize = 256;
 /// The environment variable read for the password when `password_env` is
@@ -149,9 +153,9 @@ pub(super) fn store_config(
         )));
     }
     let pool_size = f.pool_size.unwrap_or(DEFAULT_POOL_SIZE);
-    if pool_size == 0 || pool_size > MAX_POOL_SIZE {
+    if !(MIN_POOL_SIZE..=MAX_POOL_SIZE).contains(&pool_size) {
         return Err(invalid(format!(
-            "store.pool_size: {pool_size} must be between 1 and {MAX_POOL_SIZE}"
+            "store.pool_size: {pool_size} must be between {MIN_POOL_SIZE} and {MAX_POOL_SIZE}"
         )));
     }
     let lease = duration("store.lease", f.lease, "10s")?;
@@ -194,25 +198,28 @@ impl StoreConfig {
 /// `url` with the password of its user-info part (if any) replaced by
 /// `***`, and any `password=` query parameter likewise.
 pub fn redact(url: &str) -> String {
-    let (head, query) = match url.split_once('?') {
-        Some((h, q)) => (h, Some(q)),
-        None => (url, None),
+    // The user-info part ends at the last `@`, and a password may hold `?`
+    // or `/`: split it off before looking for the query.
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (auth, after) = match rest.rsplit_once('@') {
+        Some((a, h)) => (Some(a), h),
+        None => (None, rest),
     };
-    let mut out = match head.split_once("://") {
-        Some((scheme, rest)) => {
-            let (auth, host) = match rest.rsplit_once('@') {
-                Some((a, h)) => (Some(a), h),
-                None => (None, rest),
-            };
-            match auth {
-                Some(a) => match a.split_once(':') {
-                    Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-                    None => format!("{scheme}://{a}@{host}"),
-                },
-                None => format!("{scheme}://{host}"),
-            }
-        }
-        None => head.to_string(),
+    let (host, query) = match after.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (after, None),
+    };
+    let prefix = if scheme.is_empty() {
+        String::new()
+    } else {
+        format!("{scheme}://")
+    };
+    let mut out = match auth {
+        Some(a) => match a.split_once(':') {
+            Some((user, _)) => format!("{prefix}{user}:***@{host}"),
+            None => format!("{prefix}{a}@{host}"),
+        },
+        None => format!("{prefix}{host}"),
     };
     if let Some(q) = query {
         let parts: Vec<String> = q
@@ -344,5 +351,9 @@ mod tests {
         );
         assert_eq!(redact("postgres://u@h/d"), "postgres://u@h/d");
         assert_eq!(redact("postgres://h/d"), "postgres://h/d");
+        assert_eq!(
+            redact("postgres://u:p?a/ss@h:1/d?sslmode=disable"),
+            "postgres://u:***@h:1/d?sslmode=disable"
+        );
     }
 }

@@ -42,10 +42,10 @@ const JOB_COLUMNS: &str = "seq, job_id, owner, status, items_total, items_done, 
 
 impl From<tokio_postgres::Error> for JobsError {
     fn from(e: tokio_postgres::Error) -> JobsError {
-        if e.as_db_error().is_some() {
-            JobsError::Shared(error_text(&e))
-        } else {
+        if crate::shared::is_transient(&e) {
             JobsError::Unavailable(error_text(&e))
+        } else {
+            JobsError::Shared(error_text(&e))
         }
     }
 }
@@ -578,6 +578,18 @@ impl PgJobs {
                 .await?;
             let (done, total, status): (i64, i64, String) =
                 (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+            // Items still claimed and not yet run keep their lease: slow
+            // items must not hand the rest of the claim to another worker.
+            let lease_us = i64::try_from(self.shared.lease().as_micros()).unwrap_or(i64::MAX);
+            tx.execute(
+                &tx.prepare_cached(&format!(
+                    "UPDATE jobs_items SET lease_until = {NOW_MICROS} + $3 \
+                     WHERE job_id = $1 AND lease_owner = $2 AND result IS NULL"
+                ))
+                .await?,
+                &[&job_id, &self.shared.replica(), &lease_us],
+            )
+            .await?;
             let finished = if done >= total && status == "running" {
                 tx.execute(
                     "UPDATE jobs_jobs SET status = 'succeeded', finished_at_ms = $2 \

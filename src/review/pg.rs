@@ -88,13 +88,14 @@ impl PgStore {
 }
 
 /// A statement the database refused is a storage error; a connection
-/// that failed is the store being unavailable.
+/// that failed, or a refusal that passes (see `shared::is_transient`), is
+/// the store being unavailable.
 impl From<tokio_postgres::Error> for ReviewError {
     fn from(e: tokio_postgres::Error) -> ReviewError {
-        if e.as_db_error().is_some() {
-            ReviewError::Storage(error_text(&e))
-        } else {
+        if crate::shared::is_transient(&e) {
             ReviewError::Unavailable(error_text(&e))
+        } else {
+            ReviewError::Storage(error_text(&e))
         }
     }
 }
@@ -808,21 +809,47 @@ fn read_row(r: &tokio_postgres::Row) -> Result<Row, ReviewError> {
     })
 }
 
+/// How long a resolution waits for the turn before it answers 503: a
+/// turn is a few statements long, so a longer wait means a replica died
+/// holding it (PostgreSQL frees it when it drops that session).
+const TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The database half of a resolution turn: a session advisory lock on a
 /// pooled connection, released when the turn ends.
+///
+/// The guard owns the connection before the first lock attempt is sent,
+/// so a caller that goes away mid-attempt still releases (or, failing
+/// that, closes) it: a lock can never stay behind on a pooled connection.
 pub(super) struct SharedTurn {
     client: Option<deadpool_postgres::Object>,
 }
 
 impl SharedTurn {
     pub async fn take(shared: &Shared) -> Result<SharedTurn, ReviewError> {
-        let client = shared.client().await?;
-        client
-            .execute("SELECT pg_advisory_lock($1)", &[&RESOLUTION_LOCK])
-            .await?;
-        Ok(SharedTurn {
-            client: Some(client),
-        })
+        let mut turn = SharedTurn {
+            client: Some(shared.client().await?),
+        };
+        let deadline = tokio::time::Instant::now() + TURN_WAIT;
+        loop {
+            let locked: bool = match &turn.client {
+                Some(c) => c
+                    .query_one("SELECT pg_try_advisory_lock($1)", &[&RESOLUTION_LOCK])
+                    .await?
+                    .try_get(0)?,
+                None => false,
+            };
+            if locked {
+                return Ok(turn);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                // Not held: the connection goes back to the pool as is.
+                turn.client = None;
+                return Err(ReviewError::Unavailable(
+                    "another replica has held the resolution turn too long".into(),
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 }
 
