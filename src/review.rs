@@ -624,15 +624,10 @@ impl Reviews {
     /// review and `true` instead of storing a second one. Two reviews of one
     /// retried refund could both be approved and forward it twice; joined,
     /// one approval forwards it once.
-    pub async fn create_or_join(&self, new: NewReview) -> Result<(ReviewView, bool), ReviewError> {
-        let (view, joined, _waiter) = self.hold(new).await?;
-        Ok((view, joined))
-    }
-
-    /// [`Reviews::create_or_join`] for a caller that will wait on the
-    /// review: the returned [`Waiter`] was listening before the review
-    /// could be seen, so an approval that comes at once (even on another
-    /// replica) is this caller's to forward, never the unattended queue's.
+    ///
+    /// The returned [`Waiter`] was listening before the review could be
+    /// seen, so an approval that comes at once (even on another replica) is
+    /// the caller's to forward, never the unattended queue's.
     pub async fn hold(&self, new: NewReview) -> Result<(ReviewView, bool, Waiter), ReviewError> {
         let review_id = new.review_id.unwrap_or_else(uuid::Uuid::new_v4).to_string();
         let sub = Subscription::new(&self.inner, &review_id);
@@ -1077,11 +1072,6 @@ impl Inner {
         (attended, was_pending)
     }
 
-    /// Queues an approval that no held connection will forward.
-    fn unattended(&self, review_id: &str) {
-        self.queue_unattended(review_id);
-    }
-
     /// Bookkeeping after a review this replica holds was resolved on
     /// another replica: the same as [`Inner::resolved`] but for the webhook
     /// and the resolution metrics, which the resolving replica did.
@@ -1104,7 +1094,8 @@ impl Inner {
         }
     }
 
-    fn queue_unattended(&self, review_id: &str) {
+    /// Queues an approval that no held connection will forward.
+    fn unattended(&self, review_id: &str) {
         tracing::debug!(
             review_id,
             "approved with no held connection waiting: queued for the background forwarder"
@@ -1254,15 +1245,27 @@ async fn follow_shared(
     let mut takeover = tokio::time::interval(lease / 3);
     takeover.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Only reviews this replica holds (pending in its memory) or waits
+        // on: the rest are other replicas' business.
         let ids: Vec<String> = tokio::select! {
-            id = notified.recv() => match id {
-                Some(id) => vec![id],
-                None => return,
-            },
+            id = notified.recv() => {
+                let Some(id) = id else { return };
+                let Some(strong) = inner.upgrade() else { return };
+                let waiters = lock(&strong.waiters);
+                let ours = waiters.contains_key(&id)
+                    || lock(&strong.pending).iter().any(|(_, p)| *p == id);
+                if !ours {
+                    continue;
+                }
+                vec![id]
+            }
             _ = poll.tick() => {
                 let Some(strong) = inner.upgrade() else { return };
-                let ids = lock(&strong.pending).iter().map(|(_, id)| id.clone()).collect();
-                ids
+                let waiters = lock(&strong.waiters);
+                let mut ids: BTreeSet<String> =
+                    lock(&strong.pending).iter().map(|(_, id)| id.clone()).collect();
+                ids.extend(waiters.keys().cloned());
+                ids.into_iter().collect()
             }
             _ = takeover.tick() => {
                 let Some(strong) = inner.upgrade() else { return };
@@ -1271,7 +1274,7 @@ async fn follow_shared(
                         tracing::warn!(review_id, "forward was in flight on a replica that is gone: outcome unknown, not retried");
                     }
                     for review_id in s.orphaned_approvals()? {
-                        inner.queue_unattended(&review_id);
+                        inner.unattended(&review_id);
                     }
                     Ok(())
                 })
@@ -1284,15 +1287,6 @@ async fn follow_shared(
         };
         let Some(strong) = inner.upgrade() else {
             return;
-        };
-        // Only reviews this replica holds (pending in its memory) or waits
-        // on: the rest are other replicas' business.
-        let ids: Vec<String> = {
-            let waiters = lock(&strong.waiters);
-            let pending = lock(&strong.pending);
-            ids.into_iter()
-                .filter(|id| waiters.contains_key(id) || pending.iter().any(|(_, p)| p == id))
-                .collect()
         };
         if ids.is_empty() {
             continue;

@@ -104,9 +104,9 @@ mod tests {
     #[tokio::test]
     async fn every_new_and_resolved_review_is_observed_once() {
         let (_dir, r, seen) = observed(Duration::from_secs(3600));
-        let (a, joined) = r.create_or_join(new_review()).await.unwrap();
+        let (a, joined, _) = r.hold(new_review()).await.unwrap();
         assert!(!joined);
-        let (again, joined) = r.create_or_join(new_review()).await.unwrap();
+        let (again, joined, _) = r.hold(new_review()).await.unwrap();
         assert!(joined && again.review_id == a.review_id);
         crate::review::tests::alice_resolves(&r, &a.review_id, true, "ok")
             .await

@@ -164,7 +164,7 @@ pub(super) enum Resolved {
 pub(super) trait Backend: Send {
     /// Stores a new pending review and its held request; with `join`, first
     /// looks for a pending review of the same owner and route holding
-    /// exactly this call (see [`super::Reviews::create_or_join`]) and
+    /// exactly this call (see [`super::Reviews::hold`]) and
     /// returns it instead, with `true`. The lookup and the insert cannot
     /// interleave with another hold.
     fn hold(

@@ -953,13 +953,13 @@ fn with_creds(auth: Option<&str>, cookie: Option<&str>) -> NewReview {
 async fn retries_join_only_with_the_same_credentials() {
     let dir = place();
     let r = dir.open(HOUR).await;
-    let (a, joined) = r
-        .create_or_join(with_creds(Some("Bearer alice"), None))
+    let (a, joined, _) = r
+        .hold(with_creds(Some("Bearer alice"), None))
         .await
         .unwrap();
     assert!(!joined);
-    let (again, joined) = r
-        .create_or_join(with_creds(Some("Bearer alice"), None))
+    let (again, joined, _) = r
+        .hold(with_creds(Some("Bearer alice"), None))
         .await
         .unwrap();
     assert!(joined);
@@ -969,7 +969,7 @@ async fn retries_join_only_with_the_same_credentials() {
         with_creds(None, None),
         with_creds(Some("Bearer alice"), Some("session=x")),
     ] {
-        let (v, joined) = r.create_or_join(other).await.unwrap();
+        let (v, joined, _) = r.hold(other).await.unwrap();
         assert!(!joined, "other credentials joined a pending review");
         assert_ne!(v.review_id, a.review_id);
     }
