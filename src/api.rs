@@ -721,7 +721,11 @@ impl Api {
 }
 
 impl Handler for Api {
-    async fn handle(&self, req: Request<Incoming>, conn: ConnInfo) -> Response<RespBody> {
+    type Conn = ();
+
+    fn open(&self) {}
+
+    async fn handle(&self, req: Request<Incoming>, conn: ConnInfo, _: &()) -> Response<RespBody> {
         let started = Instant::now();
         let request_id = http_util::request_id(req.headers());
         let method = req.method().clone();

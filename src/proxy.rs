@@ -19,12 +19,15 @@
 //! - `unmatched`: stream through without buffering, except a JSON body to a
 //!   path gated under another method, read to refuse a `_method` in it.
 //! - `upstream`: the pooled client and the forwarded request (`Outbound`).
+//! - `affinity`: the pass-through's upstream connection per downstream
+//!   HTTP/1 connection, driven in that connection's task.
 //! - `hold`: a held call, its review, and its exactly-once forward.
 //! - `stats`: metrics and the `upstream` health component.
 //!
 //! Anything that keeps the engine or the audit log from doing its job fails
 //! closed (503) unless the route says `failure_mode = "open"`.
 
+mod affinity;
 mod gated;
 mod guard;
 mod hold;
@@ -33,17 +36,18 @@ mod stats;
 mod unmatched;
 mod upstream;
 
+use affinity::{Affinity, IdleUpstreams};
 use gated::blocked;
 use hold::HeldSender;
 pub use hold::{forward_held, run_background_forwarder};
 use read::Routed;
 pub use stats::{ProxyStats, UpstreamComponent};
-use upstream::{build_client, forward_headers, strip_hop_by_hop};
+use upstream::{build_client, build_connector, forward_headers, strip_hop_by_hop, upstream_host};
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::{Request, Response, Uri};
+use http::{HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -59,13 +63,20 @@ use crate::server::{ConnInfo, Handler};
 /// key can be named after it (see `crate::api::auth`).
 pub use crate::api::auth::PROXY_PRINCIPAL;
 
-type UpstreamClient = Client<HttpsConnector<HttpConnector>, RespBody>;
+type Connector = HttpsConnector<HttpConnector>;
+type UpstreamClient = Client<Connector, RespBody>;
 
-/// The proxy as a [`Handler`].
+/// The proxy as a [`Handler`]: one per proxy thread, each with its own
+/// upstream pool and idle list.
 pub struct Proxy {
     app: Arc<App>,
     upstream: Uri,
+    /// The `Host` header for a request on a connection of its own.
+    upstream_host: Option<HeaderValue>,
+    connector: Connector,
     client: UpstreamClient,
+    /// Upstream connections of closed downstream connections.
+    idle: IdleUpstreams,
     cfg: ProxyConfig,
     stats: ProxyStats,
     /// Where held requests are forwarded from.
@@ -79,7 +90,8 @@ impl Proxy {
         cfg: ProxyConfig,
         stats: ProxyStats,
     ) -> Result<Proxy, String> {
-        let client = build_client(&cfg)?;
+        let connector = build_connector(&cfg)?;
+        let client = build_client(connector.clone());
         let held = HeldSender {
             runtime: tokio::runtime::Handle::try_current().map_err(|e| e.to_string())?,
             client: client.clone(),
@@ -87,7 +99,10 @@ impl Proxy {
         Ok(Proxy {
             client,
             app,
+            upstream_host: upstream_host(&upstream),
             upstream,
+            connector,
+            idle: IdleUpstreams::default(),
             cfg,
             stats,
             held,
@@ -95,13 +110,16 @@ impl Proxy {
     }
 
     /// A proxy for another thread's runtime: the same settings, its own
-    /// upstream pool (a pooled connection is driven by the runtime that
-    /// opened it), the same sender of held requests.
+    /// upstream pool and idle list (a pooled connection is driven by the
+    /// runtime that opened it), the same sender of held requests.
     pub fn for_thread(&self) -> Result<Proxy, String> {
         Ok(Proxy {
-            client: build_client(&self.cfg)?,
+            client: build_client(self.connector.clone()),
             app: self.app.clone(),
             upstream: self.upstream.clone(),
+            upstream_host: self.upstream_host.clone(),
+            connector: self.connector.clone(),
+            idle: IdleUpstreams::default(),
             cfg: self.cfg.clone(),
             stats: self.stats.clone(),
             held: self.held.clone(),
@@ -114,6 +132,7 @@ impl Proxy {
         &self,
         req: Request<Incoming>,
         conn: ConnInfo,
+        affinity: Option<&Affinity>,
         request_id: &str,
         set: &crate::policy::PolicySet,
         routed: Routed<'_>,
@@ -124,9 +143,13 @@ impl Proxy {
             Routed::Unmatched {
                 json_gated_elsewhere: Some(route),
             } if self.cfg.unmatched == Unmatched::Forward => {
-                return self.unmatched_json(req, conn, request_id, set, route).await;
+                return self
+                    .unmatched_json(req, conn, affinity, request_id, set, route)
+                    .await;
             }
-            Routed::Unmatched { .. } => return self.unmatched(req, conn, request_id).await,
+            Routed::Unmatched { .. } => {
+                return self.unmatched(req, conn, affinity, request_id).await
+            }
         };
         match self
             .gated(req, conn, request_id, set, route, &path_params)
@@ -142,8 +165,30 @@ impl Proxy {
 }
 
 impl Handler for Proxy {
-    async fn handle(&self, req: Request<Incoming>, conn: ConnInfo) -> Response<RespBody> {
+    type Conn = Affinity;
+
+    fn open(&self) -> Affinity {
+        Affinity::default()
+    }
+
+    fn drive(affinity: &Affinity) -> impl std::future::Future<Output = ()> + Send + '_ {
+        affinity.drive()
+    }
+
+    fn close(&self, affinity: Affinity) {
+        self.idle.checkin(affinity);
+    }
+
+    async fn handle(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnInfo,
+        affinity: &Affinity,
+    ) -> Response<RespBody> {
         let started = Instant::now();
+        // An HTTP/2 connection carries many requests at once: those go
+        // through the pool.
+        let affinity = (req.version() <= Version::HTTP_11).then_some(affinity);
         let request_id = http_util::request_id(req.headers());
         let set = self.app.policies.load_full();
         let routed = read::route(
@@ -165,7 +210,7 @@ impl Handler for Proxy {
             // The pass-through is the tax every request pays: no span and
             // no log line at the default level (an upstream failure is
             // still a warning naming the request id).
-            let mut resp = self.unmatched(req, conn, &request_id).await;
+            let mut resp = self.unmatched(req, conn, affinity, &request_id).await;
             http_util::stamp_request_id(&mut resp, &request_id);
             tracing::debug!(
                 request_id = %request_id,
@@ -183,7 +228,9 @@ impl Handler for Proxy {
             peer = %conn.peer
         );
         async {
-            let mut resp = self.route(req, conn, &request_id, &set, routed).await;
+            let mut resp = self
+                .route(req, conn, affinity, &request_id, &set, routed)
+                .await;
             http_util::stamp_request_id(&mut resp, &request_id);
             tracing::info!(
                 status = resp.status().as_u16(),

@@ -17,6 +17,10 @@
 //! runtime and its own `SO_REUSEPORT` listener on the same port (see
 //! [`bind_reuseport`]), so that a proxied request never waits for another
 //! thread to wake up. The connection cap is shared by all of them.
+//!
+//! A [`Handler`] may keep state for each connection and run work in the
+//! connection's own task ([`Handler::drive`]): the proxy keeps an HTTP/1
+//! connection's own upstream connection there.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -57,11 +61,28 @@ pub struct ConnInfo {
 
 /// Something that answers requests: the API or the proxy.
 pub trait Handler: Send + Sync + 'static {
+    /// What one connection keeps between its requests (the proxy's own
+    /// upstream connection); `()` for a handler that keeps nothing.
+    type Conn: Send + Sync + 'static;
+
+    /// The state of a connection just accepted.
+    fn open(&self) -> Self::Conn;
+
     fn handle(
         &self,
         req: Request<Incoming>,
         conn: ConnInfo,
+        state: &Self::Conn,
     ) -> impl Future<Output = Response<RespBody>> + Send;
+
+    /// Runs in the connection's task, beside its requests, for as long as
+    /// the connection lives; it never ends by itself.
+    fn drive(_state: &Self::Conn) -> impl Future<Output = ()> + Send + '_ {
+        std::future::pending()
+    }
+
+    /// Called with the state once its connection has ended.
+    fn close(&self, _state: Self::Conn) {}
 }
 
 /// A TLS certificate or configuration that could not be loaded or built.
@@ -231,6 +252,8 @@ async fn serve_shared<H: Handler>(
             tls: acceptor.is_some(),
         };
         let handler = handler.clone();
+        let closer = handler.clone();
+        let state = Arc::new(handler.open());
         let builder = builder.clone();
         let acceptor = acceptor.clone();
         let watcher = graceful.watcher();
@@ -243,15 +266,17 @@ async fn serve_shared<H: Handler>(
         let flag = ambiguous.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let requests_state = state.clone();
             let service = service_fn(move |req: Request<Incoming>| {
                 let handler = handler.clone();
+                let state = requests_state.clone();
                 let flag = flag.clone();
                 let in_flight = busy.begin();
                 async move {
                     if flag.load(Ordering::Acquire) {
                         return Ok(refuse_ambiguous(&req, peer));
                     }
-                    let resp = handler.handle(req, conn).await;
+                    let resp = handler.handle(req, conn, &state).await;
                     let (parts, body) = resp.into_parts();
                     let body = idle::guard_body(body, in_flight);
                     Ok::<_, std::convert::Infallible>(Response::from_parts(parts, body))
@@ -262,6 +287,7 @@ async fn serve_shared<H: Handler>(
                 tracing::debug!(%peer, timeout = ?idle_timeout, "idle connection closed");
                 Ok(())
             };
+            let drive = H::drive(&state);
             let result = match acceptor {
                 Some(acceptor) => {
                     let tls =
@@ -276,7 +302,7 @@ async fn serve_shared<H: Handler>(
                                 return;
                             }
                         };
-                    serve_until_idle(&builder, watcher, tls, ambiguous, service, idle).await
+                    serve_until_idle(&builder, watcher, tls, ambiguous, service, idle, drive).await
                 }
                 None => {
                     // The auto builder waits for the first bytes to pick
@@ -287,11 +313,17 @@ async fn serve_shared<H: Handler>(
                         Ok(Ok(n)) if n > 0 => {}
                         _ => return,
                     }
-                    serve_until_idle(&builder, watcher, stream, ambiguous, service, idle).await
+                    serve_until_idle(&builder, watcher, stream, ambiguous, service, idle, drive)
+                        .await
                 }
             };
             if let Err(e) = result {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            // The service and the driver are gone with the connection, so
+            // this is the last reference.
+            if let Ok(state) = Arc::try_unwrap(state) {
+                closer.close(state);
             }
         });
     }
@@ -314,7 +346,9 @@ async fn serve_shared<H: Handler>(
 type ConnError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Serves HTTP on one accepted stream, plain or after its TLS handshake,
-/// until the connection ends, goes idle or is drained at shutdown.
+/// until the connection ends, goes idle or is drained at shutdown. `drive`
+/// (the handler's per-connection work, see [`Handler::drive`]) is polled in
+/// the same task, before the connection each time the task wakes.
 async fn serve_until_idle<T, S>(
     builder: &auto::Builder<TokioExecutor>,
     watcher: Watcher,
@@ -322,6 +356,7 @@ async fn serve_until_idle<T, S>(
     ambiguous: Arc<AtomicBool>,
     service: S,
     idle: impl Future<Output = Result<(), ConnError>>,
+    drive: impl Future<Output = ()>,
 ) -> Result<(), ConnError>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
@@ -337,6 +372,8 @@ where
         service,
     ));
     tokio::select! {
+        biased;
+        () = drive => Ok(()),
         r = conn => r,
         r = idle => r,
     }

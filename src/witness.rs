@@ -336,10 +336,15 @@ pub struct WitnessHandler {
 }
 
 impl Handler for WitnessHandler {
+    type Conn = ();
+
+    fn open(&self) {}
+
     fn handle(
         &self,
         req: Request<Incoming>,
         _conn: ConnInfo,
+        _: &(),
     ) -> impl Future<Output = Response<RespBody>> + Send {
         let witness = self.witness.clone();
         async move {

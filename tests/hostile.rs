@@ -1206,3 +1206,206 @@ async fn ambiguous_framing_is_refused_later_on_a_keep_alive_connection() {
     eprintln!("hostile corpus: keep-alive framing: {} inputs", t.0);
     s.shutdown().await;
 }
+
+/// What the upstream must see of one smuggling input sent through the
+/// pass-through.
+enum Expect {
+    /// Refused with one of these statuses; nothing of it reaches the
+    /// upstream as a request.
+    Refused(&'static [u16]),
+    /// Forwarded: the upstream gets exactly these (path, body) requests.
+    Forwarded(Vec<(&'static str, String)>),
+    /// Either refused (400) or forwarded as exactly this one request.
+    Either(&'static str, String),
+    /// The client hangs up mid-body: a 400 or no answer; nothing of it
+    /// reaches the upstream as a request.
+    HungUp,
+}
+
+/// Reads up to `want` whole responses (or until the server closes) and
+/// returns their statuses, and whether the connection is still open.
+async fn read_responses(
+    sock: &mut tokio::net::TcpStream,
+    want: usize,
+    what: &str,
+) -> (Vec<u16>, bool) {
+    let mut buf = Vec::new();
+    let mut statuses = Vec::new();
+    let mut open = true;
+    let read = async {
+        let mut chunk = [0u8; 8192];
+        loop {
+            while complete(&buf) && statuses.len() < want {
+                let text = String::from_utf8_lossy(&buf).into_owned();
+                let end = text.find("\r\n\r\n").unwrap() + 4;
+                let len = text[..end]
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("content-length")
+                            .then(|| v.trim().parse::<usize>().ok())
+                            .flatten()
+                    })
+                    .unwrap_or(0);
+                statuses.push(text[9..12].parse().unwrap());
+                buf.drain(..end + len);
+            }
+            if statuses.len() == want {
+                break;
+            }
+            match sock.read(&mut chunk).await {
+                Ok(0) | Err(_) => {
+                    open = false;
+                    break;
+                }
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    if tokio::time::timeout(PER_REQUEST, read).await.is_err() {
+        panic!("{what}: no answer in time");
+    }
+    (statuses, open)
+}
+
+/// The request-smuggling corpus through the pass-through, where each
+/// downstream HTTP/1 connection has its own upstream connection (and
+/// hands it to the next downstream connection when it closes). Each input
+/// is sent after an ordinary request on the same connection, so that its
+/// upstream connection is the affine one, and followed by another ordinary
+/// request (on a new connection when the proxy closed this one, which then
+/// takes over the closed one's upstream connection). The upstream must see
+/// the two ordinary requests intact, and the input either not at all or as
+/// exactly the request(s) meant.
+#[tokio::test]
+async fn smuggling_through_the_pass_through_is_refused_or_forwarded_once() {
+    let g = gated().await;
+    let addr = g.proxy_addr();
+    let path = "/api/items/7";
+    let body = r#"{"amount":1,"note":"x"}"#.to_string();
+    let n = body.len();
+    let head = format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n");
+    let chunked = format!("{n:x}\r\n{body}\r\n0\r\n\r\n");
+    let smuggled = "GET /smuggled HTTP/1.1\r\nhost: x\r\n\r\n";
+    let once = |b: &str| Expect::Forwarded(vec![(path, b.to_string())]);
+    let refused: &[u16] = &[400];
+    let cases: Vec<(&str, String, Expect)> = vec![
+        ("content-length", format!("{head}content-length: {n}\r\n\r\n{body}"), once(&body)),
+        ("chunked", format!("{head}transfer-encoding: chunked\r\n\r\n{chunked}"), once(&body)),
+        ("chunked with an extension and a trailer", format!("{head}transfer-encoding: chunked\r\n\r\n{n:x};ext=1\r\n{body}\r\n0\r\nx-trailer: 1\r\n\r\n"), once(&body)),
+        ("a pipelined pair", format!("{head}content-length: {n}\r\n\r\n{body}GET /second HTTP/1.1\r\nhost: x\r\n\r\n"), Expect::Forwarded(vec![(path, body.clone()), ("/second", String::new())])),
+        ("a fake head inside a body", format!("{head}content-length: {}\r\n\r\n{smuggled}", smuggled.len()), once(smuggled)),
+        ("CL.TE", format!("{head}content-length: {}\r\ntransfer-encoding: chunked\r\n\r\n{chunked}{smuggled}", chunked.len()), Expect::Refused(refused)),
+        ("TE.CL", format!("{head}transfer-encoding: chunked\r\ncontent-length: 4\r\n\r\n{chunked}{smuggled}"), Expect::Refused(refused)),
+        ("TE.TE, obfuscated", format!("{head}transfer-encoding: chunked\r\ntransfer-encoding: x\r\n\r\n{chunked}{smuggled}"), Expect::Refused(&[400, 501])),
+        ("transfer-encoding with a space before the colon", format!("{head}transfer-encoding : chunked\r\ncontent-length: {n}\r\n\r\n{body}{smuggled}"), Expect::Refused(refused)),
+        ("duplicate content-length, different values", format!("{head}content-length: {n}\r\ncontent-length: 5\r\n\r\n{body}{smuggled}"), Expect::Refused(refused)),
+        ("duplicate content-length, same value", format!("{head}content-length: {n}\r\ncontent-length: {n}\r\n\r\n{body}"), once(&body)),
+        ("content-length list", format!("{head}content-length: {n}, 5\r\n\r\n{body}"), Expect::Refused(refused)),
+        ("content-length with a plus", format!("{head}content-length: +{n}\r\n\r\n{body}"), Expect::Refused(refused)),
+        ("negative content-length", format!("{head}content-length: -1\r\n\r\n{body}"), Expect::Refused(refused)),
+        ("content-length beyond u64", format!("{head}content-length: 99999999999999999999999\r\n\r\n{body}"), Expect::Refused(&[400, 413])),
+        ("obs-fold in content-length", format!("{head}content-length:\r\n {n}\r\n\r\n{body}"), Expect::Refused(refused)),
+        ("obs-fold in transfer-encoding", format!("{head}transfer-encoding: identity\r\n chunked\r\ncontent-length: {n}\r\n\r\n{body}"), Expect::Refused(&[400, 501])),
+        ("obs-fold elsewhere", format!("{head}x-fold: a\r\n b\r\ncontent-length: {n}\r\n\r\n{body}"), Expect::Refused(refused)),
+        ("chunk size not hex", format!("{head}transfer-encoding: chunked\r\n\r\nzz\r\n{body}\r\n0\r\n\r\n{smuggled}"), Expect::Refused(refused)),
+        ("chunk size beyond u64", format!("{head}transfer-encoding: chunked\r\n\r\n1ffffffffffffffff\r\n{body}\r\n0\r\n\r\n{smuggled}"), Expect::Refused(refused)),
+        ("chunk shorter than its size line, then the client hangs up", format!("{head}transfer-encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n{smuggled}", n + 400), Expect::HungUp),
+        ("content-length longer than the body, then the client hangs up", format!("{head}content-length: {}\r\n\r\n{body}{smuggled}", n + 400), Expect::HungUp),
+        ("chunk longer than its size line", format!("{head}transfer-encoding: chunked\r\n\r\n3\r\n{body}\r\n0\r\n\r\n{smuggled}"), Expect::Refused(refused)),
+        ("chunked under HTTP/1.0", format!("{}transfer-encoding: chunked\r\n\r\n{chunked}{smuggled}", head.replace("HTTP/1.1", "HTTP/1.0")), Expect::Refused(refused)),
+        ("bare LF line ends", format!("POST {path} HTTP/1.1\nhost: x\ncontent-length: {n}\n\n{body}"), Expect::Either(path, body.clone())),
+    ];
+    let mut t = Tally::default();
+    for (i, (label, attack, expect)) in cases.iter().enumerate() {
+        t.0 += 1;
+        let before = g.up.count();
+        let (warm, after) = (format!("/warm-{i}"), format!("/after-{i}"));
+        let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let get = |p: &str| format!("GET {p} HTTP/1.1\r\nhost: x\r\n\r\n");
+        sock.write_all(get(&warm).as_bytes()).await.unwrap();
+        assert_eq!(
+            read_responses(&mut sock, 1, label).await.0,
+            [200],
+            "{label}: warm-up"
+        );
+        // A server that refuses early may close while we still write.
+        let _ = sock.write_all(attack.as_bytes()).await;
+        if matches!(expect, Expect::HungUp) {
+            // Long enough for the head to have been forwarded.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let _ = sock.shutdown().await;
+        }
+        let want = match expect {
+            Expect::Forwarded(reqs) => reqs.len(),
+            _ => 1,
+        };
+        let (statuses, open) = read_responses(&mut sock, want, label).await;
+        let forwarded = match expect {
+            Expect::Refused(allowed) => {
+                assert!(
+                    statuses.len() == 1 && allowed.contains(&statuses[0]),
+                    "{label}: {statuses:?}"
+                );
+                vec![]
+            }
+            Expect::Forwarded(reqs) => {
+                assert!(statuses.iter().all(|s| *s == 200), "{label}: {statuses:?}");
+                assert_eq!(statuses.len(), reqs.len(), "{label}");
+                reqs.clone()
+            }
+            Expect::HungUp => {
+                assert!(matches!(statuses[..], [] | [400]), "{label}: {statuses:?}");
+                vec![]
+            }
+            Expect::Either(p, b) => match statuses[..] {
+                [200] => vec![(*p, b.clone())],
+                [400] => vec![],
+                _ => panic!("{label}: {statuses:?}"),
+            },
+        };
+        // Then an ordinary request: on the same connection if it is still
+        // open, else on a new one.
+        let mut statuses = vec![];
+        if open
+            && !matches!(expect, Expect::HungUp)
+            && sock.write_all(get(&after).as_bytes()).await.is_ok()
+        {
+            statuses = read_responses(&mut sock, 1, label).await.0;
+        }
+        if statuses.is_empty() {
+            drop(sock);
+            let mut fresh = tokio::net::TcpStream::connect(addr).await.unwrap();
+            fresh.write_all(get(&after).as_bytes()).await.unwrap();
+            statuses = read_responses(&mut fresh, 1, label).await.0;
+        }
+        assert_eq!(statuses, [200], "{label}: the request after it");
+        let calls = g.up.calls();
+        let seen: Vec<(String, String)> = calls[before..]
+            .iter()
+            .map(|c| {
+                (
+                    c.path.clone(),
+                    String::from_utf8_lossy(&c.body).into_owned(),
+                )
+            })
+            .collect();
+        let mut meant = vec![(warm.clone(), String::new())];
+        meant.extend(forwarded.iter().map(|(p, b)| (p.to_string(), b.clone())));
+        meant.push((after.clone(), String::new()));
+        assert_eq!(seen, meant, "{label}: what the upstream received");
+        for c in &calls[before..] {
+            assert!(
+                c.headers.get("transfer-encoding").is_none() || c.body.len() == n,
+                "{label}"
+            );
+            assert!(
+                c.headers.get_all("content-length").iter().count() <= 1,
+                "{label}"
+            );
+        }
+    }
+    assert!(g.up.calls().iter().all(|c| !c.path.contains("smuggled")));
+    eprintln!("hostile corpus: pass-through smuggling: {} inputs", t.0);
+    g.s.shutdown().await;
+}

@@ -6,6 +6,7 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
+use super::affinity::Affinity;
 use super::upstream::Outbound;
 use super::{blocked, read, Proxy};
 use crate::api::http_util::{self, full, BoxError, RespBody};
@@ -19,6 +20,7 @@ impl Proxy {
         &self,
         req: Request<Incoming>,
         conn: ConnInfo,
+        affinity: Option<&Affinity>,
         request_id: &str,
     ) -> Response<RespBody> {
         if self.cfg.unmatched == Unmatched::Deny {
@@ -34,7 +36,7 @@ impl Proxy {
         self.stats.unmatched_pass.inc();
         let (parts, body) = req.into_parts();
         let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
-        self.forward(Outbound::new(parts, body, conn, request_id, &[]))
+        self.forward(Outbound::new(parts, body, conn, request_id, &[]).on(affinity))
             .await
     }
 
@@ -46,6 +48,7 @@ impl Proxy {
         &self,
         req: Request<Incoming>,
         conn: ConnInfo,
+        affinity: Option<&Affinity>,
         request_id: &str,
         set: &PolicySet,
         route: &Route,
@@ -61,7 +64,7 @@ impl Proxy {
             return self.refuse(set, &probe, refusal, request_id).await;
         }
         self.stats.unmatched_pass.inc();
-        self.forward(Outbound::new(parts, full(bytes), conn, request_id, &[]))
+        self.forward(Outbound::new(parts, full(bytes), conn, request_id, &[]).on(affinity))
             .await
     }
 }

@@ -1,17 +1,23 @@
-//! Forwarding: the pooled upstream client, the headers that cross the hop,
-//! and an upstream failure as its 502 or 504.
+//! Forwarding: the upstream connector and pooled client, the headers that
+//! cross the hop, and an upstream failure as its 502 or 504. A pass-through
+//! request on an HTTP/1 connection goes on that connection's own upstream
+//! connection instead of the pool (see [`super::affinity`]).
 
+use std::error::Error as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{HeaderName, HeaderValue, CONNECTION, HOST};
+use http::uri::PathAndQuery;
 use http::{HeaderMap, Request, Response, Uri};
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::{Proxy, UpstreamClient};
+use super::affinity::Affinity;
+use super::{Connector, Proxy, UpstreamClient};
 use crate::api::error::ApiError;
 use crate::api::http_util::{BoxError, RespBody, REQUEST_ID};
 use crate::config::ProxyConfig;
@@ -29,9 +35,33 @@ pub(super) const HOP_BY_HOP: [&str; 8] = [
     "upgrade",
 ];
 
-/// Builds the one pooled upstream client: http, and https through rustls
-/// (ring) with the configured CA file or else the system roots.
-pub(super) fn build_client(cfg: &ProxyConfig) -> Result<UpstreamClient, String> {
+/// The upstream pool over `connector`.
+pub(super) fn build_client(connector: Connector) -> UpstreamClient {
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(1024)
+        .pool_timer(TokioTimer::new())
+        .build(connector)
+}
+
+/// The `Host` header the pooled client would set for `upstream`: its host,
+/// and its port unless it is the scheme's default.
+pub(super) fn upstream_host(upstream: &Uri) -> Option<HeaderValue> {
+    let host = upstream.host()?;
+    let default = match upstream.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    };
+    let value = match upstream.port_u16() {
+        Some(p) if p != default => format!("{host}:{p}"),
+        _ => host.to_string(),
+    };
+    HeaderValue::from_str(&value).ok()
+}
+
+/// Builds the upstream connector: http, and https through rustls (ring)
+/// with the configured CA file or else the system roots.
+pub(super) fn build_connector(cfg: &ProxyConfig) -> Result<Connector, String> {
     let mut http = HttpConnector::new();
     http.set_connect_timeout(Some(cfg.connect_timeout));
     http.set_nodelay(true);
@@ -65,12 +95,7 @@ pub(super) fn build_client(cfg: &ProxyConfig) -> Result<UpstreamClient, String> 
             }
         },
     };
-    let connector = builder.https_or_http().enable_http1().wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(1024)
-        .pool_timer(TokioTimer::new())
-        .build(connector))
+    Ok(builder.https_or_http().enable_http1().wrap_connector(http))
 }
 
 /// One request on its way upstream: the parts the client sent, the
@@ -84,6 +109,9 @@ pub(super) struct Outbound<'a> {
     pub(super) request_id: &'a str,
     /// Set on the forwarded request (`x-verdict-decision`, ...).
     pub(super) extra: &'a [(&'a str, String)],
+    /// The downstream connection's own upstream connection, when the
+    /// request goes there instead of the pool.
+    pub(super) affinity: Option<&'a Affinity>,
 }
 
 impl<'a> Outbound<'a> {
@@ -103,7 +131,14 @@ impl<'a> Outbound<'a> {
             conn,
             request_id,
             extra,
+            affinity: None,
         }
+    }
+
+    /// Sends the request on `affinity`'s upstream connection, if given.
+    pub(super) fn on(mut self, affinity: Option<&'a Affinity>) -> Outbound<'a> {
+        self.affinity = affinity;
+        self
     }
 }
 
@@ -111,6 +146,29 @@ impl<'a> Outbound<'a> {
 pub(super) enum UpstreamError {
     Connect(String),
     Timeout,
+    /// The client's own request body broke off or was malformed while it
+    /// was streamed upstream: the client's fault, answered 400.
+    RequestBody(String),
+}
+
+impl UpstreamError {
+    /// A failed send: the client's body if the error is the forwarded
+    /// body's (hyper's own downstream error inside the client's "user body"
+    /// error), else the upstream.
+    pub(super) fn from_send(e: &(dyn std::error::Error + 'static)) -> UpstreamError {
+        let mut cur = Some(e);
+        while let Some(err) = cur {
+            if let Some(h) = err.downcast_ref::<hyper::Error>() {
+                if let Some(cause) = h.source().filter(|_| h.is_user()) {
+                    if cause.is::<hyper::Error>() {
+                        return UpstreamError::RequestBody(cause.to_string());
+                    }
+                }
+            }
+            cur = err.source();
+        }
+        UpstreamError::Connect(e.to_string())
+    }
 }
 
 /// The headers sent upstream: hop-by-hop and spoofable `x-verdict-*` removed,
@@ -182,10 +240,9 @@ impl Proxy {
         &self,
         out: Outbound<'_>,
     ) -> Result<Response<RespBody>, UpstreamError> {
-        let target = self.target(&out.uri);
+        let affinity = out.affinity;
         let mut req = Request::new(out.body);
         *req.method_mut() = out.method;
-        *req.uri_mut() = target;
         *req.headers_mut() = forward_headers(out.headers, out.conn, out.request_id);
         for (k, v) in out.extra {
             if let (Ok(k), Ok(v)) = (
@@ -195,23 +252,49 @@ impl Proxy {
                 req.headers_mut().insert(k, v);
             }
         }
-        self.send_request(req).await
+        match affinity {
+            None => {
+                *req.uri_mut() = self.target(&out.uri);
+                self.send_request(req).await
+            }
+            Some(affinity) => {
+                // A connection of its own takes the origin form and a Host
+                // header, which the pool would otherwise set.
+                *req.uri_mut() = Uri::from(self.target_path(&out.uri));
+                if let Some(host) = &self.upstream_host {
+                    req.headers_mut().insert(HOST, host.clone());
+                }
+                let sent = affinity.send(&self.idle, &self.connector, &self.upstream, req);
+                self.answered(tokio::time::timeout(self.cfg.response_timeout, sent).await)
+            }
+        }
     }
 
+    /// Sends `req` (with an absolute URI) through the upstream pool.
     pub(super) async fn send_request(
         &self,
         req: Request<RespBody>,
     ) -> Result<Response<RespBody>, UpstreamError> {
         let result =
             tokio::time::timeout(self.cfg.response_timeout, self.client.request(req)).await;
+        self.answered(result.map(|r| r.map_err(|e| UpstreamError::from_send(&e))))
+    }
+
+    /// Counts the upstream's answer, or its failure, and readies the answer
+    /// for the client.
+    fn answered(
+        &self,
+        result: Result<Result<Response<Incoming>, UpstreamError>, tokio::time::error::Elapsed>,
+    ) -> Result<Response<RespBody>, UpstreamError> {
         match result {
             Err(_) => {
                 self.stats.upstream(Err("timeout"));
                 Err(UpstreamError::Timeout)
             }
+            Ok(Err(e @ UpstreamError::RequestBody(_))) => Err(e),
             Ok(Err(e)) => {
                 self.stats.upstream(Err("connect"));
-                Err(UpstreamError::Connect(e.to_string()))
+                Err(e)
             }
             Ok(Ok(resp)) => {
                 self.stats.upstream(Ok(()));
@@ -225,21 +308,28 @@ impl Proxy {
         }
     }
 
-    pub(super) fn target(&self, uri: &Uri) -> Uri {
+    /// The path and query sent upstream: the upstream's base path, if it
+    /// has one, before the client's.
+    fn target_path(&self, uri: &Uri) -> PathAndQuery {
         let base = self.upstream.path().trim_end_matches('/');
-        let mut parts = self.upstream.clone().into_parts();
+        let pq = uri.path_and_query();
         if base.is_empty() {
-            // The common case: no base path, so the incoming path-and-query
-            // is reused as is (a refcount, not a copy and re-parse).
-            parts.path_and_query = Some(
-                uri.path_and_query()
-                    .cloned()
-                    .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
-            );
-            return Uri::from_parts(parts).unwrap_or_else(|_| self.upstream.clone());
+            // The common case: the incoming path-and-query is reused as is
+            // (a refcount, not a copy and re-parse).
+            return pq
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/"));
         }
-        let pq = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        parts.path_and_query = format!("{base}{pq}").parse().ok();
+        let pq = pq.map(|p| p.as_str()).unwrap_or("/");
+        format!("{base}{pq}")
+            .parse()
+            .unwrap_or_else(|_| PathAndQuery::from_static("/"))
+    }
+
+    /// The absolute URI of `uri`'s request at the upstream.
+    pub(super) fn target(&self, uri: &Uri) -> Uri {
+        let mut parts = self.upstream.clone().into_parts();
+        parts.path_and_query = Some(self.target_path(uri));
         Uri::from_parts(parts).unwrap_or_else(|_| self.upstream.clone())
     }
 
@@ -251,6 +341,11 @@ impl Proxy {
         let err = match e {
             UpstreamError::Timeout => ApiError::UpstreamTimeout(self.cfg.response_timeout),
             UpstreamError::Connect(m) => ApiError::UpstreamUnavailable(m),
+            UpstreamError::RequestBody(m) => {
+                tracing::debug!(request_id, error = %m, "request body broke off while forwarded");
+                return ApiError::BadRequest("the request body broke off or is malformed".into())
+                    .into_response(request_id);
+            }
         };
         tracing::warn!(request_id, status = err.status().as_u16(), message = %err, "upstream failure");
         err.into_response(request_id)

@@ -389,7 +389,7 @@ impl MockUpstream {
 pub type TestBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 
 /// A loopback HTTP/1 and HTTP/2 server that hands each request, its body
-/// read whole, to `handler`. Returns its address and the accept task
+/// read whole, to `handler` (one whose body fails to arrive gets a 400). Returns its address and the accept task
 /// (abort it to stop accepting).
 pub async fn serve_http<F, Fut>(handler: F) -> (SocketAddr, tokio::task::JoinHandle<()>)
 where
@@ -412,11 +412,14 @@ where
                     let handler = handler.clone();
                     async move {
                         let (parts, body) = req.into_parts();
-                        let body = body
-                            .collect()
-                            .await
-                            .map(|c| c.to_bytes())
-                            .unwrap_or_default();
+                        // A request whose body never arrived whole is not
+                        // handed on (nor recorded), as a real server would
+                        // not act on it.
+                        let Ok(body) = body.collect().await.map(|c| c.to_bytes()) else {
+                            let mut r = http::Response::new(Full::new(Bytes::new()).boxed());
+                            *r.status_mut() = http::StatusCode::BAD_REQUEST;
+                            return Ok(r);
+                        };
                         Ok::<_, std::convert::Infallible>(handler(parts, body).await)
                     }
                 });

@@ -1,0 +1,421 @@
+//! Upstream connection affinity for the pass-through: each downstream
+//! HTTP/1 connection gets its own upstream connection, opened on first use
+//! and driven inside the downstream connection's own task (see
+//! [`crate::server::Handler::drive`]). A pass-through request then goes
+//! client → upstream → client with no pool lock, no channel to another task
+//! and no task switch. When the downstream connection closes, its upstream
+//! connection goes back to this thread's idle list for the next downstream
+//! connection.
+//!
+//! hyper parses and writes both sides, as before: the downstream request is
+//! read by hyper's server, the upstream request written by hyper's client
+//! (`hyper::client::conn::http1`, the same code the pooled client uses).
+//! HTTP/2 downstreams and the gated path's forwards use the pooled client.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tower_service::Service;
+
+use super::upstream::UpstreamError;
+use crate::api::http_util::RespBody;
+
+type Connector = HttpsConnector<HttpConnector>;
+type Io = <Connector as Service<Uri>>::Response;
+type UpstreamConn = http1::Connection<Io, RespBody>;
+
+/// An idle upstream connection older than this is closed instead of reused
+/// (the pooled client's idle timeout).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Idle upstream connections kept per proxy thread.
+const IDLE_MAX: usize = 1024;
+
+/// One downstream connection's upstream connection: the sending half, used
+/// by one request at a time, and the connection itself, driven by
+/// [`Affinity::drive`] in the downstream connection's task.
+#[derive(Default)]
+pub struct Affinity {
+    send: Mutex<Option<SendRequest<RespBody>>>,
+    driver: Mutex<Driver>,
+}
+
+#[derive(Default)]
+struct Driver {
+    conn: Option<Pin<Box<UpstreamConn>>>,
+    /// The downstream task's waker, to poll a connection installed while
+    /// [`Affinity::drive`] was not being polled.
+    waker: Option<Waker>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing here can leave the state half-updated: a poisoned lock holds
+    // a usable value.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Affinity {
+    /// Polls the upstream connection whenever the downstream task runs;
+    /// never ends. A connection that ends (closed by the upstream, or
+    /// failed) is dropped, and the next request opens or borrows another.
+    pub fn drive(&self) -> impl Future<Output = ()> + Send + '_ {
+        std::future::poll_fn(move |cx: &mut Context<'_>| {
+            let mut d = lock(&self.driver);
+            if let Some(conn) = d.conn.as_mut() {
+                if conn.as_mut().poll(cx).is_ready() {
+                    d.conn = None;
+                }
+            }
+            if !d.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                d.waker = Some(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+    }
+
+    fn install(&self, conn: Pin<Box<UpstreamConn>>) {
+        let mut d = lock(&self.driver);
+        d.conn = Some(conn);
+        if let Some(w) = &d.waker {
+            w.wake_by_ref();
+        }
+    }
+
+    /// Sends `req` on this connection's upstream connection, opening one
+    /// (or taking an idle one from `idle`) when it has none. A request that
+    /// never reached a reused connection (it closed meanwhile) is sent
+    /// again on a new one; one that did is not.
+    pub(super) async fn send(
+        &self,
+        idle: &IdleUpstreams,
+        connector: &Connector,
+        upstream: &Uri,
+        req: Request<RespBody>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let taken = lock(&self.send).take();
+        let (mut sender, mut reused) = match taken {
+            Some(s) => (s, true),
+            None => match idle.checkout() {
+                Some((s, conn)) => {
+                    self.install(conn);
+                    (s, true)
+                }
+                None => (self.connect(connector, upstream).await?, false),
+            },
+        };
+        if sender.ready().await.is_err() {
+            sender = self.connect(connector, upstream).await?;
+            reused = false;
+        }
+        let result = match sender.try_send_request(req).await {
+            Err(mut e) if reused => match e.take_message() {
+                Some(req) => {
+                    sender = self.connect(connector, upstream).await?;
+                    sender.ready().await.map_err(connect_error)?;
+                    sender
+                        .send_request(req)
+                        .await
+                        .map_err(|e| UpstreamError::from_send(&e))
+                }
+                None => Err(UpstreamError::from_send(&e.into_error())),
+            },
+            Err(e) => Err(UpstreamError::from_send(&e.into_error())),
+            Ok(resp) => Ok(resp),
+        };
+        if result.is_ok() {
+            *lock(&self.send) = Some(sender);
+        }
+        result
+    }
+
+    async fn connect(
+        &self,
+        connector: &Connector,
+        upstream: &Uri,
+    ) -> Result<SendRequest<RespBody>, UpstreamError> {
+        let mut connector = connector.clone();
+        std::future::poll_fn(|cx| connector.poll_ready(cx))
+            .await
+            .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        let io = connector
+            .call(upstream.clone())
+            .await
+            .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        let (sender, conn) = http1::handshake(io).await.map_err(connect_error)?;
+        self.install(Box::pin(conn));
+        Ok(sender)
+    }
+
+    /// The upstream connection, when it is idle and can carry another
+    /// request.
+    fn into_idle(self) -> Option<(SendRequest<RespBody>, Pin<Box<UpstreamConn>>)> {
+        let send = self.send.into_inner().unwrap_or_else(|e| e.into_inner())?;
+        let conn = self
+            .driver
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .conn?;
+        (send.is_ready() && !send.is_closed()).then_some((send, conn))
+    }
+}
+
+fn connect_error(e: hyper::Error) -> UpstreamError {
+    UpstreamError::Connect(e.to_string())
+}
+
+/// Idle upstream connections of one proxy thread, newest last. Only that
+/// thread uses it, so its lock is never contended.
+#[derive(Default)]
+pub(super) struct IdleUpstreams {
+    list: Mutex<Vec<Idle>>,
+}
+
+struct Idle {
+    since: Instant,
+    send: SendRequest<RespBody>,
+    conn: Pin<Box<UpstreamConn>>,
+}
+
+impl IdleUpstreams {
+    /// Keeps the upstream connection of a downstream connection that closed,
+    /// if it can carry another request.
+    pub(super) fn checkin(&self, affinity: Affinity) {
+        let Some((send, conn)) = affinity.into_idle() else {
+            return;
+        };
+        let mut list = lock(&self.list);
+        list.retain(|i| i.since.elapsed() < IDLE_TIMEOUT);
+        if list.len() < IDLE_MAX {
+            list.push(Idle {
+                since: Instant::now(),
+                send,
+                conn,
+            });
+        }
+    }
+
+    /// The newest idle connection still open. Each is polled once first,
+    /// so one the upstream closed while it sat here is seen as closed.
+    fn checkout(&self) -> Option<(SendRequest<RespBody>, Pin<Box<UpstreamConn>>)> {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut list = lock(&self.list);
+        while let Some(mut idle) = list.pop() {
+            if idle.since.elapsed() >= IDLE_TIMEOUT {
+                continue;
+            }
+            if idle.conn.as_mut().poll(&mut cx).is_ready() || idle.send.is_closed() {
+                continue;
+            }
+            return Some((idle.send, idle.conn));
+        }
+        None
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.list).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use http_body_util::{BodyExt, Empty};
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    use crate::api::http_util::BoxError;
+
+    fn connector() -> Connector {
+        hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(
+                rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+            )
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(HttpConnector::new())
+    }
+
+    /// An upstream that counts connections and answers each request with
+    /// its connection's number; `close_after` requests per connection.
+    async fn upstream(close_after: usize) -> (Uri, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let conns = Arc::new(AtomicUsize::new(0));
+        let counter = conns.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                let served = Arc::new(AtomicUsize::new(0));
+                tokio::spawn(async move {
+                    let svc = service_fn(move |_req: Request<Incoming>| {
+                        let last = served.fetch_add(1, Ordering::SeqCst) + 1 >= close_after;
+                        async move {
+                            let mut resp = Response::new(http_body_util::Full::new(
+                                bytes::Bytes::from(n.to_string()),
+                            ));
+                            if last {
+                                resp.headers_mut()
+                                    .insert("connection", "close".parse().unwrap());
+                            }
+                            Ok::<_, std::convert::Infallible>(resp)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        (format!("http://{addr}").parse().unwrap(), conns)
+    }
+
+    fn get() -> Request<RespBody> {
+        let mut req = Request::new(
+            Empty::new()
+                .map_err(|e: std::convert::Infallible| -> BoxError { match e {} })
+                .boxed_unsync(),
+        );
+        *req.uri_mut() = "/x".parse().unwrap();
+        req.headers_mut()
+            .insert("host", "upstream".parse().unwrap());
+        req
+    }
+
+    /// Sends one request while the affinity is driven beside it, as the
+    /// downstream connection's task does, and returns the body.
+    async fn roundtrip(a: &Affinity, idle: &IdleUpstreams, c: &Connector, up: &Uri) -> String {
+        let exchange = async {
+            let resp = a.send(idle, c, up, get()).await.ok().unwrap();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            String::from_utf8(body.to_vec()).unwrap()
+        };
+        tokio::select! {
+            biased;
+            _ = a.drive() => unreachable!(),
+            s = exchange => s,
+        }
+    }
+
+    #[tokio::test]
+    async fn one_upstream_connection_per_downstream_connection_reused_after_it_closes() {
+        let (up, conns) = upstream(usize::MAX).await;
+        let (c, idle) = (connector(), IdleUpstreams::default());
+        let a = Affinity::default();
+        for _ in 0..5 {
+            assert_eq!(roundtrip(&a, &idle, &c, &up).await, "1");
+        }
+        // A second downstream connection at the same time opens its own.
+        let b = Affinity::default();
+        assert_eq!(roundtrip(&b, &idle, &c, &up).await, "2");
+        // When the first closes, the next downstream connection takes its
+        // upstream connection.
+        idle.checkin(a);
+        assert_eq!(idle.len(), 1);
+        let d = Affinity::default();
+        assert_eq!(roundtrip(&d, &idle, &c, &up).await, "1");
+        assert_eq!(idle.len(), 0);
+        assert_eq!(conns.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_upstream_closes_is_replaced() {
+        // The upstream closes every connection after two requests.
+        let (up, conns) = upstream(2).await;
+        let (c, idle) = (connector(), IdleUpstreams::default());
+        let a = Affinity::default();
+        let got: Vec<String> = {
+            let mut v = Vec::new();
+            for _ in 0..5 {
+                v.push(roundtrip(&a, &idle, &c, &up).await);
+            }
+            v
+        };
+        assert_eq!(got, ["1", "1", "2", "2", "3"]);
+        assert_eq!(conns.load(Ordering::SeqCst), 3);
+        // Closed after its second request: not kept when the downstream goes.
+        let b = Affinity::default();
+        roundtrip(&b, &idle, &c, &up).await;
+        roundtrip(&b, &idle, &c, &up).await;
+        idle.checkin(b);
+        assert_eq!(idle.len(), 0);
+    }
+
+    /// An upstream that answers one request per connection with a
+    /// keep-alive response, then closes the connection without saying so.
+    async fn one_shot_upstream() -> (Uri, Arc<AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let conns = Arc::new(AtomicUsize::new(0));
+        let counter = conns.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    }
+                    let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n{n}");
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                });
+            }
+        });
+        (format!("http://{addr}").parse().unwrap(), conns)
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_the_upstream_closed_is_not_reused() {
+        let (up, conns) = one_shot_upstream().await;
+        let (c, idle) = (connector(), IdleUpstreams::default());
+        let a = Affinity::default();
+        assert_eq!(roundtrip(&a, &idle, &c, &up).await, "1");
+        idle.checkin(a);
+        assert_eq!(idle.len(), 1);
+        // The upstream closes it while it sits idle.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let d = Affinity::default();
+        assert_eq!(roundtrip(&d, &idle, &c, &up).await, "2");
+        assert_eq!(idle.len(), 0);
+        assert_eq!(conns.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_upstream_closed_between_requests_is_replaced() {
+        // The upstream closes silently after each answer, while the
+        // downstream connection is between requests.
+        let (up, conns) = one_shot_upstream().await;
+        let (c, idle) = (connector(), IdleUpstreams::default());
+        let a = Affinity::default();
+        for want in ["1", "2", "3"] {
+            assert_eq!(roundtrip(&a, &idle, &c, &up).await, want);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(conns.load(Ordering::SeqCst), 3);
+    }
+}
