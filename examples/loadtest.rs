@@ -37,6 +37,7 @@
 //! Everything is on loopback and bounded in time: with the defaults the run
 //! takes about two minutes.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -257,6 +258,9 @@ struct Target {
     expect: Expect,
     /// Processes whose CPU time is charged to this scenario's server side.
     server_pids: Vec<u32>,
+    /// The API of the verdict behind a gated scenario, whose `/metrics`
+    /// give the breakdown of its open-loop phases.
+    metrics: Option<SocketAddr>,
 }
 
 impl Target {
@@ -509,6 +513,7 @@ impl Verdict {
                 body: Bytes::new(),
                 expect: Expect::Upstream,
                 server_pids: vec![self.pid()],
+                metrics: None,
             });
         }
         if wanted.iter().any(|w| w == "gated") {
@@ -521,6 +526,7 @@ impl Verdict {
                 body: gated_body(1),
                 expect: Expect::Allowed,
                 server_pids: vec![self.pid()],
+                metrics: Some(self.api),
             });
         }
         if wanted.iter().any(|w| w == "authorize") {
@@ -535,6 +541,7 @@ impl Verdict {
                 body: authorize_body(1),
                 expect: Expect::AllowBody,
                 server_pids: vec![self.pid()],
+                metrics: None,
             });
         }
         out
@@ -1050,6 +1057,7 @@ async fn run(args: Args) -> Result<(), Error> {
             body: Bytes::new(),
             expect: Expect::Upstream,
             server_pids: vec![],
+            metrics: None,
         });
     }
     if let Some(n) = &nginx {
@@ -1062,6 +1070,7 @@ async fn run(args: Args) -> Result<(), Error> {
             body: Bytes::new(),
             expect: Expect::Upstream,
             server_pids: n.pids.clone(),
+            metrics: None,
         });
     }
     for v in &verdicts {
@@ -1076,6 +1085,9 @@ async fn run(args: Args) -> Result<(), Error> {
     }
 
     let modes = [Mode::Closed, Mode::Open];
+    // Per gated scenario: the growth of each stage's `_sum` and `_count`
+    // over its open-loop phases.
+    let mut stages: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
     let mut phases: Vec<Vec<Vec<Phase>>> = (0..targets.len())
         .map(|_| modes.iter().map(|_| Vec::new()).collect())
         .collect();
@@ -1086,7 +1098,19 @@ async fn run(args: Args) -> Result<(), Error> {
                 order.reverse();
             }
             for i in order {
+                let scrape = match (mode, targets[i].metrics) {
+                    (Mode::Open, Some(api)) => Some((api, metric_sums(api).await?)),
+                    _ => None,
+                };
                 let p = run_phase(&targets[i], mode, &args).await;
+                if let Some((api, before)) = scrape {
+                    let after = metric_sums(api).await?;
+                    let acc = stages.entry(targets[i].name.clone()).or_default();
+                    for (k, v) in after {
+                        *acc.entry(k.clone()).or_default() +=
+                            v - before.get(&k).copied().unwrap_or(0.0);
+                    }
+                }
                 let mode_name = if mode == Mode::Closed {
                     "closed"
                 } else {
@@ -1229,6 +1253,9 @@ async fn run(args: Args) -> Result<(), Error> {
             );
         }
     }
+    for (name, acc) in &stages {
+        print_breakdown(name, acc, args.rate, find("direct").zip(find(name)));
+    }
     for name in ["pass", "gated", "authorize"] {
         let (Some(a), Some(b)) = (find(name), find(&format!("{name} (baseline)"))) else {
             continue;
@@ -1277,4 +1304,175 @@ fn met(ok: bool) -> &'static str {
     } else {
         "NOT met"
     }
+}
+
+// === the gated path's breakdown ===
+
+/// The stage histograms whose means make the breakdown: (metric, label
+/// filter, stage name printed).
+const STAGES: [(&str, &str, &str); 7] = [
+    (
+        "verdict_proxy_gated_stage_seconds",
+        "stage=\"body\"",
+        "body read and buffered",
+    ),
+    (
+        "verdict_proxy_gated_stage_seconds",
+        "stage=\"input\"",
+        "input: JSON, extractors, request hash",
+    ),
+    (
+        "verdict_decision_stage_seconds",
+        "source=\"proxy\",stage=\"evaluate\"",
+        "decision: evidence, engine, policy, record built",
+    ),
+    (
+        "verdict_decision_stage_seconds",
+        "source=\"proxy\",stage=\"record\"",
+        "audit append, until durable",
+    ),
+    (
+        "verdict_audit_commit_seconds",
+        "",
+        "  of which: one group commit (flush)",
+    ),
+    (
+        "verdict_proxy_gated_stage_seconds",
+        "stage=\"forward\"",
+        "forward, until the upstream's head",
+    ),
+    ("verdict_audit_group_size", "", "records per group commit"),
+];
+
+/// `_sum` and `_count` of every [`STAGES`] series, from verdict's
+/// `/metrics`, keyed `metric{labels}_sum` / `_count`.
+async fn metric_sums(api: SocketAddr) -> Result<BTreeMap<String, f64>, Error> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = TcpStream::connect(api).await?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nhost: verdict\r\nconnection: close\r\n\r\n")
+        .await?;
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut text)).await??;
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        for (metric, labels, _) in STAGES {
+            // `metric_bucket{labels,le="x"} v`, kept as `metric{labels}_le_x`.
+            if let Some(rest) = line.strip_prefix(&format!("{metric}_bucket{{")) {
+                let Some((have, value)) = rest.split_once("} ") else {
+                    continue;
+                };
+                // Label pairs in any order; `le` apart.
+                let (mut le, mut rest) = (None, Vec::new());
+                for pair in have.split("\",") {
+                    let pair = pair.trim_end_matches('"');
+                    match pair.strip_prefix("le=\"") {
+                        Some(v) => le = Some(v),
+                        None => rest.push(format!("{pair}\"")),
+                    }
+                }
+                if let (Some(le), Ok(v)) = (le, value.trim().parse::<f64>()) {
+                    if rest.join(",") == labels {
+                        out.insert(format!("{metric}{{{labels}}}_le_{le}"), v);
+                    }
+                }
+                continue;
+            }
+            for suffix in ["_sum", "_count"] {
+                let series = format!("{metric}{suffix}");
+                let Some(rest) = line.strip_prefix(&series) else {
+                    continue;
+                };
+                let (have, value) = match rest.strip_prefix('{') {
+                    Some(r) => match r.split_once("} ") {
+                        Some((l, v)) => (l, v),
+                        None => continue,
+                    },
+                    None => ("", rest.trim_start()),
+                };
+                if labels.is_empty() || have == labels {
+                    if let Ok(v) = value.trim().parse::<f64>() {
+                        out.insert(format!("{metric}{{{labels}}}{suffix}"), v);
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Prints the mean of each stage over a gated scenario's open-loop phases,
+/// beside what it adds over direct at the median.
+fn print_breakdown(
+    name: &str,
+    acc: &BTreeMap<String, f64>,
+    rate: u64,
+    sums: Option<([Summary; 2], [Summary; 2])>,
+) {
+    println!("\n{name}: where the time goes at {rate} req/s (means over the open-loop phases, from verdict's /metrics)");
+    println!("| stage | mean ms | median ms (within its bucket) |");
+    println!("|---|---:|---:|");
+    for (metric, labels, label) in STAGES {
+        let key = format!("{metric}{{{labels}}}");
+        let sum = acc.get(&format!("{key}_sum")).copied().unwrap_or(0.0);
+        let count = acc.get(&format!("{key}_count")).copied().unwrap_or(0.0);
+        if count <= 0.0 {
+            continue;
+        }
+        let median = bucket_median(acc, &key, count);
+        if metric == "verdict_audit_group_size" {
+            println!(
+                "| {label} | {:.2} (records) | {} |",
+                sum / count,
+                fmt(median, 2)
+            );
+        } else {
+            println!(
+                "| {label} | {:.3} | {} |",
+                sum / count * 1000.0,
+                fmt(median * 1000.0, 3)
+            );
+        }
+    }
+    if let Some((d, g)) = sums {
+        println!(
+            "| (added over direct: open-loop p50 from send) | {} | |",
+            fmt(g[1].svc_p50 - d[1].svc_p50, 3)
+        );
+    }
+}
+
+/// The median of a histogram from its cumulative bucket counts, linear
+/// within the bucket that holds it (NaN when there are none).
+fn bucket_median(acc: &BTreeMap<String, f64>, key: &str, count: f64) -> f64 {
+    let prefix = format!("{key}_le_");
+    let mut buckets: Vec<(f64, f64)> = acc
+        .iter()
+        .filter_map(|(k, v)| {
+            let le = k.strip_prefix(&prefix)?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, *v))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let half = count / 2.0;
+    let (mut lo, mut below) = (0.0, 0.0);
+    for (le, cum) in buckets {
+        if cum >= half {
+            if !le.is_finite() {
+                return lo;
+            }
+            let share = if cum > below {
+                (half - below) / (cum - below)
+            } else {
+                0.0
+            };
+            return lo + (le - lo) * share;
+        }
+        (lo, below) = (le, cum);
+    }
+    f64::NAN
 }

@@ -22,7 +22,7 @@ pub mod shadow;
 
 pub use recorder::Recorder;
 
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::audit::{AuditError, AuditRecord, Receipt, RecordKind, RedactionKey};
 use crate::config::{DefaultFloors, UnknownAction};
@@ -38,6 +38,7 @@ use input::{AnswerIn, ClaimIn, SourceIn};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 /// Why a decision could not be made. Every door maps these the same way:
@@ -169,12 +170,39 @@ pub struct DecisionLabels {
     pub reason: &'static str,
 }
 
-/// Authorize decisions by where they came from, outcome and reason. Action
-/// types are not a label: callers choose them, so they are unbounded.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    /// `api` or `proxy`.
+    pub source: &'static str,
+    /// `evaluate` or `record`.
+    pub stage: &'static str,
+}
+
+/// Buckets from 10 µs to about 330 ms.
+fn stage_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_01, 2.0, 16))
+}
+
+type StageFamily = Family<StageLabels, Histogram, fn() -> Histogram>;
+
+/// Authorize decisions by where they came from, outcome and reason, and the
+/// time a decision takes in its two stages. Action types are not a label:
+/// callers choose them, so they are unbounded.
+#[derive(Clone, Debug)]
 pub struct DecisionMetrics {
     decisions: Family<DecisionLabels, Counter>,
     shadow_disagreements: shadow::Disagreements,
+    stages: StageFamily,
+}
+
+impl Default for DecisionMetrics {
+    fn default() -> DecisionMetrics {
+        DecisionMetrics {
+            decisions: Family::default(),
+            shadow_disagreements: shadow::Disagreements::default(),
+            stages: Family::new_with_constructor(stage_histogram),
+        }
+    }
 }
 
 impl DecisionMetrics {
@@ -184,6 +212,11 @@ impl DecisionMetrics {
             "verdict_decisions",
             "Authorize decisions by source (api, proxy), decision and reason",
             m.decisions.clone(),
+        );
+        registry.register(
+            "verdict_decision_stage_seconds",
+            "Time of a decision by source (api, proxy) and stage: evaluate (sources resolved, engine, policy, the record built) and record (the audit append, until the record is durable)",
+            m.stages.clone(),
         );
         registry.register(
             "verdict_shadow_disagreements",
@@ -204,6 +237,12 @@ impl DecisionMetrics {
             .inc();
     }
 
+    fn stage(&self, source: &'static str, stage: &'static str, took: Duration) {
+        self.stages
+            .get_or_create(&StageLabels { source, stage })
+            .observe(took.as_secs_f64());
+    }
+
     pub fn observe(&self, source: &'static str, decision: &'static str, reason: &'static str) {
         self.decisions
             .get_or_create(&DecisionLabels {
@@ -222,6 +261,7 @@ pub async fn authorize(
     input: Input,
     ctx: &Ctx<'_>,
 ) -> Result<Decided, DecideError> {
+    let started = Instant::now();
     let requested = input.requested;
     if input.claims.is_some() && input.answer.is_some() {
         return Err(DecideError::Invalid(
@@ -417,12 +457,13 @@ pub async fn authorize(
         }
     }
     // A decision is never returned before its record is durable.
+    let source = if ctx.route.is_some() { "proxy" } else { "api" };
+    let evaluated = Instant::now();
+    h.metrics.stage(source, "evaluate", evaluated - started);
     let receipt = h.audit.append(record, captured).await?;
-    h.metrics.observe(
-        if ctx.route.is_some() { "proxy" } else { "api" },
-        decision.outcome.as_str(),
-        decision.reason.as_str(),
-    );
+    h.metrics.stage(source, "record", evaluated.elapsed());
+    h.metrics
+        .observe(source, decision.outcome.as_str(), decision.reason.as_str());
     tracing::info!(
         request_id = ctx.request_id,
         principal = %ctx.principal,

@@ -19,8 +19,8 @@
 //! - `unmatched`: stream through without buffering, except a JSON body to a
 //!   path gated under another method, read to refuse a `_method` in it.
 //! - `upstream`: the pooled client and the forwarded request (`Outbound`).
-//! - `affinity`: the pass-through's upstream connection per downstream
-//!   HTTP/1 connection, driven in that connection's task.
+//! - `affinity`: an upstream connection per downstream HTTP/1 connection,
+//!   driven in that connection's task.
 //! - `hold`: a held call, its review, and its exactly-once forward.
 //! - `stats`: metrics and the `upstream` health component.
 //!
@@ -65,6 +65,15 @@ pub use crate::api::auth::PROXY_PRINCIPAL;
 
 type Connector = HttpsConnector<HttpConnector>;
 type UpstreamClient = Client<Connector, RespBody>;
+
+/// Where one request came from: its connection, that connection's own
+/// upstream connection (HTTP/1 only), and the request's id.
+#[derive(Clone, Copy)]
+struct Downstream<'a> {
+    conn: ConnInfo,
+    affinity: Option<&'a Affinity>,
+    request_id: &'a str,
+}
 
 /// The proxy as a [`Handler`]: one per proxy thread, each with its own
 /// upstream pool and idle list.
@@ -131,30 +140,22 @@ impl Proxy {
     async fn route(
         &self,
         req: Request<Incoming>,
-        conn: ConnInfo,
-        affinity: Option<&Affinity>,
-        request_id: &str,
+        from: Downstream<'_>,
         set: &crate::policy::PolicySet,
         routed: Routed<'_>,
     ) -> Response<RespBody> {
+        let request_id = from.request_id;
         let (route, path_params) = match routed {
             Routed::Gated { route, path_params } => (route, path_params),
             Routed::Refused(refusal) => return self.refuse(set, &req, refusal, request_id).await,
             Routed::Unmatched {
                 json_gated_elsewhere: Some(route),
             } if self.cfg.unmatched == Unmatched::Forward => {
-                return self
-                    .unmatched_json(req, conn, affinity, request_id, set, route)
-                    .await;
+                return self.unmatched_json(req, from, set, route).await;
             }
-            Routed::Unmatched { .. } => {
-                return self.unmatched(req, conn, affinity, request_id).await
-            }
+            Routed::Unmatched { .. } => return self.unmatched(req, from).await,
         };
-        match self
-            .gated(req, conn, request_id, set, route, &path_params)
-            .await
-        {
+        match self.gated(req, from, set, route, &path_params).await {
             Ok(resp) => resp,
             Err(e) => {
                 self.stats.count(&route.name, "error");
@@ -188,8 +189,12 @@ impl Handler for Proxy {
         let started = Instant::now();
         // An HTTP/2 connection carries many requests at once: those go
         // through the pool.
-        let affinity = (req.version() <= Version::HTTP_11).then_some(affinity);
         let request_id = http_util::request_id(req.headers());
+        let from = Downstream {
+            conn,
+            affinity: (req.version() <= Version::HTTP_11).then_some(affinity),
+            request_id: &request_id,
+        };
         let set = self.app.policies.load_full();
         let routed = read::route(
             &set,
@@ -210,7 +215,7 @@ impl Handler for Proxy {
             // The pass-through is the tax every request pays: no span and
             // no log line at the default level (an upstream failure is
             // still a warning naming the request id).
-            let mut resp = self.unmatched(req, conn, affinity, &request_id).await;
+            let mut resp = self.unmatched(req, from).await;
             http_util::stamp_request_id(&mut resp, &request_id);
             tracing::debug!(
                 request_id = %request_id,
@@ -228,9 +233,7 @@ impl Handler for Proxy {
             peer = %conn.peer
         );
         async {
-            let mut resp = self
-                .route(req, conn, affinity, &request_id, &set, routed)
-                .await;
+            let mut resp = self.route(req, from, &set, routed).await;
             http_util::stamp_request_id(&mut resp, &request_id);
             tracing::info!(
                 status = resp.status().as_u16(),

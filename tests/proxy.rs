@@ -128,6 +128,20 @@ async fn allow_forwards_byte_identical_with_decision_headers() {
     );
     assert_eq!(rec["action"]["params"]["order_id"], "77");
     assert_eq!(rec["action"]["params"]["customer"], "C-9");
+    // The call's stages are timed once each, for the breakdown in /metrics.
+    let metrics = e.s.get("/metrics", None).await.text();
+    for series in [
+        r#"verdict_proxy_gated_stage_seconds_count{stage="body"} 1"#,
+        r#"verdict_proxy_gated_stage_seconds_count{stage="input"} 1"#,
+        r#"verdict_proxy_gated_stage_seconds_count{stage="forward"} 1"#,
+        r#"verdict_decision_stage_seconds_count{source="proxy",stage="evaluate"} 1"#,
+        r#"verdict_decision_stage_seconds_count{source="proxy",stage="record"} 1"#,
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == series),
+            "{series} in {metrics}"
+        );
+    }
     e.s.shutdown().await;
 }
 

@@ -1,16 +1,17 @@
-//! Upstream connection affinity for the pass-through: each downstream
-//! HTTP/1 connection gets its own upstream connection, opened on first use
-//! and driven inside the downstream connection's own task (see
-//! [`crate::server::Handler::drive`]). A pass-through request then goes
-//! client → upstream → client with no pool lock, no channel to another task
-//! and no task switch. When the downstream connection closes, its upstream
+//! Upstream connection affinity: each downstream HTTP/1 connection gets its
+//! own upstream connection, opened on first use and driven inside the
+//! downstream connection's own task (see
+//! [`crate::server::Handler::drive`]). A passed-through or allowed request
+//! then goes client → upstream → client with no pool lock, no channel to
+//! another task and no task switch. When the downstream connection closes, its upstream
 //! connection goes back to this thread's idle list for the next downstream
 //! connection.
 //!
 //! hyper parses and writes both sides, as before: the downstream request is
 //! read by hyper's server, the upstream request written by hyper's client
 //! (`hyper::client::conn::http1`, the same code the pooled client uses).
-//! HTTP/2 downstreams and the gated path's forwards use the pooled client.
+//! HTTP/2 downstreams, and held calls forwarded after their approval, use
+//! the pooled client.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -3,6 +3,8 @@
 //! ([`crate::decide`]), then forward, block or hold; and the refusals that
 //! are recorded before any decision.
 
+use std::time::Instant;
+
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Request, Response, StatusCode};
@@ -12,14 +14,13 @@ use serde_json::{json, Value};
 
 use super::read::{self, RefuseWith};
 use super::upstream::Outbound;
-use super::{forward_headers, Proxy, PROXY_PRINCIPAL};
+use super::{forward_headers, Downstream, Proxy, PROXY_PRINCIPAL};
 use crate::api::error::ApiError;
 use crate::api::http_util::{self, full, RespBody};
 use crate::decide::{self, DecideError, Refusal};
 use crate::engine::decide::{DecisionReason, Outcome};
 use crate::policy::{FailureMode, OnReview, PathParams, PolicySet, RequestParts, Route};
 use crate::review::HeldRequest;
-use crate::server::ConnInfo;
 
 /// `403` with the proxy's deny body: the error object, the decision, the
 /// reason and the record id.
@@ -157,15 +158,22 @@ impl Proxy {
     pub(super) async fn gated(
         &self,
         req: Request<Incoming>,
-        conn: ConnInfo,
-        request_id: &str,
+        from: Downstream<'_>,
         set: &crate::policy::PolicySet,
         route: &Route,
         path_params: &PathParams,
     ) -> Result<Response<RespBody>, ApiError> {
+        let Downstream {
+            conn,
+            affinity,
+            request_id,
+        } = from;
+        let started = Instant::now();
         let (parts, body) = req.into_parts();
         let limit = self.app.config.limits.max_body_bytes;
         let bytes = http_util::read_body(&parts.headers, body, limit).await?;
+        let read = Instant::now();
+        self.stats.stage("body", read - started);
         let refuse = |reason, status, message: String| RefuseWith {
             route: Some(route),
             reason,
@@ -203,6 +211,7 @@ impl Proxy {
             body: bytes.clone(),
         };
         let request_hash = held.hash();
+        self.stats.stage("input", read.elapsed());
 
         // Decide (and audit) on the same path as /v2/authorize.
         let ctx = decide::Ctx {
@@ -251,9 +260,10 @@ impl Proxy {
                     ("x-verdict-decision", "allow".to_string()),
                     ("x-verdict-record-id", record_id.clone()),
                 ];
-                let mut resp = self
-                    .forward(Outbound::new(parts, full(bytes), conn, request_id, &extra))
-                    .await;
+                let sent = Instant::now();
+                let out = Outbound::new(parts, full(bytes), conn, request_id, &extra);
+                let mut resp = self.forward(out.on(affinity)).await;
+                self.stats.stage("forward", sent.elapsed());
                 // The caller learns the decision and its record too.
                 resp.headers_mut()
                     .insert("x-verdict-decision", HeaderValue::from_static("allow"));

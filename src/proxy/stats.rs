@@ -1,5 +1,6 @@
-//! Proxy metrics (requests by route and decision, upstream errors) and the
-//! `upstream` component of `/health/detailed`.
+//! Proxy metrics (requests by route and decision, upstream errors, the
+//! gated path's time by stage) and the `upstream` component of
+//! `/health/detailed`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use std::sync::Arc;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::runtime::health::{self, Component};
@@ -22,17 +24,43 @@ pub(super) struct ErrorLabels {
     kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct StageLabels {
+    stage: &'static str,
+}
+
+/// Buckets from 10 µs to about 330 ms.
+fn stage_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_01, 2.0, 16))
+}
+
 /// Proxy metrics and upstream reachability.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ProxyStats {
     requests: Family<ProxyLabels, Counter>,
     upstream_errors: Family<ErrorLabels, Counter>,
+    /// The gated path's own stages; the decision's are
+    /// `verdict_decision_stage_seconds`.
+    stages: Family<StageLabels, Histogram, fn() -> Histogram>,
     /// `requests{route="unmatched",decision="pass"}`, looked up once: the
     /// pass-through path then counts without building label strings.
     pub(super) unmatched_pass: Counter,
     /// Unix ms of the last upstream success and failure.
     last_ok_ms: Arc<AtomicU64>,
     last_err_ms: Arc<AtomicU64>,
+}
+
+impl Default for ProxyStats {
+    fn default() -> ProxyStats {
+        ProxyStats {
+            requests: Family::default(),
+            upstream_errors: Family::default(),
+            stages: Family::new_with_constructor(stage_histogram),
+            unmatched_pass: Counter::default(),
+            last_ok_ms: Arc::default(),
+            last_err_ms: Arc::default(),
+        }
+    }
 }
 
 impl ProxyStats {
@@ -55,7 +83,19 @@ impl ProxyStats {
             "Upstream failures by kind (connect, timeout, body)",
             s.upstream_errors.clone(),
         );
+        registry.register(
+            "verdict_proxy_gated_stage_seconds",
+            "Time of a gated call by stage: body (read and buffered), input (checked, extracted, the forwarded request hashed), forward (an allowed call, until the upstream's response head)",
+            s.stages.clone(),
+        );
         s
+    }
+
+    /// Counts `took` against a stage of the gated path.
+    pub(super) fn stage(&self, stage: &'static str, took: std::time::Duration) {
+        self.stages
+            .get_or_create(&StageLabels { stage })
+            .observe(took.as_secs_f64());
     }
 
     pub(super) fn count(&self, route: &str, decision: &str) {

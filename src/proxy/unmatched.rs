@@ -6,23 +6,20 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use super::affinity::Affinity;
 use super::upstream::Outbound;
-use super::{blocked, read, Proxy};
+use super::{blocked, read, Downstream, Proxy};
 use crate::api::http_util::{self, full, BoxError, RespBody};
 use crate::config::Unmatched;
 use crate::policy::{PolicySet, Route};
-use crate::server::ConnInfo;
 
 impl Proxy {
     /// Unmatched: stream through, or block when `proxy.unmatched = "deny"`.
     pub(super) async fn unmatched(
         &self,
         req: Request<Incoming>,
-        conn: ConnInfo,
-        affinity: Option<&Affinity>,
-        request_id: &str,
+        from: Downstream<'_>,
     ) -> Response<RespBody> {
+        let request_id = from.request_id;
         if self.cfg.unmatched == Unmatched::Deny {
             self.stats.count("unmatched", "deny");
             return blocked(
@@ -36,7 +33,7 @@ impl Proxy {
         self.stats.unmatched_pass.inc();
         let (parts, body) = req.into_parts();
         let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
-        self.forward(Outbound::new(parts, body, conn, request_id, &[]).on(affinity))
+        self.forward(Outbound::new(parts, body, from.conn, request_id, &[]).on(from.affinity))
             .await
     }
 
@@ -47,12 +44,11 @@ impl Proxy {
     pub(super) async fn unmatched_json(
         &self,
         req: Request<Incoming>,
-        conn: ConnInfo,
-        affinity: Option<&Affinity>,
-        request_id: &str,
+        from: Downstream<'_>,
         set: &PolicySet,
         route: &Route,
     ) -> Response<RespBody> {
+        let request_id = from.request_id;
         let (parts, body) = req.into_parts();
         let limit = self.app.config.limits.max_body_bytes;
         let bytes = match http_util::read_body(&parts.headers, body, limit).await {
@@ -64,7 +60,9 @@ impl Proxy {
             return self.refuse(set, &probe, refusal, request_id).await;
         }
         self.stats.unmatched_pass.inc();
-        self.forward(Outbound::new(parts, full(bytes), conn, request_id, &[]).on(affinity))
-            .await
+        self.forward(
+            Outbound::new(parts, full(bytes), from.conn, request_id, &[]).on(from.affinity),
+        )
+        .await
     }
 }

@@ -1,7 +1,7 @@
 //! Forwarding: the upstream connector and pooled client, the headers that
-//! cross the hop, and an upstream failure as its 502 or 504. A pass-through
-//! request on an HTTP/1 connection goes on that connection's own upstream
-//! connection instead of the pool (see [`super::affinity`]).
+//! cross the hop, and an upstream failure as its 502 or 504. A request on
+//! an HTTP/1 connection goes on that connection's own upstream connection
+//! instead of the pool (see [`super::affinity`]).
 
 use std::error::Error as _;
 use std::sync::Arc;
