@@ -961,10 +961,14 @@ async fn raw_request(t: &mut Tally, addr: SocketAddr, bytes: &[u8]) -> (u16, Str
 
 /// Whether `buf` holds a whole response with a `content-length` body.
 fn complete(buf: &[u8]) -> bool {
+    first_response_len(buf).is_some_and(|n| buf.len() >= n)
+}
+
+/// The length of the first response in `buf` (head and `content-length`
+/// body), once its head is in.
+fn first_response_len(buf: &[u8]) -> Option<usize> {
     let text = String::from_utf8_lossy(buf);
-    let Some(end) = text.find("\r\n\r\n") else {
-        return false;
-    };
+    let end = text.find("\r\n\r\n")?;
     let len = text[..end]
         .lines()
         .find_map(|l| {
@@ -974,7 +978,7 @@ fn complete(buf: &[u8]) -> bool {
                 .flatten()
         })
         .unwrap_or(0);
-    buf.len() >= end + 4 + len
+    Some(end + 4 + len)
 }
 
 /// Request-smuggling and framing inputs over raw sockets. Returns how many
@@ -1236,19 +1240,9 @@ async fn read_responses(
         let mut chunk = [0u8; 8192];
         loop {
             while complete(&buf) && statuses.len() < want {
-                let text = String::from_utf8_lossy(&buf).into_owned();
-                let end = text.find("\r\n\r\n").unwrap() + 4;
-                let len = text[..end]
-                    .lines()
-                    .find_map(|l| {
-                        let (k, v) = l.split_once(':')?;
-                        k.eq_ignore_ascii_case("content-length")
-                            .then(|| v.trim().parse::<usize>().ok())
-                            .flatten()
-                    })
-                    .unwrap_or(0);
-                statuses.push(text[9..12].parse().unwrap());
-                buf.drain(..end + len);
+                let n = first_response_len(&buf).unwrap();
+                statuses.push(String::from_utf8_lossy(&buf[9..12]).parse().unwrap());
+                buf.drain(..n);
             }
             if statuses.len() == want {
                 break;

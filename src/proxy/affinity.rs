@@ -254,9 +254,13 @@ mod tests {
             .wrap_connector(HttpConnector::new())
     }
 
-    /// An upstream that counts connections and answers each request with
-    /// its connection's number; `close_after` requests per connection.
-    async fn upstream(close_after: usize) -> (Uri, Arc<AtomicUsize>) {
+    /// A loopback upstream that counts its connections and runs `serve` on
+    /// each with its number (from 1).
+    async fn counted<F, Fut>(serve: F) -> (Uri, Arc<AtomicUsize>)
+    where
+        F: Fn(tokio::net::TcpStream, usize) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let conns = Arc::new(AtomicUsize::new(0));
@@ -265,28 +269,34 @@ mod tests {
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
                 let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
-                let served = Arc::new(AtomicUsize::new(0));
-                tokio::spawn(async move {
-                    let svc = service_fn(move |_req: Request<Incoming>| {
-                        let last = served.fetch_add(1, Ordering::SeqCst) + 1 >= close_after;
-                        async move {
-                            let mut resp = Response::new(http_body_util::Full::new(
-                                bytes::Bytes::from(n.to_string()),
-                            ));
-                            if last {
-                                resp.headers_mut()
-                                    .insert("connection", "close".parse().unwrap());
-                            }
-                            Ok::<_, std::convert::Infallible>(resp)
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
+                tokio::spawn(serve(stream, n));
             }
         });
         (format!("http://{addr}").parse().unwrap(), conns)
+    }
+
+    /// An upstream that answers each request with its connection's number
+    /// and closes a connection after `close_after` requests.
+    async fn upstream(close_after: usize) -> (Uri, Arc<AtomicUsize>) {
+        counted(move |stream, n| async move {
+            let served = Arc::new(AtomicUsize::new(0));
+            let svc = service_fn(move |_req: Request<Incoming>| {
+                let last = served.fetch_add(1, Ordering::SeqCst) + 1 >= close_after;
+                async move {
+                    let mut resp =
+                        Response::new(http_body_util::Full::new(bytes::Bytes::from(n.to_string())));
+                    if last {
+                        resp.headers_mut()
+                            .insert("connection", "close".parse().unwrap());
+                    }
+                    Ok::<_, std::convert::Infallible>(resp)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        })
+        .await
     }
 
     fn get() -> Request<RespBody> {
@@ -364,30 +374,20 @@ mod tests {
     /// keep-alive response, then closes the connection without saying so.
     async fn one_shot_upstream() -> (Uri, Arc<AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let conns = Arc::new(AtomicUsize::new(0));
-        let counter = conns.clone();
-        tokio::spawn(async move {
-            loop {
-                let (mut stream, _) = listener.accept().await.unwrap();
-                let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 1024];
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match stream.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
-                        }
-                    }
-                    let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n{n}");
-                    let _ = stream.write_all(answer.as_bytes()).await;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                });
+        counted(|mut stream, n| async move {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                }
             }
-        });
-        (format!("http://{addr}").parse().unwrap(), conns)
+            let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n{n}");
+            let _ = stream.write_all(answer.as_bytes()).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        })
+        .await
     }
 
     #[tokio::test]
