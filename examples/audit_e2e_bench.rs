@@ -5,14 +5,15 @@
 //! each answered only after its audit record is durable and signed). The same
 //! load runs against the server with the durable log and with the log replaced
 //! by a no-op sink (`AuditLog::noop_for_benchmarks`, reachable only from code),
-//! with `audit.max_wait` 2 ms (the default) and 0. The no-op runs bracket the
+//! with `audit.max_wait` 0 (the default) and 2 ms (the setting documented for
+//! disks that charge per flush). The no-op runs bracket the
 //! durable ones so drift in machine load shows.
 //!
 //! `cargo run --release --example audit_e2e_bench -- [secs] [clients] [sweep]`
 //!
 //! `sweep`, a comma-separated list of `max_wait` values in microseconds
 //! (e.g. `0,250,500,1000,2000`), runs the durable log once per value
-//! between the two no-op runs instead of the default 2 ms / 0 pair.
+//! between the two no-op runs instead of the 2 ms and 0 pair.
 //!
 //! `clients` may also be a comma-separated list (e.g. `64,128,256,512`):
 //! the four runs then repeat at each count, and the bench reports each
