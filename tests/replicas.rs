@@ -27,7 +27,7 @@ struct Replica {
     api: String,
     /// `http://` and the proxy listener.
     proxy: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Replica {
@@ -47,6 +47,17 @@ impl Replica {
         redaction_key: &[u8],
         origin: Option<&str>,
     ) -> Replica {
+        let origin = origin
+            .map(|o| format!("[audit]\norigin = \"{o}\"\n"))
+            .unwrap_or_default();
+        let config = format!("[store]\nurl = \"{url}\"\nlease = \"1s\"\n{origin}");
+        Replica::with_config(upstream, hold, redaction_key, &config)
+    }
+
+    /// A replica whose config file is `config` (its `[store]` and anything
+    /// else), with the refund route and `redaction_key` as in
+    /// [`Replica::start`].
+    fn with_config(upstream: &str, hold: &str, redaction_key: &[u8], config: &str) -> Replica {
         let dir = tempfile::TempDir::new().unwrap();
         std::fs::create_dir_all(dir.path().join("policies")).unwrap();
         std::fs::write(
@@ -59,24 +70,15 @@ impl Replica {
         .unwrap();
         std::fs::create_dir_all(dir.path().join("data")).unwrap();
         std::fs::write(dir.path().join("data/redaction.key"), redaction_key).unwrap();
-        let config = dir.path().join("verdict.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[store]\nurl = \"{url}\"\nlease = \"1s\"\n{}",
-                origin
-                    .map(|o| format!("[audit]\norigin = \"{o}\"\n"))
-                    .unwrap_or_default()
-            ),
-        )
-        .unwrap();
+        let path = dir.path().join("verdict.toml");
+        std::fs::write(&path, config).unwrap();
         let (child, api, log) = support::spawn_binary_with(
             BIN,
             dir.path(),
             "info",
             &[
                 "--config",
-                config.to_str().unwrap(),
+                path.to_str().unwrap(),
                 "--proxy-listen",
                 "127.0.0.1:0",
                 "--upstream",
@@ -89,7 +91,7 @@ impl Replica {
             child,
             api: format!("http://{api}"),
             proxy: format!("http://{proxy}"),
-            _dir: dir,
+            dir,
         }
     }
 
@@ -717,51 +719,18 @@ async fn the_store_is_reached_over_tls_and_a_wrong_root_refuses_to_start() {
     assert!(tls_url.contains("sslmode=require"), "{tls_url}");
     // The right root: a hold is stored over TLS.
     let up = MockUpstream::start().await;
-    let dir = tempfile::TempDir::new().unwrap();
-    let config = dir.path().join("tls.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[store]\nurl = \"{tls_url}\"\nca_file = \"{}\"\n",
-            ca.display()
-        ),
-    )
-    .unwrap();
-    let (mut child, api, log) = support::spawn_binary_with(
-        BIN,
-        dir.path(),
-        "info",
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--proxy-listen",
-            "127.0.0.1:0",
-            "--upstream",
-            &up.url(),
-        ],
-        &[],
+    let store = format!(
+        "[store]\nurl = \"{tls_url}\"\nca_file = \"{}\"\n",
+        ca.display()
     );
-    std::fs::write(
-        dir.path().join("policies/refunds.toml"),
-        RefundPolicy::new("strict")
-            .review_over(500)
-            .hold("1ms")
-            .build(),
-    )
-    .unwrap();
+    let replica = Replica::with_config(&up.url(), "1ms", &[7u8; 32], &store);
     let health = support::eventually(
         "the shared store over TLS",
         Duration::from_secs(10),
         || async {
-            let h = support::call(
-                &format!("http://{api}"),
-                Method::GET,
-                "/health/detailed",
-                &[],
-                "",
-            )
-            .await
-            .json();
+            let h = support::call(&replica.api, Method::GET, "/health/detailed", &[], "")
+                .await
+                .json();
             if h["components"]["shared_store"]["status"] == "ok" {
                 Ok(h)
             } else {
@@ -785,19 +754,20 @@ async fn the_store_is_reached_over_tls_and_a_wrong_root_refuses_to_start() {
         ssl.starts_with("0/") && ssl != "0/0",
         "plain/all connections of the replica: {ssl}"
     );
-    support::terminate(&mut child, &log);
-
-    // Roots that do not cover the server's certificate (the system's).
+    // Roots that do not cover the server's certificate (the system's), on
+    // a second server beside the first.
+    let dir = replica.dir.path();
+    let config = dir.join("verdict.toml");
     std::fs::write(&config, format!("[store]\nurl = \"{tls_url}\"\n")).unwrap();
     let out = std::process::Command::new(BIN)
         .args(["serve", "--api-listen", "127.0.0.1:0", "--config"])
         .arg(&config)
         .arg("--data-dir")
-        .arg(dir.path().join("data2"))
+        .arg(dir.join("data2"))
         .arg("--policies")
-        .arg(dir.path().join("policies"))
+        .arg(dir.join("policies"))
         .arg("--keys")
-        .arg(dir.path().join("keys.toml"))
+        .arg(dir.join("keys.toml"))
         .output()
         .unwrap();
     let text = format!(
