@@ -21,24 +21,21 @@
 //!
 //! Every loop is bounded in count and in time; everything is on 127.0.0.1.
 
+mod bench_support;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bench_support::{send, Error, HttpClient, KEY};
 use bytes::Bytes;
-use http::{Method, Request};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
+use http::Method;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use verdict::config::{Config, Overrides};
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-const KEY: &str = "bench-key-0123456789abcdef";
 /// Upper bound on the authorize calls of one phase (per client).
 const MAX_CALLS_PER_CLIENT: usize = 200_000;
 
@@ -192,24 +189,6 @@ async fn start_server(workers: Option<usize>) -> Result<Server, Error> {
         _dir: dir,
         workers,
     })
-}
-
-async fn send(
-    client: &HttpClient,
-    method: Method,
-    url: &str,
-    body: Bytes,
-) -> Result<(u16, Bytes), Error> {
-    let req = Request::builder()
-        .method(method)
-        .uri(url)
-        .header("authorization", format!("Bearer {KEY}"))
-        .header("content-type", "application/json")
-        .body(Full::new(body))?;
-    let resp = client.request(req).await?;
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await?.to_bytes();
-    Ok((status, body))
 }
 
 /// One authorize call: (when it finished, latency).

@@ -22,14 +22,16 @@
 //!
 //! Every loop is bounded in count and in time; everything is on 127.0.0.1.
 
+mod bench_support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bench_support::{send, Error, HttpClient, KEY};
 use bytes::Bytes;
-use http::{Method, Request};
-use http_body_util::{BodyExt, Full};
+use http::Method;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -37,10 +39,6 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use verdict::config::{Config, Overrides};
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-const KEY: &str = "bench-key-0123456789abcdef";
 /// The longest one phase may take.
 const PHASE_LIMIT: Duration = Duration::from_secs(600);
 
@@ -219,24 +217,6 @@ async fn start_server(store_url: Option<&str>) -> Result<Server, Error> {
     config.jobs.workers = 1;
     let running = verdict::app::start(config).await?;
     Ok(Server { running, _dir: dir })
-}
-
-async fn send(
-    client: &HttpClient,
-    method: Method,
-    url: &str,
-    body: Bytes,
-) -> Result<(u16, Bytes), Error> {
-    let req = Request::builder()
-        .method(method)
-        .uri(url)
-        .header("authorization", format!("Bearer {KEY}"))
-        .header("content-type", "application/json")
-        .body(Full::new(body))?;
-    let resp = client.request(req).await?;
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await?.to_bytes();
-    Ok((status, body))
 }
 
 fn refund_body(i: usize) -> String {
