@@ -27,14 +27,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bench_support::{send, Error, HttpClient, KEY};
+use bench_support::{bench_dir, send, Error, HttpClient};
 use bytes::Bytes;
 use http::Method;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-use verdict::config::{Config, Overrides};
+use verdict::config::Config;
 
 /// Upper bound on the authorize calls of one phase (per client).
 const MAX_CALLS_PER_CLIENT: usize = 200_000;
@@ -158,26 +157,7 @@ struct Server {
 }
 
 async fn start_server(workers: Option<usize>) -> Result<Server, Error> {
-    let dir = tempfile::tempdir()?;
-    let root = dir.path();
-    std::fs::create_dir_all(root.join("policies"))?;
-    std::fs::write(root.join("policies").join("refunds.toml"), POLICY)?;
-    let hash = hex::encode(Sha256::digest(KEY.as_bytes()));
-    std::fs::write(
-        root.join("keys.toml"),
-        format!(
-            "[[key]]\nname = \"bench\"\nhash = \"sha256:{hash}\"\n\
-             scopes = [\"verify\", \"authorize\", \"batch\"]\n"
-        ),
-    )?;
-    let overrides = Overrides {
-        api_listen: Some("127.0.0.1:0".parse()?),
-        proxy_listen: Some("127.0.0.1:0".parse()?),
-        policies: Some(root.join("policies")),
-        data_dir: Some(root.join("data")),
-        keys: Some(root.join("keys.toml")),
-        ..Default::default()
-    };
+    let (dir, overrides) = bench_dir(POLICY)?;
     let mut config = Config::defaults(&overrides)?;
     if let Some(w) = workers {
         config.jobs.workers = w;

@@ -29,15 +29,14 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bench_support::{send, Error, HttpClient, KEY};
+use bench_support::{bench_dir, send, Error, HttpClient};
 use bytes::Bytes;
 use http::Method;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-use verdict::config::{Config, Overrides};
+use verdict::config::Config;
 
 /// The longest one phase may take.
 const PHASE_LIMIT: Duration = Duration::from_secs(600);
@@ -187,28 +186,9 @@ struct Server {
 }
 
 async fn start_server(store_url: Option<&str>) -> Result<Server, Error> {
-    let dir = tempfile::tempdir()?;
-    let root = dir.path();
-    std::fs::create_dir_all(root.join("policies"))?;
-    std::fs::write(root.join("policies/refunds.toml"), POLICY)?;
-    let hash = hex::encode(Sha256::digest(KEY.as_bytes()));
-    std::fs::write(
-        root.join("keys.toml"),
-        format!(
-            "[[key]]\nname = \"bench\"\nhash = \"sha256:{hash}\"\n\
-             scopes = [\"verify\", \"authorize\", \"batch\"]\n"
-        ),
-    )?;
-    let overrides = Overrides {
-        api_listen: Some("127.0.0.1:0".parse()?),
-        proxy_listen: Some("127.0.0.1:0".parse()?),
-        // Never contacted: every refund is held and never approved.
-        upstream: Some("http://127.0.0.1:9".into()),
-        policies: Some(root.join("policies")),
-        data_dir: Some(root.join("data")),
-        keys: Some(root.join("keys.toml")),
-        ..Default::default()
-    };
+    let (dir, mut overrides) = bench_dir(POLICY)?;
+    // Never contacted: every refund is held and never approved.
+    overrides.upstream = Some("http://127.0.0.1:9".into());
     let text = match store_url {
         Some(url) => format!("[store]\nurl = \"{url}\"\n[log]\nformat = \"json\"\n"),
         None => String::new(),
