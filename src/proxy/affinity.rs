@@ -370,38 +370,48 @@ mod tests {
         assert_eq!(idle.len(), 0);
     }
 
-    /// An upstream that answers one request per connection with a
-    /// keep-alive response, then closes the connection without saying so.
-    async fn one_shot_upstream() -> (Uri, Arc<AtomicUsize>) {
+    /// An upstream that answers every request with its connection's number
+    /// and a keep-alive response, but closes a connection for which
+    /// `closes(n)` holds after its first answer, without saying so.
+    async fn silent_closer(closes: fn(usize) -> bool) -> (Uri, Arc<AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        counted(|mut stream, n| async move {
+        counted(move |mut stream, n| async move {
             let mut buf = Vec::new();
             let mut chunk = [0u8; 1024];
-            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                match stream.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(k) => buf.extend_from_slice(&chunk[..k]),
+            loop {
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    }
+                }
+                buf.clear();
+                let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n{n}");
+                if stream.write_all(answer.as_bytes()).await.is_err() || closes(n) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    return;
                 }
             }
-            let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n{n}");
-            let _ = stream.write_all(answer.as_bytes()).await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
         })
         .await
     }
 
     #[tokio::test]
-    async fn an_idle_connection_the_upstream_closed_is_not_reused() {
-        let (up, conns) = one_shot_upstream().await;
+    async fn an_idle_connection_the_upstream_closed_is_skipped_for_a_live_one() {
+        // Connection 2 is closed by the upstream after its first answer.
+        let (up, conns) = silent_closer(|n| n == 2).await;
         let (c, idle) = (connector(), IdleUpstreams::default());
-        let a = Affinity::default();
+        let (a, b) = (Affinity::default(), Affinity::default());
         assert_eq!(roundtrip(&a, &idle, &c, &up).await, "1");
+        assert_eq!(roundtrip(&b, &idle, &c, &up).await, "2");
         idle.checkin(a);
-        assert_eq!(idle.len(), 1);
-        // The upstream closes it while it sits idle.
+        idle.checkin(b);
+        assert_eq!(idle.len(), 2);
+        // The upstream closes connection 2 while it sits idle, newest.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let d = Affinity::default();
-        assert_eq!(roundtrip(&d, &idle, &c, &up).await, "2");
+        // The closed one is passed over for the live one: no new connection.
+        assert_eq!(roundtrip(&d, &idle, &c, &up).await, "1");
         assert_eq!(idle.len(), 0);
         assert_eq!(conns.load(Ordering::SeqCst), 2);
     }
@@ -410,7 +420,7 @@ mod tests {
     async fn a_connection_the_upstream_closed_between_requests_is_replaced() {
         // The upstream closes silently after each answer, while the
         // downstream connection is between requests.
-        let (up, conns) = one_shot_upstream().await;
+        let (up, conns) = silent_closer(|_| true).await;
         let (c, idle) = (connector(), IdleUpstreams::default());
         let a = Affinity::default();
         for want in ["1", "2", "3"] {
