@@ -24,8 +24,8 @@ use tokio_postgres::types::ToSql;
 
 use super::state::{self, ForwardState, ReviewStatus, Verdict};
 use super::store::{
-    from_micros, micros, open_held, plan_finish, plan_resolve, Backend, Inspected, ResolvePlan,
-    Resolver, Row, COLUMNS, SEALED_PLACEHOLDER,
+    from_micros, micros, open_held, plan_finish, plan_resolve, Backend, Cells, Inspected,
+    ResolvePlan, Resolver, Row, COLUMNS, SEALED_PLACEHOLDER,
 };
 use super::{ForwardOutcome, HeldRequest, NewReview, ReviewError, UpstreamResponse};
 use crate::shared::{error_text, Shared, NOW_MICROS, REVIEWS_CHANNEL};
@@ -774,39 +774,34 @@ async fn notify(
 }
 
 fn read_row(r: &tokio_postgres::Row) -> Result<Row, ReviewError> {
-    let bad = |what: &str| ReviewError::Storage(format!("bad stored {what}"));
-    let forward_name: String = r.try_get(14)?;
-    let upstream_status: Option<i32> = r.try_get(15)?;
-    let upstream_status = upstream_status
-        .map(|s| u16::try_from(s).map_err(|_| bad("upstream status")))
-        .transpose()?;
-    let forward =
-        ForwardState::parse(&forward_name, upstream_status).ok_or_else(|| bad("forward state"))?;
-    let status: String = r.try_get(10)?;
-    let rules: String = r.try_get(17)?;
-    let approvals: String = r.try_get(19)?;
-    Ok(Row {
-        review_id: r.try_get(0)?,
-        created_at: from_micros(r.try_get(1)?),
-        expires_at: from_micros(r.try_get(2)?),
-        owner: r.try_get(3)?,
-        route: r.try_get(4)?,
-        action: r.try_get(5)?,
-        reason: r.try_get(6)?,
-        record_id: r.try_get(7)?,
-        method: r.try_get(8)?,
-        path: r.try_get(9)?,
-        status: ReviewStatus::parse(&status).ok_or_else(|| bad("review status"))?,
-        reviewer: r.try_get(11)?,
-        note: r.try_get(12)?,
-        resolved_at: r.try_get::<_, Option<i64>>(13)?.map(from_micros),
-        forward,
-        request_hash: r.try_get(16)?,
-        rules: serde_json::from_str(&rules).map_err(|_| bad("rule messages"))?,
-        requester: r.try_get(18)?,
-        approvals: serde_json::from_str(&approvals).map_err(|_| bad("approvals"))?,
-        replica: r.try_get(20)?,
-    })
+    Row::read_from(r)
+}
+
+impl Cells for tokio_postgres::Row {
+    type Error = ReviewError;
+    fn text(&self, i: usize) -> Result<String, ReviewError> {
+        Ok(self.try_get(i)?)
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>, ReviewError> {
+        Ok(self.try_get(i)?)
+    }
+    fn int(&self, i: usize) -> Result<i64, ReviewError> {
+        Ok(self.try_get(i)?)
+    }
+    /// `upstream_status` is an `INTEGER` (4 bytes), the times `BIGINT`.
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, ReviewError> {
+        if self.columns().get(i).map(|c| c.type_()) == Some(&tokio_postgres::types::Type::INT4) {
+            Ok(self.try_get::<_, Option<i32>>(i)?.map(i64::from))
+        } else {
+            Ok(self.try_get(i)?)
+        }
+    }
+    fn replica(&self) -> Result<Option<String>, ReviewError> {
+        Ok(self.try_get(20)?)
+    }
+    fn corrupt(_: usize, what: String) -> ReviewError {
+        ReviewError::Storage(format!("bad stored {what}"))
+    }
 }
 
 /// How long a resolution waits for the turn before it answers 503: a

@@ -994,50 +994,91 @@ impl Backend for SqliteStore {
 
 // === impl Row ===
 
+/// Cell access by column index, so that one mapping ([`Row::read_from`])
+/// serves both backends. Each backend reads a column as the type its
+/// schema stores and says how a value the code never writes is reported.
+pub(super) trait Cells {
+    type Error;
+    fn text(&self, i: usize) -> Result<String, Self::Error>;
+    fn opt_text(&self, i: usize) -> Result<Option<String>, Self::Error>;
+    fn int(&self, i: usize) -> Result<i64, Self::Error>;
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, Self::Error>;
+    /// The holding replica (the column after [`COLUMNS`] in a shared store).
+    fn replica(&self) -> Result<Option<String>, Self::Error>;
+    /// Column `i` holds a value the code never writes.
+    fn corrupt(i: usize, what: String) -> Self::Error;
+}
+
 impl Row {
-    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
-        let forward_name: String = r.get(14)?;
-        let upstream_status: Option<i64> = r.get(15)?;
-        let upstream_status = upstream_status
-            .map(|s| u16::try_from(s).map_err(|e| corrupt(15, Type::Integer, e.to_string())))
+    /// Maps the cells of one [`COLUMNS`] row.
+    pub(super) fn read_from<C: Cells>(r: &C) -> Result<Row, C::Error> {
+        let forward_name = r.text(14)?;
+        let upstream_status = r
+            .opt_int(15)?
+            .map(|s| u16::try_from(s).map_err(|_| C::corrupt(15, format!("upstream status {s}"))))
             .transpose()?;
-        let forward = ForwardState::parse(&forward_name, upstream_status).ok_or_else(|| {
-            corrupt(
-                14,
-                Type::Text,
-                format!("bad forward state {forward_name:?}"),
-            )
-        })?;
+        let forward = ForwardState::parse(&forward_name, upstream_status)
+            .ok_or_else(|| C::corrupt(14, format!("forward state {forward_name:?}")))?;
+        let status = r.text(10)?;
         Ok(Row {
-            review_id: r.get(0)?,
-            created_at: from_micros(r.get(1)?),
-            expires_at: from_micros(r.get(2)?),
-            owner: r.get(3)?,
-            route: r.get(4)?,
-            action: r.get(5)?,
-            reason: r.get(6)?,
-            record_id: r.get(7)?,
-            method: r.get(8)?,
-            path: r.get(9)?,
-            status: r.get(10)?,
-            reviewer: r.get(11)?,
-            note: r.get(12)?,
-            resolved_at: r.get::<_, Option<i64>>(13)?.map(from_micros),
+            review_id: r.text(0)?,
+            created_at: from_micros(r.int(1)?),
+            expires_at: from_micros(r.int(2)?),
+            owner: r.text(3)?,
+            route: r.text(4)?,
+            action: r.text(5)?,
+            reason: r.text(6)?,
+            record_id: r.opt_text(7)?,
+            method: r.text(8)?,
+            path: r.text(9)?,
+            status: ReviewStatus::parse(&status)
+                .ok_or_else(|| C::corrupt(10, format!("review status {status:?}")))?,
+            reviewer: r.opt_text(11)?,
+            note: r.opt_text(12)?,
+            resolved_at: r.opt_int(13)?.map(from_micros),
             forward,
-            request_hash: r.get(16)?,
-            rules: {
-                let text: String = r.get(17)?;
-                serde_json::from_str(&text)
-                    .map_err(|e| corrupt(17, Type::Text, format!("bad rule messages: {e}")))?
-            },
-            requester: r.get(18)?,
-            approvals: {
-                let text: String = r.get(19)?;
-                serde_json::from_str(&text)
-                    .map_err(|e| corrupt(19, Type::Text, format!("bad approvals: {e}")))?
-            },
-            replica: None,
+            request_hash: r.text(16)?,
+            rules: json_cell(r, 17, "rule messages")?,
+            requester: r.opt_text(18)?,
+            approvals: json_cell(r, 19, "approvals")?,
+            replica: r.replica()?,
         })
+    }
+
+    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+        Row::read_from(r)
+    }
+}
+
+/// A JSON text column.
+fn json_cell<C: Cells, T: serde::de::DeserializeOwned>(
+    r: &C,
+    i: usize,
+    what: &str,
+) -> Result<T, C::Error> {
+    serde_json::from_str(&r.text(i)?).map_err(|e| C::corrupt(i, format!("{what}: {e}")))
+}
+
+impl Cells for rusqlite::Row<'_> {
+    type Error = rusqlite::Error;
+    fn text(&self, i: usize) -> rusqlite::Result<String> {
+        self.get(i)
+    }
+    fn opt_text(&self, i: usize) -> rusqlite::Result<Option<String>> {
+        self.get(i)
+    }
+    fn int(&self, i: usize) -> rusqlite::Result<i64> {
+        self.get(i)
+    }
+    fn opt_int(&self, i: usize) -> rusqlite::Result<Option<i64>> {
+        self.get(i)
+    }
+    /// One process: no replica.
+    fn replica(&self) -> rusqlite::Result<Option<String>> {
+        Ok(None)
+    }
+    fn corrupt(i: usize, what: String) -> rusqlite::Error {
+        corrupt(i, Type::Text, format!("bad stored {what}"))
     }
 }
 
