@@ -17,13 +17,12 @@
 //! them at once, on every replica, by `NOTIFY`; otherwise they look for
 //! work every half second.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::store::{Inserted, JobRow};
-use super::worker::{JobsMetrics, FLUSH_INTERVAL};
+use super::worker::{run_item, JobsMetrics, FLUSH_INTERVAL};
 use super::{cutoff_ms, now_ms, view, ItemFn, JobStatus, JobView, JobsError, JobsHealth, Page};
 use crate::shared::{error_text, Shared, JOBS_CHANNEL, NOW_MICROS};
 
@@ -506,34 +505,15 @@ impl PgJobs {
             if self.stopping.load(Ordering::Relaxed) {
                 break;
             }
-            let item: serde_json::Value = match serde_json::from_str(&c.item) {
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::error!(job_id = %c.job_id, index = c.idx, error = %e, "stored batch item is not JSON");
-                    self.flush(&c.job_id, &mut pending)?;
-                    self.fail(
-                        &c.job_id,
-                        &format!("item {}: stored item is corrupt", c.idx),
-                    )?;
-                    failed = Some(c.job_id.clone());
-                    continue;
-                }
+            let (result, took) = {
+                let _job = tracing::info_span!("job", job_id = %c.job_id).entered();
+                run_item(&self.work, &self.metrics, i64::from(c.idx), &c.item)
             };
-            let index = usize::try_from(c.idx).unwrap_or(usize::MAX);
-            let started = Instant::now();
-            let result = catch_unwind(AssertUnwindSafe(|| (self.work)(index, &item)));
-            let took = started.elapsed();
-            self.metrics.item_duration.observe(took.as_secs_f64());
-            self.metrics.items.inc();
             match result {
-                Ok(value) => pending.push((c.idx, value.to_string())),
-                Err(_) => {
-                    tracing::error!(job_id = %c.job_id, index = c.idx, "batch item panicked");
+                Ok(value) => pending.push((c.idx, value)),
+                Err(why) => {
                     self.flush(&c.job_id, &mut pending)?;
-                    self.fail(
-                        &c.job_id,
-                        &format!("item {} could not be processed: internal error", c.idx),
-                    )?;
+                    self.fail(&c.job_id, &why)?;
                     failed = Some(c.job_id.clone());
                     continue;
                 }

@@ -214,34 +214,10 @@ fn run_job(shared: &Shared, conn: &mut Connection, seq: i64) -> Result<Outcome, 
                 return Ok(Outcome::Stopped);
             }
             after = idx;
-            let item: serde_json::Value = match serde_json::from_str(&item) {
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::error!(index = idx, error = %e, "stored batch item is not JSON");
-                    return fail(
-                        conn,
-                        &mut pending,
-                        &format!("item {idx}: stored item is corrupt"),
-                    );
-                }
-            };
-            let index = usize::try_from(idx).unwrap_or(usize::MAX);
-            let started = Instant::now();
-            let result = catch_unwind(AssertUnwindSafe(|| (shared.work)(index, &item)));
-            let took = started.elapsed();
-            shared.metrics.item_duration.observe(took.as_secs_f64());
-            shared.metrics.items.inc();
+            let (result, took) = run_item(&shared.work, &shared.metrics, idx, &item);
             match result {
-                Ok(value) => pending.rows.push((idx, value.to_string())),
-                Err(payload) => {
-                    let why = panic_message(payload.as_ref());
-                    tracing::error!(index = idx, panic = %why, "batch item panicked");
-                    return fail(
-                        conn,
-                        &mut pending,
-                        &format!("item {idx} could not be processed: internal error"),
-                    );
-                }
+                Ok(value) => pending.rows.push((idx, value)),
+                Err(why) => return fail(conn, &mut pending, &why),
             }
             if pending.due(took) {
                 pending.flush(conn)?;
@@ -272,6 +248,40 @@ fn fail(conn: &mut Connection, pending: &mut Pending, message: &str) -> Result<O
     pending.flush(conn)?;
     store::finish_job(conn, pending.seq, Some(message), now_ms())?;
     Ok(Outcome::Finished(JobStatus::Failed))
+}
+
+/// Runs one stored item (its JSON text) under `catch_unwind`, metered:
+/// the result's JSON text, or why the job fails (the item is not JSON, or
+/// the item function panicked), and how long the item ran. Both stores'
+/// workers run items through here.
+pub(super) fn run_item(
+    work: &ItemFn,
+    metrics: &JobsMetrics,
+    idx: i64,
+    stored: &str,
+) -> (Result<String, String>, Duration) {
+    let item: serde_json::Value = match serde_json::from_str(stored) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::error!(index = idx, error = %e, "stored batch item is not JSON");
+            return (
+                Err(format!("item {idx}: stored item is corrupt")),
+                Duration::ZERO,
+            );
+        }
+    };
+    let index = usize::try_from(idx).unwrap_or(usize::MAX);
+    let started = Instant::now();
+    let result = catch_unwind(AssertUnwindSafe(|| work(index, &item)));
+    let took = started.elapsed();
+    metrics.item_duration.observe(took.as_secs_f64());
+    metrics.items.inc();
+    let result = result.map(|value| value.to_string()).map_err(|payload| {
+        let why = panic_message(payload.as_ref());
+        tracing::error!(index = idx, panic = %why, "batch item panicked");
+        format!("item {idx} could not be processed: internal error")
+    });
+    (result, took)
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
