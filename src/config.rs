@@ -196,6 +196,36 @@ pub fn pem_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
     Ok(roots)
 }
 
+/// The TLS config of an outbound https client (ring): it trusts
+/// `ca_file`'s roots when one is given, else the system's. Where the
+/// system has none it trusts nothing, so plain http still works and https
+/// fails its certificate check; `no_roots` (logged then) says what to do.
+/// An error names what is wrong with `ca_file` (the caller names the key).
+pub fn client_tls(ca_file: Option<&Path>, no_roots: &str) -> Result<rustls::ClientConfig, String> {
+    let roots = match ca_file {
+        Some(path) => pem_roots(path)?,
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in found.certs {
+                // A system root rustls cannot parse is skipped, as browsers do.
+                let _ = roots.add(cert);
+            }
+            if roots.is_empty() {
+                let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+                tracing::warn!(?errors, "no system root certificates; {no_roots}");
+            }
+            roots
+        }
+    };
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
     pub cert: PathBuf,
@@ -947,5 +977,22 @@ mod tests {
         assert_eq!(line_col("ab\ncd", 4), (2, 2));
         assert_eq!(line_col("é\nx", 3), (2, 1));
         assert_eq!(line_col("abc", 99), (1, 4));
+    }
+
+    #[test]
+    fn client_tls_trusts_the_ca_file_and_names_what_is_wrong_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("ca.pem");
+        let cert = rcgen::generate_simple_self_signed(vec!["up.test".into()]).unwrap();
+        std::fs::write(&good, cert.cert.pem()).unwrap();
+        assert!(client_tls(Some(&good), "hint").is_ok());
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let err = client_tls(Some(&empty), "hint").unwrap_err();
+        assert_eq!(err, "no certificate found");
+        let err = client_tls(Some(&dir.path().join("missing.pem")), "hint").unwrap_err();
+        assert!(!err.is_empty(), "{err}");
+        // No ca_file: the system's roots, or none; never an error.
+        assert!(client_tls(None, "hint").is_ok());
     }
 }

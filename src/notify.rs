@@ -256,8 +256,17 @@ impl Notifier {
             console = %base,
             "review notifications on"
         );
+        let client = match build_client(self.cfg.timeout) {
+            Ok(client) => client,
+            Err(e) => {
+                // The queue closes with `self.rx`: every notification from
+                // now on is dropped and counted ("sender stopped").
+                tracing::error!(error = %e, "review notifications off: no TLS configuration");
+                return tokio::spawn(async {});
+            }
+        };
         let sender = Arc::new(Sender {
-            client: build_client(self.cfg.timeout),
+            client,
             key: hmac::Key::new(hmac::HMAC_SHA256, self.cfg.secret.expose()),
             metrics: self.metrics.clone(),
             base,
@@ -430,43 +439,19 @@ impl Sender {
 
 /// The webhook client: http and https (rustls with the system roots),
 /// resolving hostnames through [`Fenced`].
-fn build_client(timeout: Duration) -> WebhookClient {
+fn build_client(timeout: Duration) -> Result<WebhookClient, String> {
     let mut http = HttpConnector::new_with_resolver(Fenced);
     http.enforce_http(false);
     http.set_connect_timeout(Some(timeout));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = match hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_native_roots(provider.clone())
-    {
-        Ok(b) => b,
-        Err(e) => {
-            // An http webhook still works; an https one fails its
-            // certificate check, counted as a failed notification.
-            tracing::warn!(error = %e, "no system root certificates; an https notify_url cannot be verified");
-            let tls = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map(|b| {
-                    b.with_root_certificates(rustls::RootCertStore::empty())
-                        .with_no_client_auth()
-                });
-            match tls {
-                Ok(tls) => hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls),
-                Err(e) => {
-                    tracing::warn!(error = %e, "no TLS configuration for review notifications");
-                    hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
-                        rustls::ClientConfig::builder()
-                            .with_root_certificates(rustls::RootCertStore::empty())
-                            .with_no_client_auth(),
-                    )
-                }
-            }
-        }
-    };
+    // Without system roots an http webhook still works; an https one
+    // fails its certificate check, counted as a failed notification.
+    let tls = crate::config::client_tls(None, "an https notify_url cannot be verified")?;
+    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
     let connector = builder.https_or_http().enable_http1().wrap_connector(http);
-    Client::builder(TokioExecutor::new())
+    Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .pool_timer(TokioTimer::new())
-        .build(connector)
+        .build(connector))
 }
 
 /// Resolves the webhook's hostname and refuses it when any address is

@@ -11,7 +11,6 @@
 //! non-zero exit code.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -200,28 +199,13 @@ fn build_client(ca_file: Option<&std::path::Path>) -> Result<HttpClient, CliErro
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(Some(REQUEST_TIMEOUT));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = |roots: rustls::RootCertStore| {
-        rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-            .map_err(|e| CliError::Failed(format!("TLS set-up failed: {e}")))
-    };
-    let builder = match ca_file {
-        Some(path) => {
-            let bad = |e: String| CliError::Usage(format!("--ca-file {}: {e}", path.display()));
-            let roots = crate::config::pem_roots(path).map_err(bad)?;
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls(roots)?)
-        }
-        None => match hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(provider.clone())
-        {
-            Ok(b) => b,
-            // Plain http still works; https then needs --ca-file.
-            Err(_) => hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(tls(rustls::RootCertStore::empty())?),
-        },
-    };
+    // Without system roots plain http still works; https then needs --ca-file.
+    let tls =
+        crate::config::client_tls(ca_file, "https needs --ca-file").map_err(|e| match ca_file {
+            Some(path) => CliError::Usage(format!("--ca-file {}: {e}", path.display())),
+            None => CliError::Failed(format!("TLS set-up failed: {e}")),
+        })?;
+    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
     let connector = builder.https_or_http().enable_http1().wrap_connector(http);
     Ok(Client::builder(TokioExecutor::new()).build(connector))
 }

@@ -670,24 +670,14 @@ async fn listen_once(
 /// the URL's `sslmode` asks for TLS (`prefer`, the default, tries it and
 /// falls back to plain; `require` insists).
 fn tls_config(cfg: &PostgresConfig) -> Result<rustls::ClientConfig, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let roots = match &cfg.ca_file {
-        Some(path) => crate::config::pem_roots(path)
-            .map_err(|e| format!("store.ca_file {}: {e}", path.display()))?,
-        None => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_native_certs::load_native_certs().certs {
-                // A system root rustls cannot parse is skipped, as browsers do.
-                let _ = roots.add(cert);
-            }
-            roots
-        }
-    };
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
+    crate::config::client_tls(
+        cfg.ca_file.as_deref(),
+        "set store.ca_file for a TLS connection",
+    )
+    .map_err(|e| match &cfg.ca_file {
+        Some(path) => format!("store.ca_file {}: {e}", path.display()),
+        None => e,
+    })
 }
 
 fn hostname() -> String {

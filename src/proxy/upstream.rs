@@ -4,7 +4,6 @@
 //! instead of the pool (see [`super::affinity`]).
 
 use std::error::Error as _;
-use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{HeaderName, HeaderValue, CONNECTION, HOST};
@@ -66,35 +65,15 @@ pub(super) fn build_connector(cfg: &ProxyConfig) -> Result<Connector, String> {
     http.set_connect_timeout(Some(cfg.connect_timeout));
     http.set_nodelay(true);
     http.enforce_http(false);
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = match &cfg.ca_file {
-        Some(path) => {
-            let roots = crate::config::pem_roots(path)
-                .map_err(|e| format!("proxy.ca_file {}: {e}", path.display()))?;
-            let tls = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| e.to_string())?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls)
-        }
-        None => match hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(provider.clone())
-        {
-            Ok(b) => b,
-            Err(e) => {
-                // Plain http upstreams still work; an https one fails its
-                // certificate check (502) until proxy.ca_file is set.
-                tracing::warn!(error = %e, "no system root certificates; set proxy.ca_file for an https upstream");
-                let tls = rustls::ClientConfig::builder_with_provider(provider)
-                    .with_safe_default_protocol_versions()
-                    .map_err(|e| e.to_string())?
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth();
-                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls)
-            }
-        },
-    };
+    let tls = crate::config::client_tls(
+        cfg.ca_file.as_deref(),
+        "set proxy.ca_file for an https upstream",
+    )
+    .map_err(|e| match &cfg.ca_file {
+        Some(path) => format!("proxy.ca_file {}: {e}", path.display()),
+        None => e,
+    })?;
+    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
     Ok(builder.https_or_http().enable_http1().wrap_connector(http))
 }
 
