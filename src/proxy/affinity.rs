@@ -373,33 +373,54 @@ mod tests {
     /// An upstream that answers every request with its connection's number
     /// and a keep-alive response, but closes a connection for which
     /// `closes(n)` holds after its first answer, without saying so.
-    async fn silent_closer(closes: fn(usize) -> bool) -> (Uri, Arc<AtomicUsize>) {
+    /// The third value counts the connections it has closed.
+    async fn silent_closer(closes: fn(usize) -> bool) -> (Uri, Arc<AtomicUsize>, Arc<AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        counted(move |mut stream, n| async move {
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 1024];
-            loop {
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+        let closed = Arc::new(AtomicUsize::new(0));
+        let counter = closed.clone();
+        let (uri, conns) = counted(move |mut stream, n| {
+            let closed = counter.clone();
+            async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                loop {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
                     }
-                }
-                buf.clear();
-                let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n{n}");
-                if stream.write_all(answer.as_bytes()).await.is_err() || closes(n) {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    return;
+                    buf.clear();
+                    let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n{n}");
+                    if stream.write_all(answer.as_bytes()).await.is_err() || closes(n) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        drop(stream);
+                        closed.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
                 }
             }
         })
-        .await
+        .await;
+        (uri, conns, closed)
+    }
+
+    /// Returns once `closed` reaches `n` (10 s at most).
+    async fn until_closed(closed: &AtomicUsize, n: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while closed.load(Ordering::SeqCst) < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the upstream never closed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     #[tokio::test]
     async fn an_idle_connection_the_upstream_closed_is_skipped_for_a_live_one() {
         // Connection 2 is closed by the upstream after its first answer.
-        let (up, conns) = silent_closer(|n| n == 2).await;
+        let (up, conns, closed) = silent_closer(|n| n == 2).await;
         let (c, idle) = (connector(), IdleUpstreams::default());
         let (a, b) = (Affinity::default(), Affinity::default());
         assert_eq!(roundtrip(&a, &idle, &c, &up).await, "1");
@@ -408,7 +429,7 @@ mod tests {
         idle.checkin(b);
         assert_eq!(idle.len(), 2);
         // The upstream closes connection 2 while it sits idle, newest.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        until_closed(&closed, 1).await;
         let d = Affinity::default();
         // The closed one is passed over for the live one: no new connection.
         assert_eq!(roundtrip(&d, &idle, &c, &up).await, "1");
@@ -420,12 +441,12 @@ mod tests {
     async fn a_connection_the_upstream_closed_between_requests_is_replaced() {
         // The upstream closes silently after each answer, while the
         // downstream connection is between requests.
-        let (up, conns) = silent_closer(|_| true).await;
+        let (up, conns, closed) = silent_closer(|_| true).await;
         let (c, idle) = (connector(), IdleUpstreams::default());
         let a = Affinity::default();
-        for want in ["1", "2", "3"] {
+        for (n, want) in ["1", "2", "3"].into_iter().enumerate() {
             assert_eq!(roundtrip(&a, &idle, &c, &up).await, want);
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            until_closed(&closed, n + 1).await;
         }
         assert_eq!(conns.load(Ordering::SeqCst), 3);
     }

@@ -170,6 +170,21 @@ fn waiter(
     tokio::spawn(async move { r.wait(&id, Duration::from_secs(30)).await })
 }
 
+/// Returns once `n` waiters listen on the review's channel (10 s at most).
+async fn until_waiting(r: &Reviews, id: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let listening = lock(&r.inner.waiters)
+            .get(id)
+            .map_or(0, |tx| tx.receiver_count());
+        if listening >= n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{listening} of {n} waiters");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test]
 async fn hold_wait_approve_then_claim_exactly_once() {
     let dir = place();
@@ -337,7 +352,7 @@ async fn wait_returns_as_soon_as_another_task_resolves() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until_waiting(&r, &id, 3).await;
     assert_eq!(lock(&r.inner.waiters).len(), 1, "one channel per review");
     r.resolve(&id, false, "bob", "bob", None, SystemTime::now())
         .await
@@ -774,7 +789,7 @@ async fn a_dropped_resolve_call_still_wakes_the_held_request() {
     // resolution is on its way to disk, the held request must still hear it.
     let (_dir, r, id) = one_pending().await;
     let waiter = waiter(&r, &id);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    until_waiting(&r, &id, 1).await;
     let resolve = approve(&r, &id);
     tokio::select! {
         biased;
@@ -822,7 +837,7 @@ async fn approvals_go_to_the_live_hold_or_else_to_the_background_queue() {
     // Approved while the hold waits: the hold owns it, nothing is queued.
     let live = r.create(new_review("refund-app")).await.unwrap().review_id;
     let waiter = waiter(&r, &live);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    until_waiting(&r, &live, 1).await;
     approve(&r, &live).await.unwrap();
     assert_eq!(waiter.await.unwrap().unwrap(), Some(Resolution::Approved));
 
