@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, Type, ValueRef};
+use rusqlite::types::{ToSqlOutput, Type};
 use rusqlite::{named_params, params, Connection, OptionalExtension, ToSql, TransactionBehavior};
 
 use super::state::{self, ForwardEnd, ForwardState, ReviewStatus, Verdict};
@@ -1091,14 +1091,6 @@ fn corrupt(column: usize, ty: Type, message: String) -> rusqlite::Error {
 impl ToSql for ReviewStatus {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
         Ok(ToSqlOutput::from(self.as_str()))
-    }
-}
-
-impl FromSql for ReviewStatus {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-        let s = value.as_str()?;
-        ReviewStatus::parse(s)
-            .ok_or_else(|| FromSqlError::Other(format!("bad review status {s:?}").into()))
     }
 }
 
