@@ -664,6 +664,22 @@ impl Backend for PgStore {
     }
 
     #[cfg(test)]
+    fn corrupt_rules(&mut self, review_id: &str) {
+        self.shared
+            .block_on(async {
+                let client = self.shared.client().await?;
+                client
+                    .execute(
+                        "UPDATE review_reviews SET rules = 'not json' WHERE review_id = $1",
+                        &[&review_id],
+                    )
+                    .await?;
+                Ok::<_, ReviewError>(())
+            })
+            .unwrap();
+    }
+
+    #[cfg(test)]
     fn header_rows(&mut self, review_id: &str) -> i64 {
         self.test_count(
             "SELECT COUNT(*) FROM review_request_headers WHERE review_id = $1",

@@ -242,6 +242,9 @@ pub(super) trait Backend: Send {
     /// length of an upstream answer.
     #[cfg(test)]
     fn corrupt_body(&mut self, review_id: &str);
+    /// Test hook: stores rule messages that are not JSON.
+    #[cfg(test)]
+    fn corrupt_rules(&mut self, review_id: &str);
     #[cfg(test)]
     fn upstream_body_len(&mut self, review_id: &str) -> usize;
     /// Test hook: how many held headers are stored for a review.
@@ -963,6 +966,16 @@ impl Backend for SqliteStore {
             .execute(
                 "UPDATE review_reviews SET req_body = ?2 WHERE review_id = ?1",
                 rusqlite::params![review_id, b"{\"amount\":9000}".as_slice()],
+            )
+            .unwrap();
+    }
+
+    #[cfg(test)]
+    fn corrupt_rules(&mut self, review_id: &str) {
+        self.conn
+            .execute(
+                "UPDATE review_reviews SET rules = 'not json' WHERE review_id = ?1",
+                [review_id],
             )
             .unwrap();
     }

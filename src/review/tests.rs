@@ -946,6 +946,27 @@ async fn a_corrupted_held_request_is_never_handed_out() {
     assert_eq!(v.forward.state, "not_started", "the claim was rolled back");
 }
 
+#[tokio::test]
+async fn a_row_the_code_never_wrote_is_a_storage_error_and_the_rest_still_reads() {
+    let (_dir, r, id) = one_pending().await;
+    let other = r.create(new_review("refund-app")).await.unwrap().review_id;
+    {
+        let (r, id) = (r.clone(), id.clone());
+        on_store(&r.inner, move |s, _| {
+            s.corrupt_rules(&id);
+            Ok(())
+        })
+        .await
+        .unwrap();
+    }
+    match r.get(&id, &admin()).await {
+        Err(ReviewError::Storage(m)) => assert!(m.contains("bad stored rule messages"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let v = r.get(&other, &admin()).await.unwrap().unwrap();
+    assert_eq!(v.status, ReviewStatus::Pending);
+}
+
 fn with_creds(auth: Option<&str>, cookie: Option<&str>) -> NewReview {
     let mut n = new_review("proxy");
     if let Some(a) = auth {
