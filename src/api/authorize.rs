@@ -32,17 +32,12 @@ pub struct ActionIn {
 #[derive(Debug, Clone, Deserialize)]
 pub struct AuthorizeRequest {
     pub action: ActionIn,
-    #[serde(default)]
     pub claims: Option<Claims>,
-    #[serde(default)]
     pub answer: Option<AnswerIn>,
     #[serde(default)]
     pub sources: Vec<SourceIn>,
-    #[serde(default)]
     pub requirements: Option<RequirementsIn>,
-    #[serde(default)]
     pub options: Option<OptionsIn>,
-    #[serde(default)]
     pub response: Option<ResponseIn>,
 }
 

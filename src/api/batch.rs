@@ -99,9 +99,7 @@ fn to_value<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, ApiError> {
 
 #[derive(Debug, Default, Deserialize)]
 struct PageQuery {
-    #[serde(default)]
     offset: Option<usize>,
-    #[serde(default)]
     limit: Option<usize>,
 }
 

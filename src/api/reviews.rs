@@ -19,7 +19,6 @@ const MAX_LIST: usize = 1000;
 #[derive(Debug, Deserialize)]
 struct ResolveBody {
     reviewer: String,
-    #[serde(default)]
     note: Option<String>,
 }
 

@@ -20,11 +20,8 @@ pub struct VerifyRequest {
     pub claims: Claims,
     #[serde(default)]
     pub sources: Vec<SourceIn>,
-    #[serde(default)]
     pub response: Option<ResponseIn>,
-    #[serde(default)]
     pub requirements: Option<RequirementsIn>,
-    #[serde(default)]
     pub options: Option<OptionsIn>,
 }
 

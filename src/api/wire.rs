@@ -23,27 +23,20 @@ pub const MAX_EVIDENCE_LIMIT: u64 = 100;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ResponseIn {
-    #[serde(default)]
     pub mode: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct RequirementsIn {
-    #[serde(default)]
     pub decision_mode: Option<String>,
-    #[serde(default)]
     pub min_coverage: Option<f64>,
-    #[serde(default)]
     pub citations: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct OptionsIn {
-    #[serde(default)]
     pub deny_if_any_unsupported: Option<bool>,
-    #[serde(default)]
     pub evidence_limit: Option<u64>,
-    #[serde(default)]
     pub min_coverage: Option<f64>,
 }
 

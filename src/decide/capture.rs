@@ -34,9 +34,9 @@ pub const MAX_BYTES: usize = 8 << 20;
 struct Captured {
     v: u32,
     action: Action,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     claims: Option<Vec<Claim>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     answer: Option<Answer>,
     sources: Vec<Source>,
     requested: Asked,
@@ -54,7 +54,7 @@ struct Action {
 #[serde(deny_unknown_fields)]
 struct Claim {
     text: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     citations: Vec<CitationIn>,
@@ -73,9 +73,9 @@ struct Answer {
 #[serde(deny_unknown_fields)]
 struct Source {
     id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     unavailable: Option<String>,
 }
 
@@ -83,15 +83,15 @@ struct Source {
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Asked {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     decision_mode: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     min_coverage: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     citations: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     deny_if_any_unsupported: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     evidence_limit: Option<usize>,
 }
 

@@ -29,16 +29,14 @@ pub struct ClaimIn {
 #[derive(Debug, Clone, Deserialize)]
 struct ClaimObject {
     text: String,
-    #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
     citations: Option<Vec<CitationIn>>,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 pub struct CitationIn {
     pub source_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub quote: Option<String>,
 }
 
@@ -98,17 +96,12 @@ impl<'de> Deserialize<'de> for Claims {
 /// A source: `{source_id | id, type = "text", text | uri, checksum?}`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SourceIn {
-    #[serde(default)]
     pub source_id: Option<String>,
-    #[serde(default)]
     pub id: Option<String>,
-    #[serde(default, rename = "type")]
+    #[serde(rename = "type")]
     pub kind: Option<String>,
-    #[serde(default)]
     pub text: Option<String>,
-    #[serde(default)]
     pub uri: Option<String>,
-    #[serde(default)]
     pub checksum: Option<String>,
     /// Replay only (never read from the wire): the source was unavailable
     /// when the captured decision was made, for this reason.

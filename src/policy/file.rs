@@ -16,7 +16,6 @@ use toml::Spanned;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct FileDoc {
-    #[serde(default)]
     pub set: Option<FileSetOptions>,
     #[serde(default)]
     pub action: Vec<FileAction>,
