@@ -73,6 +73,17 @@ impl PgStore {
             .unwrap()
     }
 
+    /// Test hook: runs one statement.
+    #[cfg(test)]
+    fn test_execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) {
+        self.shared
+            .block_on(async {
+                self.shared.client().await?.execute(sql, params).await?;
+                Ok::<_, ReviewError>(())
+            })
+            .unwrap();
+    }
+
     /// The review ids `sql` selects, given this replica's id as `$1`.
     fn ids(&self, sql: &str) -> Result<Vec<String>, ReviewError> {
         self.shared.block_on(async {
@@ -649,34 +660,18 @@ impl Backend for PgStore {
 
     #[cfg(test)]
     fn corrupt_body(&mut self, review_id: &str) {
-        self.shared
-            .block_on(async {
-                let client = self.shared.client().await?;
-                client
-                    .execute(
-                        "UPDATE review_reviews SET req_body = $2 WHERE review_id = $1",
-                        &[&review_id, &b"{\"amount\":9000}".as_slice()],
-                    )
-                    .await?;
-                Ok::<_, ReviewError>(())
-            })
-            .unwrap();
+        self.test_execute(
+            "UPDATE review_reviews SET req_body = $2 WHERE review_id = $1",
+            &[&review_id, &b"{\"amount\":9000}".as_slice()],
+        );
     }
 
     #[cfg(test)]
     fn corrupt_rules(&mut self, review_id: &str) {
-        self.shared
-            .block_on(async {
-                let client = self.shared.client().await?;
-                client
-                    .execute(
-                        "UPDATE review_reviews SET rules = 'not json' WHERE review_id = $1",
-                        &[&review_id],
-                    )
-                    .await?;
-                Ok::<_, ReviewError>(())
-            })
-            .unwrap();
+        self.test_execute(
+            "UPDATE review_reviews SET rules = 'not json' WHERE review_id = $1",
+            &[&review_id],
+        );
     }
 
     #[cfg(test)]
