@@ -925,19 +925,22 @@ fn held_request_hash_covers_every_byte_and_the_boundaries() {
     }
 }
 
+/// Runs a store test hook on one review, on a blocking thread.
+async fn on_review(r: &Reviews, id: &str, hook: fn(&mut dyn Backend, &str)) {
+    let id = id.to_string();
+    on_store(&r.inner, move |s, _| {
+        hook(s, &id);
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn a_corrupted_held_request_is_never_handed_out() {
     let (_dir, r, id) = one_pending().await;
     approve(&r, &id).await.unwrap();
-    {
-        let (r, id) = (r.clone(), id.clone());
-        on_store(&r.inner, move |s, _| {
-            s.corrupt_body(&id);
-            Ok(())
-        })
-        .await
-        .unwrap();
-    }
+    on_review(&r, &id, |s, id| s.corrupt_body(id)).await;
     assert_eq!(
         r.claim_forward(&id).await,
         Err(ReviewError::Corrupt(id.clone()))
@@ -950,15 +953,7 @@ async fn a_corrupted_held_request_is_never_handed_out() {
 async fn a_row_the_code_never_wrote_is_a_storage_error_and_the_rest_still_reads() {
     let (_dir, r, id) = one_pending().await;
     let other = r.create(new_review("refund-app")).await.unwrap().review_id;
-    {
-        let (r, id) = (r.clone(), id.clone());
-        on_store(&r.inner, move |s, _| {
-            s.corrupt_rules(&id);
-            Ok(())
-        })
-        .await
-        .unwrap();
-    }
+    on_review(&r, &id, |s, id| s.corrupt_rules(id)).await;
     match r.get(&id, &admin()).await {
         Err(ReviewError::Storage(m)) => assert!(m.contains("bad stored rule messages"), "{m}"),
         other => panic!("{other:?}"),
