@@ -15,7 +15,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -172,11 +173,26 @@ fn connect_error(e: hyper::Error) -> UpstreamError {
     UpstreamError::Connect(e.to_string())
 }
 
+/// How often a proxy thread's idle list is swept: connections the upstream
+/// closed and connections past [`IDLE_TIMEOUT`] are dropped, so they do not
+/// wait for the next checkout while the proxy is quiet.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
 /// Idle upstream connections of one proxy thread, newest last. Only that
-/// thread uses it, so its lock is never contended.
-#[derive(Default)]
+/// thread uses it (its requests and its sweeper task), so its lock is never
+/// contended.
 pub(super) struct IdleUpstreams {
-    list: Mutex<Vec<Idle>>,
+    list: Arc<Mutex<Vec<Idle>>>,
+    /// The sweeper task starts with the first checkin, on that thread's
+    /// runtime, and ends when the list is dropped.
+    sweeping: AtomicBool,
+    sweep_every: Duration,
+}
+
+impl Default for IdleUpstreams {
+    fn default() -> IdleUpstreams {
+        IdleUpstreams::with_sweep(SWEEP_EVERY)
+    }
 }
 
 struct Idle {
@@ -185,13 +201,36 @@ struct Idle {
     conn: Pin<Box<UpstreamConn>>,
 }
 
+impl Idle {
+    /// Still open and within [`IDLE_TIMEOUT`]. Polling the connection once
+    /// lets it read the upstream's close.
+    fn live(&mut self, cx: &mut Context<'_>) -> bool {
+        self.since.elapsed() < IDLE_TIMEOUT
+            && self.conn.as_mut().poll(cx).is_pending()
+            && !self.send.is_closed()
+    }
+}
+
 impl IdleUpstreams {
+    fn with_sweep(every: Duration) -> IdleUpstreams {
+        IdleUpstreams {
+            list: Arc::default(),
+            sweeping: AtomicBool::new(false),
+            sweep_every: every,
+        }
+    }
+
     /// Keeps the upstream connection of a downstream connection that closed,
     /// if it can carry another request.
     pub(super) fn checkin(&self, affinity: Affinity) {
         let Some((send, conn)) = affinity.into_idle() else {
             return;
         };
+        if !self.sweeping.swap(true, Ordering::Relaxed) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(sweep(Arc::downgrade(&self.list), self.sweep_every));
+            }
+        }
         let mut list = lock(&self.list);
         list.retain(|i| i.since.elapsed() < IDLE_TIMEOUT);
         if list.len() < IDLE_MAX {
@@ -209,13 +248,9 @@ impl IdleUpstreams {
         let mut cx = Context::from_waker(Waker::noop());
         let mut list = lock(&self.list);
         while let Some(mut idle) = list.pop() {
-            if idle.since.elapsed() >= IDLE_TIMEOUT {
-                continue;
+            if idle.live(&mut cx) {
+                return Some((idle.send, idle.conn));
             }
-            if idle.conn.as_mut().poll(&mut cx).is_ready() || idle.send.is_closed() {
-                continue;
-            }
-            return Some((idle.send, idle.conn));
         }
         None
     }
@@ -223,6 +258,19 @@ impl IdleUpstreams {
     #[cfg(test)]
     fn len(&self) -> usize {
         lock(&self.list).len()
+    }
+}
+
+/// Drops the dead and the expired from an idle list every `every`, until
+/// the list is gone.
+async fn sweep(list: Weak<Mutex<Vec<Idle>>>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(list) = list.upgrade() else {
+            return;
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        lock(&list).retain_mut(|idle| idle.live(&mut cx));
     }
 }
 
@@ -435,6 +483,26 @@ mod tests {
         assert_eq!(roundtrip(&d, &idle, &c, &up).await, "1");
         assert_eq!(idle.len(), 0);
         assert_eq!(conns.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn the_sweeper_drops_an_idle_connection_the_upstream_closed_with_no_checkout() {
+        let (up, _, closed) = silent_closer(|n| n == 2).await;
+        let c = connector();
+        let idle = IdleUpstreams::with_sweep(Duration::from_millis(20));
+        let (a, b) = (Affinity::default(), Affinity::default());
+        assert_eq!(roundtrip(&a, &idle, &c, &up).await, "1");
+        assert_eq!(roundtrip(&b, &idle, &c, &up).await, "2");
+        idle.checkin(a);
+        idle.checkin(b);
+        until_closed(&closed, 1).await;
+        // No request comes: only the sweeper can notice.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while idle.len() == 2 {
+            assert!(std::time::Instant::now() < deadline, "never swept");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(idle.len(), 1, "the live one stays");
     }
 
     #[tokio::test]
