@@ -523,14 +523,22 @@ async fn metrics_are_registered() {
     jobs.register_metrics(&mut registry);
     let s = submit_new(&jobs, "app", None, "sha256:a", items(4)).await;
     wait_finished(&jobs, &s.job_id, "app").await;
-    crate::runtime::metrics::assert_encodes(
-        &registry,
-        &[
-            "verdict_jobs_queue_depth 0",
-            "verdict_jobs_items_processed_total 4",
-            "verdict_jobs_item_duration_seconds_count 4",
-        ],
-    );
+    let lines = [
+        "verdict_jobs_queue_depth 0",
+        "verdict_jobs_items_processed_total 4",
+        "verdict_jobs_item_duration_seconds_count 4",
+    ];
+    // On the shared store the gauges are recounted just after the job's
+    // last commit, so a reader may see them a moment behind.
+    let start = Instant::now();
+    while start.elapsed() < DEADLINE {
+        let text = crate::runtime::metrics::encode(&registry).unwrap();
+        if lines.iter().all(|l| text.contains(l)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    crate::runtime::metrics::assert_encodes(&registry, &lines);
     let report = Component::report(&jobs);
     assert_eq!(report.status, Status::Ok);
     jobs.shutdown().await;
