@@ -453,7 +453,8 @@ mod tests {
         (uri, conns, closed)
     }
 
-    /// Returns once `closed` reaches `n` (10 s at most).
+    /// Returns once `closed` reaches `n` (10 s at most), plus a margin for
+    /// the FIN to reach the client's socket.
     async fn until_closed(closed: &AtomicUsize, n: usize) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while closed.load(Ordering::SeqCst) < n {
@@ -463,6 +464,7 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
     #[tokio::test]
