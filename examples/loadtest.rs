@@ -1347,12 +1347,13 @@ const STAGES: [(&str, &str, &str); 7] = [
 /// `_sum` and `_count` of every [`STAGES`] series, from verdict's
 /// `/metrics`, keyed `metric{labels}_sum` / `_count`.
 async fn metric_sums(api: SocketAddr) -> Result<BTreeMap<String, f64>, Error> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = TcpStream::connect(api).await?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nhost: verdict\r\nconnection: close\r\n\r\n")
-        .await?;
-    let mut text = String::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut text)).await??;
+    let mut sender = connect(api).await?;
+    let req = Request::get("/metrics")
+        .header(HOST, api.to_string())
+        .body(Full::new(Bytes::new()))?;
+    let resp = tokio::time::timeout(Duration::from_secs(5), sender.send_request(req)).await??;
+    let body = resp.into_body().collect().await?.to_bytes();
+    let text = String::from_utf8_lossy(&body);
     let mut out = BTreeMap::new();
     for line in text.lines() {
         for (metric, labels, _) in STAGES {
@@ -1418,8 +1419,11 @@ fn print_breakdown(
         if count <= 0.0 {
             continue;
         }
-        let median = bucket_median(acc, &key, count);
-        if metric == "verdict_audit_group_size" {
+        // Group sizes are whole numbers: the median is its bucket's bound,
+        // not a point inside it.
+        let sizes = metric == "verdict_audit_group_size";
+        let median = bucket_median(acc, &key, count, !sizes);
+        if sizes {
             println!(
                 "| {label} | {:.2} (records) | {} |",
                 sum / count,
@@ -1441,9 +1445,10 @@ fn print_breakdown(
     }
 }
 
-/// The median of a histogram from its cumulative bucket counts, linear
-/// within the bucket that holds it (NaN when there are none).
-fn bucket_median(acc: &BTreeMap<String, f64>, key: &str, count: f64) -> f64 {
+/// The median of a histogram from its cumulative bucket counts: linear
+/// within the bucket that holds it, or that bucket's upper bound when not
+/// `interpolate` (NaN when there are none).
+fn bucket_median(acc: &BTreeMap<String, f64>, key: &str, count: f64, interpolate: bool) -> f64 {
     let prefix = format!("{key}_le_");
     let mut buckets: Vec<(f64, f64)> = acc
         .iter()
@@ -1464,6 +1469,9 @@ fn bucket_median(acc: &BTreeMap<String, f64>, key: &str, count: f64) -> f64 {
         if cum >= half {
             if !le.is_finite() {
                 return lo;
+            }
+            if !interpolate {
+                return le;
             }
             let share = if cum > below {
                 (half - below) / (cum - below)
