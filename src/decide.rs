@@ -178,8 +178,9 @@ pub struct StageLabels {
     pub stage: &'static str,
 }
 
-/// Buckets from 10 µs to about 330 ms.
-fn stage_histogram() -> Histogram {
+/// Buckets from 10 µs to about 330 ms: the decision's stages, and the
+/// proxy's gated stages beside them (`verdict_proxy_gated_stage_seconds`).
+pub fn stage_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_01, 2.0, 16))
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::runtime::health::{self, Component};
@@ -27,11 +27,6 @@ pub(super) struct ErrorLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct StageLabels {
     stage: &'static str,
-}
-
-/// Buckets from 10 µs to about 330 ms.
-fn stage_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(0.000_01, 2.0, 16))
 }
 
 /// Proxy metrics and upstream reachability.
@@ -55,7 +50,7 @@ impl Default for ProxyStats {
         ProxyStats {
             requests: Family::default(),
             upstream_errors: Family::default(),
-            stages: Family::new_with_constructor(stage_histogram),
+            stages: Family::new_with_constructor(crate::decide::stage_histogram),
             unmatched_pass: Counter::default(),
             last_ok_ms: Arc::default(),
             last_err_ms: Arc::default(),
