@@ -187,11 +187,11 @@ impl Handler for Proxy {
         affinity: &Affinity,
     ) -> Response<RespBody> {
         let started = Instant::now();
-        // An HTTP/2 connection carries many requests at once: those go
-        // through the pool.
         let request_id = http_util::request_id(req.headers());
         let from = Downstream {
             conn,
+            // An HTTP/2 connection carries many requests at once: those go
+            // through the pool.
             affinity: (req.version() <= Version::HTTP_11).then_some(affinity),
             request_id: &request_id,
         };

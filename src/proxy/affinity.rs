@@ -231,8 +231,8 @@ impl IdleUpstreams {
                 runtime.spawn(sweep(Arc::downgrade(&self.list), self.sweep_every));
             }
         }
+        // Expired and closed ones leave with the sweep (or a checkout).
         let mut list = lock(&self.list);
-        list.retain(|i| i.since.elapsed() < IDLE_TIMEOUT);
         if list.len() < IDLE_MAX {
             list.push(Idle {
                 since: Instant::now(),
@@ -467,16 +467,22 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    /// Two downstream connections take upstream connections 1 and 2, then
+    /// close: both go idle, 2 the newest.
+    async fn two_idle(idle: &IdleUpstreams, c: &Connector, up: &Uri) {
+        let (a, b) = (Affinity::default(), Affinity::default());
+        assert_eq!(roundtrip(&a, idle, c, up).await, "1");
+        assert_eq!(roundtrip(&b, idle, c, up).await, "2");
+        idle.checkin(a);
+        idle.checkin(b);
+    }
+
     #[tokio::test]
     async fn an_idle_connection_the_upstream_closed_is_skipped_for_a_live_one() {
         // Connection 2 is closed by the upstream after its first answer.
         let (up, conns, closed) = silent_closer(|n| n == 2).await;
         let (c, idle) = (connector(), IdleUpstreams::default());
-        let (a, b) = (Affinity::default(), Affinity::default());
-        assert_eq!(roundtrip(&a, &idle, &c, &up).await, "1");
-        assert_eq!(roundtrip(&b, &idle, &c, &up).await, "2");
-        idle.checkin(a);
-        idle.checkin(b);
+        two_idle(&idle, &c, &up).await;
         assert_eq!(idle.len(), 2);
         // The upstream closes connection 2 while it sits idle, newest.
         until_closed(&closed, 1).await;
@@ -492,11 +498,7 @@ mod tests {
         let (up, _, closed) = silent_closer(|n| n == 2).await;
         let c = connector();
         let idle = IdleUpstreams::with_sweep(Duration::from_millis(20));
-        let (a, b) = (Affinity::default(), Affinity::default());
-        assert_eq!(roundtrip(&a, &idle, &c, &up).await, "1");
-        assert_eq!(roundtrip(&b, &idle, &c, &up).await, "2");
-        idle.checkin(a);
-        idle.checkin(b);
+        two_idle(&idle, &c, &up).await;
         until_closed(&closed, 1).await;
         // No request comes: only the sweeper can notice.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
