@@ -374,6 +374,25 @@ mod tests {
         }
     }
 
+    /// A new downstream connection takes idle upstream connection 1: the
+    /// idle list is left empty and no connection is opened (2 in all).
+    async fn next_takes_one(idle: &IdleUpstreams, c: &Connector, up: &Uri, conns: &AtomicUsize) {
+        let d = Affinity::default();
+        assert_eq!(roundtrip(&d, idle, c, up).await, "1");
+        assert_eq!(idle.len(), 0);
+        assert_eq!(conns.load(Ordering::SeqCst), 2);
+    }
+
+    /// Two downstream connections take upstream connections 1 and 2, then
+    /// close: both go idle, 2 the newest.
+    async fn two_idle(idle: &IdleUpstreams, c: &Connector, up: &Uri) {
+        let (a, b) = (Affinity::default(), Affinity::default());
+        assert_eq!(roundtrip(&a, idle, c, up).await, "1");
+        assert_eq!(roundtrip(&b, idle, c, up).await, "2");
+        idle.checkin(a);
+        idle.checkin(b);
+    }
+
     #[tokio::test]
     async fn one_upstream_connection_per_downstream_connection_reused_after_it_closes() {
         let (up, conns) = upstream(usize::MAX).await;
@@ -389,10 +408,7 @@ mod tests {
         // upstream connection.
         idle.checkin(a);
         assert_eq!(idle.len(), 1);
-        let d = Affinity::default();
-        assert_eq!(roundtrip(&d, &idle, &c, &up).await, "1");
-        assert_eq!(idle.len(), 0);
-        assert_eq!(conns.load(Ordering::SeqCst), 2);
+        next_takes_one(&idle, &c, &up, &conns).await;
     }
 
     #[tokio::test]
@@ -467,16 +483,6 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    /// Two downstream connections take upstream connections 1 and 2, then
-    /// close: both go idle, 2 the newest.
-    async fn two_idle(idle: &IdleUpstreams, c: &Connector, up: &Uri) {
-        let (a, b) = (Affinity::default(), Affinity::default());
-        assert_eq!(roundtrip(&a, idle, c, up).await, "1");
-        assert_eq!(roundtrip(&b, idle, c, up).await, "2");
-        idle.checkin(a);
-        idle.checkin(b);
-    }
-
     #[tokio::test]
     async fn an_idle_connection_the_upstream_closed_is_skipped_for_a_live_one() {
         // Connection 2 is closed by the upstream after its first answer.
@@ -486,11 +492,8 @@ mod tests {
         assert_eq!(idle.len(), 2);
         // The upstream closes connection 2 while it sits idle, newest.
         until_closed(&closed, 1).await;
-        let d = Affinity::default();
-        // The closed one is passed over for the live one: no new connection.
-        assert_eq!(roundtrip(&d, &idle, &c, &up).await, "1");
-        assert_eq!(idle.len(), 0);
-        assert_eq!(conns.load(Ordering::SeqCst), 2);
+        // The closed one is passed over for the live one.
+        next_takes_one(&idle, &c, &up, &conns).await;
     }
 
     #[tokio::test]
