@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release --example eval -- wice PATH [--min-coverage X] [--review-floor Y]
 //! cargo run --release --example eval -- ragtruth PATH --ids even|odd|all [--min-coverage X]
+//! cargo run --release --example eval -- blind PATH [PATH ...]
 //! ```
 //!
 //! WiCE: each claim is checked against one source whose text is the evidence
@@ -10,6 +11,9 @@
 //! indices to score citation recall against `supporting_sentences`.
 //! RAGTruth QA: a response is flagged when any claim extracted from it is not
 //! supported by the passages; scored against "has any hallucination label".
+//! Blind batches (`tests/data/blind/*.jsonl`, cases written by authors who
+//! never saw the code): each claim against its one evidence text, counted by
+//! label (`supported`, `contradicted`, `partial`) and status.
 //! Thresholds are chosen on WiCE dev and RAGTruth even ids only.
 
 use std::collections::BTreeMap;
@@ -38,6 +42,13 @@ fn main() {
         params.review_floor = v;
     }
     let sweep = args.iter().any(|a| a == "--sweep");
+    if args[0] == "blind" {
+        let paths: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with("--")).collect();
+        for path in paths {
+            blind(path, &params);
+        }
+        return;
+    }
     let text = match std::fs::read_to_string(&args[1]) {
         Ok(t) => t,
         Err(e) => {
@@ -62,6 +73,69 @@ fn main() {
             eprintln!("unknown dataset {other}");
             std::process::exit(2);
         }
+    }
+}
+
+/// One blind batch: for each label, how many claims came out with each
+/// status; with `EVAL_DUMP=1`, every case whose status disagrees with its
+/// label.
+fn blind(path: &str, params: &Params) {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("cannot read {path}: {e}");
+            std::process::exit(2);
+        }
+    };
+    let dump = std::env::var("EVAL_DUMP").is_ok();
+    let mut counts: BTreeMap<(String, &'static str), usize> = BTreeMap::new();
+    let mut total: BTreeMap<String, usize> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let Ok(row) = serde_json::from_str::<Value>(line) else {
+            eprintln!("{path}: a line that is not JSON");
+            std::process::exit(2);
+        };
+        let label = row["label"].as_str().unwrap_or("").to_string();
+        let claims = [Claim {
+            id: "c1".into(),
+            text: row["claim"].as_str().unwrap_or("").to_string(),
+            citations: vec![],
+        }];
+        let sources = [Source {
+            id: "evidence".into(),
+            text: Some(row["evidence"].as_str().unwrap_or("").to_string()),
+        }];
+        let Some(check) = verify(&claims, &sources, params).into_iter().next() else {
+            continue;
+        };
+        let status = check.status.as_str();
+        *counts.entry((label.clone(), status)).or_default() += 1;
+        *total.entry(label.clone()).or_default() += 1;
+        let wrong = match label.as_str() {
+            "supported" => status != "supported",
+            _ => status == "supported",
+        };
+        if dump && wrong {
+            println!(
+                "--- {} [{label}] {status} cov {} {:?}\n  claim: {}\n  evidence: {}",
+                row["id"].as_str().unwrap_or("?"),
+                check.coverage,
+                check.reasons.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+                check.claim_text,
+                row["evidence"].as_str().unwrap_or("")
+            );
+        }
+    }
+    let get = |l: &str, s: &'static str| counts.get(&(l.to_string(), s)).copied().unwrap_or(0);
+    println!("{path}: {} cases", total.values().sum::<usize>());
+    for label in ["contradicted", "partial", "supported"] {
+        println!(
+            "  {label:<13} {:>3}: supported {:>3}, ambiguous {:>3}, unsupported {:>3}",
+            total.get(label).copied().unwrap_or(0),
+            get(label, "supported"),
+            get(label, "ambiguous"),
+            get(label, "unsupported"),
+        );
     }
 }
 
