@@ -549,7 +549,7 @@ mod tests {
             },
             approvals: vec![],
             approvals_required: 1,
-            requester: None,
+            requesters: vec![],
             owner: "proxy".into(),
         }
     }
@@ -644,7 +644,9 @@ mod tests {
             let new = crate::review::NewReview {
                 review_id: None,
                 detail: None,
-                requester: None,
+                requesters: vec![],
+                join_key: String::new(),
+                credential_headers: vec![],
                 owner: "app".into(),
                 route: "r".into(),
                 action: "a".into(),

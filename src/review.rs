@@ -100,24 +100,34 @@ pub struct HeldRequest {
 // === impl HeldRequest ===
 
 impl HeldRequest {
-    /// `sha256:<hex>` over the values of the request's credential headers
-    /// (`Authorization`, `Cookie`, `Proxy-Authorization`), in order, each
-    /// length-prefixed with its name. A retried call joins a pending review
-    /// only when this matches too, so one client never receives the answer
-    /// to another client's request. A request with none has a hash too (of
-    /// nothing), which rows stored before this column never match.
-    pub fn credentials(&self) -> String {
+    /// `sha256:<hex>` of the request's retry identity: the method, the
+    /// path and query, the body and every header (name lowercased, value,
+    /// in order) except those `skip` names (lowercase): the ones that change
+    /// from one try to the next (the proxy's `Route::join_skips`).
+    /// Hop-by-hop headers are not held at all. A retried call joins a
+    /// pending review only when
+    /// this matches, so a call joins only the review of the same request
+    /// from the same caller, however that caller authenticates (an
+    /// `X-Api-Key` as much as an `Authorization`). Each part is
+    /// length-prefixed, so no two requests encode alike.
+    pub fn join_key(&self, skip: impl Fn(&str) -> bool) -> String {
         use sha2::{Digest, Sha256};
+        fn field(h: &mut Sha256, bytes: &[u8]) {
+            h.update(u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_be_bytes());
+            h.update(bytes);
+        }
         let mut h = Sha256::new();
+        field(&mut h, self.method.as_bytes());
+        field(&mut h, self.path.as_bytes());
         for (name, value) in &self.headers {
             let name = name.to_ascii_lowercase();
-            if seal::Sealer::applies(&name) {
-                for part in [name.as_bytes(), value.as_ref()] {
-                    h.update(u64::try_from(part.len()).unwrap_or(u64::MAX).to_be_bytes());
-                    h.update(part);
-                }
+            if skip(&name) {
+                continue;
             }
+            field(&mut h, name.as_bytes());
+            field(&mut h, value);
         }
+        field(&mut h, &self.body);
         format!("sha256:{}", hex::encode(h.finalize()))
     }
 
@@ -180,9 +190,25 @@ pub struct NewReview {
     /// What the reviewer is shown of the decision
     /// (the decision path's `detail` snapshot); stored as given.
     pub detail: Option<serde_json::Value>,
-    /// The API key name behind the held call (its bearer token is a
-    /// verdict key), who may not resolve it: four eyes.
-    pub requester: Option<String>,
+    /// The API key names found in the held call's credential headers, none
+    /// of whom may resolve it: four eyes.
+    pub requesters: Vec<String>,
+    /// The retry identity a pending review is joined by
+    /// ([`HeldRequest::join_key`]).
+    pub join_key: String,
+    /// Headers whose values are sealed at rest besides `Authorization`,
+    /// `Cookie` and `Proxy-Authorization`: the route's
+    /// `credential_headers` (lowercase).
+    pub credential_headers: Vec<String>,
+}
+
+// === impl NewReview ===
+
+impl NewReview {
+    /// Whether the value of header `name` (lowercase) is sealed at rest.
+    pub fn sealed(&self, name: &str) -> bool {
+        seal::Sealer::applies(name) || self.credential_headers.iter().any(|c| c == name)
+    }
 }
 
 /// A review with what a reviewer needs to judge it: the held request (its
@@ -267,9 +293,9 @@ pub struct ReviewView {
     /// The tenant, for the caller's audit records; not part of the JSON.
     #[serde(skip)]
     pub owner: String,
-    /// The API key behind the held call, if any; not part of the JSON.
+    /// The API keys behind the held call; not part of the JSON.
     #[serde(skip)]
-    pub requester: Option<String>,
+    pub requesters: Vec<String>,
 }
 
 /// One approval of a review.
@@ -1553,7 +1579,7 @@ fn view(row: &Row, now: SystemTime, approvals_required: u32) -> ReviewView {
             .collect(),
         approvals_required,
         owner: row.owner.clone(),
-        requester: row.requester.clone(),
+        requesters: row.requesters.clone(),
     }
 }
 

@@ -22,10 +22,20 @@ fn policy(hold: &str) -> String {
 const SECOND_REVIEWER: &str = "test-second-reviewer-key-0123456789";
 
 async fn env(approvals: u32) -> (TestServer, MockUpstream) {
+    env_with(approvals, "").await
+}
+
+/// [`env`] with `route_extra` (TOML lines) added to the refund route.
+async fn env_with(approvals: u32, route_extra: &str) -> (TestServer, MockUpstream) {
+    let route_extra = route_extra.to_string();
     let up = MockUpstream::start().await;
     let url = up.url();
     let s = TestServer::start_with(|c| {
-        std::fs::write(c.policies_dir.join("refunds.toml"), policy("50ms")).unwrap();
+        std::fs::write(
+            c.policies_dir.join("refunds.toml"),
+            policy("50ms") + &route_extra,
+        )
+        .unwrap();
         let keys = c.keys_file.clone().unwrap();
         let mut text = std::fs::read_to_string(&keys).unwrap();
         text.push_str(&format!(
@@ -38,6 +48,31 @@ async fn env(approvals: u32) -> (TestServer, MockUpstream) {
     })
     .await;
     (s, up)
+}
+
+/// The refund body every held call here sends.
+fn refund_body() -> String {
+    json!({
+        "amount": 900,
+        "claims": ["The customer was charged $100.00."],
+        "evidence": [{"source_id": "inv", "text": "Invoice 7: amount charged $100.00."}],
+    })
+    .to_string()
+}
+
+/// The refund for order 7 through the proxy with these extra headers.
+async fn send_refund(s: &TestServer, headers: &[(&str, &str)]) -> Resp {
+    let proxy = format!("http://{}", s.running.as_ref().unwrap().proxy_addr.unwrap());
+    let mut all = vec![("content-type", "application/json")];
+    all.extend_from_slice(headers);
+    support::call(
+        &proxy,
+        Method::POST,
+        "/api/orders/7/refunds",
+        &all,
+        refund_body(),
+    )
+    .await
 }
 
 /// A held refund through the proxy, sent with `authorization`; its 202 body.
@@ -317,4 +352,151 @@ async fn retention_purges_ended_reviews_and_the_log_still_verifies() {
     assert_eq!(rows, 0);
     let out = support::cli(bin, &["audit", "verify", "--data-dir"], &data);
     support::assert_exit(&out, 0);
+}
+
+/// Two clients that authenticate to the service with their own `X-Api-Key`
+/// send the same held call: each gets its own review, so neither can read
+/// the other's upstream answer through its `result_url`, and the second
+/// call is forwarded with its own key once approved.
+#[tokio::test]
+async fn a_held_call_never_joins_another_callers_review() {
+    let (s, up) = env(1).await;
+    let a = send_refund(&s, &[("x-api-key", "customer-a")]).await;
+    assert_eq!(a.status, 202, "{}", a.text());
+    let b = send_refund(&s, &[("x-api-key", "customer-b")]).await;
+    assert_eq!(b.status, 202, "{}", b.text());
+    let (a, b) = (a.json(), b.json());
+    assert_ne!(a["review_id"], b["review_id"], "B joined A's review");
+    assert_ne!(a["result_url"], b["result_url"]);
+    // Any other header that differs is another request too.
+    let c = send_refund(&s, &[("x-api-key", "customer-a"), ("x-tenant", "t2")])
+        .await
+        .json();
+    assert_ne!(c["review_id"], a["review_id"]);
+
+    let b_id = b["review_id"].as_str().unwrap();
+    assert_eq!(resolve(&s, b_id, "approve", REVIEW_KEY).await.status, 200);
+    wait_until("the forward", || up.count() == 1).await;
+    let sent = &up.calls()[0];
+    assert_eq!(
+        sent.headers.get("x-api-key").map(|v| v.as_bytes()),
+        Some(&b"customer-b"[..]),
+        "B's approved call went out with another caller's key"
+    );
+}
+
+/// The same caller retrying: verdict's per-try headers (`X-Request-Id`,
+/// `traceparent`) and the route's `join_ignore_headers` may differ and the
+/// retry still joins; nothing else may.
+#[tokio::test]
+async fn a_retry_joins_despite_per_try_headers_only() {
+    let (s, _up) = env_with(1, "join_ignore_headers = [\"X-Attempt\"]\n").await;
+    let first = send_refund(
+        &s,
+        &[
+            ("x-api-key", "customer-a"),
+            ("x-request-id", "try-1"),
+            (
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+            ("x-attempt", "1"),
+        ],
+    )
+    .await
+    .json();
+    let retry = send_refund(
+        &s,
+        &[
+            ("x-api-key", "customer-a"),
+            ("x-request-id", "try-2"),
+            (
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01",
+            ),
+            ("x-attempt", "2"),
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(first["review_id"], retry["review_id"], "{first} {retry}");
+    let other = send_refund(
+        &s,
+        &[
+            ("x-api-key", "customer-a"),
+            ("x-attempt", "3"),
+            ("accept", "text/plain"),
+        ],
+    )
+    .await
+    .json();
+    assert_ne!(first["review_id"], other["review_id"]);
+}
+
+/// A held call with two `Authorization` headers is refused (and recorded),
+/// so a verdict key hidden in the second one cannot approve the call it
+/// rode in on.
+#[tokio::test]
+async fn two_credentials_on_a_held_call_are_refused() {
+    let (s, up) = env(1).await;
+    let bearer = format!("Bearer {REVIEW_KEY}");
+    for headers in [
+        vec![
+            ("authorization", "Basic Y3VzdG9tZXI6cHc="),
+            ("authorization", bearer.as_str()),
+        ],
+        vec![("cookie", "a=1"), ("cookie", "b=2")],
+    ] {
+        let r = send_refund(&s, &headers).await;
+        r.assert_error(400, "denied");
+        let j = r.json();
+        assert_eq!(j["reason"], "ambiguous_credentials", "{j}");
+        assert!(j["record_id"].is_string(), "not recorded: {j}");
+    }
+    let pending = s
+        .get("/v2/reviews?status=pending", Some(REVIEW_KEY))
+        .await
+        .json();
+    assert_eq!(pending["reviews"].as_array().unwrap().len(), 0, "{pending}");
+    assert_eq!(up.count(), 0);
+}
+
+/// Every verdict key in any credential header of a held call is a
+/// requester: a key in a route's `credential_headers` or in a cookie cannot
+/// approve the call either.
+#[tokio::test]
+async fn every_key_behind_a_held_call_is_refused_as_its_approver() {
+    let (s, up) = env_with(1, "credential_headers = [\"X-Api-Key\"]\n").await;
+    let cookie = format!("session=abc; vk={SECOND_REVIEWER}");
+    let r = send_refund(
+        &s,
+        &[
+            ("authorization", "Bearer some-customer-token"),
+            ("x-api-key", REVIEW_KEY),
+            ("cookie", cookie.as_str()),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    let id = r.json()["review_id"].as_str().unwrap().to_string();
+    for key in [REVIEW_KEY, SECOND_REVIEWER] {
+        let r = resolve(&s, &id, "approve", key).await;
+        r.assert_error(403, "forbidden");
+    }
+    assert_eq!(up.count(), 0);
+    // The route's credential header is sealed at rest like Authorization.
+    let db = rusqlite::Connection::open(s.path("data/verdict.db")).unwrap();
+    let stored: Vec<u8> = db
+        .query_row(
+            "SELECT value FROM review_request_headers WHERE review_id = ?1 AND name = 'x-api-key'",
+            [&id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        !stored
+            .windows(REVIEW_KEY.len())
+            .any(|w| w == REVIEW_KEY.as_bytes()),
+        "x-api-key stored in plain text"
+    );
 }

@@ -322,6 +322,27 @@ impl KeyStore {
         Ok(n)
     }
 
+    /// The name of the key whose token is somewhere in a credential header
+    /// value: as a bearer token (`Bearer <token>`, any case), as the whole
+    /// value, or as the value of one of its `name=value` cookie pairs.
+    /// `None` when auth is off or no token in it is a key.
+    pub fn key_in(&self, value: &str) -> Option<String> {
+        if self.mode != AuthMode::Keys {
+            return None;
+        }
+        let keys = self.keys.load();
+        let whole = value.trim();
+        std::iter::once(whole)
+            .chain(bearer_token(whole))
+            .chain(whole.split(';').filter_map(|pair| {
+                pair.split_once('=')
+                    .map(|(_, v)| v.trim().trim_matches('"'))
+            }))
+            .filter(|t| !t.is_empty())
+            .find_map(|t| keys.lookup(t))
+            .map(|p| p.name)
+    }
+
     /// Authenticates an `Authorization` header value for `scope`.
     pub fn authenticate(
         &self,

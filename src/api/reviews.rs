@@ -143,7 +143,7 @@ pub async fn resolve(
     // Four eyes, checked before anything is recorded (the store checks
     // again): the key behind the held call never resolves it, and one key
     // counts as one approver.
-    if current.requester.as_deref() == Some(principal.name.as_str()) {
+    if current.requesters.contains(&principal.name) {
         return Err(ReviewError::OwnCall.into());
     }
     if approve && current.approvals.iter().any(|a| a.by == principal.name) {

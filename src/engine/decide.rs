@@ -267,11 +267,15 @@ pub enum DecisionReason {
     /// Proxy: the request asks for another method (`X-HTTP-Method-Override`,
     /// `_method`).
     MethodOverride,
+    /// Proxy: the request carries two of one credential header (two
+    /// `Authorization`, say), which a server and the gate could read as
+    /// two different callers.
+    AmbiguousCredentials,
 }
 
 impl DecisionReason {
     /// Every reason code, in declaration order.
-    pub const ALL: [DecisionReason; 15] = [
+    pub const ALL: [DecisionReason; 16] = [
         DecisionReason::CoverageSufficient,
         DecisionReason::UnsupportedClaims,
         DecisionReason::AmbiguousClaims,
@@ -287,6 +291,7 @@ impl DecisionReason {
         DecisionReason::AmbiguousBody,
         DecisionReason::AmbiguousPath,
         DecisionReason::MethodOverride,
+        DecisionReason::AmbiguousCredentials,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -306,6 +311,7 @@ impl DecisionReason {
             DecisionReason::AmbiguousBody => "ambiguous_body",
             DecisionReason::AmbiguousPath => "ambiguous_path",
             DecisionReason::MethodOverride => "method_override",
+            DecisionReason::AmbiguousCredentials => "ambiguous_credentials",
         }
     }
 }

@@ -147,6 +147,13 @@ pub(super) struct FileRoute {
     /// A reload that would remove this route is refused.
     #[serde(default)]
     pub pinned: bool,
+    /// Headers that carry the caller's credential besides `Authorization`,
+    /// `Cookie` and `Proxy-Authorization` (e.g. `X-Api-Key`).
+    #[serde(default)]
+    pub credential_headers: Vec<Spanned<String>>,
+    /// Per-try headers a retry may change and still join its pending review.
+    #[serde(default)]
+    pub join_ignore_headers: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

@@ -90,7 +90,31 @@ pub struct Route {
     pub suffixes: Vec<String>,
     /// A reload that would remove this route is refused.
     pub pinned: bool,
+    /// Headers (lowercase) that carry the caller's credential besides
+    /// `Authorization`, `Cookie` and `Proxy-Authorization`: a held call
+    /// with two of one is refused, their values are sealed at rest, and a
+    /// verdict key in one may not approve the call.
+    pub credential_headers: Vec<String>,
+    /// Headers (lowercase) a retry may change and still join its pending
+    /// review, besides the per-try ones verdict always leaves out.
+    pub join_ignore_headers: Vec<String>,
     pub(super) pattern: Pattern,
+}
+
+/// The headers that carry a caller's credential on every route; a route
+/// names more in `credential_headers`.
+pub const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
+
+/// Whether a header (lowercase name) differs between two tries of the same
+/// call on every route: the ones verdict adds or owns (`X-Request-Id`,
+/// `X-Forwarded-*`, `X-Verdict-*`) and W3C trace context (`traceparent`,
+/// `tracestate`).
+pub fn per_try_header(name: &str) -> bool {
+    name == "x-request-id"
+        || name.starts_with("x-forwarded-")
+        || name.starts_with("x-verdict-")
+        || name == "traceparent"
+        || name == "tracestate"
 }
 
 /// How a request path relates to the routes of its method.
@@ -131,6 +155,19 @@ pub(super) struct RouteTable {
 // === impl Route ===
 
 impl Route {
+    /// Whether a header (lowercase name) is left out of a held call's retry
+    /// identity: a per-try header ([`per_try_header`]) or one of the
+    /// route's `join_ignore_headers`.
+    pub fn join_skips(&self, name: &str) -> bool {
+        per_try_header(name) || self.join_ignore_headers.iter().any(|h| h == name)
+    }
+
+    /// Whether a header (lowercase name) carries the caller's credential
+    /// on this route.
+    pub fn is_credential(&self, name: &str) -> bool {
+        CREDENTIAL_HEADERS.contains(&name) || self.credential_headers.iter().any(|h| h == name)
+    }
+
     /// Whether any extractor reads the JSON body, i.e. whether the proxy must
     /// buffer and parse it.
     pub fn reads_body(&self) -> bool {

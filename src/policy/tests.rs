@@ -239,7 +239,7 @@ fn validation_errors_have_exact_positions() {
          "f.toml:8:13: unknown variant `wait`, expected `hold` or `deny`"),
         (route("failure_mode = \"ajar\"\n"),
          "f.toml:8:16: unknown variant `ajar`, expected `closed` or `open`"),
-        (route("bogus = 1\n"), "f.toml:8:1: unknown field `bogus`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`"),
+        (route("bogus = 1\n"), "f.toml:8:1: unknown field `bogus`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`, `credential_headers`, `join_ignore_headers`"),
         ("[[action]]\ntype = \"x\"\n[[route]]\nname = \"r\"\nmethod = \"PO ST\"\npath = \"o\"\naction = \"y\"\n".into(),
          "f.toml:5:10: invalid method \"PO ST\": expected one of GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE, CONNECT\nf.toml:6:8: path \"o\" must start with \"/\"\nf.toml:7:10: route \"r\" references unknown action \"y\""),
         ("[[action]]\ntype = \"x\"\n[[route]]\nname = \"r\"\nmethod = \"GET\"\npath = \"/a/{b}x\"\naction = \"x\"\n".into(),
@@ -643,7 +643,7 @@ action = "b"
             "m.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`",
             "m.toml:9:11: op \"gt\" needs a number value",
             "m.toml:13:8: unknown variant `between`, expected one of `eq`, `ne`, `gt`, `ge`, `lt`, `le`, `in`, `not_in`, `present`, `absent`, `matches`",
-            "m.toml:20:1: unknown field `color`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`",
+            "m.toml:20:1: unknown field `color`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`, `credential_headers`, `join_ignore_headers`",
             "m.toml:26:16: params.p: invalid extractor \"cookie:x\": expected path:NAME, query:NAME, header:NAME, body:/POINTER or literal:VALUE",
             "m.toml:27:1: missing field `method`",
         ]
@@ -775,6 +775,49 @@ fn route_content_type_suffixes_and_pins_are_validated() {
         (
             "suffixes = [\"json\"]",
             "a.toml:9:13: suffix \"json\" must be a dot and letters or digits, like \".json\"",
+        ),
+    ] {
+        assert_eq!(errors_of(&[("a.toml", &route(extra))]), [want], "{extra}");
+    }
+}
+
+#[test]
+fn credential_and_join_ignore_headers_are_validated() {
+    let route = |extra: &str| {
+        format!(
+            "[[action]]\ntype = \"a\"\n[[route]]\nname = \"r\"\nmethod = \"POST\"\npath = \"/a\"\naction = \"a\"\n{extra}\n"
+        )
+    };
+    let set = PolicySet::from_sources(&[(
+        "a.toml",
+        &route("credential_headers = [\"X-Api-Key\"]\njoin_ignore_headers = [\"X-Attempt\", \"x-attempt\"]"),
+    )])
+    .unwrap();
+    let r = &set.routes[0];
+    assert_eq!(r.credential_headers, ["x-api-key"]);
+    assert_eq!(r.join_ignore_headers, ["x-attempt"]);
+    assert!(r.is_credential("x-api-key") && r.is_credential("cookie"));
+    assert!(!r.is_credential("x-attempt"));
+    assert!(
+        r.join_skips("x-attempt") && r.join_skips("x-request-id") && r.join_skips("traceparent")
+    );
+    assert!(!r.join_skips("x-api-key") && !r.join_skips("authorization"));
+    for (extra, want) in [
+        (
+            "join_ignore_headers = [\"Authorization\"]",
+            "a.toml:8:24: join_ignore_headers: \"Authorization\" carries the caller's credential; a retry with another one must not join the pending review",
+        ),
+        (
+            "credential_headers = [\"x-api-key\"]\njoin_ignore_headers = [\"X-API-KEY\"]",
+            "a.toml:9:24: join_ignore_headers: \"X-API-KEY\" carries the caller's credential; a retry with another one must not join the pending review",
+        ),
+        (
+            "credential_headers = [\"x-request-id\"]",
+            "a.toml:8:23: credential_headers: \"x-request-id\" is one verdict sets or leaves out by itself",
+        ),
+        (
+            "join_ignore_headers = [\"bad header\"]",
+            "a.toml:8:24: join_ignore_headers: \"bad header\" is not a header name",
         ),
     ] {
         assert_eq!(errors_of(&[("a.toml", &route(extra))]), [want], "{extra}");

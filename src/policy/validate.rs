@@ -572,6 +572,22 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
             );
         }
     }
+    let credential_headers = header_names(cx, "credential_headers", &fr.credential_headers);
+    let join_ignore_headers = header_names(cx, "join_ignore_headers", &fr.join_ignore_headers);
+    for h in &fr.join_ignore_headers {
+        let lower = h.get_ref().trim().to_ascii_lowercase();
+        if super::route::CREDENTIAL_HEADERS.contains(&lower.as_str())
+            || credential_headers.contains(&lower)
+        {
+            cx.err(
+                h.span().start,
+                format!(
+                    "join_ignore_headers: {:?} carries the caller's credential; a retry with another one must not join the pending review",
+                    h.get_ref()
+                ),
+            );
+        }
+    }
     if cx.errors.len() != before {
         return None;
     }
@@ -598,8 +614,44 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
         content_type,
         suffixes,
         pinned: fr.pinned,
+        credential_headers,
+        join_ignore_headers,
         pattern: pattern?,
     })
+}
+
+/// A list of header names, lowercased; a name that is not an HTTP field
+/// name, or that is hop-by-hop or verdict's own, is an error.
+fn header_names(cx: &mut FileCtx<'_>, field: &str, names: &[toml::Spanned<String>]) -> Vec<String> {
+    let mut out = Vec::new();
+    for n in names {
+        let lower = n.get_ref().trim().to_ascii_lowercase();
+        let problem = if http::HeaderName::from_bytes(lower.as_bytes()).is_err() {
+            Some("is not a header name")
+        } else if super::route::per_try_header(&lower) {
+            Some("is one verdict sets or leaves out by itself")
+        } else if matches!(
+            lower.as_str(),
+            "connection"
+                | "keep-alive"
+                | "proxy-connection"
+                | "te"
+                | "trailer"
+                | "transfer-encoding"
+                | "upgrade"
+                | "host"
+        ) {
+            Some("is hop-by-hop or the target host")
+        } else {
+            None
+        };
+        match problem {
+            Some(why) => cx.err(n.span().start, format!("{field}: {:?} {why}", n.get_ref())),
+            None if !out.contains(&lower) => out.push(lower),
+            None => {}
+        }
+    }
+    out
 }
 
 /// `type/subtype` made of RFC 9110 token characters, lowercase, with no

@@ -22,6 +22,25 @@ use crate::engine::decide::{DecisionReason, Outcome};
 use crate::policy::{FailureMode, OnReview, PathParams, PolicySet, RequestParts, Route};
 use crate::review::HeldRequest;
 
+/// HTTP/2 may split `Cookie` into one field per cookie (RFC 9113,
+/// section 8.2.3); they are one header, joined with `; ` as that section
+/// asks before the request goes on over HTTP/1.1. A gated HTTP/1 request
+/// with two `Cookie` headers is refused instead (RFC 6265 allows one).
+fn join_cookie_crumbs(headers: &mut http::HeaderMap) {
+    let crumbs: Vec<&[u8]> = headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    if crumbs.len() < 2 {
+        return;
+    }
+    let joined = crumbs.join(&b"; "[..]);
+    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+        headers.insert(http::header::COOKIE, v);
+    }
+}
+
 /// `403` with the proxy's deny body: the error object, the decision, the
 /// reason and the record id.
 pub(super) fn blocked(
@@ -169,7 +188,10 @@ impl Proxy {
             request_id,
         } = from;
         let started = Instant::now();
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
+        if parts.version == http::Version::HTTP_2 {
+            join_cookie_crumbs(&mut parts.headers);
+        }
         let limit = self.app.config.limits.max_body_bytes;
         let bytes = http_util::read_body(&parts.headers, body, limit).await?;
         let read = Instant::now();
@@ -299,5 +321,23 @@ impl Proxy {
                 Ok(with_rules(resp, &rules).await)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http2_cookie_crumbs_become_one_header() {
+        let mut h = http::HeaderMap::new();
+        h.append(http::header::COOKIE, HeaderValue::from_static("a=1"));
+        h.append(http::header::COOKIE, HeaderValue::from_static("b=2"));
+        join_cookie_crumbs(&mut h);
+        let all: Vec<_> = h.get_all(http::header::COOKIE).iter().collect();
+        assert_eq!(all, [HeaderValue::from_static("a=1; b=2")]);
+        // One cookie header is left as it is.
+        join_cookie_crumbs(&mut h);
+        assert_eq!(h.get_all(http::header::COOKIE).iter().count(), 1);
     }
 }

@@ -188,22 +188,26 @@ pub(super) fn pending(review_id: &str, result_token: &str, request_id: &str) -> 
 }
 
 impl Proxy {
-    /// The API key behind a held call, when its `Authorization` carries a
-    /// verdict key: that key may not resolve the review (four eyes).
-    fn requester(&self, held: &HeldRequest) -> Option<String> {
-        if self.app.keys.mode() != crate::api::auth::AuthMode::Keys {
-            return None;
+    /// The API keys behind a held call: every verdict key found in any of
+    /// the route's credential headers (`Authorization`, `Cookie`,
+    /// `Proxy-Authorization` and its `credential_headers`). None of them may
+    /// resolve the review (four eyes).
+    fn requesters(&self, route: &Route, held: &HeldRequest) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for (name, value) in &held.headers {
+            if !route.is_credential(&name.to_ascii_lowercase()) {
+                continue;
+            }
+            let Ok(text) = std::str::from_utf8(value) else {
+                continue;
+            };
+            if let Some(key) = self.app.keys.key_in(text) {
+                if !names.contains(&key) {
+                    names.push(key);
+                }
+            }
         }
-        let auth = held
-            .headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case("authorization"))
-            .and_then(|(_, v)| std::str::from_utf8(v).ok())?;
-        self.app
-            .keys
-            .authenticate(Some(auth), None)
-            .ok()
-            .map(|p| p.name)
+        names
     }
 
     /// Stores the call for a reviewer and waits up to the route's hold timeout.
@@ -230,7 +234,9 @@ impl Proxy {
                     .map(|h| h.message.clone())
                     .collect(),
                 record_id: Some(record_id.to_string()),
-                requester: self.requester(&held),
+                requesters: self.requesters(route, &held),
+                join_key: held.join_key(|name| route.join_skips(name)),
+                credential_headers: route.credential_headers.clone(),
                 request: held,
                 detail: Some(crate::decide::detail::review_detail(decided)),
             })

@@ -181,6 +181,22 @@ pub fn gated_input<'a>(
         status,
         message,
     };
+    // One caller per held call: two of one credential header could name
+    // two callers, and the upstream could act for the one the gate did
+    // not see.
+    if let Some(name) = route
+        .credential_headers
+        .iter()
+        .map(String::as_str)
+        .chain(crate::policy::route::CREDENTIAL_HEADERS)
+        .find(|name| headers.get_all(*name).iter().nth(1).is_some())
+    {
+        return Err(refuse(
+            DecisionReason::AmbiguousCredentials,
+            StatusCode::BAD_REQUEST,
+            format!("the request carries more than one {name} header; send one credential"),
+        ));
+    }
     // The body must be of the media type the route gates, and readable
     // one way only.
     if route.reads_body() || !bytes.is_empty() {

@@ -69,7 +69,9 @@ mod tests {
         NewReview {
             review_id: None,
             detail: None,
-            requester: None,
+            requesters: vec![],
+            join_key: String::new(),
+            credential_headers: vec![],
             owner: "app".into(),
             route: "create-refund".into(),
             action: "refund.create".into(),

@@ -25,7 +25,7 @@ use tokio_postgres::types::ToSql;
 use super::state::{self, ForwardState, ReviewStatus, Verdict};
 use super::store::{
     from_micros, micros, open_held, plan_finish, plan_resolve, Backend, Cells, Inspected,
-    ResolvePlan, Resolver, Row, COLUMNS, SEALED_PLACEHOLDER,
+    ResolvePlan, Resolver, Row, COLUMNS,
 };
 use super::{ForwardOutcome, HeldRequest, NewReview, ReviewError, UpstreamResponse};
 use crate::shared::{error_text, Shared, NOW_MICROS, REVIEWS_CHANNEL};
@@ -127,14 +127,14 @@ impl Backend for PgStore {
         join: bool,
     ) -> Result<(Row, bool), ReviewError> {
         let me = self.me().to_string();
-        let creds = new.request.credentials();
+        let creds = new.join_key.clone();
         let rules = serde_json::to_string(&new.rules)
             .map_err(|e| ReviewError::Storage(format!("rule messages: {e}")))?;
         let detail = new.detail.as_ref().map(|d| d.to_string());
         let mut headers = Vec::with_capacity(new.request.headers.len());
         for (name, value) in &new.request.headers {
             let lower = name.to_ascii_lowercase();
-            let stored = if super::seal::Sealer::applies(&lower) {
+            let stored = if new.sealed(&lower) {
                 self.sealer
                     .seal(review_id, &lower, value)
                     .ok_or_else(|| ReviewError::Storage("cannot seal a held credential".into()))?
@@ -207,7 +207,7 @@ impl Backend for PgStore {
                     &creds,
                     &rules,
                     &detail,
-                    &new.requester,
+                    &super::store::encode_requesters(&new.requesters),
                     &me,
                 ],
             )
@@ -546,14 +546,7 @@ impl Backend for PgStore {
             let headers = held_headers(&client, review_id)
                 .await?
                 .into_iter()
-                .map(|(name, value)| {
-                    let value = if super::seal::Sealer::applies(&name.to_ascii_lowercase()) {
-                        Bytes::from_static(SEALED_PLACEHOLDER.as_bytes())
-                    } else {
-                        Bytes::from(value)
-                    };
-                    (name, value)
-                })
+                .map(super::store::shown_header)
                 .collect();
             Ok(Some(Inspected {
                 path,

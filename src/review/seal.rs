@@ -1,7 +1,8 @@
 //! Credentials of a held request, sealed at rest.
 //!
 //! A held request is stored so that an approval can forward it byte for
-//! byte, and its `Authorization` and `Cookie` headers are live credentials of
+//! byte, and its `Authorization` and `Cookie` headers (and any header its
+//! route names in `credential_headers`) are live credentials of
 //! the caller. In plain text in the database they would outlive the hold
 //! and travel with every copy or backup of the file. So the values of those
 //! headers are sealed with AES-256-GCM under a key derived from the data
@@ -51,6 +52,12 @@ impl Sealer {
     /// Whether `name` (lowercase) is a header whose value is sealed.
     pub fn applies(name: &str) -> bool {
         SEALED_HEADERS.contains(&name)
+    }
+
+    /// Whether a stored value was sealed (a route's `credential_headers`
+    /// are sealed too, so the name alone does not say).
+    pub fn is_sealed(stored: &[u8]) -> bool {
+        stored.starts_with(MAGIC)
     }
 
     /// `MAGIC ‖ nonce ‖ ciphertext+tag` of `value`, bound to the review and

@@ -38,10 +38,10 @@ CREATE TABLE IF NOT EXISTS review_reviews (
     req_path              TEXT NOT NULL,     -- path and query
     req_body              BLOB NOT NULL,
     req_hash              TEXT NOT NULL,     -- HeldRequest::hash, checked on claim
-    req_creds             TEXT NOT NULL DEFAULT '', -- HeldRequest::credentials
+    req_creds             TEXT NOT NULL DEFAULT '', -- NewReview::join_key (the retry identity)
     rules                 TEXT NOT NULL DEFAULT '[]', -- JSON array of rule messages
     detail                TEXT,              -- JSON: what the reviewer is shown of the decision
-    requester             TEXT,              -- API key name behind the held call, if any
+    requester             TEXT,              -- JSON list of the API key names behind the held call, if any
     approvals             TEXT NOT NULL DEFAULT '[]', -- JSON: approvals so far
     status                TEXT NOT NULL
         CHECK (status IN ('pending', 'approved', 'rejected', 'expired')),
@@ -99,8 +99,8 @@ pub(super) struct Row {
     pub note: Option<String>,
     pub resolved_at: Option<SystemTime>,
     pub forward: ForwardState,
-    /// The API key name behind the held call, who may not resolve it.
-    pub requester: Option<String>,
+    /// The API key names behind the held call, none of whom may resolve it.
+    pub requesters: Vec<String>,
     /// Approvals so far, oldest first.
     pub approvals: Vec<StoredApproval>,
     /// With a shared store: the replica holding the client connection and
@@ -373,11 +373,11 @@ impl SqliteStore {
                 new.request.hash(),
                 ReviewStatus::Pending,
                 ForwardState::NotStarted,
-                new.request.credentials(),
+                new.join_key.clone(),
                 serde_json::to_string(&new.rules)
                     .map_err(|e| ReviewError::Storage(format!("rule messages: {e}")))?,
                 new.detail.as_ref().map(|d| d.to_string()),
-                new.requester,
+                encode_requesters(&new.requesters),
             ],
         )?;
         {
@@ -388,7 +388,7 @@ impl SqliteStore {
             for (position, (name, value)) in new.request.headers.iter().enumerate() {
                 let position = i64::try_from(position).unwrap_or(i64::MAX);
                 let lower = name.to_ascii_lowercase();
-                if super::seal::Sealer::applies(&lower) {
+                if new.sealed(&lower) {
                     let sealed = self.sealer.seal(review_id, &lower, value).ok_or_else(|| {
                         ReviewError::Storage("cannot seal a held credential".into())
                     })?;
@@ -404,8 +404,9 @@ impl SqliteStore {
     }
 
     /// A still-pending review of the same owner and route holding exactly
-    /// this method, path and body: a client retrying a held call. The oldest
-    /// one if several (only possible for reviews stored before this check).
+    /// this request (method, path, body and headers, by its join key): a
+    /// client retrying a held call. The oldest one if several (only
+    /// possible for reviews stored before this check).
     fn pending_duplicate(
         &self,
         new: &NewReview,
@@ -427,7 +428,7 @@ impl SqliteStore {
                     new.request.method,
                     new.request.path,
                     new.request.body.as_ref(),
-                    new.request.credentials()
+                    new.join_key.clone()
                 ],
                 Row::read,
             )
@@ -460,7 +461,7 @@ pub(super) fn plan_resolve(
     now: SystemTime,
 ) -> Result<ResolvePlan, ReviewError> {
     match state::resolve(row.status, row.expires_at, now, verdict) {
-        Ok(_) if row.requester.as_deref() == Some(who.by) => Err(ReviewError::OwnCall),
+        Ok(_) if row.requesters.iter().any(|r| r == who.by) => Err(ReviewError::OwnCall),
         Ok(to) if verdict == Verdict::Approve => {
             let so_far: Vec<&str> = row.approvals.iter().map(|a| a.by.as_str()).collect();
             let approval = state::approve(&so_far, who.by, who.required)
@@ -550,7 +551,9 @@ pub(super) fn open_held(
     let mut headers = Vec::with_capacity(stored_headers.len());
     for (name, stored) in stored_headers {
         let lower = name.to_ascii_lowercase();
-        let value = if super::seal::Sealer::applies(&lower) {
+        let value = if super::seal::Sealer::applies(&lower)
+            || super::seal::Sealer::is_sealed(&stored)
+        {
             sealer.open(review_id, &lower, &stored).map_err(|_| {
                 tracing::error!(review_id, header = %lower, "a held credential does not open; not forwarded");
                 ReviewError::Corrupt(review_id.to_string())
@@ -574,6 +577,40 @@ pub(super) fn open_held(
         return Err(ReviewError::Corrupt(review_id.to_string()));
     }
     Ok(request)
+}
+
+/// A held header as a reviewer sees it: a credential's value (by name, or
+/// sealed under a route's `credential_headers`) replaced by
+/// [`SEALED_PLACEHOLDER`].
+pub(super) fn shown_header((name, value): (String, Vec<u8>)) -> (String, Bytes) {
+    let sealed = super::seal::Sealer::applies(&name.to_ascii_lowercase())
+        || super::seal::Sealer::is_sealed(&value);
+    let value = if sealed {
+        Bytes::from_static(SEALED_PLACEHOLDER.as_bytes())
+    } else {
+        Bytes::from(value)
+    };
+    (name, value)
+}
+
+/// The requesters column: `NULL` for none, else a JSON list of key names.
+pub(super) fn encode_requesters(names: &[String]) -> Option<String> {
+    if names.is_empty() {
+        return None;
+    }
+    serde_json::to_string(names).ok()
+}
+
+/// The requesters column read back: a JSON list, or one plain key name
+/// (rows stored when a review had at most one requester).
+pub(super) fn decode_requesters(cell: Option<String>) -> Vec<String> {
+    match cell {
+        None => Vec::new(),
+        Some(text) => match serde_json::from_str::<Vec<String>>(&text) {
+            Ok(names) => names,
+            Err(_) => vec![text],
+        },
+    }
 }
 
 /// The held headers of a review as stored (credential values still
@@ -908,14 +945,7 @@ impl Backend for SqliteStore {
         };
         let headers = held_headers(&self.conn, review_id)?
             .into_iter()
-            .map(|(name, value)| {
-                let value = if super::seal::Sealer::applies(&name.to_ascii_lowercase()) {
-                    Bytes::from_static(SEALED_PLACEHOLDER.as_bytes())
-                } else {
-                    Bytes::from(value)
-                };
-                (name, value)
-            })
+            .map(shown_header)
             .collect();
         let detail = detail.and_then(|d| serde_json::from_str(&d).ok());
         let upstream = self.upstream(review_id)?.map(|(_, u)| u);
@@ -1052,7 +1082,7 @@ impl Row {
             forward,
             request_hash: r.text(16)?,
             rules: json_cell(r, 17, "rule messages")?,
-            requester: r.opt_text(18)?,
+            requesters: decode_requesters(r.opt_text(18)?),
             approvals: json_cell(r, 19, "approvals")?,
             replica: r.replica()?,
         })

@@ -111,7 +111,9 @@ fn new_review(owner: &str) -> NewReview {
         record_id: Some("rec-1".into()),
         request: held(),
         detail: None,
-        requester: None,
+        requesters: vec![],
+        join_key: held().join_key(|_| false),
+        credential_headers: vec![],
     }
 }
 
@@ -974,6 +976,7 @@ fn with_creds(auth: Option<&str>, cookie: Option<&str>) -> NewReview {
             .headers
             .push(("cookie".into(), Bytes::from(c.to_string())));
     }
+    n.join_key = n.request.join_key(|_| false);
     n
 }
 
