@@ -149,9 +149,9 @@ impl Proxy {
             Routed::Gated { route, path_params } => (route, path_params),
             Routed::Refused(refusal) => return self.refuse(set, &req, refusal, request_id).await,
             Routed::Unmatched {
-                json_gated_elsewhere: Some(route),
+                gated_elsewhere: Some(route),
             } if self.cfg.unmatched == Unmatched::Forward => {
-                return self.unmatched_json(req, from, set, route).await;
+                return self.unmatched_body(req, from, set, route).await;
             }
             Routed::Unmatched { .. } => return self.unmatched(req, from).await,
         };
@@ -203,12 +203,13 @@ impl Handler for Proxy {
             req.uri().path(),
             req.uri().query(),
             req.headers(),
+            !hyper::body::Body::is_end_stream(req.body()),
         );
         if self.cfg.unmatched == Unmatched::Forward
             && matches!(
                 routed,
                 Routed::Unmatched {
-                    json_gated_elsewhere: None
+                    gated_elsewhere: None
                 }
             )
         {

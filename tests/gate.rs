@@ -219,6 +219,24 @@ async fn every_attack_row_is_refused_or_decided() {
         400,
         "method_override",
     ));
+    // Row 5 of attack round 3: an upstream that parses JSON whatever the
+    // media type (Flask's `get_json(force=True)`) honours `_method` in a
+    // body labelled otherwise, or not labelled at all.
+    for headers in [
+        vec![("content-type", "text/plain")],
+        vec![],
+        vec![("content-type", "application/octet-stream")],
+    ] {
+        rows.push((
+            "R3.5",
+            "POST",
+            "/api/orders/1".into(),
+            headers,
+            " \n{\"_method\":\"DELETE\"}".into(),
+            400,
+            "method_override",
+        ));
+    }
     rows.push((
         "D5",
         "POST",
@@ -358,6 +376,22 @@ async fn plain_requests_still_pass() {
     assert_eq!(got, 200);
     assert_eq!(e.up.count(), 4);
     assert_eq!(&e.up.calls()[3].body[..], note.as_bytes());
+    // So is a body of any other media type, and one that is no JSON
+    // object goes through as sent.
+    let text = ("content-type", "text/plain");
+    let (got, _) = raw(e.proxy_addr(), "POST", "/api/orders/1", &[text], note).await;
+    assert_eq!(got, 200);
+    let (got, _) = raw(
+        e.proxy_addr(),
+        "POST",
+        "/api/orders/1",
+        &[text],
+        "_method DELETE",
+    )
+    .await;
+    assert_eq!(got, 200);
+    assert_eq!(e.up.count(), 6);
+    assert_eq!(&e.up.calls()[5].body[..], b"_method DELETE");
 }
 
 /// Waits (up to 10 s) until `/health/detailed` reports the policies as

@@ -166,6 +166,7 @@ async fn http(env: &Env, h: &HttpRequest, request_id: &str, explain: bool) -> Ac
         path,
         query,
         &h.headers,
+        !h.body.is_empty(),
     );
     let (route, path_params) = match routed {
         Routed::Refused(r) => return Actual::refused(r),
@@ -176,10 +177,9 @@ async fn http(env: &Env, h: &HttpRequest, request_id: &str, explain: bool) -> Ac
                 ..Actual::outcome("deny")
             };
         }
-        Routed::Unmatched {
-            json_gated_elsewhere,
-        } => {
-            return match json_gated_elsewhere.and_then(|r| read::unmatched_json_refusal(r, &h.body))
+        Routed::Unmatched { gated_elsewhere } => {
+            return match gated_elsewhere
+                .and_then(|r| read::unmatched_body_refusal(r, &h.headers, &h.body))
             {
                 Some(r) => Actual::refused(r),
                 None => Actual::outcome("not_gated"),

@@ -256,6 +256,61 @@ pub fn body_method_override(media: &str, bytes: &[u8], parsed: Option<&Value>) -
     None
 }
 
+/// The text of a body that a lenient JSON reader would take for a JSON
+/// object whatever its `Content-Type`: decoded the way Python's
+/// `json.loads` decodes bytes (`json.detect_encoding`: a UTF-32, UTF-16 or
+/// UTF-8 byte order mark, else UTF-16 or UTF-32 by the NUL bytes among the
+/// first four, else UTF-8), and `{` its first character after whitespace.
+/// `None` for any other body. Undecodable units become U+FFFD.
+pub fn sniffed_json_object(bytes: &[u8]) -> Option<String> {
+    fn units16(b: &[u8], be: bool) -> String {
+        let units = b.chunks_exact(2).map(|c| {
+            let pair = [c[0], c[1]];
+            if be {
+                u16::from_be_bytes(pair)
+            } else {
+                u16::from_le_bytes(pair)
+            }
+        });
+        char::decode_utf16(units)
+            .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+            .collect()
+    }
+    fn units32(b: &[u8], be: bool) -> String {
+        b.chunks_exact(4)
+            .map(|c| {
+                let quad = [c[0], c[1], c[2], c[3]];
+                let n = if be {
+                    u32::from_be_bytes(quad)
+                } else {
+                    u32::from_le_bytes(quad)
+                };
+                char::from_u32(n).unwrap_or(char::REPLACEMENT_CHARACTER)
+            })
+            .collect()
+    }
+    let text = match bytes {
+        [0, 0, 0xFE, 0xFF, rest @ ..] => units32(rest, true),
+        [0xFF, 0xFE, 0, 0, rest @ ..] => units32(rest, false),
+        [0xFE, 0xFF, rest @ ..] => units16(rest, true),
+        [0xFF, 0xFE, rest @ ..] => units16(rest, false),
+        [0xEF, 0xBB, 0xBF, rest @ ..] => String::from_utf8_lossy(rest).into_owned(),
+        [0, 0, _, _, ..] => units32(bytes, true),
+        [0, _, _, _, ..] => units16(bytes, true),
+        [_, 0, 0, 0, ..] => units32(bytes, false),
+        [_, 0, _, _, ..] => units16(bytes, false),
+        _ => {
+            // The common case: look before copying.
+            let first = bytes.iter().find(|b| !b.is_ascii_whitespace())?;
+            if *first != b'{' {
+                return None;
+            }
+            String::from_utf8_lossy(bytes).into_owned()
+        }
+    };
+    text.trim_start().starts_with('{').then_some(text)
+}
+
 /// The media type of the request body (`type/subtype`, lowercase, no
 /// parameters); `Err` when the header is repeated or unreadable.
 pub fn media_type(headers: &HeaderMap) -> Result<Option<String>, String> {
@@ -754,6 +809,38 @@ mod tests {
             kind(&["application/json", "multipart/form-data"]),
             BodyKind::Form
         );
+    }
+
+    #[test]
+    fn bodies_a_lenient_reader_takes_for_json_objects() {
+        let body = r#" {"_method":"DELETE"}"#;
+        let utf16le: Vec<u8> = body.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        let utf16be: Vec<u8> = body.encode_utf16().flat_map(u16::to_be_bytes).collect();
+        let mut bom16 = vec![0xFF, 0xFE];
+        bom16.extend_from_slice(&utf16le);
+        let utf32le: Vec<u8> = body
+            .chars()
+            .flat_map(|c| (c as u32).to_le_bytes())
+            .collect();
+        let mut bom8 = vec![0xEF, 0xBB, 0xBF];
+        bom8.extend_from_slice(body.as_bytes());
+        for (name, bytes) in [
+            ("utf-8", body.as_bytes().to_vec()),
+            ("utf-8 bom", bom8),
+            ("utf-16le", utf16le),
+            ("utf-16be", utf16be),
+            ("utf-16 bom", bom16),
+            ("utf-32le", utf32le),
+        ] {
+            let text = sniffed_json_object(&bytes).unwrap_or_else(|| panic!("{name}"));
+            assert!(
+                body_method_override("application/json", text.as_bytes(), None).is_some(),
+                "{name}"
+            );
+        }
+        for other in [&b"amount=6000"[..], b"[1]", b"", b"  ", b"hello {"] {
+            assert_eq!(sniffed_json_object(other), None, "{other:?}");
+        }
     }
 
     #[test]

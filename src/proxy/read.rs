@@ -41,16 +41,16 @@ pub enum Routed<'a> {
         route: &'a Route,
         path_params: PathParams,
     },
-    /// No route gates it. `json_gated_elsewhere`: the route another method
-    /// gates on this path, when the body is JSON (whose `_method` the proxy
-    /// reads before it forwards; see [`unmatched_json_refusal`]).
-    Unmatched {
-        json_gated_elsewhere: Option<&'a Route>,
-    },
+    /// No route gates it. `gated_elsewhere`: the route another method gates
+    /// on this path, when a body may follow: the proxy reads that body
+    /// before it forwards, whatever its media type, to refuse a `_method`
+    /// in it (see [`unmatched_body_refusal`]).
+    Unmatched { gated_elsewhere: Option<&'a Route> },
 }
 
 /// The route a request reaches, or why it is refused before one is picked.
-/// `raw_path` is the request target's path as sent, `query` its query.
+/// `raw_path` is the request target's path as sent, `query` its query;
+/// `body_follows` is false only when the request has no body at all.
 pub fn route<'a>(
     set: &'a PolicySet,
     cfg: &ProxyConfig,
@@ -58,6 +58,7 @@ pub fn route<'a>(
     raw_path: &str,
     query: Option<&str>,
     headers: &HeaderMap,
+    body_follows: bool,
 ) -> Routed<'a> {
     let opted_out = cfg
         .raw_path_prefixes
@@ -122,15 +123,16 @@ pub fn route<'a>(
             ),
         }),
         RouteMatch::Unmatched => {
-            // A form or JSON body can carry `_method`, which a framework
-            // may honour to reach a route gated under another method. A
-            // form is refused outright; a JSON body is read to look.
-            let kind = guard::body_kind(headers);
-            let gated_elsewhere = match kind {
-                guard::BodyKind::Other => None,
-                _ => set.reach_any_method(raw_path),
+            // A body can carry `_method`, which a framework may honour to
+            // reach a route gated under another method. A form is refused
+            // outright; any other body is read to look, since some
+            // upstreams parse JSON whatever the media type says.
+            let gated_elsewhere = if body_follows {
+                set.reach_any_method(raw_path)
+            } else {
+                None
             };
-            match (kind, gated_elsewhere) {
+            match (guard::body_kind(headers), gated_elsewhere) {
                 (guard::BodyKind::Form, Some(route)) => Routed::Refused(RefuseWith {
                     route: Some(route),
                     reason: DecisionReason::MethodOverride,
@@ -140,21 +142,29 @@ pub fn route<'a>(
                         route.method
                     ),
                 }),
-                (guard::BodyKind::Json, Some(route)) => Routed::Unmatched {
-                    json_gated_elsewhere: Some(route),
-                },
-                _ => Routed::Unmatched {
-                    json_gated_elsewhere: None,
-                },
+                (_, gated_elsewhere) => Routed::Unmatched { gated_elsewhere },
             }
         }
     }
 }
 
-/// An unmatched request's JSON body, on a path `route` gates under another
-/// method: refused when it asks for another method with `_method`.
-pub fn unmatched_json_refusal<'a>(route: &'a Route, bytes: &[u8]) -> Option<RefuseWith<'a>> {
-    let message = guard::body_method_override("application/json", bytes, None)?;
+/// An unmatched request's body, on a path that `route` gates under another
+/// method: refused when it asks for another method with `_method`. A body
+/// labelled JSON is read as the gate reads any JSON body; any other body
+/// is read the same way when a lenient JSON reader would take it for a
+/// JSON object ([`guard::sniffed_json_object`]: Flask's
+/// `get_json(force=True)`, a handler that sniffs `{`).
+pub fn unmatched_body_refusal<'a>(
+    route: &'a Route,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Option<RefuseWith<'a>> {
+    let labelled_json = guard::body_kind(headers) == guard::BodyKind::Json;
+    let message = match guard::sniffed_json_object(bytes) {
+        Some(text) => guard::body_method_override("application/json", text.as_bytes(), None),
+        None if labelled_json => guard::body_method_override("application/json", bytes, None),
+        None => None,
+    }?;
     Some(RefuseWith {
         route: Some(route),
         reason: DecisionReason::MethodOverride,

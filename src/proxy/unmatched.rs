@@ -1,5 +1,5 @@
 //! A request no route gates: stream it through (or block it when
-//! `proxy.unmatched = "deny"`), reading a JSON body only when the path is
+//! `proxy.unmatched = "deny"`), reading its body only when the path is
 //! gated under another method, to refuse a `_method` in it.
 
 use http::{Request, Response};
@@ -37,11 +37,10 @@ impl Proxy {
             .await
     }
 
-    /// Unmatched, with a JSON body, on a path that `route` gates under
-    /// another method: the body is read (within `limits.max_body_bytes`) and
-    /// refused if it asks for another method with `_method`, else forwarded
-    /// as read.
-    pub(super) async fn unmatched_json(
+    /// Unmatched, with a body, on a path that `route` gates under another
+    /// method: the body is read (within `limits.max_body_bytes`) and refused
+    /// if it asks for another method with `_method`, else forwarded as read.
+    pub(super) async fn unmatched_body(
         &self,
         req: Request<Incoming>,
         from: Downstream<'_>,
@@ -55,7 +54,7 @@ impl Proxy {
             Ok(b) => b,
             Err(e) => return e.into_response(request_id),
         };
-        if let Some(refusal) = read::unmatched_json_refusal(route, &bytes) {
+        if let Some(refusal) = read::unmatched_body_refusal(route, &parts.headers, &bytes) {
             let probe = Request::from_parts(parts, ());
             return self.refuse(set, &probe, refusal, request_id).await;
         }

@@ -641,6 +641,29 @@ fn method_overrides(b: &mut Builder) {
         &[JSON, ("X-HTTP-Method-Override", "DELETE")],
         r#"{"reason":"x"}"#,
     );
+    // The media-type column: a JSON `_method` under every Content-Type of
+    // the content-type class, for an upstream that parses JSON whatever
+    // the media type says (the FastAPI app does, as Flask's
+    // `get_json(force=True)` would).
+    for cts in CONTENT_TYPES {
+        let headers: Vec<(&str, &str)> = cts.iter().map(|v| ("Content-Type", *v)).collect();
+        let label = match cts.len() {
+            0 => "no content-type".to_string(),
+            _ => cts
+                .iter()
+                .map(|v| format!("CT: {v}"))
+                .collect::<Vec<_>>()
+                .join(" + "),
+        };
+        b.req(
+            c,
+            format!("POST order, JSON {{\"_method\":\"DELETE\"}} [{label}]"),
+            "POST",
+            ORDER,
+            &headers,
+            r#"{"_method":"DELETE","reason":"x"}"#,
+        );
+    }
     // Middlewares only honour overrides on POST: these should not leak.
     b.req(
         c,

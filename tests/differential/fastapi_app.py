@@ -11,6 +11,9 @@ is stricter than real life:
   empty segments and a trailing `.`/space/extension (`refunds.json`), resolves
   `.` and `..` and ignores case, and accepts an absolute-form target; the
   method is case-folded too;
+* a POST's `_method` is honoured from a header, the query, a form field,
+  or a JSON body whatever its Content-Type (as Flask's
+  `get_json(force=True)` reads it);
 * the amount it would refund is read from JSON when every Content-Type
   header says JSON, and otherwise (form, text/plain, multipart, none, two
   of them) from the body read BOTH as JSON and as a form, with every key
@@ -136,6 +139,18 @@ class MethodOverride:
         if not override and any("x-www-form-urlencoded" in v.lower() for k, v in headers if k == "content-type"):
             form = dict(urllib.parse.parse_qsl(body.decode("utf-8", "replace")))
             override = form.get("_method")
+        if not override:
+            # Like Flask's get_json(force=True): the body read as JSON whatever
+            # the media type (json.loads on bytes detects UTF-8/16/32).
+            try:
+                doc = json.loads(body)
+            except (ValueError, UnicodeDecodeError):
+                doc = None
+            if isinstance(doc, dict):
+                override = next(
+                    (v for k, v in doc.items() if isinstance(v, str) and k.strip().lower() == "_method"),
+                    None,
+                )
         if override and override.strip():
             scope["method"] = override.strip().upper()
         replayed = False
