@@ -72,6 +72,8 @@ enum Access {
     Public,
     /// A key with this scope.
     Scope(Scope),
+    /// A key with either scope: the first is the one a refusal names.
+    Either(Scope, Scope),
 }
 
 /// One row of the routing table.
@@ -131,7 +133,8 @@ static ROUTES: &[RouteDef] = &[
         "/v2/jobs/{job_id}",
         Method::GET,
         Endpoint::JobGet,
-        Access::Scope(Scope::Batch),
+        // An `audit` key reads any tenant's job; a `batch` key its own.
+        Access::Either(Scope::Batch, Scope::Audit),
     ),
     route(
         "/v2/reviews",
@@ -321,6 +324,13 @@ impl Api {
         let authenticated = match def.access {
             Access::Public => Ok(Principal::anonymous()),
             Access::Scope(scope) => self.app.keys.authenticate(auth, Some(scope)),
+            Access::Either(first, second) => self.app.keys.authenticate(auth, None).and_then(|p| {
+                if p.has(first) || p.has(second) {
+                    Ok(p)
+                } else {
+                    Err(AuthFailure::MissingScope(first))
+                }
+            }),
         };
         let principal = match authenticated {
             Ok(p) => p,
@@ -576,12 +586,11 @@ impl Api {
     /// sizes, `0 < N <= M <=` the newest checkpoint's size.
     async fn audit_consistency(&self, query: Option<&str>) -> Result<Response<RespBody>, ApiError> {
         let (mut first, mut second) = (None, None);
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        for (k, v) in crate::api::http_util::query_params(query)? {
             let n = v
                 .parse::<u64>()
                 .map_err(|_| ApiError::BadRequest(format!("{k}: expected a tree size, got {v:?}")));
-            match k {
+            match k.as_str() {
                 "first" => first = Some(n?),
                 "second" => second = Some(n?),
                 other => {
@@ -620,11 +629,8 @@ impl Api {
     async fn audit_records(&self, query: Option<&str>) -> Result<Response<RespBody>, ApiError> {
         let mut filter = crate::audit::export::Filter::default();
         let (mut cursor, mut limit) = (0u64, 100usize);
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = crate::evidence::percent_decode(v)
-                .ok_or_else(|| ApiError::BadRequest(format!("{k}: bad percent-encoding")))?;
-            match k {
+        for (k, v) in crate::api::http_util::query_params(query)? {
+            match k.as_str() {
                 "cursor" => {
                     cursor = v.parse().map_err(|_| {
                         ApiError::BadRequest(format!("cursor: {v:?} is not a cursor"))
@@ -639,7 +645,7 @@ impl Api {
                             ApiError::BadRequest(format!("limit: {v:?} is not in 1..=1000"))
                         })?
                 }
-                _ => filter.set(k, &v).map_err(ApiError::BadRequest)?,
+                _ => filter.set(&k, &v).map_err(ApiError::BadRequest)?,
             }
         }
         let page = self.app.audit.search(filter, cursor, limit).await?;

@@ -90,8 +90,31 @@ async fn records_are_found_paged_exported_and_verified() {
         "?colour=red",
         "?since=soon",
         "?route=%ZZ",
+        // Values no record holds are typos, not filters that match
+        // nothing (attack round 3, row 6), and a repeated parameter has no
+        // one meaning.
+        "?decision=DENY",
+        "?decision=Deny",
+        "?kind=decisions",
+        "?would_decide=maybe",
+        "?since=1h&since=200000h",
+        "?decision=deny&decision=allow",
     ] {
-        s.get(&format!("/v2/audit/records{q}"), Some(APP_KEY))
+        let r = s.get(&format!("/v2/audit/records{q}"), Some(APP_KEY)).await;
+        r.assert_error(400, "invalid_request");
+        let param = q[1..].split('=').next().unwrap();
+        assert!(r.text().contains(param), "{q}: {}", r.text());
+    }
+    let r = s
+        .get("/v2/audit/records?decision=DENY", Some(APP_KEY))
+        .await;
+    assert!(
+        r.text().contains("allow, deny, needs_review"),
+        "{}",
+        r.text()
+    );
+    for q in ["first=1&first=2&second=3", "first=1&second=2&second=3"] {
+        s.get(&format!("/v2/audit/consistency?{q}"), Some(APP_KEY))
             .await
             .assert_error(400, "invalid_request");
     }

@@ -223,13 +223,15 @@ async fn tenants_cannot_read_each_other() {
     s.get(&format!("/v2/audit/{unknown}"), Some(REVIEW_KEY))
         .await
         .assert_error(404, "not_found");
-    // Owners see their own jobs; an audit key sees everyone's records.
-    assert_eq!(
-        s.get(&format!("/v2/jobs/{my_job}"), Some(APP_KEY))
-            .await
-            .status,
-        200
-    );
+    // Owners see their own jobs; an audit key sees everyone's records, and
+    // every job even without the batch scope (REVIEW_KEY: review, audit).
+    for key in [APP_KEY, REVIEW_KEY] {
+        let r = s.get(&format!("/v2/jobs/{my_job}"), Some(key)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    s.get(&format!("/v2/jobs/{my_job}"), Some(VERIFY_ONLY_KEY))
+        .await
+        .assert_error(403, "forbidden");
     for key in [APP_KEY, REVIEW_KEY] {
         for id in [&my_record, &their_record] {
             for path in [format!("/v2/audit/{id}"), format!("/v2/audit/{id}/proof")] {

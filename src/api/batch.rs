@@ -106,13 +106,12 @@ struct PageQuery {
 /// `?offset=&limit=` for job results.
 pub fn page(query: Option<&str>) -> Result<Page, ApiError> {
     let mut q = PageQuery::default();
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+    for (k, v) in crate::api::http_util::query_params(query)? {
         let n = || {
             v.parse::<usize>()
                 .map_err(|_| ApiError::BadRequest(format!("{k}: expected a non-negative integer")))
         };
-        match k {
+        match k.as_str() {
             "offset" => q.offset = Some(n()?),
             "limit" => q.limit = Some(n()?),
             _ => {}

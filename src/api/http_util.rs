@@ -73,6 +73,46 @@ pub fn bytes_response(
     resp
 }
 
+/// A query string as `(name, value)` pairs, percent-decoded (`+` stays a
+/// `+`, so an RFC 3339 offset survives), in order. A bad escape, bytes
+/// that are not UTF-8, or a parameter given twice is a 400 naming it: which
+/// of two values counts is something two readers of the same URL can
+/// disagree on, and silently taking the last would let
+/// `since=1h&since=200000h` read as either.
+pub fn query_params(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    fn decode(part: &str, name: &str) -> Result<String, ApiError> {
+        let b = part.as_bytes();
+        let escapes_ok = b
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c == b'%')
+            .all(|(i, _)| {
+                b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                    && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit)
+            });
+        let decoded = percent_encoding::percent_decode_str(part).decode_utf8();
+        match decoded {
+            Ok(text) if escapes_ok => Ok(text.into_owned()),
+            _ => Err(ApiError::BadRequest(format!(
+                "{name}: bad percent-encoding"
+            ))),
+        }
+    }
+    let mut out: Vec<(String, String)> = Vec::new();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let k = decode(k, k)?;
+        let v = decode(v, &k)?;
+        if out.iter().any(|(seen, _)| *seen == k) {
+            return Err(ApiError::BadRequest(format!(
+                "{k}: the query parameter is repeated; give it once"
+            )));
+        }
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
 /// The caller's `X-Request-ID` when it is sane (1–128 visible ASCII
 /// characters), else a fresh UUID v4.
 pub fn request_id(headers: &HeaderMap) -> String {
@@ -195,6 +235,27 @@ pub fn test_body_string(resp: Response<RespBody>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_params_decode_and_refuse_repeats() {
+        let q = query_params(Some("a=1&b=x%20y+z&&c")).unwrap();
+        assert_eq!(
+            q,
+            [
+                ("a".to_string(), "1".to_string()),
+                ("b".to_string(), "x y+z".to_string()),
+                ("c".to_string(), String::new()),
+            ]
+        );
+        assert_eq!(query_params(None).unwrap(), []);
+        for bad in ["a=%ZZ", "a=%4", "a=%FF", "%ZZ=1"] {
+            assert!(query_params(Some(bad)).is_err(), "{bad}");
+        }
+        for repeated in ["since=1h&since=200000h", "first=1&first=2&second=3", "a&a"] {
+            let e = query_params(Some(repeated)).unwrap_err();
+            assert!(matches!(e, ApiError::BadRequest(_)), "{repeated}");
+        }
+    }
 
     #[test]
     fn request_ids_are_echoed_only_when_sane() {

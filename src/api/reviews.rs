@@ -34,11 +34,10 @@ pub fn viewer(p: &Principal) -> Viewer {
 pub fn list_query(query: Option<&str>) -> Result<(Option<ReviewStatus>, usize), ApiError> {
     let mut status = None;
     let mut limit = 100;
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match k {
+    for (k, v) in crate::api::http_util::query_params(query)? {
+        match k.as_str() {
             "status" => {
-                status = Some(ReviewStatus::parse(v).ok_or_else(|| {
+                status = Some(ReviewStatus::parse(&v).ok_or_else(|| {
                     ApiError::Unprocessable(format!(
                         "status: unknown value {v:?} (pending, approved, rejected, expired)"
                     ))

@@ -51,17 +51,40 @@ pub struct Filter {
     pub principal: Option<String>,
 }
 
+/// The values `kind` can take in a record.
+pub const KINDS: [&str; 4] = [
+    "decision",
+    "review_resolution",
+    "policy_reload",
+    "key_change",
+];
+/// The values `decision` and `would_decide` can take in a record.
+pub const DECISIONS: [&str; 3] = ["allow", "deny", "needs_review"];
+
 impl Filter {
-    /// Sets one field from its query or flag name; `Err` names what is wrong.
+    /// Sets one field from its query or flag name; `Err` names what is
+    /// wrong. A value no record can hold (`decision=DENY`, `kind=decisions`)
+    /// is an error naming the allowed values, never a filter that silently
+    /// matches nothing.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         let text = || Some(value.to_string());
+        let one_of = |allowed: &[&str]| {
+            if allowed.contains(&value) {
+                Ok(Some(value.to_string()))
+            } else {
+                Err(format!(
+                    "{key}: {value:?} is not one of {}",
+                    allowed.join(", ")
+                ))
+            }
+        };
         match key {
-            "since" => self.since = Some(parse_time(value)?),
-            "until" => self.until = Some(parse_time(value)?),
-            "kind" => self.kind = text(),
+            "since" => self.since = Some(parse_time(value).map_err(|e| format!("since: {e}"))?),
+            "until" => self.until = Some(parse_time(value).map_err(|e| format!("until: {e}"))?),
+            "kind" => self.kind = one_of(&KINDS)?,
             "action" => self.action = text(),
-            "decision" => self.decision = text(),
-            "would_decide" => self.would_decide = text(),
+            "decision" => self.decision = one_of(&DECISIONS)?,
+            "would_decide" => self.would_decide = one_of(&DECISIONS)?,
             "route" => self.route = text(),
             "principal" => self.principal = text(),
             other => {
