@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::server::ReqBody;
 use http::header::AUTHORIZATION;
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use tracing::Instrument;
 
 use crate::api::auth::{AuthFailure, Principal, Scope};
@@ -299,7 +299,7 @@ impl Api {
 
     async fn dispatch(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         request_id: &str,
         started: Instant,
     ) -> (&'static str, Result<Response<RespBody>, ApiError>) {
@@ -375,7 +375,7 @@ impl Api {
     }
 
     /// Reads and parses a JSON body under `limit` bytes.
-    async fn json_body(&self, req: Request<Incoming>, limit: usize) -> Result<JsonBody, ApiError> {
+    async fn json_body(&self, req: Request<ReqBody>, limit: usize) -> Result<JsonBody, ApiError> {
         let (parts, body) = req.into_parts();
         http_util::require_json(&parts.headers)?;
         let bytes = http_util::read_body(&parts.headers, body, limit).await?;
@@ -393,7 +393,7 @@ impl Api {
 
     async fn verify(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         ctx: &Ctx,
     ) -> Result<Response<RespBody>, ApiError> {
         let body = self
@@ -405,7 +405,7 @@ impl Api {
 
     async fn authorize(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         ctx: &Ctx,
     ) -> Result<Response<RespBody>, ApiError> {
         let body = self
@@ -433,7 +433,7 @@ impl Api {
 
     async fn batch_submit(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         ctx: &Ctx,
     ) -> Result<Response<RespBody>, ApiError> {
         let key = batch::idempotency_key(req.headers())?;
@@ -512,7 +512,7 @@ impl Api {
 
     async fn review_resolve(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         id: &str,
         approve: bool,
         ctx: &Ctx,
@@ -731,7 +731,13 @@ impl Handler for Api {
 
     fn open(&self) {}
 
-    async fn handle(&self, req: Request<Incoming>, conn: ConnInfo, _: &()) -> Response<RespBody> {
+    /// Probes: answered even on a connection accepted past the cap.
+    fn essential(&self, req: &Request<ReqBody>) -> bool {
+        matches!(*req.method(), Method::GET | Method::HEAD)
+            && matches!(req.uri().path(), "/health" | "/ready" | "/metrics")
+    }
+
+    async fn handle(&self, req: Request<ReqBody>, conn: ConnInfo, _: &()) -> Response<RespBody> {
         let started = Instant::now();
         let request_id = http_util::request_id(req.headers());
         let method = req.method().clone();

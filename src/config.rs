@@ -314,6 +314,9 @@ pub struct Limits {
     pub max_batch_items: usize,
 }
 
+/// The default `server.body_min_rate`: 1 KiB/s.
+pub const DEFAULT_BODY_MIN_RATE: u64 = 1024;
+
 /// Listener behaviour shared by the API and proxy listeners.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -328,6 +331,15 @@ pub struct ServerConfig {
     /// for this long is closed, so idle connections cannot hold every
     /// `max_connections` slot.
     pub idle_timeout: Duration,
+    /// Connections one peer address may hold at once (default a quarter of
+    /// `max_connections`); beyond it a connection is refused like one over
+    /// the cap.
+    pub max_connections_per_ip: usize,
+    /// A request body must have arrived this long after its head, plus one
+    /// second for every `body_min_rate` bytes received; else 408.
+    pub body_read_timeout: Duration,
+    /// Bytes per second a slow body must keep up to earn more time.
+    pub body_min_rate: u64,
 }
 
 impl ServerConfig {
@@ -339,6 +351,9 @@ impl ServerConfig {
             max_connections: 256,
             shutdown_grace: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            max_connections_per_ip: 64,
+            body_read_timeout: Duration::from_secs(10),
+            body_min_rate: DEFAULT_BODY_MIN_RATE,
         }
     }
 }
@@ -524,6 +539,9 @@ struct FileServer {
     max_connections: Option<usize>,
     shutdown_grace: Option<String>,
     idle_timeout: Option<String>,
+    max_connections_per_ip: Option<usize>,
+    body_read_timeout: Option<String>,
+    body_min_rate: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -639,6 +657,31 @@ impl Config {
                 "server.max_connections: must be greater than 0".into(),
             ));
         }
+        let max_connections_per_ip = f
+            .server
+            .max_connections_per_ip
+            .unwrap_or((max_connections / 4).max(1));
+        if max_connections_per_ip == 0 || max_connections_per_ip > max_connections {
+            return Err(ConfigError::Invalid(format!(
+                "server.max_connections_per_ip: must be 1 to server.max_connections ({max_connections})"
+            )));
+        }
+        let body_read_timeout = duration(
+            "server.body_read_timeout",
+            f.server.body_read_timeout,
+            "10s",
+        )?;
+        if body_read_timeout.is_zero() {
+            return Err(ConfigError::Invalid(
+                "server.body_read_timeout: must be greater than 0".into(),
+            ));
+        }
+        let body_min_rate = f.server.body_min_rate.unwrap_or(DEFAULT_BODY_MIN_RATE);
+        if body_min_rate == 0 {
+            return Err(ConfigError::Invalid(
+                "server.body_min_rate: must be at least 1 (bytes per second)".into(),
+            ));
+        }
         Ok(Config {
             api: ApiConfig {
                 listen: o.api_listen.or(f.api.listen).unwrap_or(default_api),
@@ -731,6 +774,9 @@ impl Config {
                 max_connections,
                 shutdown_grace: duration("server.shutdown_grace", f.server.shutdown_grace, "10s")?,
                 idle_timeout: duration("server.idle_timeout", f.server.idle_timeout, "60s")?,
+                max_connections_per_ip,
+                body_read_timeout,
+                body_min_rate,
             },
             log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Json),
             defaults,
@@ -914,6 +960,41 @@ mod tests {
         assert_eq!(c.policies_dir, PathBuf::from("policies"));
         assert_eq!(c.data_dir, PathBuf::from("data"));
         assert_eq!(c.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn per_ip_limit_defaults_to_a_quarter_of_the_cap() {
+        let c = Config::defaults(&Overrides::default()).unwrap();
+        assert_eq!(c.server.max_connections_per_ip, 1024);
+        assert_eq!(c.server.body_read_timeout, Duration::from_secs(10));
+        assert_eq!(c.server.body_min_rate, 1024);
+        let c = Config::from_toml(
+            "c.toml",
+            "[server]\nmax_connections = 60\n",
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.server.max_connections_per_ip, 15);
+        for (text, key) in [
+            (
+                "[server]\nmax_connections = 60\nmax_connections_per_ip = 61\n",
+                "max_connections_per_ip",
+            ),
+            (
+                "[server]\nmax_connections_per_ip = 0\n",
+                "max_connections_per_ip",
+            ),
+            (
+                "[server]\nbody_read_timeout = \"0s\"\n",
+                "body_read_timeout",
+            ),
+            ("[server]\nbody_min_rate = 0\n", "body_min_rate"),
+        ] {
+            let err = Config::from_toml("c.toml", text, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
     }
 
     #[test]

@@ -47,8 +47,8 @@ use upstream::{build_client, build_connector, forward_headers, strip_hop_by_hop,
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::server::ReqBody;
 use http::{HeaderValue, Request, Response, Uri, Version};
-use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -139,7 +139,7 @@ impl Proxy {
 
     async fn route(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         from: Downstream<'_>,
         set: &crate::policy::PolicySet,
         routed: Routed<'_>,
@@ -182,7 +182,7 @@ impl Handler for Proxy {
 
     async fn handle(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         conn: ConnInfo,
         affinity: &Affinity,
     ) -> Response<RespBody> {

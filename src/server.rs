@@ -3,10 +3,13 @@
 //! shared by the API and the proxy.
 //!
 //! Each listener serves HTTP/1.1 and HTTP/2 (h2c by preface, or ALPN on TLS)
-//! through hyper-util's auto builder. Three limits protect the process from
-//! misbehaving clients: a cap on concurrent connections (excess connections get
-//! a short 503 and are closed), a header read timeout (slowloris) and a bound
-//! on the TLS handshake. HTTP/1 requests with ambiguous framing (both
+//! through hyper-util's auto builder. These limits protect the process from
+//! misbehaving clients: a cap on concurrent connections and a smaller one per
+//! peer address (excess connections get a short 503 and are closed), a small
+//! reserve of connections past the cap that answer only the handler's
+//! essential requests (`/health`, `/ready`, `/metrics` on the API) so a full
+//! house can still be probed, a header read timeout (slowloris), a deadline
+//! on every request body (see [`pace`]) and a bound on the TLS handshake. HTTP/1 requests with ambiguous framing (both
 //! `Content-Length` and `Transfer-Encoding`) are refused with a 400 before any
 //! handler sees them (see [`framing`]). On shutdown the listener stops accepting, asks every
 //! connection to finish its in-flight requests, and gives up after the grace
@@ -22,10 +25,12 @@
 //! connection's own task ([`Handler::drive`]): the proxy keeps an HTTP/1
 //! connection's own upstream connection there.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -44,9 +49,22 @@ use crate::config::ServerConfig;
 
 mod framing;
 mod idle;
+pub mod pace;
 pub mod tls;
 
+pub use pace::ReqBody;
 pub use tls::ReloadingCert;
+
+/// Connections past `max_connections` that may still be accepted to answer
+/// the handler's essential requests (health, readiness, metrics), one
+/// request each.
+pub const RESERVED_CONNECTIONS: usize = 8;
+
+/// How long a reserved connection may take to send its request head.
+const RESERVED_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a reserved connection may stay idle after its request.
+const RESERVED_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Pending connections per listener (tokio's default for `TcpListener::bind`).
 const LISTEN_BACKLOG: u32 = 1024;
@@ -70,10 +88,17 @@ pub trait Handler: Send + Sync + 'static {
 
     fn handle(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         conn: ConnInfo,
         state: &Self::Conn,
     ) -> impl Future<Output = Response<RespBody>> + Send;
+
+    /// Whether a request is answered on a reserved connection, one accepted
+    /// past `max_connections` (see [`RESERVED_CONNECTIONS`]): probes such as
+    /// `/health`. Every other request on one gets a 503.
+    fn essential(&self, _req: &Request<ReqBody>) -> bool {
+        false
+    }
 
     /// Runs in the connection's task, beside its requests, for as long as
     /// the connection lives; it never ends by itself.
@@ -99,8 +124,98 @@ pub async fn serve<H: Handler>(
     limits: ServerConfig,
     shutdown: watch::Receiver<bool>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
-    serve_shared(name, listener, tls, handler, limits, permits, shutdown).await
+    let admission = Admission::new(&limits);
+    serve_shared(name, listener, tls, handler, limits, admission, shutdown).await
+}
+
+/// Who gets a connection slot: the connection cap, the per-peer cap and the
+/// reserve, shared by every thread of a listener.
+#[derive(Clone)]
+struct Admission {
+    permits: Arc<Semaphore>,
+    reserve: Arc<Semaphore>,
+    peers: Arc<PeerLimit>,
+}
+
+/// What a connection was admitted with; dropped when it closes.
+struct Admitted {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _peer: PeerSlot,
+    /// Past the cap: essential requests only, one each.
+    reserved: bool,
+}
+
+impl Admission {
+    fn new(limits: &ServerConfig) -> Arc<Admission> {
+        Arc::new(Admission {
+            permits: Arc::new(Semaphore::new(limits.max_connections)),
+            reserve: Arc::new(Semaphore::new(RESERVED_CONNECTIONS)),
+            peers: Arc::new(PeerLimit {
+                max: limits.max_connections_per_ip.max(1),
+                counts: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// A slot for a connection from `ip`, or why there is none.
+    fn admit(&self, ip: IpAddr) -> Result<Admitted, &'static str> {
+        let peer = PeerLimit::take(&self.peers, ip).ok_or("per-peer connection limit reached")?;
+        match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => Ok(Admitted {
+                _permit: permit,
+                _peer: peer,
+                reserved: false,
+            }),
+            Err(_) => match self.reserve.clone().try_acquire_owned() {
+                Ok(permit) => Ok(Admitted {
+                    _permit: permit,
+                    _peer: peer,
+                    reserved: true,
+                }),
+                Err(_) => Err("connection limit reached"),
+            },
+        }
+    }
+}
+
+/// Connections per peer address (`server.max_connections_per_ip`), so that
+/// one host cannot take every slot.
+struct PeerLimit {
+    max: usize,
+    counts: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection's place in its peer's count.
+struct PeerSlot {
+    limit: Arc<PeerLimit>,
+    ip: IpAddr,
+}
+
+impl PeerLimit {
+    fn take(limit: &Arc<PeerLimit>, ip: IpAddr) -> Option<PeerSlot> {
+        let mut counts = limit.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = counts.entry(ip).or_insert(0);
+        if *n >= limit.max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            limit: limit.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut counts = self.limit.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = counts.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// Binds `n` listeners on `addr` that share one port through
@@ -144,14 +259,14 @@ pub fn serve_per_thread<H: Handler>(
     limits: ServerConfig,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let admission = Admission::new(&limits);
     let mut done = Vec::with_capacity(pairs.len());
     for (i, (listener, handler)) in pairs.into_iter().enumerate() {
         let (tx, rx) = oneshot::channel::<()>();
-        let (tls, limits, permits, shutdown) = (
+        let (tls, limits, admission, shutdown) = (
             tls.clone(),
             limits.clone(),
-            permits.clone(),
+            admission.clone(),
             shutdown.clone(),
         );
         std::thread::Builder::new()
@@ -164,7 +279,7 @@ pub fn serve_per_thread<H: Handler>(
                     Ok(rt) => rt.block_on(async move {
                         match TcpListener::from_std(listener) {
                             Ok(l) => {
-                                serve_shared(name, l, tls, handler, limits, permits, shutdown)
+                                serve_shared(name, l, tls, handler, limits, admission, shutdown)
                                     .await
                             }
                             Err(e) => {
@@ -188,14 +303,14 @@ pub fn serve_per_thread<H: Handler>(
     }))
 }
 
-/// [`serve`] with a connection cap shared with other listeners.
+/// [`serve`] with connection limits shared with other listeners.
 async fn serve_shared<H: Handler>(
     name: &'static str,
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     handler: Arc<H>,
     limits: ServerConfig,
-    permits: Arc<Semaphore>,
+    admission: Arc<Admission>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let local = match listener.local_addr() {
@@ -220,7 +335,19 @@ async fn serve_shared<H: Handler>(
         .max_concurrent_streams(256)
         .keep_alive_interval(Some(std::time::Duration::from_secs(20)))
         .keep_alive_timeout(std::time::Duration::from_secs(20));
+    // A reserved connection answers one request, and must send it soon.
+    let mut reserved_builder = auto::Builder::new(TokioExecutor::new());
+    reserved_builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(RESERVED_HEADER_TIMEOUT.min(limits.header_read_timeout))
+        .keep_alive(false);
+    reserved_builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(1);
     let builder = Arc::new(builder);
+    let reserved_builder = Arc::new(reserved_builder);
     let graceful = GracefulShutdown::new();
 
     loop {
@@ -239,13 +366,17 @@ async fn serve_shared<H: Handler>(
             }
         };
         let _ = stream.set_nodelay(true);
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::warn!(listener = name, %peer, "connection limit reached; refusing connection");
-            if acceptor.is_none() {
-                tokio::spawn(refuse_overloaded(stream));
+        let admitted = match admission.admit(peer.ip()) {
+            Ok(a) => a,
+            Err(why) => {
+                tracing::warn!(listener = name, %peer, "{why}; refusing connection");
+                if acceptor.is_none() {
+                    tokio::spawn(refuse_overloaded(stream));
+                }
+                continue;
             }
-            continue;
         };
+        let reserved = admitted.reserved;
         let conn = ConnInfo {
             peer,
             local,
@@ -254,18 +385,29 @@ async fn serve_shared<H: Handler>(
         let handler = handler.clone();
         let closer = handler.clone();
         let state = Arc::new(handler.open());
-        let builder = builder.clone();
+        let builder = if reserved {
+            reserved_builder.clone()
+        } else {
+            builder.clone()
+        };
         let acceptor = acceptor.clone();
         let watcher = graceful.watcher();
-        let header_timeout = limits.header_read_timeout;
-        let idle_timeout = limits.idle_timeout;
+        let (header_timeout, idle_timeout) = if reserved {
+            (
+                RESERVED_HEADER_TIMEOUT.min(limits.header_read_timeout),
+                RESERVED_IDLE_TIMEOUT.min(limits.idle_timeout),
+            )
+        } else {
+            (limits.header_read_timeout, limits.idle_timeout)
+        };
+        let (body_timeout, body_min_rate) = (limits.body_read_timeout, limits.body_min_rate);
         let activity = idle::Activity::new();
         let busy = activity.clone();
         // Raised by the stream wrapper when a request head is ambiguous.
         let ambiguous = Arc::new(AtomicBool::new(false));
         let flag = ambiguous.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _admitted = admitted;
             let requests_state = state.clone();
             let service = service_fn(move |req: Request<Incoming>| {
                 let handler = handler.clone();
@@ -275,6 +417,10 @@ async fn serve_shared<H: Handler>(
                 async move {
                     if flag.load(Ordering::Acquire) {
                         return Ok(refuse_ambiguous(&req, peer));
+                    }
+                    let req = req.map(|b| ReqBody::new(b, body_timeout, body_min_rate));
+                    if reserved && !handler.essential(&req) {
+                        return Ok(refuse_reserved(&req));
                     }
                     let resp = handler.handle(req, conn, &state).await;
                     let (parts, body) = resp.into_parts();
@@ -396,6 +542,18 @@ fn refuse_ambiguous(req: &Request<Incoming>, peer: SocketAddr) -> Response<RespB
         resp.headers_mut()
             .insert(crate::api::http_util::REQUEST_ID, v);
     }
+    resp
+}
+
+/// The answer to a request other than a probe on a connection accepted
+/// past the cap: 503, and the connection is closed after it.
+fn refuse_reserved(req: &Request<ReqBody>) -> Response<RespBody> {
+    let request_id = crate::api::http_util::request_id(req.headers());
+    let mut resp = ApiError::Unavailable("too many connections".into()).into_response(&request_id);
+    resp.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
     resp
 }
 

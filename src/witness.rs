@@ -30,12 +30,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::server::ReqBody;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Limited};
-use hyper::body::Incoming;
 use ring::rand::SystemRandom;
 use ring::signature::{Ed25519KeyPair, KeyPair as _};
 use rusqlite::{params, Connection, OptionalExtension as _, TransactionBehavior};
@@ -342,7 +342,7 @@ impl Handler for WitnessHandler {
 
     fn handle(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         _conn: ConnInfo,
         _: &(),
     ) -> impl Future<Output = Response<RespBody>> + Send {

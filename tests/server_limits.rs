@@ -87,10 +87,16 @@ async fn health_on(sock: &mut tokio::net::TcpStream) {
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
 }
 
-/// A new connection while every permit is held: the server answers 503
-/// (read within 5 s) and closes it. Returns the answer.
+/// A new connection while every permit is held, asking for something
+/// other than a probe: the server answers 503 (read within 5 s) and closes
+/// it, whether the connection got one of the reserved slots (which answer
+/// only `/health`, `/ready` and `/metrics`) or none. Returns the answer.
 async fn refused_connection(addr: std::net::SocketAddr) -> String {
     let mut extra = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // A connection refused outright may be closed before this is written.
+    let _ = extra
+        .write_all(b"GET /v2/audit/checkpoint HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await;
     let mut out = String::new();
     tokio::time::timeout(Duration::from_secs(5), extra.read_to_string(&mut out))
         .await

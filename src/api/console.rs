@@ -16,10 +16,10 @@ mod session;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use crate::server::ReqBody;
 use bytes::Bytes;
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use maud::Markup;
 
 use crate::api::auth::{AuthMode, Principal, Scope};
@@ -94,7 +94,7 @@ impl Console {
     }
 
     /// Serves one console request; never fails (errors are pages).
-    pub async fn handle(&self, req: Request<Incoming>, request_id: &str) -> Response<RespBody> {
+    pub async fn handle(&self, req: Request<ReqBody>, request_id: &str) -> Response<RespBody> {
         let mut resp = self.route(req, request_id).await;
         let headers = resp.headers_mut();
         for (name, value) in SECURITY_HEADERS {
@@ -103,7 +103,7 @@ impl Console {
         resp
     }
 
-    async fn route(&self, req: Request<Incoming>, request_id: &str) -> Response<RespBody> {
+    async fn route(&self, req: Request<ReqBody>, request_id: &str) -> Response<RespBody> {
         if self.app.keys.mode() == AuthMode::Open {
             let e = ApiError::ReviewsNeedKeys;
             return page(
@@ -179,7 +179,7 @@ impl Console {
         resp
     }
 
-    async fn signin(&self, req: Request<Incoming>, request_id: &str) -> Response<RespBody> {
+    async fn signin(&self, req: Request<ReqBody>, request_id: &str) -> Response<RespBody> {
         let expected = session::cookie(req.headers(), SIGNIN_COOKIE)
             .unwrap_or_default()
             .to_string();
@@ -229,7 +229,7 @@ impl Console {
 
     async fn signout(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         me: &SignedIn,
     ) -> Result<Response<RespBody>, ApiError> {
         let form = read_form(req).await?;
@@ -362,7 +362,7 @@ impl Console {
 
     async fn resolve(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         id: &str,
         me: &SignedIn,
         request_id: &str,
@@ -491,7 +491,7 @@ impl Query {
 
 /// Reads an `application/x-www-form-urlencoded` body (415 otherwise, 413
 /// over [`MAX_FORM_BYTES`]).
-async fn read_form(req: Request<Incoming>) -> Result<Query, ApiError> {
+async fn read_form(req: Request<ReqBody>) -> Result<Query, ApiError> {
     let (parts, body) = req.into_parts();
     let form = parts
         .headers

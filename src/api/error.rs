@@ -49,6 +49,9 @@ pub enum ApiError {
     Conflict(String),
     #[error("request body is larger than the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    /// The request body did not arrive in time (408).
+    #[error("{0}")]
+    RequestTimeout(String),
     #[error("content type must be application/json")]
     UnsupportedMediaType,
     /// A gated call the decision denied (the proxy's 403; its body adds the
@@ -111,6 +114,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::IdempotencyConflict(_) | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Denied(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -135,6 +139,7 @@ impl ApiError {
             ApiError::IdempotencyConflict(_) => "idempotency_conflict",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::RequestTimeout(_) => "request_timeout",
             ApiError::UnsupportedMediaType => "unsupported_media_type",
             ApiError::Denied(_) => "denied",
             ApiError::Unavailable(_) => "unavailable",
@@ -349,6 +354,11 @@ mod tests {
                 "idempotency_conflict",
             ),
             (ApiError::PayloadTooLarge(10), 413, "payload_too_large"),
+            (
+                ApiError::RequestTimeout("slow".into()),
+                408,
+                "request_timeout",
+            ),
             (
                 ApiError::UnsupportedMediaType,
                 415,

@@ -156,6 +156,15 @@ pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// A request body that did not arrive in time (`server.body_read_timeout`
+/// and `server.body_min_rate`; see `server::pace`): answered 408.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive in time ({received} bytes in {after:?}; see server.body_read_timeout and server.body_min_rate)")]
+pub struct BodyTooSlow {
+    pub after: std::time::Duration,
+    pub received: u64,
+}
+
 /// Reads a whole body, refusing it as soon as it is known to exceed `limit`:
 /// from `Content-Length` before reading, or while reading a chunked body.
 pub async fn read_body<B>(headers: &HeaderMap, body: B, limit: usize) -> Result<Bytes, ApiError>
@@ -179,6 +188,8 @@ where
                 .is_some()
             {
                 Err(ApiError::PayloadTooLarge(limit))
+            } else if let Some(slow) = e.downcast_ref::<BodyTooSlow>() {
+                Err(ApiError::RequestTimeout(slow.to_string()))
             } else {
                 Err(ApiError::BadRequest(format!(
                     "could not read the request body: {e}"

@@ -5,11 +5,11 @@
 
 use std::time::Instant;
 
+use crate::server::ReqBody;
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use super::read::{self, RefuseWith};
@@ -176,7 +176,7 @@ impl Proxy {
 
     pub(super) async fn gated(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         from: Downstream<'_>,
         set: &crate::policy::PolicySet,
         route: &Route,

@@ -2,13 +2,13 @@
 //! `proxy.unmatched = "deny"`), reading its body only when the path is
 //! gated under another method, to refuse a `_method` in it.
 
+use crate::server::ReqBody;
 use http::{Request, Response};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 
 use super::upstream::Outbound;
 use super::{blocked, read, Downstream, Proxy};
-use crate::api::http_util::{self, full, BoxError, RespBody};
+use crate::api::http_util::{self, full, RespBody};
 use crate::config::Unmatched;
 use crate::policy::{PolicySet, Route};
 
@@ -16,7 +16,7 @@ impl Proxy {
     /// Unmatched: stream through, or block when `proxy.unmatched = "deny"`.
     pub(super) async fn unmatched(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         from: Downstream<'_>,
     ) -> Response<RespBody> {
         let request_id = from.request_id;
@@ -32,7 +32,7 @@ impl Proxy {
         }
         self.stats.unmatched_pass.inc();
         let (parts, body) = req.into_parts();
-        let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
+        let body = body.boxed_unsync();
         self.forward(Outbound::new(parts, body, from.conn, request_id, &[]).on(from.affinity))
             .await
     }
@@ -42,7 +42,7 @@ impl Proxy {
     /// if it asks for another method with `_method`, else forwarded as read.
     pub(super) async fn unmatched_body(
         &self,
-        req: Request<Incoming>,
+        req: Request<ReqBody>,
         from: Downstream<'_>,
         set: &PolicySet,
         route: &Route,

@@ -128,6 +128,9 @@ pub(super) enum UpstreamError {
     /// The client's own request body broke off or was malformed while it
     /// was streamed upstream: the client's fault, answered 400.
     RequestBody(String),
+    /// The client's own request body did not arrive in time (see
+    /// `server::pace`): answered 408.
+    RequestBodyTimeout(String),
 }
 
 impl UpstreamError {
@@ -141,6 +144,9 @@ impl UpstreamError {
                 if let Some(cause) = h.source().filter(|_| h.is_user()) {
                     if cause.is::<hyper::Error>() {
                         return UpstreamError::RequestBody(cause.to_string());
+                    }
+                    if cause.is::<crate::api::http_util::BodyTooSlow>() {
+                        return UpstreamError::RequestBodyTimeout(cause.to_string());
                     }
                 }
             }
@@ -270,7 +276,9 @@ impl Proxy {
                 self.stats.upstream(Err("timeout"));
                 Err(UpstreamError::Timeout)
             }
-            Ok(Err(e @ UpstreamError::RequestBody(_))) => Err(e),
+            Ok(Err(e @ (UpstreamError::RequestBody(_) | UpstreamError::RequestBodyTimeout(_)))) => {
+                Err(e)
+            }
             Ok(Err(e)) => {
                 self.stats.upstream(Err("connect"));
                 Err(e)
@@ -324,6 +332,10 @@ impl Proxy {
                 tracing::debug!(request_id, error = %m, "request body broke off while forwarded");
                 return ApiError::BadRequest("the request body broke off or is malformed".into())
                     .into_response(request_id);
+            }
+            UpstreamError::RequestBodyTimeout(m) => {
+                tracing::debug!(request_id, error = %m, "request body too slow while forwarded");
+                return ApiError::RequestTimeout(m).into_response(request_id);
             }
         };
         tracing::warn!(request_id, status = err.status().as_u16(), message = %err, "upstream failure");
