@@ -200,7 +200,8 @@ enum ReviewsCommand {
 enum WitnessCommand {
     /// Serve the C2SP tlog-witness protocol (POST /add-checkpoint): cosign
     /// each checkpoint of the listed logs that is consistent with the last
-    /// one cosigned, refuse any other.
+    /// one cosigned, refuse any other. Each answer is logged and counted
+    /// (GET /metrics: verdict_witness_requests_total{outcome}).
     Serve {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:8282")]
