@@ -667,7 +667,8 @@ impl Api {
     /// that the log recovers from by itself (a failed commit is retried by
     /// the next group); a probe that restarted the pod for it would only
     /// lose the held requests' connections. A stopped audit writer does not
-    /// recover, and turns `/health` too.
+    /// recover, nor does a log halted by a witness's rollback: they turn
+    /// `/health` too.
     fn ready(&self) -> Result<Response<RespBody>, ApiError> {
         let mut reasons = Vec::new();
         if self.app.health.is_draining() {
@@ -697,7 +698,7 @@ impl Api {
 
     /// Liveness: 200 while the process serves; 503 while starting or
     /// draining, and when a component failed for good (the audit writer
-    /// stopped), which only a restart repairs.
+    /// stopped, a witness showed a rollback), which only a restart repairs.
     fn health(&self) -> Result<Response<RespBody>, ApiError> {
         let unavailable =
             |body: serde_json::Value| json_response(StatusCode::SERVICE_UNAVAILABLE, &body);

@@ -166,7 +166,7 @@ impl Component for AuditComponent {
     fn report(&self) -> health::Report {
         let h = self.0.health();
         // A witness that cannot cosign delays no decision: degraded, not
-        // failing.
+        // failing. One that showed a rollback halted the log: failing.
         let status = if h.failing {
             health::Status::Failing
         } else if h.witnesses.iter().any(|w| w.last_error.is_some()) {
@@ -193,9 +193,14 @@ impl Component for AuditComponent {
     }
 
     fn fatal(&self) -> Option<String> {
-        (!self.0.writer_running()).then(|| {
-            "the audit writer has stopped; nothing can be decided until the process restarts"
-                .to_string()
+        if !self.0.writer_running() {
+            return Some(
+                "the audit writer has stopped; nothing can be decided until the process restarts"
+                    .to_string(),
+            );
+        }
+        self.0.halted().map(|why| {
+            format!("{why}; nothing is decided until an operator restores the log and restarts")
         })
     }
 }
@@ -240,8 +245,9 @@ async fn open_audit(config: &Config) -> Result<AuditLog, StartError> {
         .await
         .map_err(|e| data_err(config, format!("audit open task failed: {e}")))?
         .map_err(StartError::Audit)?;
-    // A witness that cosigned a larger tree than the log holds stops
-    // start-up here (a rollback); an unreachable one does not.
+    // A witness that cosigned a larger tree than the log holds, or one the
+    // log does not extend, stops start-up here (a rollback); an
+    // unreachable one does not.
     if let Err(e) = log.start_witnessing(witnesses).await {
         log.shutdown().await;
         return Err(StartError::Audit(e));

@@ -28,7 +28,8 @@
 //! - Each decision, review resolution, policy reload, key change:
 //!   [`AuditLog::append`]; only answer the caller after it returns `Ok`. Its
 //!   [`Receipt`] is the verbose response's `audit` object. `WriteFailed`,
-//!   `Unavailable`, `Storage` and `Corrupt` mean 503 / fail closed.
+//!   `Unavailable`, `Storage`, `Corrupt` and `RolledBack` mean 503 / fail
+//!   closed.
 //! - `GET /v2/audit/{id}` (scope `audit`, which sees every record):
 //!   [`AuditLog::record`], serve `canonical` as is; `GET /v2/audit/{id}/proof`:
 //!   [`AuditLog::proof`] then [`ProofDocument::to_json`];
@@ -83,7 +84,7 @@ pub use verify::{
     VerifyReport,
 };
 
-pub use witnessing::WitnessStatus;
+pub use witnessing::{ask_witnesses, WitnessCheck, WitnessFailure, WitnessStatus};
 use writer::{Msg, Pending, Writer};
 
 /// Why the audit log could not do what was asked. Cloneable so that one
@@ -104,6 +105,11 @@ pub enum AuditError {
     WriteFailed(String),
     #[error("audit config: {0}")]
     Config(String),
+    /// A witness has seen records the log no longer holds (it cosigned a
+    /// larger tree, or one the log does not extend): start-up is refused,
+    /// and a running log halts.
+    #[error("{0}")]
+    RolledBack(String),
 }
 
 impl From<rusqlite::Error> for AuditError {
@@ -166,7 +172,8 @@ pub struct AuditHealth {
     pub size: u64,
     pub last_checkpoint_at: Option<String>,
     pub key_id: String,
-    /// True while the last group commit failed.
+    /// True while the last group commit failed, and for good once a
+    /// witness showed a rollback ([`AuditLog::halted`]).
     pub failing: bool,
     pub last_error: Option<String>,
     /// Each configured witness: the size it cosigned and the lag behind.
@@ -218,6 +225,9 @@ struct Shared {
     inject_failure: AtomicBool,
     metrics: Metrics,
     witnesses: Mutex<Vec<WitnessStatus>>,
+    /// Set once a witness showed a rollback, with the reason; from then on
+    /// every append fails, until the process restarts.
+    halted: std::sync::OnceLock<String>,
 }
 
 struct Inner {
@@ -247,6 +257,7 @@ fn new_shared() -> Arc<Shared> {
         inject_failure: AtomicBool::new(false),
         metrics: Metrics::new(),
         witnesses: Mutex::new(Vec::new()),
+        halted: std::sync::OnceLock::new(),
     })
 }
 
@@ -347,6 +358,9 @@ impl AuditLog {
         record: AuditRecord,
         input: Option<CapturedInput>,
     ) -> Result<Receipt, AuditError> {
+        if let Some(reason) = self.halted() {
+            return Err(AuditError::RolledBack(reason));
+        }
         // Canonicalize and hash here, on the caller's task, so this work
         // spreads over the runtime's threads instead of the one writer.
         let canonical = record
@@ -484,16 +498,28 @@ impl AuditLog {
             h.failing = true;
             h.last_error = Some("audit writer is not running".into());
         }
+        if let Some(reason) = self.halted() {
+            h.failing = true;
+            h.last_error = Some(reason);
+        }
         if let Ok(w) = self.inner.shared.witnesses.lock() {
             h.witnesses = w
                 .iter()
                 .map(|w| WitnessStatus {
-                    lag: h.size.saturating_sub(w.cosigned_size),
+                    lag: w.cosigned_size.map(|c| h.size.saturating_sub(c)),
                     ..w.clone()
                 })
                 .collect();
         }
         h
+    }
+
+    /// Why the log stopped appending for good, if a witness showed that it
+    /// rolled back (see `witnessing`). Only a restart clears it, and the
+    /// restart is refused while the witness still holds the larger or
+    /// other tree.
+    pub fn halted(&self) -> Option<String> {
+        self.inner.shared.halted.get().cloned()
     }
 
     /// Whether the writer thread still runs. Once it has stopped (after
@@ -549,7 +575,7 @@ impl AuditLog {
         );
         registry.register(
             "verdict_audit_witness_submissions",
-            "Checkpoints submitted to witnesses, by witness and outcome (ok, failed, rolled_back)",
+            "Checkpoints submitted to witnesses, by witness and outcome (ok, failed, rolled_back, forked)",
             m.witness_submissions.clone(),
         );
     }

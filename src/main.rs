@@ -200,7 +200,8 @@ enum ReviewsCommand {
 enum WitnessCommand {
     /// Serve the C2SP tlog-witness protocol (POST /add-checkpoint): cosign
     /// each checkpoint of the listed logs that is consistent with the last
-    /// one cosigned, refuse any other.
+    /// one cosigned, refuse any other. Each answer is logged and counted
+    /// (GET /metrics: verdict_witness_requests_total{outcome}).
     Serve {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:8282")]
@@ -232,9 +233,20 @@ enum WitnessCommand {
 enum AuditCommand {
     /// Re-verify the whole local log: record hashes, tree nodes, checkpoint
     /// signatures and consistency. Exit 1 naming the first bad item.
+    ///
+    /// With --config, also ask each of its [[audit.witnesses]], as `serve`
+    /// does, whether the log extends the tree it cosigned last (the newest
+    /// checkpoint is submitted to it): exit 1 naming the witness and both
+    /// sizes when it holds a larger tree or one the log does not extend (a
+    /// rollback), or when it cannot be asked.
     Verify {
-        #[arg(long, default_value = "data")]
-        data_dir: PathBuf,
+        /// [default: the config's `data.dir`, else data]
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// The server's config file: its `[[audit.witnesses]]` are asked
+        /// (exit 64 when it is bad).
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Check every replica's audit checkpoints published to a shared store
     /// (`[store] url`): each log's checkpoints are signed by the key
@@ -660,7 +672,15 @@ fn check(policies: Option<PathBuf>, config: Option<PathBuf>, strict: bool) -> Ex
 fn audit(cmd: AuditCommand) -> ExitCode {
     match cmd {
         AuditCommand::VerifyRemote { store } => verify_remote(&store),
-        AuditCommand::Verify { data_dir } => {
+        AuditCommand::Verify { data_dir, config } => {
+            let cfg = match Config::load(config.as_deref(), &Overrides::default()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("verdict: config: {e}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            let data_dir = data_dir.unwrap_or(cfg.data_dir);
             let db = data_dir.join("verdict.db");
             if !db.exists() {
                 eprintln!("verdict: no audit log at {}", db.display());
@@ -679,7 +699,7 @@ fn audit(cmd: AuditCommand) -> ExitCode {
                         "ok: {} records, {} checkpoints, tree size {}, root {}, {} key(s)",
                         r.records, r.checkpoints, r.tree_size, r.root, r.keys
                     );
-                    ExitCode::SUCCESS
+                    ask_witnesses(&db, &cfg.audit.witnesses)
                 }
                 Err(e) => {
                     eprintln!("verdict: audit log INVALID: {e}");
@@ -996,6 +1016,43 @@ fn witness(cmd: WitnessCommand) -> ExitCode {
             })
         }
     }
+}
+
+/// The witness half of `verdict audit verify --config`: each witness must
+/// cosign the newest checkpoint.
+fn ask_witnesses(db: &std::path::Path, witnesses: &[verdict::config::WitnessConfig]) -> ExitCode {
+    if witnesses.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    let rt = match start_runtime(tokio::runtime::Builder::new_current_thread()) {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let checks = match rt.block_on(verdict::audit::ask_witnesses(db, witnesses)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("verdict: cannot ask the witnesses: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut code = ExitCode::SUCCESS;
+    for c in checks {
+        match c.result {
+            Ok(size) => println!(
+                "ok: witness {} cosigned tree size {size}: the log extends every tree it saw",
+                c.witness
+            ),
+            Err(e) if e.is_rollback() => {
+                eprintln!("verdict: audit log INVALID: {e}");
+                code = ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("verdict: witness {} could not be asked: {e}", c.witness);
+                code = ExitCode::FAILURE;
+            }
+        }
+    }
+    code
 }
 
 /// `verdict audit verify-remote`.

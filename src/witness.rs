@@ -19,6 +19,12 @@
 //! cosigned size as `text/x.tlog.size`) when the old size is not the one the
 //! witness holds or the same size has another root, 422 for a proof that
 //! does not verify.
+//!
+//! Every cosignature and every refusal is one log line (origin, sizes,
+//! outcome) and one count in `verdict_witness_requests_total{outcome}`,
+//! served at `GET /metrics`: a 422 or a same-size 409 means a log showed
+//! the witness a tree that does not extend the one it cosigned, which its
+//! operator wants to hear about even if the log's own operator does not.
 
 pub mod remote;
 
@@ -36,6 +42,10 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Limited};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 use ring::rand::SystemRandom;
 use ring::signature::{Ed25519KeyPair, KeyPair as _};
 use rusqlite::{params, Connection, OptionalExtension as _, TransactionBehavior};
@@ -106,6 +116,36 @@ pub enum Refusal {
     Storage(String),
 }
 
+impl Refusal {
+    /// The `outcome` label of `verdict_witness_requests_total`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Refusal::Malformed(_) => "malformed",
+            Refusal::Forbidden => "forbidden",
+            Refusal::UnknownOrigin(_) => "unknown_origin",
+            Refusal::Conflict { .. } => "conflict",
+            Refusal::BadProof => "bad_proof",
+            Refusal::Storage(_) => "storage_failed",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+/// What one request showed, as far as it was read: the fields of its log
+/// line.
+#[derive(Debug, Default)]
+struct Seen {
+    origin: Option<String>,
+    old: Option<u64>,
+    size: Option<u64>,
+    /// The size the witness held for the origin.
+    held: Option<u64>,
+}
+
 /// The witness: its key, the logs it trusts, and the newest checkpoint it
 /// cosigned for each.
 pub struct Witness {
@@ -116,6 +156,8 @@ pub struct Witness {
     /// happen under this lock and in one transaction, so two concurrent
     /// submissions can never roll the state back.
     db: Mutex<Connection>,
+    /// `add-checkpoint` answers by outcome: `cosigned` or a refusal's.
+    requests: Family<OutcomeLabels, Counter>,
 }
 
 impl Witness {
@@ -155,7 +197,27 @@ impl Witness {
             key,
             logs,
             db: Mutex::new(conn),
+            requests: Family::default(),
         })
+    }
+
+    /// Registers `verdict_witness_requests_total{outcome}`.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        registry.register(
+            "verdict_witness_requests",
+            "add-checkpoint requests by outcome (cosigned, conflict, bad_proof, forbidden, \
+             unknown_origin, malformed, storage_failed)",
+            self.requests.clone(),
+        );
+    }
+
+    /// The count of answers with this outcome so far.
+    pub fn requests(&self, outcome: &str) -> u64 {
+        self.requests
+            .get(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            })
+            .map_or(0, |c| c.get())
     }
 
     /// The witness's verifier key (`name+id+base64(0x04 ‖ key)`), for a
@@ -174,10 +236,88 @@ impl Witness {
     }
 
     /// Handles one `add-checkpoint` body; on success, the cosignature line.
+    /// Logs and counts the outcome.
     pub fn add_checkpoint(&self, body: &str, now: u64) -> Result<String, Refusal> {
+        let mut seen = Seen::default();
+        let outcome = self.check_and_cosign(body, now, &mut seen);
+        self.record(&seen, &outcome);
+        outcome
+    }
+
+    /// Logs and counts a request whose body could not be read (too large,
+    /// not UTF-8) as `malformed`.
+    pub fn record_unreadable(&self, why: &str) {
+        self.record(&Seen::default(), &Err(Refusal::Malformed(why.to_string())));
+    }
+
+    /// One log line and one count per answer.
+    fn record(&self, seen: &Seen, outcome: &Result<String, Refusal>) {
+        let label = match outcome {
+            Ok(_) => "cosigned",
+            Err(r) => r.outcome(),
+        };
+        self.requests
+            .get_or_create(&OutcomeLabels {
+                outcome: label.to_string(),
+            })
+            .inc();
+        let origin = seen.origin.as_deref().unwrap_or("");
+        let (old, size, held) = (seen.old, seen.size, seen.held);
+        match outcome {
+            Ok(_) => tracing::info!(origin, old, size, outcome = label, "checkpoint cosigned"),
+            Err(Refusal::Conflict { cosigned }) if seen.old == Some(*cosigned) => {
+                tracing::warn!(
+                    origin,
+                    old,
+                    size,
+                    held,
+                    outcome = label,
+                    "checkpoint refused: another tree of the size this witness cosigned (a fork)"
+                );
+            }
+            Err(Refusal::Conflict { .. }) => tracing::info!(
+                origin,
+                old,
+                size,
+                held,
+                outcome = label,
+                "checkpoint refused: the old size is not the one this witness cosigned"
+            ),
+            Err(Refusal::BadProof) => tracing::warn!(
+                origin,
+                old,
+                size,
+                held,
+                outcome = label,
+                "checkpoint refused: it does not extend the tree this witness cosigned \
+                 (the consistency proof does not verify: a fork or a rollback)"
+            ),
+            Err(Refusal::Storage(e)) => tracing::error!(
+                origin,
+                old,
+                size,
+                outcome = label,
+                error = %e,
+                "checkpoint refused: the witness's storage failed"
+            ),
+            Err(r) => tracing::warn!(
+                origin,
+                old,
+                size,
+                outcome = label,
+                error = ?r,
+                "checkpoint refused"
+            ),
+        }
+    }
+
+    fn check_and_cosign(&self, body: &str, now: u64, seen: &mut Seen) -> Result<String, Refusal> {
         let req = parse_request(body)?;
+        seen.old = Some(req.old);
         let parsed = note::parse(req.note).map_err(|e| Refusal::Malformed(e.to_string()))?;
         let cp = Checkpoint::parse(parsed.text).map_err(|e| Refusal::Malformed(e.to_string()))?;
+        seen.origin = Some(cp.origin.clone());
+        seen.size = Some(cp.size);
         let log = self
             .logs
             .iter()
@@ -208,6 +348,7 @@ impl Witness {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| Refusal::Storage(e.to_string()))?;
         let (size, root) = stored(&tx, &cp.origin)?.unwrap_or((0, merkle::empty_root()));
+        seen.held = Some(size);
         if req.old != size {
             return Err(Refusal::Conflict { cosigned: size });
         }
@@ -348,17 +489,23 @@ impl Handler for WitnessHandler {
     ) -> impl Future<Output = Response<RespBody>> + Send {
         let witness = self.witness.clone();
         async move {
-            if req.uri().path() != "/add-checkpoint" {
-                return text(StatusCode::NOT_FOUND, "not found\n");
+            match (req.method(), req.uri().path()) {
+                (&Method::GET, "/metrics") => return metrics(&witness),
+                (_, "/add-checkpoint") => {}
+                _ => return text(StatusCode::NOT_FOUND, "not found\n"),
             }
             if req.method() != Method::POST {
                 return text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n");
             }
             let body: Bytes = match Limited::new(req.into_body(), MAX_BODY).collect().await {
                 Ok(b) => b.to_bytes(),
-                Err(_) => return text(StatusCode::PAYLOAD_TOO_LARGE, "body too large\n"),
+                Err(_) => {
+                    witness.record_unreadable("body too large");
+                    return text(StatusCode::PAYLOAD_TOO_LARGE, "body too large\n");
+                }
             };
             let Ok(body) = String::from_utf8(body.to_vec()) else {
+                witness.record_unreadable("body is not UTF-8");
                 return text(StatusCode::BAD_REQUEST, "body is not UTF-8\n");
             };
             let outcome = tokio::task::spawn_blocking(move || witness.add_checkpoint(&body, now()))
@@ -376,6 +523,21 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
     bytes_response(status, "text/plain; charset=utf-8", body)
 }
 
+/// `GET /metrics`: the witness's counters, OpenMetrics text.
+fn metrics(witness: &Witness) -> Response<RespBody> {
+    let mut registry = Registry::default();
+    witness.register_metrics(&mut registry);
+    let mut out = String::new();
+    match prometheus_client::encoding::text::encode(&mut out, &registry) {
+        Ok(()) => bytes_response(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            out,
+        ),
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n"),
+    }
+}
+
 fn refusal(r: Refusal) -> Response<RespBody> {
     match r {
         Refusal::Malformed(m) => text(StatusCode::BAD_REQUEST, format!("{m}\n")),
@@ -390,10 +552,7 @@ fn refusal(r: Refusal) -> Response<RespBody> {
             StatusCode::UNPROCESSABLE_ENTITY,
             "the consistency proof does not verify\n",
         ),
-        Refusal::Storage(m) => {
-            tracing::error!(error = %m, "witness storage failed");
-            text(StatusCode::INTERNAL_SERVER_ERROR, "storage failed\n")
-        }
+        Refusal::Storage(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "storage failed\n"),
     }
 }
 

@@ -21,29 +21,38 @@ const WITNESS: &str = "verdict.test/witness";
 struct RunningWitness {
     url: String,
     vkey: String,
+    witness: Arc<Witness>,
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl RunningWitness {
     async fn start(dir: &std::path::Path, log_vkeys: &[String]) -> RunningWitness {
+        Self::start_at(dir, log_vkeys, "127.0.0.1:0").await
+    }
+
+    /// A witness on `addr` (one that served before, to bring it back).
+    async fn start_at(dir: &std::path::Path, log_vkeys: &[String], addr: &str) -> RunningWitness {
         let trusted = TrustedLog::from_vkeys(log_vkeys).unwrap();
         let witness = Arc::new(Witness::open(dir, WITNESS, vec![trusted]).unwrap());
         let vkey = witness.vkey();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(verdict::server::serve(
             "witness",
             listener,
             None,
-            Arc::new(WitnessHandler { witness }),
+            Arc::new(WitnessHandler {
+                witness: witness.clone(),
+            }),
             verdict::config::ServerConfig::witness_defaults(),
             stopped,
         ));
         RunningWitness {
             url,
             vkey,
+            witness,
             stop,
             task,
         }
@@ -96,10 +105,21 @@ async fn decide_and_wait_for_cosignature(s: &TestServer, n: usize) -> u64 {
     .await
 }
 
-/// Deletes the newest records and their checkpoints, keeping the log
-/// internally consistent (the newest remaining checkpoint covers every
-/// remaining record): what someone with the data dir can do.
-fn roll_back(config: &Config, keep_cosignatures: bool) -> (u64, u64) {
+/// What [`roll_back`] does with the stored cosignatures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cosignatures {
+    Keep,
+    /// Those of the deleted checkpoints.
+    DeleteRolledBack,
+    DeleteAll,
+}
+
+/// Deletes at least the newest `by` records (back to the newest checkpoint
+/// that leaves them out) and their checkpoints, keeping the log internally
+/// consistent (the newest remaining checkpoint covers every remaining
+/// record): what someone with the data dir can do. Returns the size before
+/// and after.
+fn roll_back(config: &Config, by: i64, cosignatures: Cosignatures) -> (u64, u64) {
     let conn = rusqlite::Connection::open(config.data_dir.join("verdict.db")).unwrap();
     let newest: i64 = conn
         .query_row("SELECT MAX(tree_size) FROM audit_checkpoints", [], |r| {
@@ -109,7 +129,7 @@ fn roll_back(config: &Config, keep_cosignatures: bool) -> (u64, u64) {
     let cut: i64 = conn
         .query_row(
             "SELECT MAX(tree_size) FROM audit_checkpoints WHERE tree_size <= ?1",
-            [newest - 3],
+            [newest - by],
             |r| r.get(0),
         )
         .unwrap();
@@ -117,8 +137,15 @@ fn roll_back(config: &Config, keep_cosignatures: bool) -> (u64, u64) {
         .unwrap();
     conn.execute("DELETE FROM audit_checkpoints WHERE tree_size > ?1", [cut])
         .unwrap();
-    if !keep_cosignatures {
-        conn.execute("DELETE FROM audit_cosignatures", []).unwrap();
+    match cosignatures {
+        Cosignatures::Keep => {}
+        Cosignatures::DeleteRolledBack => {
+            conn.execute("DELETE FROM audit_cosignatures WHERE tree_size > ?1", [cut])
+                .unwrap();
+        }
+        Cosignatures::DeleteAll => {
+            conn.execute("DELETE FROM audit_cosignatures", []).unwrap();
+        }
     }
     (u64::try_from(newest).unwrap(), u64::try_from(cut).unwrap())
 }
@@ -167,7 +194,7 @@ async fn a_witnessed_log_that_rolls_back_refuses_to_start() {
 
     // Rollback with the local cosignatures left in place: the log itself
     // refuses, and so does `audit verify`.
-    let (newest, cut) = roll_back(&with_witness, true);
+    let (newest, cut) = roll_back(&with_witness, 3, Cosignatures::Keep);
     assert!(cut < newest);
     let err = verdict::app::start(with_witness.clone())
         .await
@@ -188,7 +215,7 @@ async fn a_witnessed_log_that_rolls_back_refuses_to_start() {
 
     // The local cosignatures deleted too: the witness still remembers, and
     // its 409 at start-up refuses the log.
-    let (_, cut) = roll_back(&with_witness, false);
+    let (_, cut) = roll_back(&with_witness, 3, Cosignatures::DeleteAll);
     let err = verdict::app::start(with_witness.clone())
         .await
         .err()
@@ -204,6 +231,170 @@ async fn a_witnessed_log_that_rolls_back_refuses_to_start() {
     // of a log nobody outside watches (docs/audit.md).
     let alone = verdict::app::start(config.clone()).await.unwrap();
     alone.shutdown().await;
+    witness.stop().await;
+    drop(dir);
+}
+
+/// The newest checkpoint's size, as `GET /v2/audit/checkpoint` serves it.
+async fn checkpoint_size(s: &TestServer) -> u64 {
+    let note = s.get("/v2/audit/checkpoint", None).await.text();
+    note.lines().nth(1).unwrap().parse().unwrap()
+}
+
+/// Attack round 3, row 3: the newest records, their checkpoints and
+/// cosignatures deleted, the log started while its witness is away and
+/// grown past the size the witness cosigned. The witness, back, answers
+/// 422 (the proof from its size does not verify): a fork, which is a
+/// rollback. The running server stops deciding (`/ready` and `/health`
+/// 503 naming it, authorize 503, no lag shown against the forked tree), a
+/// restart is refused with exit 64, and `audit verify` fails: restarted
+/// twice, the rollback is still reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_rolled_back_while_its_witness_was_away_is_stopped_when_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = test_config(&dir);
+    let s = TestServer::attach(verdict::app::start(config.clone()).await.unwrap(), dir);
+    let dir = s.shutdown().await;
+    let vkeys = log_vkeys(&config);
+    let origin = vkeys[0].split('+').next().unwrap().to_string();
+    let wdir = tempfile::tempdir().unwrap();
+    let witness = RunningWitness::start(wdir.path(), &vkeys).await;
+    let mut with_witness = config.clone();
+    with_witness.audit.witnesses = vec![witness.config()];
+    let s = TestServer::attach(
+        verdict::app::start(with_witness.clone()).await.unwrap(),
+        dir,
+    );
+    decide_and_wait_for_cosignature(&s, 8).await;
+    let dir = s.shutdown().await;
+    let cosigned = witness.witness.cosigned_size(&origin).unwrap();
+    // The witness counts what it cosigns, at GET /metrics.
+    let wm = support::call(&witness.url, http::Method::GET, "/metrics", &[], "").await;
+    assert_eq!(wm.status, 200, "{}", wm.text());
+    assert!(
+        wm.text()
+            .contains("verdict_witness_requests_total{outcome=\"cosigned\"}"),
+        "{}",
+        wm.text()
+    );
+    let (url, vkey) = (witness.url.clone(), witness.vkey.clone());
+    witness.stop().await;
+
+    let (_, cut) = roll_back(&with_witness, 5, Cosignatures::DeleteRolledBack);
+    assert!(cut + 5 <= cosigned, "cut {cut}, cosigned {cosigned}");
+    // The witness is away: the log starts (an unreachable witness does not
+    // block start-up) and decides until it is larger than the witness's
+    // tree.
+    let s = TestServer::attach(
+        verdict::app::start(with_witness.clone()).await.unwrap(),
+        dir,
+    );
+    let mut i = 100;
+    let size = loop {
+        let r = s.post_json("/v2/authorize", &body(i), Some(APP_KEY)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        i += 1;
+        let size = checkpoint_size(&s).await;
+        if size > cosigned + 1 {
+            break size;
+        }
+    };
+    let names_both = |text: &str| {
+        text.contains(WITNESS)
+            && text.contains(&format!("tree size {cosigned}"))
+            && text.contains(&format!("{size} records"))
+    };
+
+    // The witness comes back at the same address.
+    let witness =
+        RunningWitness::start_at(wdir.path(), &vkeys, url.trim_start_matches("http://")).await;
+    let ready = support::eventually("/ready to fail", Duration::from_secs(20), || async {
+        let r = s.get("/ready", None).await;
+        if r.status == 503 {
+            Ok(r.text())
+        } else {
+            Err(r.text())
+        }
+    })
+    .await;
+    assert!(names_both(&ready), "{ready}");
+    let health = s.get("/health", None).await;
+    assert_eq!(health.status, 503, "{}", health.text());
+    assert!(names_both(&health.text()), "{}", health.text());
+    let detailed = s.get("/health/detailed", None).await.json();
+    let audit = &detailed["components"]["audit"];
+    assert_eq!(audit["status"], "failing", "{detailed}");
+    // No lag against the tree the log forked from: at most against a
+    // smaller one whose cosignature the log still holds.
+    let w = &audit["witnesses"][0];
+    match w["cosigned_size"].as_u64() {
+        None => assert!(w["lag"].is_null(), "{detailed}"),
+        Some(c) => {
+            assert!(c <= cut, "{detailed}");
+            assert_eq!(w["lag"].as_u64(), Some(size - c), "{detailed}");
+        }
+    }
+    let m = s.get("/metrics", None).await.text();
+    assert!(
+        m.contains("verdict_audit_witness_submissions_total{witness=\"verdict.test/witness\",outcome=\"forked\"}"),
+        "{m}"
+    );
+    // Fail closed: nothing is decided, nothing appended.
+    let r = s.post_json("/v2/authorize", &body(i), Some(APP_KEY)).await;
+    r.assert_error(503, "unavailable");
+    assert_eq!(checkpoint_size(&s).await, size);
+    let dir = s.shutdown().await;
+
+    // Restarted: `serve` refuses, exit 64.
+    let cfg = dir.path().join("witnessed.toml");
+    std::fs::write(
+        &cfg,
+        format!("[[audit.witnesses]]\nurl = \"{url}\"\nvkey = \"{vkey}\"\n"),
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let (root, cfg_arg) = (dir.path().to_path_buf(), cfg.display().to_string());
+    let out = tokio::task::spawn_blocking(move || {
+        support::serve_until_exit(bin, &root, &["--config", &cfg_arg], Duration::from_secs(20))
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|out| {
+        panic!(
+            "serve started on the rolled-back log: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    support::assert_exit(&out, 64);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(names_both(&err), "{err}");
+
+    // And `audit verify`, given the config, asks the witness and fails.
+    let data = dir.path().join("data");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin)
+            .args(["audit", "verify", "--config"])
+            .arg(&cfg)
+            .arg("--data-dir")
+            .arg(&data)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    support::assert_exit(&out, 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(names_both(&err), "{err}");
+
+    // The witness refused the forked tree three times: the running server,
+    // the restart, `audit verify`.
+    let wm = support::call(&witness.url, http::Method::GET, "/metrics", &[], "").await;
+    assert!(
+        wm.text()
+            .contains("verdict_witness_requests_total{outcome=\"bad_proof\"} 3"),
+        "{}",
+        wm.text()
+    );
     witness.stop().await;
     drop(dir);
 }

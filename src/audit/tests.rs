@@ -986,6 +986,27 @@ async fn write_failure_fails_every_waiter_and_recovers() {
 }
 
 #[tokio::test]
+async fn a_halted_log_appends_nothing_and_says_why_for_good() {
+    let e = env();
+    let (log, _, _) = log_with_decisions(&e, 3).await;
+    assert_eq!(log.halted(), None);
+    let why = "witness w cosigned tree size 5, which this log of 3 records does not extend";
+    log.halt(why.into());
+    // A second reason does not replace the first.
+    log.halt("another".into());
+    assert_eq!(log.halted().as_deref(), Some(why));
+    match log.append(decision(3)).await {
+        Err(AuditError::RolledBack(m)) => assert_eq!(m, why),
+        other => panic!("{other:?}"),
+    }
+    let h = log.health();
+    assert!(h.failing);
+    assert_eq!(h.last_error.as_deref(), Some(why));
+    assert_eq!(h.size, 3);
+    assert_eq!(shut_and_verify(&log, &e).await.records, 3);
+}
+
+#[tokio::test]
 async fn duplicate_record_id_fails_alone() {
     let e = env();
     let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();

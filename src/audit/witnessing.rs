@@ -8,11 +8,22 @@
 //! witness saw. Submission runs in one background task, at most once a
 //! second per witness and always with the newest checkpoint: a decision never
 //! waits for a witness, and a dead witness only shows as lag in
-//! `/health/detailed` and as failures in `/metrics`. At start, one round is
-//! run before the server serves: a witness that has cosigned a larger tree
-//! than the log holds stops start-up, even if the local copies of its
-//! cosignatures were deleted with the records.
+//! `/health/detailed` and as failures in `/metrics`.
+//!
+//! A witness that holds a tree the log does not extend has seen records the
+//! log no longer holds: it names a larger size than the log's (409), names
+//! the size it was sent with another root (409), or refuses the consistency
+//! proof from its own size (422, a fork: the log was cut back and grew past
+//! it again). Each is a rollback. At start (one round runs before the
+//! server serves) it stops start-up, even if the local copies of the
+//! witness's cosignatures were deleted with the records; at run time it
+//! halts the log: every append fails, so nothing more is decided, and
+//! `/ready`, `/health` and the audit component of `/health/detailed` say
+//! why until the process restarts. `verdict audit verify` asks the same
+//! questions ([`ask_witnesses`]).
 
+use std::future::Future;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,14 +66,20 @@ struct Submitter {
 pub struct WitnessStatus {
     pub name: String,
     pub url: String,
-    /// The largest tree size it cosigned.
-    pub cosigned_size: u64,
+    /// The largest tree size this witness cosigned whose cosignature the
+    /// log holds: a tree the log extends. `None` before the first; never
+    /// a size the witness names but the log has not proven it extends.
+    pub cosigned_size: Option<u64>,
     /// Records the log holds beyond `cosigned_size`.
-    pub lag: u64,
+    pub lag: Option<u64>,
     pub last_error: Option<String>,
-    /// The size whose cosignature by this witness is stored.
+    /// The size to submit from next: the witness's size as it last named
+    /// it (a 409), else `cosigned_size`.
     #[serde(skip)]
-    pub(super) stored: Option<u64>,
+    pub(super) from: u64,
+    /// The witness showed a rollback; nothing more is sent to it.
+    #[serde(skip)]
+    pub(super) rolled_back: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -76,11 +93,116 @@ pub(super) struct SubmissionLabels {
     pub outcome: String,
 }
 
-/// The outcome of one submission that did not end in a cosignature.
-enum Failure {
+/// Why a submission to a witness ended without a cosignature.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WitnessFailure {
     /// The witness cosigned a larger tree than the log holds.
-    RolledBack(String),
+    #[error(
+        "witness {witness} cosigned tree size {cosigned}, but the log holds only {size} \
+         records: the newest records were removed (rollback)"
+    )]
+    RolledBack {
+        witness: String,
+        cosigned: u64,
+        size: u64,
+    },
+    /// The witness cosigned a tree of `cosigned` records that the log of
+    /// `size` does not extend: the consistency proof from its size does
+    /// not verify (422), or it holds another root for the size it was sent
+    /// (409 naming that size).
+    #[error(
+        "witness {witness} cosigned tree size {cosigned}, which this log of {size} records \
+         does not extend: records the witness saw were removed or changed (rollback)"
+    )]
+    Forked {
+        witness: String,
+        cosigned: u64,
+        size: u64,
+    },
+    /// Anything else: unreachable, a refusal that says nothing about the
+    /// log's history, a bad answer.
+    #[error("{0}")]
     Other(String),
+}
+
+impl WitnessFailure {
+    /// Whether the witness has seen records the log no longer holds.
+    pub fn is_rollback(&self) -> bool {
+        !matches!(self, WitnessFailure::Other(_))
+    }
+
+    /// The `outcome` label of `verdict_audit_witness_submissions_total`.
+    fn outcome(&self) -> &'static str {
+        match self {
+            WitnessFailure::RolledBack { .. } => "rolled_back",
+            WitnessFailure::Forked { .. } => "forked",
+            WitnessFailure::Other(_) => "failed",
+        }
+    }
+}
+
+/// What a witness's answer to the checkpoint of `size` records, sent with
+/// `old`, means.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// 200: the body holds the cosignature.
+    Cosigned,
+    /// 409 naming a size the log holds and that was not `old`: submit
+    /// again from it.
+    From(u64),
+    Failed(WitnessFailure),
+}
+
+/// Reads a witness's answer (pure: the spec's status codes, see
+/// `crate::witness`).
+fn classify(
+    witness: &str,
+    old: u64,
+    size: u64,
+    status: StatusCode,
+    size_header: bool,
+    body: &str,
+) -> Answer {
+    let fail = |f| Answer::Failed(f);
+    match status {
+        StatusCode::OK => Answer::Cosigned,
+        StatusCode::CONFLICT if size_header => {
+            let Ok(theirs) = body.trim_end_matches('\n').parse::<u64>() else {
+                return fail(WitnessFailure::Other(format!(
+                    "409 with a malformed size {body:?}"
+                )));
+            };
+            if theirs > size {
+                fail(WitnessFailure::RolledBack {
+                    witness: witness.to_string(),
+                    cosigned: theirs,
+                    size,
+                })
+            } else if theirs == old {
+                // It holds the size it was sent, and still refuses: another
+                // root at that size.
+                fail(WitnessFailure::Forked {
+                    witness: witness.to_string(),
+                    cosigned: theirs,
+                    size,
+                })
+            } else {
+                Answer::From(theirs)
+            }
+        }
+        // The witness answers 409 unless it holds `old`: it holds a tree
+        // of `old` records that this one does not extend.
+        StatusCode::UNPROCESSABLE_ENTITY => fail(WitnessFailure::Forked {
+            witness: witness.to_string(),
+            cosigned: old,
+            size,
+        }),
+        s => fail(WitnessFailure::Other(format!(
+            "{} {}",
+            s.as_u16(),
+            body.lines().next().unwrap_or("")
+        ))),
+    }
 }
 
 fn client() -> Result<HttpClient, String> {
@@ -109,11 +231,127 @@ fn request_body(old: u64, proof: &[Hash], note: &str) -> String {
     body
 }
 
+/// Submits the checkpoint `note_text` (of `size` records) to `w` from
+/// `*from`, and once more from the size a 409 names, which is kept in
+/// `*from` for next time. `proof(old)` is the consistency proof from `old`
+/// to `size`. On success, the cosignature, verified with the witness's key.
+async fn exchange<P, Fut>(
+    http: &HttpClient,
+    w: &WitnessConfig,
+    note_text: &str,
+    size: u64,
+    from: &mut u64,
+    mut proof: P,
+) -> Result<cosign::Cosignature, WitnessFailure>
+where
+    P: FnMut(u64) -> Fut,
+    Fut: Future<Output = Result<Vec<Hash>, String>>,
+{
+    let text = note::parse(note_text)
+        .map_err(|e| WitnessFailure::Other(e.to_string()))?
+        .text
+        .to_string();
+    let mut old = (*from).min(size);
+    for _ in 0..2 {
+        let proof = if old > 0 && old < size {
+            proof(old).await.map_err(WitnessFailure::Other)?
+        } else {
+            Vec::new()
+        };
+        let (status, size_header, body) = post(http, w, request_body(old, &proof, note_text))
+            .await
+            .map_err(WitnessFailure::Other)?;
+        match classify(&w.name, old, size, status, size_header, &body) {
+            Answer::Cosigned => {
+                let sigs = cosign::verify_lines(&text, &body, &w.name, &w.key)
+                    .map_err(|e| WitnessFailure::Other(format!("bad cosignature: {e}")))?;
+                let sig = sigs.into_iter().next().ok_or_else(|| {
+                    WitnessFailure::Other(
+                        "the answer holds no cosignature by the witness's key".into(),
+                    )
+                })?;
+                *from = size;
+                return Ok(sig);
+            }
+            Answer::From(theirs) => {
+                *from = theirs;
+                old = theirs;
+            }
+            Answer::Failed(f) => return Err(f),
+        }
+    }
+    Err(WitnessFailure::Other(
+        "the witness's size kept changing".into(),
+    ))
+}
+
+/// What one witness answered `verdict audit verify`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitnessCheck {
+    pub witness: String,
+    /// The size it cosigned: the log's newest checkpoint, which extends
+    /// every tree the witness cosigned before.
+    pub result: Result<u64, WitnessFailure>,
+}
+
+/// Asks each witness whether the log in `db_path` extends the tree it
+/// cosigned last, the way the server does: submits the newest checkpoint,
+/// from the size of the witness's newest cosignature the log holds (or
+/// from the size the witness names instead). Only reads the database; a
+/// witness that cosigns moves on to the newest checkpoint, as it would for
+/// the server. For the CLI, with the server running or not.
+pub async fn ask_witnesses(
+    db_path: &Path,
+    witnesses: &[WitnessConfig],
+) -> Result<Vec<WitnessCheck>, AuditError> {
+    let db = db_path.to_path_buf();
+    let (conn, newest, known) = tokio::task::spawn_blocking(move || {
+        let conn = store::open_reader(&db)?;
+        let newest = store::newest_checkpoint(&conn)?;
+        let known = store::cosigned_sizes(&conn)?;
+        Ok::<_, AuditError>((conn, newest, known))
+    })
+    .await
+    .map_err(|e| AuditError::Unavailable(e.to_string()))??;
+    let row = newest.ok_or_else(|| AuditError::Corrupt("the log has no checkpoint".into()))?;
+    let conn = Arc::new(Mutex::new(conn));
+    let http = client().map_err(AuditError::Config)?;
+    let size = row.tree_size;
+    let mut out = Vec::with_capacity(witnesses.len());
+    for w in witnesses {
+        let mut from = known
+            .iter()
+            .find(|(n, _)| *n == w.name)
+            .map_or(0, |(_, s)| *s);
+        let result = exchange(&http, w, &row.note, size, &mut from, |old| {
+            let conn = Arc::clone(&conn);
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    let conn = conn
+                        .lock()
+                        .map_err(|_| AuditError::Unavailable("reader poisoned".into()))?;
+                    merkle::consistency_proof(&mut SqlHashes::new(&conn), old, size)
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
+            }
+        })
+        .await
+        .map(|_| size);
+        out.push(WitnessCheck {
+            witness: w.name.clone(),
+            result,
+        });
+    }
+    Ok(out)
+}
+
 impl AuditLog {
-    /// Runs one round of submissions (refusing to start when a witness has
-    /// cosigned a larger tree than the log holds), then keeps submitting in
-    /// the background until [`AuditLog::shutdown`]. Does nothing without
-    /// witnesses.
+    /// Runs one round of submissions (refusing to start when a witness
+    /// shows a rollback), then keeps submitting in the background until
+    /// [`AuditLog::shutdown`], halting the log if a witness shows a
+    /// rollback later. Does nothing without witnesses.
     pub async fn start_witnessing(&self, witnesses: Vec<WitnessConfig>) -> Result<(), AuditError> {
         if witnesses.is_empty() {
             return Ok(());
@@ -134,15 +372,16 @@ impl AuditLog {
                 WitnessStatus {
                     name: w.name.clone(),
                     url: w.url.clone(),
-                    cosigned_size: stored.unwrap_or(0),
-                    stored,
+                    cosigned_size: stored,
+                    from: stored.unwrap_or(0),
                     ..WitnessStatus::default()
                 }
             })
             .collect();
         for (w, st) in witnesses.iter().zip(state.iter_mut()) {
-            if let Err(Failure::RolledBack(m)) = self.submit(&client, w, st).await {
-                return Err(AuditError::Corrupt(m));
+            match self.submit(&client, w, st).await {
+                Err(f) if f.is_rollback() => return Err(AuditError::RolledBack(f.to_string())),
+                _ => {}
             }
         }
         self.publish_witnesses(&state);
@@ -155,8 +394,15 @@ impl AuditLog {
                     _ = stop.changed() => return,
                 }
                 for (w, st) in witnesses.iter().zip(state.iter_mut()) {
-                    if let Err(Failure::RolledBack(m)) = log.submit(&client, w, st).await {
-                        tracing::error!(witness = %w.name, error = %m, "audit log rollback");
+                    if st.rolled_back {
+                        continue;
+                    }
+                    match log.submit(&client, w, st).await {
+                        Err(f) if f.is_rollback() => {
+                            st.rolled_back = true;
+                            log.halt(f.to_string());
+                        }
+                        _ => {}
                     }
                 }
                 log.publish_witnesses(&state);
@@ -168,14 +414,19 @@ impl AuditLog {
     fn publish_witnesses(&self, state: &[WitnessStatus]) {
         let size = self.health().size;
         for w in state {
-            self.inner
-                .shared
-                .metrics
-                .witness_lag
-                .get_or_create(&WitnessLabels {
-                    witness: w.name.clone(),
-                })
-                .set(i64::try_from(size.saturating_sub(w.cosigned_size)).unwrap_or(i64::MAX));
+            let labels = WitnessLabels {
+                witness: w.name.clone(),
+            };
+            let lag = &self.inner.shared.metrics.witness_lag;
+            match w.cosigned_size {
+                Some(c) => {
+                    lag.get_or_create(&labels)
+                        .set(i64::try_from(size.saturating_sub(c)).unwrap_or(i64::MAX));
+                }
+                None => {
+                    lag.remove(&labels);
+                }
+            }
         }
         if let Ok(mut w) = self.inner.shared.witnesses.lock() {
             w.clone_from(&state.to_vec());
@@ -183,19 +434,18 @@ impl AuditLog {
     }
 
     /// Submits the newest checkpoint to one witness unless it already
-    /// cosigned it; on a 409 naming a smaller size, once more from there.
+    /// cosigned it; counts and logs the outcome.
     async fn submit(
         &self,
         client: &Submitter,
         w: &WitnessConfig,
         st: &mut WitnessStatus,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), WitnessFailure> {
         let outcome = self.submit_inner(client, w, st).await;
         let label = match &outcome {
             Ok(true) => Some("ok"),
             Ok(false) => None,
-            Err(Failure::RolledBack(_)) => Some("rolled_back"),
-            Err(Failure::Other(_)) => Some("failed"),
+            Err(f) => Some(f.outcome()),
         };
         if let Some(outcome) = label {
             self.inner
@@ -210,11 +460,12 @@ impl AuditLog {
         }
         match &outcome {
             Ok(_) => st.last_error = None,
-            Err(Failure::RolledBack(m) | Failure::Other(m)) => {
-                if st.last_error.as_deref() != Some(m) {
+            Err(f) => {
+                let m = f.to_string();
+                if st.last_error.as_deref() != Some(&m) {
                     tracing::warn!(witness = %w.name, error = %m, "witness submission failed");
                 }
-                st.last_error = Some(m.clone());
+                st.last_error = Some(m);
             }
         }
         outcome.map(|_| ())
@@ -227,8 +478,8 @@ impl AuditLog {
         client: &Submitter,
         w: &WitnessConfig,
         st: &mut WitnessStatus,
-    ) -> Result<bool, Failure> {
-        let other = |e: AuditError| Failure::Other(e.to_string());
+    ) -> Result<bool, WitnessFailure> {
+        let other = |e: AuditError| WitnessFailure::Other(e.to_string());
         let Some(row) = self
             .read(|conn, _| store::newest_checkpoint(conn))
             .await
@@ -237,84 +488,46 @@ impl AuditLog {
             return Ok(false);
         };
         let size = row.tree_size;
-        st.lag = size.saturating_sub(st.cosigned_size);
-        if st.stored == Some(size) {
+        if st.cosigned_size == Some(size) {
             return Ok(false);
         }
-        let text = note::parse(&row.note)
-            .map_err(|e| Failure::Other(e.to_string()))?
-            .text
-            .to_string();
-        let mut old = st.cosigned_size.min(size);
-        for _ in 0..2 {
-            let proof = if old > 0 && old < size {
-                self.read(move |conn, _| {
+        let log = self.clone();
+        let sig = exchange(&client.http, w, &row.note, size, &mut st.from, |old| {
+            let log = log.clone();
+            async move {
+                log.read(move |conn, _| {
                     merkle::consistency_proof(&mut SqlHashes::new(conn), old, size)
                 })
                 .await
-                .map_err(other)?
-            } else {
-                Vec::new()
-            };
-            let (status, size_header, body) =
-                post(&client.http, w, request_body(old, &proof, &row.note))
-                    .await
-                    .map_err(Failure::Other)?;
-            match status {
-                StatusCode::OK => {
-                    let sigs = cosign::verify_lines(&text, &body, &w.name, &w.key)
-                        .map_err(|e| Failure::Other(format!("bad cosignature: {e}")))?;
-                    let Some(sig) = sigs.into_iter().next() else {
-                        return Err(Failure::Other(
-                            "the answer holds no cosignature by the witness's key".into(),
-                        ));
-                    };
-                    let name = w.name.clone();
-                    let cosigner = Arc::clone(&client.cosigner);
-                    tokio::task::spawn_blocking(move || {
-                        let conn = cosigner.lock().map_err(|_| {
-                            AuditError::Unavailable("cosigner connection poisoned".into())
-                        })?;
-                        store::insert_cosignature(&conn, &name, size, &sig.line, sig.time)
-                    })
-                    .await
-                    .map_err(|e| Failure::Other(e.to_string()))?
-                    .map_err(other)?;
-                    st.cosigned_size = size;
-                    st.stored = Some(size);
-                    st.lag = 0;
-                    return Ok(true);
-                }
-                StatusCode::CONFLICT if size_header => {
-                    let theirs: u64 = body.trim_end_matches('\n').parse().map_err(|_| {
-                        Failure::Other(format!("409 with a malformed size {body:?}"))
-                    })?;
-                    if theirs > size {
-                        return Err(Failure::RolledBack(format!(
-                            "witness {} cosigned tree size {theirs}, but the log holds only \
-                             {size} records: the newest records were removed (rollback)",
-                            w.name
-                        )));
-                    }
-                    if theirs == old {
-                        return Err(Failure::Other(format!(
-                            "witness {} holds another tree of size {theirs} (a fork?)",
-                            w.name
-                        )));
-                    }
-                    st.cosigned_size = theirs;
-                    old = theirs;
-                }
-                s => {
-                    return Err(Failure::Other(format!(
-                        "{} {}",
-                        s.as_u16(),
-                        body.lines().next().unwrap_or("")
-                    )))
-                }
+                .map_err(|e| e.to_string())
             }
+        })
+        .await?;
+        let name = w.name.clone();
+        let cosigner = Arc::clone(&client.cosigner);
+        tokio::task::spawn_blocking(move || {
+            let conn = cosigner
+                .lock()
+                .map_err(|_| AuditError::Unavailable("cosigner connection poisoned".into()))?;
+            store::insert_cosignature(&conn, &name, size, &sig.line, sig.time)
+        })
+        .await
+        .map_err(|e| WitnessFailure::Other(e.to_string()))?
+        .map_err(other)?;
+        st.cosigned_size = Some(size);
+        Ok(true)
+    }
+
+    /// Stops the log for good (until the process restarts): a witness
+    /// showed that it rolled back. Every append fails from now on, so
+    /// nothing more is decided, and health reports `reason`.
+    pub(super) fn halt(&self, reason: String) {
+        if self.inner.shared.halted.set(reason.clone()).is_ok() {
+            tracing::error!(
+                error = %reason,
+                "audit log rollback: nothing is appended or decided until the server restarts"
+            );
         }
-        Err(Failure::Other("the witness's size kept changing".into()))
     }
 
     /// The newest checkpoint, as a signed note carrying the log's signature
@@ -400,4 +613,82 @@ async fn post(
     tokio::time::timeout(TIMEOUT, exchange)
         .await
         .map_err(|_| format!("no answer within {} s", TIMEOUT.as_secs()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(old: u64, size: u64, status: u16, size_header: bool, body: &str) -> Answer {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::IM_A_TEAPOT);
+        classify("w", old, size, status, size_header, body)
+    }
+
+    fn forked(cosigned: u64, size: u64) -> Answer {
+        Answer::Failed(WitnessFailure::Forked {
+            witness: "w".into(),
+            cosigned,
+            size,
+        })
+    }
+
+    #[test]
+    fn a_witness_holding_a_tree_the_log_does_not_extend_is_a_rollback() {
+        // 200: cosigned.
+        assert_eq!(answer(4, 10, 200, false, "— w x\n"), Answer::Cosigned);
+        // 409 naming a smaller size than the log's: submit from there.
+        assert_eq!(answer(0, 10, 409, true, "4\n"), Answer::From(4));
+        assert_eq!(answer(4, 10, 409, true, "10\n"), Answer::From(10));
+        // 409 naming a larger size: the newest records were removed.
+        assert_eq!(
+            answer(4, 10, 409, true, "13\n"),
+            Answer::Failed(WitnessFailure::RolledBack {
+                witness: "w".into(),
+                cosigned: 13,
+                size: 10
+            })
+        );
+        // 409 naming the size it was sent: another root at that size.
+        assert_eq!(answer(10, 10, 409, true, "10\n"), forked(10, 10));
+        // 422: the proof from the witness's size does not verify, a fork
+        // (the log was cut back and grew past the witness's size again).
+        assert_eq!(answer(8, 10, 422, false, "no\n"), forked(8, 10));
+        // Neither says anything about the log's history.
+        for (status, header, body) in [
+            (409, false, "4\n"),
+            (409, true, "four\n"),
+            (403, false, "no trusted signature verifies\n"),
+            (404, false, "unknown origin\n"),
+            (500, false, "storage failed\n"),
+        ] {
+            match answer(4, 10, status, header, body) {
+                Answer::Failed(f @ WitnessFailure::Other(_)) => {
+                    assert!(!f.is_rollback(), "{status}");
+                    assert_eq!(f.outcome(), "failed");
+                }
+                a => panic!("{status} {body:?}: {a:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_rollback_names_the_witness_and_both_sizes() {
+        let Answer::Failed(f) = answer(8, 10, 422, false, "") else {
+            panic!("not a failure");
+        };
+        assert!(f.is_rollback());
+        assert_eq!(f.outcome(), "forked");
+        assert_eq!(
+            f.to_string(),
+            "witness w cosigned tree size 8, which this log of 10 records does not extend: \
+             records the witness saw were removed or changed (rollback)"
+        );
+        let Answer::Failed(f) = answer(8, 10, 409, true, "12") else {
+            panic!("not a failure");
+        };
+        assert_eq!(f.outcome(), "rolled_back");
+        assert!(f
+            .to_string()
+            .contains("tree size 12, but the log holds only 10"));
+    }
 }

@@ -190,3 +190,64 @@ fn refusals_follow_the_spec() {
     assert_eq!(w.cosigned_size(ORIGIN).unwrap(), 4);
     w.add_checkpoint(&good, 1).unwrap();
 }
+
+#[test]
+fn every_answer_is_counted_by_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::new("a", 10);
+    let w = witness(dir.path(), &log);
+    w.add_checkpoint(&log.request(0, 6), 1).unwrap();
+    assert_eq!(
+        w.add_checkpoint(&log.request(0, 10), 1),
+        Err(Refusal::Conflict { cosigned: 6 })
+    );
+    // The log's key over other leaves after the first 4: a fork, at the
+    // witness's size and past it.
+    let mut fork = Log::new("unused", 0);
+    fork.leaves = log.leaves[..4].to_vec();
+    fork.grow("fork", 6);
+    std::mem::swap(&mut fork.key, &mut log.key);
+    assert_eq!(
+        w.add_checkpoint(&fork.request(6, 6), 1),
+        Err(Refusal::Conflict { cosigned: 6 })
+    );
+    assert_eq!(
+        w.add_checkpoint(&fork.request(6, 10), 1),
+        Err(Refusal::BadProof)
+    );
+    std::mem::swap(&mut fork.key, &mut log.key);
+    assert_eq!(
+        w.add_checkpoint(&fork.request(6, 10), 1),
+        Err(Refusal::Forbidden)
+    );
+    let other = log.request(6, 10).replace(ORIGIN, "verdict.test/other");
+    assert!(matches!(
+        w.add_checkpoint(&other, 1),
+        Err(Refusal::UnknownOrigin(_))
+    ));
+    assert!(matches!(
+        w.add_checkpoint("old 1\n", 1),
+        Err(Refusal::Malformed(_))
+    ));
+    w.record_unreadable("body too large");
+    w.add_checkpoint(&log.request(6, 10), 1).unwrap();
+    for (outcome, n) in [
+        ("cosigned", 2),
+        ("conflict", 2),
+        ("bad_proof", 1),
+        ("forbidden", 1),
+        ("unknown_origin", 1),
+        ("malformed", 2),
+        ("storage_failed", 0),
+    ] {
+        assert_eq!(w.requests(outcome), n, "{outcome}");
+    }
+    let mut registry = Registry::default();
+    w.register_metrics(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("verdict_witness_requests_total{outcome=\"bad_proof\"} 1"),
+        "{text}"
+    );
+}

@@ -495,6 +495,34 @@ pub fn spawn_binary(bin: &str, dir: &std::path::Path) -> (std::process::Child, S
     (child, addr)
 }
 
+/// Runs `verdict serve` (as [`spawn_binary`] starts it, with `args` added)
+/// for a start that must fail: its output once it exits, or, when it is
+/// still running after `within`, `Err` with what it wrote until it was
+/// killed.
+pub fn serve_until_exit(
+    bin: &str,
+    dir: &std::path::Path,
+    args: &[&str],
+    within: Duration,
+) -> Result<std::process::Output, std::process::Output> {
+    let mut child = serve_command(bin, dir)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let exited = wait_exit(&mut child, within).is_some();
+    if !exited {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("its output");
+    if exited {
+        Ok(out)
+    } else {
+        Err(out)
+    }
+}
+
 /// Runs `verdict <args> <path>` (the real binary) and returns its output.
 pub fn cli(bin: &str, args: &[&str], path: &std::path::Path) -> std::process::Output {
     std::process::Command::new(bin)
