@@ -138,7 +138,15 @@ async fn jobs_are_private_to_their_key() {
     s.get("/v2/jobs/not-a-job", Some(APP_KEY))
         .await
         .assert_error(404, "not_found");
-    s.get(&format!("/v2/jobs/{id}"), Some(REVIEW_KEY))
+    // An audit key reads any job without the batch scope (REVIEW_KEY:
+    // review, audit); a key with neither gets 403.
+    assert_eq!(
+        s.get(&format!("/v2/jobs/{id}"), Some(REVIEW_KEY))
+            .await
+            .status,
+        200
+    );
+    s.get(&format!("/v2/jobs/{id}"), Some(support::VERIFY_ONLY_KEY))
         .await
         .assert_error(403, "forbidden");
     s.shutdown().await;
