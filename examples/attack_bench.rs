@@ -253,6 +253,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut config = Config::defaults(&overrides)?;
     config.server.max_connections = a.cap;
+    // Attackers and clients all connect from 127.0.0.1: the cap is what
+    // this bench measures, not the per-peer share.
+    config.server.max_connections_per_ip = a.cap;
     let header_timeout = config.server.header_read_timeout;
     let running = verdict::app::start(config).await?;
     let addr = running.api_addr;

@@ -418,6 +418,10 @@ async fn start_verdict(
         "\n[data]\ndir = {:?}\n",
         root.join("data").display().to_string()
     ));
+    // Every connection of the harness comes from 127.0.0.1, and the idle
+    // connections round opens more than the default share of one peer (a
+    // quarter of `max_connections`).
+    config.push_str("\n[server]\nmax_connections_per_ip = 4096\n");
     if !capture {
         config.push_str("\n[audit]\ncapture_inputs = false\n");
     }

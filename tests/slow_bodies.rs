@@ -37,6 +37,16 @@ async fn connect_from(from: &str, to: SocketAddr) -> std::io::Result<TcpStream> 
     sock.connect(to).await
 }
 
+/// Everything the server sends on `sock` until it closes it (within 5 s).
+async fn read_all(sock: &mut TcpStream) -> String {
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(5), sock.read_to_string(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    out
+}
+
 /// A refund the shipped-style policy allows: $100 with its invoice.
 fn refund() -> String {
     json!({"amount": 100, "claims": [DAMAGED, "The customer was charged $100.00."],
@@ -127,11 +137,7 @@ async fn a_body_at_a_fair_pace_is_not_cut() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(started.elapsed() > Duration::from_millis(600));
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(5), sock.read_to_string(&mut out))
-        .await
-        .unwrap()
-        .unwrap();
+    let out = read_all(&mut sock).await;
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
 }
 
@@ -165,11 +171,7 @@ async fn probes_are_answered_when_every_slot_is_taken() {
         let mut sock = TcpStream::connect(s.addr).await.unwrap();
         let req = format!("GET {target} HTTP/1.1\r\nhost: x\r\n\r\n");
         sock.write_all(req.as_bytes()).await.unwrap();
-        let mut out = String::new();
-        tokio::time::timeout(Duration::from_secs(5), sock.read_to_string(&mut out))
-            .await
-            .unwrap()
-            .unwrap();
+        let out = read_all(&mut sock).await;
         assert!(out.starts_with(want), "{target}: {out}");
     }
     drop(held);
@@ -190,11 +192,7 @@ async fn one_peer_cannot_take_every_slot() {
         held.push(connect_from(ATTACKER, s.addr).await.unwrap());
     }
     let mut third = connect_from(ATTACKER, s.addr).await.unwrap();
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(5), third.read_to_string(&mut out))
-        .await
-        .unwrap()
-        .unwrap();
+    let out = read_all(&mut third).await;
     assert!(out.starts_with("HTTP/1.1 503"), "{out}");
     let r = s.get("/health", None).await;
     assert_eq!(r.status, 200);

@@ -208,7 +208,8 @@ async fn a_witnessed_log_that_rolls_back_refuses_to_start() {
         |_, _| {},
     );
     assert!(
-        matches!(verify, Err(verdict::audit::VerifyError::RolledBack { ref witness, cosigned: c, size })
+        matches!(verify, Err(verdict::audit::VerifyError::RolledBack(
+            verdict::audit::WitnessFailure::RolledBack { ref witness, cosigned: c, size }))
             if witness == WITNESS && c >= cosigned && size == cut),
         "{verify:?}"
     );

@@ -401,15 +401,10 @@ pub enum VerifyError {
     StoredHash { leaf: u64, level: u32 },
     #[error("checkpoints {from} and {to} are not consistent")]
     Consistency { from: u64, to: u64 },
-    #[error(
-        "witness {witness} cosigned tree size {cosigned}, but the log holds only {size} \
-         records: the newest records were removed (rollback)"
-    )]
-    RolledBack {
-        witness: String,
-        cosigned: u64,
-        size: u64,
-    },
+    /// A witness's stored cosignature covers more records than the log
+    /// holds (always `WitnessFailure::RolledBack`).
+    #[error(transparent)]
+    RolledBack(super::witnessing::WitnessFailure),
 }
 
 fn open_err(e: impl std::fmt::Display) -> VerifyError {
@@ -476,11 +471,13 @@ pub fn verify_log(
     let total = store::record_count(&conn).map_err(open_err)?;
     for (witness, cosigned) in store::cosigned_sizes(&conn).map_err(open_err)? {
         if cosigned > total {
-            return Err(VerifyError::RolledBack {
-                witness,
-                cosigned,
-                size: total,
-            });
+            return Err(VerifyError::RolledBack(
+                super::witnessing::WitnessFailure::RolledBack {
+                    witness,
+                    cosigned,
+                    size: total,
+                },
+            ));
         }
     }
     let layout = store::layout(&conn).map_err(open_err)?;

@@ -413,20 +413,26 @@ const CONTENT_TYPES: &[&[&str]] = &[
     &[""],
 ];
 
+/// The `Content-Type` headers of one row of [`CONTENT_TYPES`], and its label.
+fn content_type_headers(cts: &[&'static str]) -> (Vec<(&'static str, &'static str)>, String) {
+    let headers = cts.iter().map(|v| ("Content-Type", *v)).collect();
+    let label = match cts.len() {
+        0 => "no content-type".to_string(),
+        _ => cts
+            .iter()
+            .map(|v| format!("CT: {v}"))
+            .collect::<Vec<_>>()
+            .join(" + "),
+    };
+    (headers, label)
+}
+
 fn content_types(b: &mut Builder) {
     let json_body = format!(
         r#"{{"amount":100,"currency":"USD","x":"&amount=6000&","justification":{JUSTIFICATION_100}}}"#
     );
     for cts in CONTENT_TYPES {
-        let headers: Vec<(&str, &str)> = cts.iter().map(|v| ("Content-Type", *v)).collect();
-        let label = match cts.len() {
-            0 => "no content-type".to_string(),
-            _ => cts
-                .iter()
-                .map(|v| format!("CT: {v}"))
-                .collect::<Vec<_>>()
-                .join(" + "),
-        };
+        let (headers, label) = content_type_headers(cts);
         let c = Class::ContentType;
         b.req(
             c,
@@ -646,15 +652,7 @@ fn method_overrides(b: &mut Builder) {
     // the media type says (the FastAPI app does, as Flask's
     // `get_json(force=True)` would).
     for cts in CONTENT_TYPES {
-        let headers: Vec<(&str, &str)> = cts.iter().map(|v| ("Content-Type", *v)).collect();
-        let label = match cts.len() {
-            0 => "no content-type".to_string(),
-            _ => cts
-                .iter()
-                .map(|v| format!("CT: {v}"))
-                .collect::<Vec<_>>()
-                .join(" + "),
-        };
+        let (headers, label) = content_type_headers(cts);
         b.req(
             c,
             format!("POST order, JSON {{\"_method\":\"DELETE\"}} [{label}]"),
