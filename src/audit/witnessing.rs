@@ -153,8 +153,8 @@ enum Answer {
     Failed(WitnessFailure),
 }
 
-/// Reads a witness's answer (pure: the spec's status codes, see
-/// `crate::witness`).
+/// Reads a witness's answer (pure: the status codes of the tlog-witness
+/// spec, which `verdict witness serve` answers with too).
 fn classify(
     witness: &str,
     old: u64,
