@@ -28,6 +28,7 @@
 mod observe;
 mod pg;
 mod seal;
+pub use seal::SEALED_HEADERS;
 mod state;
 mod store;
 
@@ -206,8 +207,10 @@ pub struct NewReview {
 
 impl NewReview {
     /// Whether the value of header `name` (lowercase) is sealed at rest.
+    /// `X_Api_Key` counts as `X-Api-Key`, as CGI-style servers read it.
     pub fn sealed(&self, name: &str) -> bool {
-        seal::Sealer::applies(name) || self.credential_headers.iter().any(|c| c == name)
+        let dashed = name.replace('_', "-");
+        seal::Sealer::applies(&dashed) || self.credential_headers.contains(&dashed)
     }
 }
 

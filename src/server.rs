@@ -66,6 +66,11 @@ const RESERVED_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a reserved connection may stay idle after its request.
 const RESERVED_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How long a reserved connection may live at all: one probe, answered.
+/// An HTTP/2 client could otherwise keep one open with a request every
+/// second.
+const RESERVED_LIFETIME: Duration = Duration::from_secs(5);
+
 /// Pending connections per listener (tokio's default for `TcpListener::bind`).
 const LISTEN_BACKLOG: u32 = 1024;
 
@@ -401,6 +406,7 @@ async fn serve_shared<H: Handler>(
             (limits.header_read_timeout, limits.idle_timeout)
         };
         let (body_timeout, body_min_rate) = (limits.body_read_timeout, limits.body_min_rate);
+        let lifetime = reserved.then_some(RESERVED_LIFETIME);
         let activity = idle::Activity::new();
         let busy = activity.clone();
         // Raised by the stream wrapper when a request head is ambiguous.
@@ -448,7 +454,10 @@ async fn serve_shared<H: Handler>(
                                 return;
                             }
                         };
-                    serve_until_idle(&builder, watcher, tls, ambiguous, service, idle, drive).await
+                    serve_until_idle(
+                        &builder, watcher, tls, ambiguous, service, idle, drive, lifetime,
+                    )
+                    .await
                 }
                 None => {
                     // The auto builder waits for the first bytes to pick
@@ -459,8 +468,10 @@ async fn serve_shared<H: Handler>(
                         Ok(Ok(n)) if n > 0 => {}
                         _ => return,
                     }
-                    serve_until_idle(&builder, watcher, stream, ambiguous, service, idle, drive)
-                        .await
+                    serve_until_idle(
+                        &builder, watcher, stream, ambiguous, service, idle, drive, lifetime,
+                    )
+                    .await
                 }
             };
             if let Err(e) = result {
@@ -492,9 +503,11 @@ async fn serve_shared<H: Handler>(
 type ConnError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Serves HTTP on one accepted stream, plain or after its TLS handshake,
-/// until the connection ends, goes idle or is drained at shutdown. `drive`
-/// (the handler's per-connection work, see [`Handler::drive`]) is polled in
-/// the same task, before the connection each time the task wakes.
+/// until the connection ends, goes idle, outlives `lifetime` (a reserved
+/// connection) or is drained at shutdown. `drive` (the handler's
+/// per-connection work, see [`Handler::drive`]) is polled in the same task,
+/// before the connection each time the task wakes.
+#[allow(clippy::too_many_arguments)]
 async fn serve_until_idle<T, S>(
     builder: &auto::Builder<TokioExecutor>,
     watcher: Watcher,
@@ -503,6 +516,7 @@ async fn serve_until_idle<T, S>(
     service: S,
     idle: impl Future<Output = Result<(), ConnError>>,
     drive: impl Future<Output = ()>,
+    lifetime: Option<Duration>,
 ) -> Result<(), ConnError>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
@@ -517,11 +531,18 @@ where
         TokioIo::new(framing::Watched::new(stream, ambiguous)),
         service,
     ));
+    let lifetime = async {
+        match lifetime {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         biased;
         () = drive => Ok(()),
         r = conn => r,
         r = idle => r,
+        () = lifetime => Ok(()),
     }
 }
 
@@ -546,7 +567,8 @@ fn refuse_ambiguous(req: &Request<Incoming>, peer: SocketAddr) -> Response<RespB
 }
 
 /// The answer to a request other than a probe on a connection accepted
-/// past the cap: 503, and the connection is closed after it.
+/// past the cap: 503. An HTTP/1 reserved connection is closed after its
+/// one request; an HTTP/2 one after `RESERVED_LIFETIME`.
 fn refuse_reserved(req: &Request<ReqBody>) -> Response<RespBody> {
     let request_id = crate::api::http_util::request_id(req.headers());
     let mut resp = ApiError::Unavailable("too many connections".into()).into_response(&request_id);

@@ -237,6 +237,26 @@ async fn every_attack_row_is_refused_or_decided() {
             "method_override",
         ));
     }
+    // A compressed body is bytes the gate cannot read and an upstream may
+    // decompress (Express's body parsers do), on either kind of path.
+    rows.push((
+        "R3.5",
+        "POST",
+        "/api/orders/1".into(),
+        vec![JSON, ("content-encoding", "gzip")],
+        "compressed bytes".into(),
+        400,
+        "method_override",
+    ));
+    rows.push((
+        "R3.5",
+        "POST",
+        "/api/orders/1/refunds".into(),
+        vec![JSON, ("content-encoding", "gzip")],
+        "compressed bytes".into(),
+        415,
+        "unsupported_content_type",
+    ));
     rows.push((
         "D5",
         "POST",
@@ -392,6 +412,13 @@ async fn plain_requests_still_pass() {
     assert_eq!(got, 200);
     assert_eq!(e.up.count(), 6);
     assert_eq!(&e.up.calls()[5].body[..], b"_method DELETE");
+    // An upload larger than limits.max_body_bytes streams through: only
+    // its first bytes are read, to see that it is no JSON object.
+    let upload = "x".repeat(3 << 20);
+    let (got, _) = raw(e.proxy_addr(), "PUT", "/api/orders/1", &[text], &upload).await;
+    assert_eq!(got, 200);
+    assert_eq!(e.up.count(), 7);
+    assert_eq!(e.up.calls()[6].body.len(), upload.len());
 }
 
 /// Waits (up to 10 s) until `/health/detailed` reports the policies as

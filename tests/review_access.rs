@@ -466,23 +466,35 @@ async fn two_credentials_on_a_held_call_are_refused() {
 /// approve the call either.
 #[tokio::test]
 async fn every_key_behind_a_held_call_is_refused_as_its_approver() {
+    use base64::Engine as _;
     let (s, up) = env_with(1, "credential_headers = [\"X-Api-Key\"]\n").await;
-    let cookie = format!("session=abc; vk={SECOND_REVIEWER}");
-    let r = send_refund(
-        &s,
-        &[
-            ("authorization", "Bearer some-customer-token"),
-            ("x-api-key", REVIEW_KEY),
-            ("cookie", cookie.as_str()),
-        ],
-    )
-    .await;
-    assert_eq!(r.status, 202, "{}", r.text());
-    let id = r.json()["review_id"].as_str().unwrap().to_string();
-    for key in [REVIEW_KEY, SECOND_REVIEWER] {
-        let r = resolve(&s, &id, "approve", key).await;
-        r.assert_error(403, "forbidden");
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("ops:{SECOND_REVIEWER}"))
+    );
+    let cookie = format!("vk={REVIEW_KEY}; session=abc; again={SECOND_REVIEWER}");
+    let mut ids = Vec::new();
+    for headers in [
+        // Two keys in one cookie header: both are requesters.
+        vec![("cookie", cookie.as_str())],
+        // One in a route's credential header, one as a Basic password.
+        vec![("x-api-key", REVIEW_KEY), ("authorization", basic.as_str())],
+    ] {
+        let r = send_refund(&s, &headers).await;
+        assert_eq!(r.status, 202, "{}", r.text());
+        ids.push(r.json()["review_id"].as_str().unwrap().to_string());
     }
+    for id in &ids {
+        for key in [REVIEW_KEY, SECOND_REVIEWER] {
+            let r = resolve(&s, id, "approve", key).await;
+            r.assert_error(403, "forbidden");
+        }
+    }
+    // `X_Api_Key` is `X-Api-Key` to a CGI-style server: two credentials.
+    let r = send_refund(&s, &[("x-api-key", "a"), ("x_api_key", "b")]).await;
+    r.assert_error(400, "denied");
+    assert_eq!(r.json()["reason"], "ambiguous_credentials");
+    let id = ids[1].clone();
     assert_eq!(up.count(), 0);
     // The route's credential header is sealed at rest like Authorization.
     let db = rusqlite::Connection::open(s.path("data/verdict.db")).unwrap();

@@ -322,25 +322,50 @@ impl KeyStore {
         Ok(n)
     }
 
-    /// The name of the key whose token is somewhere in a credential header
-    /// value: as a bearer token (`Bearer <token>`, any case), as the whole
-    /// value, or as the value of one of its `name=value` cookie pairs.
-    /// `None` when auth is off or no token in it is a key.
-    pub fn key_in(&self, value: &str) -> Option<String> {
+    /// The names of the keys whose tokens are in a credential header value,
+    /// read every way a server behind the proxy might read it: the whole
+    /// value, the credentials after any scheme (`Bearer`, `Token`, ...),
+    /// both halves of `Basic` user:password, and each `name=value` cookie
+    /// pair's value, as sent and percent-decoded. Empty when auth is off.
+    pub fn keys_in(&self, value: &str) -> Vec<String> {
+        use base64::Engine as _;
         if self.mode != AuthMode::Keys {
-            return None;
+            return Vec::new();
         }
         let keys = self.keys.load();
         let whole = value.trim();
-        std::iter::once(whole)
-            .chain(bearer_token(whole))
-            .chain(whole.split(';').filter_map(|pair| {
-                pair.split_once('=')
-                    .map(|(_, v)| v.trim().trim_matches('"'))
-            }))
-            .filter(|t| !t.is_empty())
-            .find_map(|t| keys.lookup(t))
-            .map(|p| p.name)
+        let mut candidates: Vec<String> = vec![whole.to_string()];
+        if let Some((scheme, rest)) = whole.split_once(' ') {
+            let rest = rest.trim();
+            candidates.push(rest.to_string());
+            if scheme.eq_ignore_ascii_case("basic") {
+                if let Ok(plain) = base64::engine::general_purpose::STANDARD.decode(rest) {
+                    let plain = String::from_utf8_lossy(&plain).into_owned();
+                    if let Some((user, pass)) = plain.split_once(':') {
+                        candidates.push(user.to_string());
+                        candidates.push(pass.to_string());
+                    }
+                }
+            }
+        }
+        for pair in whole.split(';') {
+            if let Some((_, v)) = pair.split_once('=') {
+                let v = v.trim().trim_matches('"');
+                candidates.push(v.to_string());
+                if let Ok(decoded) = percent_encoding::percent_decode_str(v).decode_utf8() {
+                    candidates.push(decoded.into_owned());
+                }
+            }
+        }
+        let mut names: Vec<String> = Vec::new();
+        for c in candidates.iter().filter(|c| !c.is_empty()) {
+            if let Some(p) = keys.lookup(c) {
+                if !names.contains(&p.name) {
+                    names.push(p.name);
+                }
+            }
+        }
+        names
     }
 
     /// Authenticates an `Authorization` header value for `scope`.
@@ -422,6 +447,33 @@ mod tests {
             sha("rev-key")
         );
         KeyStore::with_keys(KeySet::parse("keys.toml", &text).unwrap())
+    }
+
+    #[test]
+    fn keys_in_finds_every_key_however_it_is_sent() {
+        use base64::Engine as _;
+        let s = store();
+        let basic = |u: &str, p: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+            )
+        };
+        for (value, want) in [
+            ("Bearer app-key".to_string(), vec!["app"]),
+            ("token rev-key".to_string(), vec!["rev"]),
+            ("app-key".to_string(), vec!["app"]),
+            (basic("ops", "rev-key"), vec!["rev"]),
+            (basic("app-key", "x"), vec!["app"]),
+            ("a=app-key; b=rev-key".to_string(), vec!["app", "rev"]),
+            ("s=\"rev-key\"".to_string(), vec!["rev"]),
+            ("s=rev%2Dkey".to_string(), vec!["rev"]),
+            ("Bearer nope; x=1".to_string(), vec![]),
+        ] {
+            assert_eq!(s.keys_in(&value), want, "{value}");
+        }
+        let open = KeyStore::open(None, true).unwrap();
+        assert!(open.keys_in("Bearer app-key").is_empty());
     }
 
     #[test]

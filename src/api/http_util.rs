@@ -73,6 +73,9 @@ pub fn bytes_response(
     resp
 }
 
+/// More query parameters than any endpoint reads, by far.
+const MAX_QUERY_PARAMS: usize = 64;
+
 /// A query string as `(name, value)` pairs, percent-decoded (`+` stays a
 /// `+`, so an RFC 3339 offset survives), in order. A bad escape, bytes
 /// that are not UTF-8, or a parameter given twice is a 400 naming it: which
@@ -99,11 +102,17 @@ pub fn query_params(query: Option<&str>) -> Result<Vec<(String, String)>, ApiErr
         }
     }
     let mut out: Vec<(String, String)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        if out.len() == MAX_QUERY_PARAMS {
+            return Err(ApiError::BadRequest(format!(
+                "more than {MAX_QUERY_PARAMS} query parameters"
+            )));
+        }
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let k = decode(k, k)?;
         let v = decode(v, &k)?;
-        if out.iter().any(|(seen, _)| *seen == k) {
+        if !seen.insert(k.clone()) {
             return Err(ApiError::BadRequest(format!(
                 "{k}: the query parameter is repeated; give it once"
             )));

@@ -374,6 +374,31 @@ pub fn show(db_path: &Path, id: uuid::Uuid) -> Result<Option<String>, AuditError
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use super::super::record::RecordKind;
+
+    #[test]
+    fn the_filter_values_are_the_record_enumerations() {
+        for kind in [
+            RecordKind::Decision,
+            RecordKind::ReviewResolution,
+            RecordKind::PolicyReload,
+            RecordKind::KeyChange,
+        ] {
+            let text = serde_json::to_value(kind).unwrap();
+            assert!(KINDS.contains(&text.as_str().unwrap()), "{text}");
+        }
+        let mut f = super::Filter::default();
+        for bad in [
+            ("kind", "decisions"),
+            ("decision", "DENY"),
+            ("would_decide", "maybe"),
+        ] {
+            let e = f.set(bad.0, bad.1).unwrap_err();
+            assert!(e.starts_with(bad.0), "{e}");
+        }
+        assert!(f.set("decision", "needs_review").is_ok());
+    }
+
     use super::*;
 
     #[test]

@@ -106,15 +106,28 @@ pub struct Route {
 pub const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
 
 /// Whether a header (lowercase name) differs between two tries of the same
-/// call on every route: the ones verdict adds or owns (`X-Request-Id`,
-/// `X-Forwarded-*`, `X-Verdict-*`) and W3C trace context (`traceparent`,
-/// `tracestate`).
+/// call on every route: `X-Request-Id` (verdict makes a fresh one when the
+/// client sends none), verdict's own `X-Verdict-*`, and W3C trace context
+/// (`traceparent`, `tracestate`). `X-Forwarded-*` is not among them: verdict
+/// derives its own from the connection and `Host`, which a retry repeats,
+/// and a proxy in front may carry the caller's identity in one
+/// (`X-Forwarded-User`, `X-Forwarded-Client-Cert`).
 pub fn per_try_header(name: &str) -> bool {
     name == "x-request-id"
-        || name.starts_with("x-forwarded-")
         || name.starts_with("x-verdict-")
         || name == "traceparent"
         || name == "tracestate"
+}
+
+/// A header name as CGI, WSGI and PHP servers read it: `X_Api_Key` and
+/// `X-Api-Key` are both `HTTP_X_API_KEY` there, so both are the same header
+/// here. `name` is lowercase.
+pub fn cgi_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.contains('_') {
+        std::borrow::Cow::Owned(name.replace('_', "-"))
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
 }
 
 /// How a request path relates to the routes of its method.
@@ -162,10 +175,12 @@ impl Route {
         per_try_header(name) || self.join_ignore_headers.iter().any(|h| h == name)
     }
 
-    /// Whether a header (lowercase name) carries the caller's credential
-    /// on this route.
+    /// Whether a header (lowercase name, `_` read as `-`) carries the
+    /// caller's credential on this route.
     pub fn is_credential(&self, name: &str) -> bool {
-        CREDENTIAL_HEADERS.contains(&name) || self.credential_headers.iter().any(|h| h == name)
+        let name = cgi_name(name);
+        CREDENTIAL_HEADERS.contains(&name.as_ref())
+            || self.credential_headers.iter().any(|h| *h == name)
     }
 
     /// Whether any extractor reads the JSON body, i.e. whether the proxy must

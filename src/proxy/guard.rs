@@ -263,6 +263,43 @@ pub fn body_method_override(media: &str, bytes: &[u8], parsed: Option<&Value>) -
 /// first four, else UTF-8), and `{` its first character after whitespace.
 /// `None` for any other body. Undecodable units become U+FFFD.
 pub fn sniffed_json_object(bytes: &[u8]) -> Option<String> {
+    if !has_bom_or_nul(bytes) {
+        // The common case: look before copying.
+        let first = bytes.iter().find(|b| !b.is_ascii_whitespace())?;
+        if *first != b'{' {
+            return None;
+        }
+    }
+    let text = lenient_text(bytes);
+    text.trim_start().starts_with('{').then_some(text)
+}
+
+/// Whether a body that begins with `prefix` is one [`sniffed_json_object`]
+/// would read as a JSON object: `None` while the prefix is too short to
+/// tell (no character but whitespace yet, or fewer than the four bytes that
+/// decide the encoding) and more of the body may follow (`complete` false).
+pub fn prefix_opens_object(prefix: &[u8], complete: bool) -> Option<bool> {
+    if prefix.len() < 4 && !complete {
+        return None;
+    }
+    match lenient_text(prefix).trim_start().chars().next() {
+        Some(c) => Some(c == '{'),
+        None if complete => Some(false),
+        None => None,
+    }
+}
+
+/// A byte order mark, or a NUL among the first four bytes: not plain UTF-8.
+fn has_bom_or_nul(bytes: &[u8]) -> bool {
+    bytes.starts_with(&[0xEF, 0xBB, 0xBF])
+        || bytes.starts_with(&[0xFE, 0xFF])
+        || bytes.starts_with(&[0xFF, 0xFE])
+        || bytes.iter().take(4).any(|b| *b == 0)
+}
+
+/// Bytes decoded as Python's `json.loads` decodes them
+/// (`json.detect_encoding`). Undecodable units become U+FFFD.
+fn lenient_text(bytes: &[u8]) -> String {
     fn units16(b: &[u8], be: bool) -> String {
         let units = b.chunks_exact(2).map(|c| {
             let pair = [c[0], c[1]];
@@ -289,7 +326,7 @@ pub fn sniffed_json_object(bytes: &[u8]) -> Option<String> {
             })
             .collect()
     }
-    let text = match bytes {
+    match bytes {
         [0, 0, 0xFE, 0xFF, rest @ ..] => units32(rest, true),
         [0xFF, 0xFE, 0, 0, rest @ ..] => units32(rest, false),
         [0xFE, 0xFF, rest @ ..] => units16(rest, true),
@@ -299,16 +336,8 @@ pub fn sniffed_json_object(bytes: &[u8]) -> Option<String> {
         [0, _, _, _, ..] => units16(bytes, true),
         [_, 0, 0, 0, ..] => units32(bytes, false),
         [_, 0, _, _, ..] => units16(bytes, false),
-        _ => {
-            // The common case: look before copying.
-            let first = bytes.iter().find(|b| !b.is_ascii_whitespace())?;
-            if *first != b'{' {
-                return None;
-            }
-            String::from_utf8_lossy(bytes).into_owned()
-        }
-    };
-    text.trim_start().starts_with('{').then_some(text)
+        _ => String::from_utf8_lossy(bytes).into_owned(),
+    }
 }
 
 /// The media type of the request body (`type/subtype`, lowercase, no
@@ -841,6 +870,19 @@ mod tests {
         for other in [&b"amount=6000"[..], b"[1]", b"", b"  ", b"hello {"] {
             assert_eq!(sniffed_json_object(other), None, "{other:?}");
         }
+    }
+
+    #[test]
+    fn a_prefix_tells_an_object_once_it_shows_a_character() {
+        assert_eq!(prefix_opens_object(b"", false), None);
+        assert_eq!(prefix_opens_object(b"{", false), None, "fewer than 4 bytes");
+        assert_eq!(prefix_opens_object(b"{", true), Some(true));
+        assert_eq!(prefix_opens_object(b"    ", false), None, "only whitespace");
+        assert_eq!(prefix_opens_object(b"  \n {\"a", false), Some(true));
+        assert_eq!(prefix_opens_object(b"PK\x03\x04", false), Some(false));
+        assert_eq!(prefix_opens_object(b"", true), Some(false));
+        let utf16: Vec<u8> = " {".encode_utf16().flat_map(u16::to_le_bytes).collect();
+        assert_eq!(prefix_opens_object(&utf16, false), Some(true));
     }
 
     #[test]

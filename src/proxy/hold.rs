@@ -201,7 +201,7 @@ impl Proxy {
             let Ok(text) = std::str::from_utf8(value) else {
                 continue;
             };
-            if let Some(key) = self.app.keys.key_in(text) {
+            for key in self.app.keys.keys_in(text) {
                 if !names.contains(&key) {
                     names.push(key);
                 }
@@ -283,5 +283,18 @@ impl Proxy {
                 ))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The proxy's credential headers and the ones the review store seals
+    /// by name are one list, kept in two layers.
+    #[test]
+    fn credential_headers_are_the_sealed_headers() {
+        assert_eq!(
+            crate::policy::route::CREDENTIAL_HEADERS,
+            crate::review::SEALED_HEADERS
+        );
     }
 }

@@ -159,6 +159,19 @@ pub fn unmatched_body_refusal<'a>(
     headers: &HeaderMap,
     bytes: &[u8],
 ) -> Option<RefuseWith<'a>> {
+    // A compressed body cannot be read here, and an upstream that
+    // decompresses (Express's body parsers do) would find its `_method`.
+    if encoded(headers) && !bytes.is_empty() {
+        return Some(RefuseWith {
+            route: Some(route),
+            reason: DecisionReason::MethodOverride,
+            status: StatusCode::BAD_REQUEST,
+            message: format!(
+                "a compressed body to a path gated under {} could ask for that method with _method; send it uncompressed",
+                route.method
+            ),
+        });
+    }
     let labelled_json = guard::body_kind(headers) == guard::BodyKind::Json;
     let message = match guard::sniffed_json_object(bytes) {
         Some(text) => guard::body_method_override("application/json", text.as_bytes(), None),
@@ -171,6 +184,25 @@ pub fn unmatched_body_refusal<'a>(
         status: StatusCode::BAD_REQUEST,
         message: format!("{message} (the path is gated under {})", route.method),
     })
+}
+
+/// Whether an unmatched request's body on a path gated under another
+/// method must be read whole before it is forwarded: it says JSON (read as
+/// the gate reads any JSON body) or is compressed (refused, see
+/// [`unmatched_body_refusal`]). Any other body is read only as far as its
+/// first character ([`guard::prefix_opens_object`]).
+pub fn body_read_whole(headers: &HeaderMap) -> bool {
+    guard::body_kind(headers) == guard::BodyKind::Json || encoded(headers)
+}
+
+/// Whether the body carries a `Content-Encoding` other than `identity`
+/// (gzip, deflate, br, ...): bytes the gate would read as they are and an
+/// upstream may decompress first.
+fn encoded(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(http::header::CONTENT_ENCODING)
+        .iter()
+        .any(|v| !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity"))
 }
 
 /// The decision's input for a request to a gated route: the body checked
@@ -193,22 +225,35 @@ pub fn gated_input<'a>(
     };
     // One caller per held call: two of one credential header could name
     // two callers, and the upstream could act for the one the gate did
-    // not see.
-    if let Some(name) = route
-        .credential_headers
-        .iter()
-        .map(String::as_str)
-        .chain(crate::policy::route::CREDENTIAL_HEADERS)
-        .find(|name| headers.get_all(*name).iter().nth(1).is_some())
-    {
-        return Err(refuse(
-            DecisionReason::AmbiguousCredentials,
-            StatusCode::BAD_REQUEST,
-            format!("the request carries more than one {name} header; send one credential"),
-        ));
+    // not see. `X_Api_Key` counts as `X-Api-Key` (CGI, WSGI and PHP read
+    // both as one).
+    let mut seen: Vec<std::borrow::Cow<'_, str>> = Vec::new();
+    for name in headers.keys() {
+        for _ in headers.get_all(name) {
+            let name = crate::policy::route::cgi_name(name.as_str());
+            if !route.is_credential(&name) {
+                continue;
+            }
+            if seen.contains(&name) {
+                return Err(refuse(
+                    DecisionReason::AmbiguousCredentials,
+                    StatusCode::BAD_REQUEST,
+                    format!("the request carries more than one {name} header; send one credential"),
+                ));
+            }
+            seen.push(name);
+        }
     }
     // The body must be of the media type the route gates, and readable
-    // one way only.
+    // one way only: uncompressed, so that the gate and the upstream read
+    // the same bytes.
+    if !bytes.is_empty() && encoded(headers) {
+        return Err(refuse(
+            DecisionReason::UnsupportedContentType,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "this route gates uncompressed bodies; send it without Content-Encoding".into(),
+        ));
+    }
     if route.reads_body() || !bytes.is_empty() {
         let problem = match guard::media_type(headers) {
             Ok(Some(m)) if m == route.content_type => guard::parameter_problem(headers),

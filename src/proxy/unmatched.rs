@@ -1,14 +1,22 @@
 //! A request no route gates: stream it through (or block it when
 //! `proxy.unmatched = "deny"`), reading its body only when the path is
-//! gated under another method, to refuse a `_method` in it.
+//! gated under another method, to refuse a `_method` in it. Even then only
+//! a body that is or may be a JSON object is read whole: any other is
+//! streamed on once its first character shows what it is.
 
 use crate::server::ReqBody;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
+use http_body::Frame;
 use http_body_util::BodyExt;
 
 use super::upstream::Outbound;
-use super::{blocked, read, Downstream, Proxy};
-use crate::api::http_util::{self, full, RespBody};
+use super::{blocked, guard, read, Downstream, Proxy};
+use crate::api::error::ApiError;
+use crate::api::http_util::{self, full, BoxError, RespBody};
 use crate::config::Unmatched;
 use crate::policy::{PolicySet, Route};
 
@@ -38,8 +46,11 @@ impl Proxy {
     }
 
     /// Unmatched, with a body, on a path that `route` gates under another
-    /// method: the body is read (within `limits.max_body_bytes`) and refused
-    /// if it asks for another method with `_method`, else forwarded as read.
+    /// method. A body labelled JSON, or compressed, or that begins like a
+    /// JSON object, is read whole (within `limits.max_body_bytes`) and
+    /// refused if it asks for another method with `_method`, else forwarded
+    /// as read. Any other body (an upload, a form of another kind) is
+    /// streamed on after the bytes that showed its first character.
     pub(super) async fn unmatched_body(
         &self,
         req: Request<ReqBody>,
@@ -48,11 +59,62 @@ impl Proxy {
         route: &Route,
     ) -> Response<RespBody> {
         let request_id = from.request_id;
-        let (parts, body) = req.into_parts();
+        let (parts, mut body) = req.into_parts();
         let limit = self.app.config.limits.max_body_bytes;
-        let bytes = match http_util::read_body(&parts.headers, body, limit).await {
-            Ok(b) => b,
-            Err(e) => return e.into_response(request_id),
+        let whole = read::body_read_whole(&parts.headers);
+        // The first bytes, until they show whether this is a JSON object.
+        let mut head = BytesMut::new();
+        let mut ended = false;
+        if !whole {
+            loop {
+                match guard::prefix_opens_object(&head, ended) {
+                    Some(false) => {
+                        self.stats.unmatched_pass.inc();
+                        let rest: RespBody = if ended {
+                            full(head.freeze())
+                        } else {
+                            Prefixed {
+                                head: Some(head.freeze()),
+                                rest: body,
+                            }
+                            .boxed_unsync()
+                        };
+                        return self
+                            .forward(
+                                Outbound::new(parts, rest, from.conn, request_id, &[])
+                                    .on(from.affinity),
+                            )
+                            .await;
+                    }
+                    Some(true) => break,
+                    None if head.len() > limit => {
+                        return ApiError::PayloadTooLarge(limit).into_response(request_id)
+                    }
+                    None => {}
+                }
+                match body.frame().await {
+                    None => ended = true,
+                    Some(Ok(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            head.extend_from_slice(&data);
+                        }
+                    }
+                    Some(Err(e)) => return body_error(e.as_ref(), request_id),
+                }
+            }
+        }
+        // Read whole: what came first, then the rest within the limit.
+        let bytes = if ended {
+            head.freeze()
+        } else {
+            let rest = Prefixed {
+                head: Some(head.freeze()),
+                rest: body,
+            };
+            match http_util::read_body(&parts.headers, rest, limit).await {
+                Ok(b) => b,
+                Err(e) => return e.into_response(request_id),
+            }
         };
         if let Some(refusal) = read::unmatched_body_refusal(route, &parts.headers, &bytes) {
             let probe = Request::from_parts(parts, ());
@@ -63,5 +125,40 @@ impl Proxy {
             Outbound::new(parts, full(bytes), from.conn, request_id, &[]).on(from.affinity),
         )
         .await
+    }
+}
+
+/// A body error while peeking: 408 for a body too slow, else 400.
+fn body_error(e: &(dyn std::error::Error + 'static), request_id: &str) -> Response<RespBody> {
+    match e.downcast_ref::<http_util::BodyTooSlow>() {
+        Some(slow) => ApiError::RequestTimeout(slow.to_string()).into_response(request_id),
+        None => ApiError::BadRequest(format!("could not read the request body: {e}"))
+            .into_response(request_id),
+    }
+}
+
+/// A request body whose first bytes were already read: they come first,
+/// then the rest as it arrives.
+struct Prefixed {
+    head: Option<Bytes>,
+    rest: ReqBody,
+}
+
+impl http_body::Body for Prefixed {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(head) = self.head.take().filter(|h| !h.is_empty()) {
+            return Poll::Ready(Some(Ok(Frame::data(head))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.head.as_ref().is_none_or(Bytes::is_empty) && self.rest.is_end_stream()
     }
 }

@@ -7,9 +7,12 @@
 //! for as long as it likes, and sixty of them hold every slot. So each
 //! request body gets a deadline: `server.body_read_timeout` after its head,
 //! plus one second for every `server.body_min_rate` bytes that have
-//! arrived, so a large upload that keeps a fair pace is never cut. A body
-//! still unfinished at its deadline fails with [`BodyTooSlow`], which the
-//! handlers answer 408; the request then ends and frees its slot.
+//! arrived, so a large upload that keeps a fair pace is never cut; and no
+//! silence between two pieces of it may last longer than
+//! `server.body_read_timeout`, so time earned by sending much at once
+//! cannot be spent waiting. A body still unfinished at its deadline fails
+//! with [`BodyTooSlow`], which the handlers answer 408; the request then
+//! ends and frees its slot.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,6 +38,8 @@ pub struct ReqBody {
 #[derive(Debug)]
 struct Pace {
     started: Instant,
+    /// When the last piece of the body arrived.
+    last: Instant,
     timeout: Duration,
     min_rate: u64,
     received: u64,
@@ -43,9 +48,20 @@ struct Pace {
 }
 
 impl Pace {
+    /// The earlier of: the start plus the timeout plus the time earned by
+    /// the bytes received, and the last arrival plus the timeout.
     fn deadline(&self) -> Instant {
         let earned = Duration::from_millis(self.received.saturating_mul(1000) / self.min_rate);
-        self.started + self.timeout + earned
+        let paced = self
+            .started
+            .checked_add(self.timeout.saturating_add(earned));
+        let quiet = self.last.checked_add(self.timeout);
+        match (paced, quiet) {
+            (Some(p), Some(q)) => p.min(q),
+            (Some(t), None) | (None, Some(t)) => t,
+            // A timeout past the clock's range: a far deadline.
+            (None, None) => self.last + Duration::from_secs(86_400 * 365),
+        }
     }
 }
 
@@ -53,8 +69,10 @@ impl ReqBody {
     /// `inner` with a deadline `timeout` from now, extended by one second
     /// per `min_rate` bytes received (`min_rate` of 0 counts as 1).
     pub fn new(inner: Incoming, timeout: Duration, min_rate: u64) -> ReqBody {
+        let now = Instant::now();
         let pace = (!inner.is_end_stream()).then(|| Pace {
-            started: Instant::now(),
+            started: now,
+            last: now,
             timeout,
             min_rate: min_rate.max(1),
             received: 0,
@@ -84,6 +102,7 @@ impl Body for ReqBody {
             Poll::Ready(Some(Ok(frame))) => {
                 if let (Some(p), Some(d)) = (this.pace.as_mut(), frame.data_ref()) {
                     p.received = p.received.saturating_add(d.len() as u64);
+                    p.last = Instant::now();
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -128,4 +147,40 @@ fn too_slow(pace: Option<&Pace>) -> BoxError {
         after: pace.map(|p| p.started.elapsed()).unwrap_or_default(),
         received: pace.map_or(0, |p| p.received),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pace(received: u64, since_last: Duration) -> (Pace, Instant) {
+        let started = Instant::now();
+        let p = Pace {
+            started,
+            last: started + since_last,
+            timeout: Duration::from_secs(10),
+            min_rate: 1024,
+            received,
+            sleep: None,
+        };
+        (p, started)
+    }
+
+    #[test]
+    fn the_deadline_grows_with_the_bytes_and_never_past_a_silence() {
+        // Nothing received: the timeout.
+        let (p, t0) = pace(0, Duration::ZERO);
+        assert_eq!(p.deadline(), t0 + Duration::from_secs(10));
+        // 20 KiB earn 20 s, but the last byte came at 5 s: silence after
+        // it may last 10 s, so 15 s.
+        let (p, t0) = pace(20 * 1024, Duration::from_secs(5));
+        assert_eq!(p.deadline(), t0 + Duration::from_secs(15));
+        // A steady body whose last piece is recent: the paced deadline.
+        let (p, t0) = pace(20 * 1024, Duration::from_secs(25));
+        assert_eq!(p.deadline(), t0 + Duration::from_secs(30));
+        // An absurd timeout does not overflow the clock.
+        let (mut p, _) = pace(u64::MAX, Duration::ZERO);
+        p.timeout = Duration::MAX;
+        let _ = p.deadline();
+    }
 }
