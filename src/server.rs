@@ -196,8 +196,25 @@ struct PeerSlot {
     ip: IpAddr,
 }
 
+/// The peer a connection counts against: an IPv4 address (an IPv4-mapped
+/// IPv6 address is its IPv4 one), or an IPv6 address's /64, which one host
+/// is usually given whole.
+fn peer_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(std::net::Ipv6Addr::from(prefix))
+            }
+        },
+    }
+}
+
 impl PeerLimit {
     fn take(limit: &Arc<PeerLimit>, ip: IpAddr) -> Option<PeerSlot> {
+        let ip = peer_of(ip);
         let mut counts = limit.counts.lock().unwrap_or_else(|e| e.into_inner());
         let n = counts.entry(ip).or_insert(0);
         if *n >= limit.max {
@@ -593,6 +610,26 @@ async fn refuse_overloaded(mut stream: TcpStream) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peers_are_ipv4_addresses_and_ipv6_slash_64s() {
+        let p = |s: &str| peer_of(s.parse().unwrap()).to_string();
+        assert_eq!(p("127.0.0.2"), "127.0.0.2");
+        assert_eq!(p("::ffff:10.1.2.3"), "10.1.2.3");
+        assert_eq!(p("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::");
+        assert_eq!(p("2001:db8:1:2:ffff::9"), p("2001:db8:1:2::1"));
+        assert_ne!(p("2001:db8:1:3::1"), p("2001:db8:1:2::1"));
+        let limit = Arc::new(PeerLimit {
+            max: 1,
+            counts: Mutex::new(HashMap::new()),
+        });
+        let first = PeerLimit::take(&limit, "2001:db8::1".parse().unwrap());
+        assert!(first.is_some());
+        assert!(PeerLimit::take(&limit, "2001:db8::2".parse().unwrap()).is_none());
+        drop(first);
+        assert!(PeerLimit::take(&limit, "2001:db8::2".parse().unwrap()).is_some());
+        assert!(limit.counts.lock().unwrap().is_empty());
+    }
 
     #[tokio::test]
     async fn reuseport_listeners_share_one_port() {
