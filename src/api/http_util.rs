@@ -192,19 +192,19 @@ where
     }
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                Err(ApiError::PayloadTooLarge(limit))
-            } else if let Some(slow) = e.downcast_ref::<BodyTooSlow>() {
-                Err(ApiError::RequestTimeout(slow.to_string()))
-            } else {
-                Err(ApiError::BadRequest(format!(
-                    "could not read the request body: {e}"
-                )))
-            }
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ApiError::PayloadTooLarge(limit))
         }
+        Err(e) => Err(body_error(e.as_ref())),
+    }
+}
+
+/// What a request body that failed while it was read is answered with:
+/// 408 when it came too slowly ([`BodyTooSlow`]), else 400.
+pub fn body_error(e: &(dyn std::error::Error + 'static)) -> ApiError {
+    match e.downcast_ref::<BodyTooSlow>() {
+        Some(slow) => ApiError::RequestTimeout(slow.to_string()),
+        None => ApiError::BadRequest(format!("could not read the request body: {e}")),
     }
 }
 

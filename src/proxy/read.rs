@@ -228,21 +228,20 @@ pub fn gated_input<'a>(
     // not see. `X_Api_Key` counts as `X-Api-Key` (CGI, WSGI and PHP read
     // both as one).
     let mut seen: Vec<std::borrow::Cow<'_, str>> = Vec::new();
-    for name in headers.keys() {
-        for _ in headers.get_all(name) {
-            let name = crate::policy::route::cgi_name(name.as_str());
-            if !route.is_credential(&name) {
-                continue;
-            }
-            if seen.contains(&name) {
-                return Err(refuse(
-                    DecisionReason::AmbiguousCredentials,
-                    StatusCode::BAD_REQUEST,
-                    format!("the request carries more than one {name} header; send one credential"),
-                ));
-            }
-            seen.push(name);
+    // `iter` yields a repeated header once per value.
+    for (name, _) in headers.iter() {
+        let name = crate::policy::route::cgi_name(name.as_str());
+        if !route.is_credential(&name) {
+            continue;
         }
+        if seen.contains(&name) {
+            return Err(refuse(
+                DecisionReason::AmbiguousCredentials,
+                StatusCode::BAD_REQUEST,
+                format!("the request carries more than one {name} header; send one credential"),
+            ));
+        }
+        seen.push(name);
     }
     // The body must be of the media type the route gates, and readable
     // one way only: uncompressed, so that the gate and the upstream read

@@ -99,7 +99,9 @@ impl Proxy {
                             head.extend_from_slice(&data);
                         }
                     }
-                    Some(Err(e)) => return body_error(e.as_ref(), request_id),
+                    Some(Err(e)) => {
+                        return http_util::body_error(e.as_ref()).into_response(request_id)
+                    }
                 }
             }
         }
@@ -125,15 +127,6 @@ impl Proxy {
             Outbound::new(parts, full(bytes), from.conn, request_id, &[]).on(from.affinity),
         )
         .await
-    }
-}
-
-/// A body error while peeking: 408 for a body too slow, else 400.
-fn body_error(e: &(dyn std::error::Error + 'static), request_id: &str) -> Response<RespBody> {
-    match e.downcast_ref::<http_util::BodyTooSlow>() {
-        Some(slow) => ApiError::RequestTimeout(slow.to_string()).into_response(request_id),
-        None => ApiError::BadRequest(format!("could not read the request body: {e}"))
-            .into_response(request_id),
     }
 }
 
