@@ -95,16 +95,33 @@ fn blind(path: &str, params: &Params) {
             eprintln!("{path}: a line that is not JSON");
             std::process::exit(2);
         };
-        let label = row["label"].as_str().unwrap_or("").to_string();
+        // The adversarial corpus has the same shape but for `expect` (with
+        // `not_supported` for a silent source) and a list of evidence texts,
+        // one source each.
+        let label = match row["label"].as_str().or(row["expect"].as_str()) {
+            Some("not_supported") => "partial",
+            other => other.unwrap_or(""),
+        }
+        .to_string();
         let claims = [Claim {
             id: "c1".into(),
             text: row["claim"].as_str().unwrap_or("").to_string(),
             citations: vec![],
         }];
-        let sources = [Source {
-            id: "evidence".into(),
-            text: Some(row["evidence"].as_str().unwrap_or("").to_string()),
-        }];
+        let sources: Vec<Source> = match &row["evidence"] {
+            Value::Array(texts) => texts
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Source {
+                    id: format!("e{}", i + 1),
+                    text: Some(t.as_str().unwrap_or("").to_string()),
+                })
+                .collect(),
+            other => vec![Source {
+                id: "evidence".into(),
+                text: Some(other.as_str().unwrap_or("").to_string()),
+            }],
+        };
         let Some(check) = verify(&claims, &sources, params).into_iter().next() else {
             continue;
         };
@@ -115,15 +132,27 @@ fn blind(path: &str, params: &Params) {
             "supported" => status != "supported",
             _ => status == "supported",
         };
-        if dump && wrong {
+        if dump && (wrong || std::env::var("EVAL_DUMP").as_deref() == Ok("all")) {
             println!(
                 "--- {} [{label}] {status} cov {} {:?}\n  claim: {}\n  evidence: {}",
                 row["id"].as_str().unwrap_or("?"),
                 check.coverage,
                 check.reasons.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
                 check.claim_text,
-                row["evidence"].as_str().unwrap_or("")
+                row["evidence"]
             );
+            for c in &check.conflicts {
+                println!(
+                    "  conflict {}: claim {:?} vs evidence {:?}",
+                    c.reason.as_str(),
+                    c.claim_quote,
+                    c.evidence_quote
+                );
+            }
+            if !check.unaligned.is_empty() {
+                let words: Vec<&str> = check.unaligned.iter().map(|s| s.text.as_str()).collect();
+                println!("  unaligned: {words:?}");
+            }
         }
     }
     let get = |l: &str, s: &'static str| counts.get(&(l.to_string(), s)).copied().unwrap_or(0);
@@ -271,7 +300,9 @@ fn wice(rows: &[Value], params: Params, sweep: bool) {
             }
             let bacc =
                 0.5 * (tp as f64 / (tp + fn_).max(1) as f64 + tn as f64 / (tn + fp).max(1) as f64);
-            println!("  {t:.2}: bacc {bacc:.4}");
+            let tpr = tp as f64 / (tp + fn_).max(1) as f64;
+            let fpr = fp as f64 / (tn + fp).max(1) as f64;
+            println!("  {t:.2}: bacc {bacc:.4}  tpr {tpr:.3}  fpr {fpr:.3}");
         }
     }
 }

@@ -138,6 +138,18 @@ pub struct Check {
     /// A part of the claim (joined by "and", "but", ...) has too little of
     /// its weight in the evidence: never `supported`, whatever the coverage.
     pub part_gap: bool,
+    /// The claim's words and values that nothing in the evidence it was
+    /// judged on aligns with, in claim order; empty when the claim is
+    /// supported.
+    pub unaligned: Vec<Span>,
+}
+
+/// A span of the claim's text: Unicode code point offsets, end exclusive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+    pub text: String,
 }
 
 impl Check {

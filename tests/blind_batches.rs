@@ -23,6 +23,10 @@ const BATCHES: &[(&str, &str)] = &[
     ("b2", include_str!("data/blind/b2.jsonl")),
     ("b3", include_str!("data/blind/b3.jsonl")),
     ("b4", include_str!("data/blind/b4.jsonl")),
+    ("b5", include_str!("data/blind/b5.jsonl")),
+    ("b6", include_str!("data/blind/b6.jsonl")),
+    ("b7", include_str!("data/blind/b7.jsonl")),
+    ("b8", include_str!("data/blind/b8.jsonl")),
 ];
 const KNOWN_WRONG: &str = include_str!("data/blind/known_wrong.txt");
 

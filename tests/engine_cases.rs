@@ -136,9 +136,8 @@ const GROUPS: &[Group] = &[
             "It was completed in 1889 for the World's Fair.",
             "Gustave Eiffel's company designed and built the tower.",
             "About 7 million people visit it every year.",
-            // A paraphrase of every fact ("roughly" for "about", "the tower" for
-            // "it", "each" for "every"): calibrated coverage passes it.
-            "Roughly 7 million people visit the tower each year.",
+            // "Roughly" for "about": the approximator belongs to the number.
+            "Roughly 7 million people visit it every year.",
             "The tower was the tallest man-made structure in the world until 1930.",
             "The Eiffel Tower, completed in 1889, is 330 metres tall.",
         ],
@@ -150,7 +149,10 @@ const GROUPS: &[Group] = &[
             "The tower was the tallest man-made structure in the world until 1950.",
             "The tower is painted gold every seven years by volunteers.",
         ],
-        ambiguous: &[],
+        // "The tower" for "it": the sentence that states the figure does
+        // not name the tower, and nothing aligns a pronoun with its
+        // antecedent, so the claim goes to a review.
+        ambiguous: &["Roughly 7 million people visit the tower each year."],
     },
 ];
 

@@ -117,6 +117,10 @@ pub struct CheckOut {
     /// and the evidence's word that disagree.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conflicts: Option<Vec<ConflictOut>>,
+    /// Verbose only, and only for a claim that is not supported: the
+    /// claim's words and values that nothing in its evidence aligns with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unaligned: Option<Vec<SpanOut>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -201,6 +205,16 @@ pub fn check_out(c: &engine::Check, mode: Mode) -> CheckOut {
                         end: x.evidence_end,
                         text: x.evidence_quote.clone(),
                     },
+                })
+                .collect()
+        }),
+        unaligned: (verbose && !c.unaligned.is_empty()).then(|| {
+            c.unaligned
+                .iter()
+                .map(|x| SpanOut {
+                    start: x.start,
+                    end: x.end,
+                    text: x.text.clone(),
                 })
                 .collect()
         }),

@@ -93,6 +93,63 @@ pub struct Quantity {
     /// The ISO 4217 code of an amount whose currency was stated by a
     /// symbol, a code or a word ("$", "USD", "dollars" are all `USD`).
     pub currency: Option<&'static str>,
+    /// The unit a count is measured in ("12 kg", "3 weeks"), when one
+    /// follows it.
+    pub unit: Option<Unit>,
+}
+
+/// A unit of measure: its dimension and its size in the dimension's base
+/// unit, so that "2 weeks" backs "14 days" and "12 lb" conflicts with
+/// "12 kg".
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Unit {
+    pub dim: Dim,
+    pub factor: f64,
+}
+
+/// What a unit measures. Months and years are their own dimension: a month
+/// is no fixed number of days.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dim {
+    Mass,
+    Length,
+    Duration,
+    Months,
+}
+
+/// The unit a word after a number names, if any. "pound(s)" is left to
+/// currency, "m" and "in" to their other readings.
+fn measure_unit(norm: &str) -> Option<Unit> {
+    let (dim, factor) = match norm {
+        "kg" | "kgs" | "kilogram" | "kilograms" | "kilo" | "kilos" => (Dim::Mass, 1000.0),
+        "g" | "gram" | "grams" => (Dim::Mass, 1.0),
+        "lb" | "lbs" => (Dim::Mass, 453.592_37),
+        "oz" | "ounce" | "ounces" => (Dim::Mass, 28.349_523_125),
+        "tonne" | "tonnes" => (Dim::Mass, 1_000_000.0),
+        "km" | "kilometer" | "kilometers" | "kilometre" | "kilometres" => (Dim::Length, 1000.0),
+        "meter" | "meters" | "metre" | "metres" => (Dim::Length, 1.0),
+        "cm" | "centimeter" | "centimeters" | "centimetre" | "centimetres" => (Dim::Length, 0.01),
+        "mi" | "mile" | "miles" => (Dim::Length, 1609.344),
+        "ft" | "foot" | "feet" => (Dim::Length, 0.3048),
+        "inch" | "inches" => (Dim::Length, 0.0254),
+        "second" | "seconds" | "sec" | "secs" => (Dim::Duration, 1.0),
+        "minute" | "minutes" | "min" | "mins" => (Dim::Duration, 60.0),
+        "hour" | "hours" | "hr" | "hrs" => (Dim::Duration, 3600.0),
+        "day" | "days" => (Dim::Duration, 86_400.0),
+        "week" | "weeks" => (Dim::Duration, 604_800.0),
+        "month" | "months" => (Dim::Months, 1.0),
+        "year" | "years" | "yr" | "yrs" => (Dim::Months, 12.0),
+        _ => return None,
+    };
+    Some(Unit { dim, factor })
+}
+
+/// Both counts carry a unit of one dimension: their values in its base
+/// unit. `None` when either has no unit; `Some(None)` when the dimensions
+/// differ (nothing to compare).
+fn in_base(c: &Quantity, e: &Quantity) -> Option<Option<(f64, f64)>> {
+    let (cu, eu) = (c.unit?, e.unit?);
+    Some((cu.dim == eu.dim).then_some((c.value * cu.factor, e.value * eu.factor)))
 }
 
 /// The ISO 4217 code a currency symbol, code or word names. `$` is read as
@@ -121,7 +178,7 @@ fn symbol_currency(s: &str) -> Option<&'static str> {
 }
 
 /// Words that make the following quantity approximate.
-fn is_approx(norm: &str) -> bool {
+pub(crate) fn is_approx(norm: &str) -> bool {
     matches!(
         norm,
         "about"
@@ -445,6 +502,7 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                             tok_start: i,
                             tok_end: i + 1,
                             currency: symbol_currency(s),
+                            unit: None,
                         });
                     }
                 }
@@ -452,7 +510,9 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                 continue;
             }
             let next = norm(i + 1);
-            let unit_follows = magnitude(next).is_some() || unit_word(next).is_some();
+            let unit_follows = magnitude(next).is_some()
+                || unit_word(next).is_some()
+                || measure_unit(next).is_some();
             if let Some(y) = parse_year(s) {
                 if !unit_follows {
                     out.push(date_qty(
@@ -518,6 +578,12 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                     kind = QtyKind::Percent;
                     end += 2;
                 }
+                let unit = (kind == QtyKind::Count)
+                    .then(|| measure_unit(norm(end)))
+                    .flatten();
+                if unit.is_some() {
+                    end += 1;
+                }
                 out.push(Quantity {
                     kind,
                     value: v,
@@ -527,6 +593,7 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                     tok_start: start,
                     tok_end: end,
                     currency,
+                    unit,
                 });
                 i = end;
                 continue;
@@ -545,6 +612,7 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                 tok_start: i,
                 tok_end: i + 1,
                 currency: None,
+                unit: None,
             });
             i += 1;
             continue;
@@ -581,9 +649,13 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
             if !(end == i + 1 && first <= 1.0) {
                 let mut kind = QtyKind::Count;
                 let mut currency = None;
+                let mut unit = None;
                 if let Some(k) = unit_word(norm(end)) {
                     kind = k;
                     currency = currency_of(norm(end));
+                    end += 1;
+                } else if let Some(u) = measure_unit(norm(end)) {
+                    unit = Some(u);
                     end += 1;
                 }
                 let soft = end - i == 1 || (end - i == 2 && kind != QtyKind::Count);
@@ -596,6 +668,7 @@ pub fn extract(tokens: &[Token], vocab: &Vocab) -> Vec<Quantity> {
                     tok_start: i,
                     tok_end: end,
                     currency,
+                    unit,
                 });
             }
             i = end;
@@ -616,6 +689,7 @@ fn date_qty(date: DateParts, tok_start: usize, tok_end: usize) -> Quantity {
         tok_start,
         tok_end,
         currency: None,
+        unit: None,
     }
 }
 
@@ -650,6 +724,11 @@ fn year_only(q: &Quantity) -> Option<i32> {
 pub fn backs(c: &Quantity, e: &Quantity) -> bool {
     if other_currency(c, e) {
         return false;
+    }
+    match in_base(c, e) {
+        Some(Some((cv, ev))) => return close(cv, ev, c.approx || e.approx),
+        Some(None) => return false,
+        None => {}
     }
     match (c.kind, e.kind) {
         // "03/05/2024" states the same date as itself and nothing else.
@@ -691,6 +770,11 @@ pub fn conflicts(c: &Quantity, e: &Quantity) -> bool {
     }
     if c.kind == QtyKind::Money && other_currency(c, e) {
         return true;
+    }
+    match in_base(c, e) {
+        Some(Some((cv, ev))) => return !close(cv, ev, c.approx || e.approx),
+        Some(None) => return false,
+        None => {}
     }
     if c.kind == QtyKind::Date && (c.date.ambiguous || e.date.ambiguous) {
         // Only a date that neither reading can be conflicts.
@@ -747,6 +831,22 @@ mod tests {
     fn same(a: &str, b: &str) -> bool {
         let (qa, qb) = (q(a), q(b));
         !qa.is_empty() && qa.iter().all(|c| qb.iter().any(|e| backs(c, e)))
+    }
+
+    #[test]
+    fn a_unit_is_compared_in_its_dimension() {
+        let one = |s: &str| q(s).into_iter().next().expect("a quantity");
+        assert!(backs(&one("2 weeks"), &one("14 days")));
+        assert!(backs(&one("2 kg"), &one("2000 grams")));
+        assert!(!backs(&one("12 kg"), &one("12 lb")));
+        assert!(conflicts(&one("12 kg"), &one("12 lb")));
+        assert!(conflicts(&one("30 days"), &one("30 hours")));
+        // Months are no fixed number of days: neither backs nor conflicts.
+        assert!(!backs(&one("1 month"), &one("30 days")));
+        assert!(!conflicts(&one("1 month"), &one("30 days")));
+        assert!(backs(&one("12 months"), &one("1 year")));
+        // A bare number still matches a measured one.
+        assert!(backs(&one("12"), &one("12 kg")));
     }
 
     #[test]

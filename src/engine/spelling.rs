@@ -46,6 +46,7 @@ const WORDS: &[(&str, &str)] = &[
     ("grey", "gray"),
     ("instalment", "installment"),
     ("instalments", "installments"),
+    ("jewellery", "jewelry"),
     ("judgement", "judgment"),
     ("labelled", "labeled"),
     ("labelling", "labeling"),

@@ -216,12 +216,13 @@ fn unrelated_claims_are_unsupported() {
 
 #[test]
 fn thresholds_follow_design() {
-    // One of the claim's two parts is absent from the evidence: however
-    // high the whole claim's coverage, it is not supported at the defaults.
+    // One of the claim's two parts is absent from the evidence, the other
+    // carries most of its weight: a review, never supported.
     let c = check(
-        "Refunds are available within 30 days and gift cards never expire anywhere.",
+        "Refunds are available within 30 days of delivery and gift cards never expire.",
         POLICY,
     );
+    assert!(c.unaligned.iter().any(|s| s.text == "gift"), "{c:?}");
     assert_eq!(c.status, ClaimStatus::Ambiguous, "{c:?}");
     assert!(c.reasons.contains(&Reason::LowCoverage), "{c:?}");
     // Nothing in the claim is in the evidence: unsupported.
@@ -360,6 +361,7 @@ pub(super) fn bare_check(status: ClaimStatus, coverage: f64) -> Check {
         reasons: vec![],
         conflicts: vec![],
         part_gap: false,
+        unaligned: vec![],
     }
 }
 
@@ -681,4 +683,141 @@ fn date_order_reads_an_ambiguous_numeric_date_one_way() {
     // Day first: 3 May; March 5 is another date.
     assert_eq!(run(may, DateOrder::Dmy), ClaimStatus::Supported);
     assert_eq!(run(march, DateOrder::Dmy), ClaimStatus::Unsupported);
+}
+
+/// Claims a new user wrote against evidence that contradicts them: none
+/// passes, and each says why with spans (the two that disagree, or the
+/// claim's words that nothing in the evidence aligns with).
+#[test]
+fn contradicted_claims_outside_the_corpus_name_their_spans() {
+    // (claim, evidence, reason and the claim and evidence words of its
+    // conflict, or None and the claim words left unaligned)
+    type Case = (
+        &'static str,
+        &'static str,
+        Option<(Reason, &'static str, &'static str)>,
+        &'static [&'static str],
+    );
+    let cases: &[Case] = &[
+        (
+            "The customer did not receive a refund.",
+            "A refund of $25 was issued to the customer on June 3.",
+            None,
+            &["receive"],
+        ),
+        (
+            "The card was debited $40.",
+            "The card was credited $40 as a goodwill gesture.",
+            None,
+            &["debited"],
+        ),
+        (
+            "The account is currently active.",
+            "The account was active until it was closed in January 2024.",
+            Some((Reason::StatusConflict, "active", "until")),
+            &[],
+        ),
+        (
+            "The transfer went from the EU account to the US account.",
+            "The transfer went from the US account to the EU account on 2024-02-01.",
+            Some((Reason::PartyConflict, "EU", "EU")),
+            &[],
+        ),
+        (
+            "The user was granted admin rights.",
+            "The user's request for admin rights was withdrawn before review.",
+            None,
+            &["granted"],
+        ),
+        (
+            "Both invoices were paid.",
+            "Invoice A-1 was paid on 2024-05-02; invoice A-2 is still open.",
+            Some((Reason::ScopeConflict, "Both", "open")),
+            &[],
+        ),
+        (
+            "The refund was issued before the chargeback.",
+            "The chargeback was filed on May 2 and the refund was issued on May 9.",
+            Some((Reason::DateMismatch, "before", "May")),
+            &[],
+        ),
+        (
+            "The item is returnable.",
+            "Final sale: this item is non-returnable.",
+            Some((Reason::NegationConflict, "returnable", "returnable")),
+            &[],
+        ),
+        (
+            "The box weighed 12 kg.",
+            "Shipping label: weight 12 lb, handle with care.",
+            None,
+            &["12 kg"],
+        ),
+        (
+            "The order was paid by bank transfer.",
+            "The order was paid by credit card on 2024-05-02.",
+            None,
+            &["bank", "transfer"],
+        ),
+    ];
+    for (text, evidence, conflict, unaligned) in cases {
+        let c = check(text, evidence);
+        assert_ne!(c.status, ClaimStatus::Supported, "{text}: {c:?}");
+        match conflict {
+            Some((reason, claim_word, evidence_word)) => {
+                assert!(c.reasons.contains(reason), "{text}: {c:?}");
+                let k = c.conflicts.first().expect("a conflict with spans");
+                assert_eq!(k.reason, *reason, "{text}: {c:?}");
+                assert_eq!(k.claim_quote, *claim_word, "{text}: {c:?}");
+                assert_eq!(k.evidence_quote, *evidence_word, "{text}: {c:?}");
+                assert_eq!(py_slice(text, k.claim_start, k.claim_end), *claim_word);
+                assert_eq!(
+                    py_slice(evidence, k.evidence_start, k.evidence_end),
+                    *evidence_word
+                );
+            }
+            None => {
+                let words: Vec<&str> = c.unaligned.iter().map(|s| s.text.as_str()).collect();
+                for w in *unaligned {
+                    assert!(words.contains(w), "{text}: {w} not in {words:?}");
+                }
+                for s in &c.unaligned {
+                    assert_eq!(py_slice(text, s.start, s.end), s.text);
+                }
+            }
+        }
+    }
+}
+
+/// Events in the evidence's order are no conflict (the order word itself
+/// aligns with nothing, so the claim goes to a review); a unit the
+/// evidence gives in another measure converts; a time bound still running
+/// does not end the state.
+#[test]
+fn alignment_conflicts_leave_true_claims_alone() {
+    let c = check(
+        "The refund was issued after the chargeback.",
+        "The chargeback was filed on May 2 and the refund was issued on May 9.",
+    );
+    assert_eq!(c.status, ClaimStatus::Ambiguous, "{c:?}");
+    assert!(c.conflicts.is_empty(), "{c:?}");
+    for (text, evidence) in [
+        (
+            "The transfer went from the US account to the EU account.",
+            "The transfer went from the US account to the EU account on 2024-02-01.",
+        ),
+        ("The parcel weighed 2 kg.", "The parcel weighed 2000 g."),
+        ("The trial lasts 2 weeks.", "The trial lasts 14 days."),
+        (
+            "The subscription is active.",
+            "The subscription is active until 2030.",
+        ),
+        (
+            "Both invoices were paid.",
+            "Invoice A-1 was paid on 2024-05-02; invoice A-2 was paid on 2024-05-09.",
+        ),
+    ] {
+        let c = check(text, evidence);
+        assert_eq!(c.status, ClaimStatus::Supported, "{text}: {c:?}");
+    }
 }

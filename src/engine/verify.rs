@@ -6,9 +6,13 @@
 //! to sentence. Each claim then ranks sentences BM25-style (IDF over the
 //! request's sentences blended with a fixed prior, so one short source still
 //! scores sensibly), rescoring the best few as single sentences and adjacent
-//! pairs by rarity-weighted coverage. Gates on numbers, dates, amounts,
-//! names and negation then override coverage: a claim that gets a specific
-//! wrong is unsupported however many of its words match.
+//! pairs by coverage: the rarity-weighted share of the claim's words and
+//! values that align with the passage (same word, stem, derivational form,
+//! or value). What does not align counts for nothing; there is no
+//! calibration, so `min_coverage` is the share of the claim that must be
+//! stated. Gates on numbers, dates, amounts, names, negation, roles and
+//! order then override coverage: a claim that gets a specific wrong is
+//! unsupported however many of its words match.
 
 use ahash::{AHashMap as HashMap, AHashSet as HashSet};
 
@@ -24,10 +28,13 @@ use super::{
 #[rustfmt::skip]
 mod antonyms;
 mod conflict;
+mod derive;
 
 mod tune {
     /// Weight of a stem-only match relative to an exact surface match.
     pub const STEM_MATCH: f64 = 0.9;
+    /// Weight of a derivational form ("delivery" for "delivered").
+    pub const RELATED_MATCH: f64 = 0.85;
     /// Multiplier for capitalised names.
     pub const NAME_WEIGHT: f64 = 2.0;
     /// Weight of a number, amount or date relative to the rarest word.
@@ -52,21 +59,6 @@ mod tune {
     /// Weight of a generic party word ("customer") that no source contains,
     /// when no source names any party (see `text::PARTIES`).
     pub const UNNAMED_PARTY: f64 = 0.25;
-    /// Raw coverage that reports as `CALIBRATION_TARGET`: the best
-    /// threshold on WiCE dev (balanced accuracy) and RAGTruth even ids
-    /// (F1), which agree at 0.52.
-    pub const CALIBRATION_KNEE: f64 = 0.52;
-    /// The default `min_coverage`, where the knee lands.
-    pub const CALIBRATION_TARGET: f64 = 0.85;
-    /// Raw coverage that reports as the default `review_floor` (0.5): a
-    /// claim less than this share of which the evidence holds is mostly
-    /// unstated. The binary figures do not depend on it, and real data
-    /// does not pin it down (on WiCE dev, moving it from 0.31 to 0.46 turns
-    /// 10 partially supported and 3 supported claims from ambiguous to
-    /// unsupported), so it is set by the product's cases
-    /// (`tests/engine_cases.rs`): a claim whose point is absent ("refunds
-    /// are issued as store credit") is unsupported, not a review.
-    pub const REVIEW_KNEE: f64 = 0.45;
     /// Share of a claim part's weight the evidence set must hold for the
     /// claim to be supported.
     pub const MIN_PART: f64 = 0.2;
@@ -404,11 +396,15 @@ struct Term {
     stem: Option<u32>,
     weight: f64,
     name: bool,
+    /// Byte range in the claim.
+    span: (usize, usize),
 }
 
 struct ClaimQty {
     q: Quantity,
     weight: f64,
+    /// Byte range in the claim.
+    span: (usize, usize),
 }
 
 struct Analysis {
@@ -443,6 +439,9 @@ struct Analysis {
     /// The claim's text, for the spans of a conflict.
     text: String,
     total: f64,
+    /// (stem id, term index) for each derivational form of a term that
+    /// some source holds and no term has as its own stem.
+    related: Vec<(u32, u32)>,
 }
 
 fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
@@ -454,6 +453,12 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     for q in &qty {
         for flag in in_qty.iter_mut().take(q.tok_end).skip(q.tok_start) {
             *flag = true;
+        }
+        // "roughly 7 million": the approximator belongs to the number,
+        // which is compared with tolerance, not to the words to align.
+        let before = q.tok_start.checked_sub(1);
+        if let Some(k) = before.filter(|&k| numbers::is_approx(vocab.norm(tokens[k].norm_id))) {
+            in_qty[k] = true;
         }
     }
     let max_idf = idx.idf(None);
@@ -472,6 +477,8 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     let mut mixed: HashSet<u32> = HashSet::default();
     let mut mixed_short: Vec<u32> = Vec::new();
     let mut seen: HashSet<u32> = HashSet::default();
+    // Each term's form, for its derivational relatives.
+    let mut forms: Vec<String> = Vec::with_capacity(tokens.len());
     for (i, tok) in tokens.iter().enumerate() {
         if negates(&tokens, &vocab, i) {
             negated |= tokens.get(i + 1).is_none_or(|n| !n.lex.only);
@@ -547,11 +554,13 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             // at full weight, so "customer" against "the merchant" counts.
             weight *= tune::UNNAMED_PARTY;
         }
+        forms.push(vocab.norm(tok.norm_id).to_string());
         terms.push(Term {
             surf,
             stem,
             weight,
             name,
+            span: (tok.start, tok.end),
         });
     }
     polarity.retain(|(s, _)| !mixed.contains(s) && !mixed_short.contains(s));
@@ -563,6 +572,13 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             } else {
                 max_idf * tune::QTY_WEIGHT
             },
+            span: (
+                tokens.get(q.tok_start).map_or(0, |t| t.start),
+                q.tok_end
+                    .checked_sub(1)
+                    .and_then(|k| tokens.get(k))
+                    .map_or(0, |t| t.end),
+            ),
             q,
         })
         .collect();
@@ -603,6 +619,8 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
             "except" | "excluding" | "exclude" | "excludes" | "only" | "excepting"
         )
     });
+    drop(vocab);
+    let related = related_stems(&terms, &forms, idx);
     Analysis {
         terms,
         qty,
@@ -619,7 +637,28 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         excepts,
         text: claim.to_string(),
         total,
+        related,
     }
+}
+
+/// (stem id, term index) for each derivational form ([`derive::related`])
+/// of a term's form that some unit holds, unless a term has that stem
+/// itself. Names are not derived.
+fn related_stems(terms: &[Term], forms: &[String], idx: &Index<'_>) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for (k, (t, form)) in terms.iter().zip(forms).enumerate() {
+        if t.name {
+            continue;
+        }
+        for r in derive::related(form) {
+            let s = idx.stemmer.word(r).stem_id;
+            let own = terms.iter().any(|t| t.stem == Some(s));
+            if !own && idx.df(Some(s)) > 0 && !out.iter().any(|&(x, _)| x == s) {
+                out.push((s, u32::try_from(k).unwrap_or(u32::MAX)));
+            }
+        }
+    }
+    out
 }
 
 /// The claim split at "and", "but", "while" and ";" into parts of at
@@ -675,18 +714,6 @@ fn part_missing(a: &Analysis, idx: &Index<'_>, set: &EvidenceSet) -> bool {
             }
         }
         all > 0.0 && have < tune::MIN_PART * all
-    })
-}
-
-/// Whether some quantity of the claim ("twice", "$100", "March") is backed
-/// by no quantity of the evidence set.
-fn specific_missing(a: &Analysis, idx: &Index<'_>, set: &EvidenceSet) -> bool {
-    a.qty.iter().any(|cq| {
-        !set.units.iter().any(|&u| {
-            idx.unit_qty(&idx.units[u])
-                .iter()
-                .any(|e| numbers::backs(&cq.q, e))
-        })
     })
 }
 
@@ -800,7 +827,8 @@ fn contains(sorted: &[u32], id: Option<u32>) -> bool {
 }
 
 /// How well one unit matches each claim item (terms, then quantities):
-/// 2 = exact surface or backed quantity, 1 = stem only, 0 = absent. Computed
+/// 3 = exact surface or backed quantity, 2 = stem only, 1 = a derivational
+/// form (`Analysis::related`), 0 = absent. Computed
 /// once per unit and claim, so scoring a set of units is a max over rows.
 /// Appends one row to `out`.
 ///
@@ -814,15 +842,26 @@ fn unit_levels(lv: &Levels<'_, '_>, u: usize, out: &mut Vec<u8>) {
     out.resize(at + a.terms.len(), 0);
     if let Some(row) = out.get_mut(at..) {
         for tok in idx.unit_tokens(unit) {
-            // `u32::MAX` (no term) indexes nothing.
-            let k = lv
-                .term_of
-                .get(tok.stem_id as usize)
-                .map_or(usize::MAX, |&k| k as usize);
+            // `u32::MAX` (no term) indexes nothing; `RELATED` marks a
+            // derivational form of the term.
+            let code = lv.term_of.get(tok.stem_id as usize).copied();
+            let code = code.unwrap_or(u32::MAX);
+            let (k, related) = if code == u32::MAX {
+                (usize::MAX, false)
+            } else {
+                ((code & !RELATED) as usize, code & RELATED != 0)
+            };
             let (Some(level), Some(&surf)) = (row.get_mut(k), lv.surf.get(k)) else {
                 continue;
             };
-            *level = (*level).max(if surf == tok.norm_id { 2 } else { 1 });
+            let got = if related {
+                1
+            } else if surf == tok.norm_id {
+                3
+            } else {
+                2
+            };
+            *level = (*level).max(got);
         }
     }
     let bits = lv
@@ -834,7 +873,7 @@ fn unit_levels(lv: &Levels<'_, '_>, u: usize, out: &mut Vec<u8>) {
             Some(&b) => b >> k & 1 == 1,
             None => idx.unit_qty(unit).iter().any(|e| numbers::backs(&cq.q, e)),
         };
-        out.push(if backed { 2 } else { 0 });
+        out.push(if backed { 3 } else { 0 });
     }
 }
 
@@ -846,8 +885,9 @@ struct Levels<'a, 'b> {
     idx: &'a Index<'b>,
     /// Items per row: the claim's terms, then its quantities.
     width: usize,
-    /// Stem id → index of the claim term with that stem, `u32::MAX` for
-    /// none; covers the stems that occur in units (terms are one per stem).
+    /// Stem id → index of the claim term with that stem, or with `RELATED`
+    /// set, of the term it is a derivational form of; `u32::MAX` for none.
+    /// Covers the stems that occur in units (terms are one per stem).
     term_of: Vec<u32>,
     /// Per unit, bit `k` set when the unit backs claim quantity `k`. [`rank`]
     /// tests every unit of the searched sources for its quantity score and
@@ -866,9 +906,9 @@ struct Levels<'a, 'b> {
     rows: Vec<u8>,
     /// Scratch for [`Levels::coverage`]: best level per item over a set.
     best: Vec<u8>,
-    /// What each item adds to coverage at each level (0, stem, exact; the
-    /// fourth slot keeps indexing total): `[0, weight * STEM_MATCH,
-    /// weight, 0]` for terms, `[0, 0, weight, 0]` for quantities.
+    /// What each item adds to coverage at each level (absent, derived,
+    /// stem, exact): `[0, weight * RELATED_MATCH, weight * STEM_MATCH,
+    /// weight]` for terms, `[0, 0, 0, weight]` for quantities.
     gain: Vec<[f64; 4]>,
 }
 
@@ -881,11 +921,25 @@ impl<'a, 'b> Levels<'a, 'b> {
                 *slot = u32::try_from(k).unwrap_or(u32::MAX);
             }
         }
+        for &(s, k) in &a.related {
+            if let Some(slot) = term_of.get_mut(s as usize) {
+                if *slot == u32::MAX {
+                    *slot = k | RELATED;
+                }
+            }
+        }
         let gain = a
             .terms
             .iter()
-            .map(|t| [0.0, t.weight * tune::STEM_MATCH, t.weight, 0.0])
-            .chain(a.qty.iter().map(|cq| [0.0, 0.0, cq.weight, 0.0]))
+            .map(|t| {
+                [
+                    0.0,
+                    t.weight * tune::RELATED_MATCH,
+                    t.weight * tune::STEM_MATCH,
+                    t.weight,
+                ]
+            })
+            .chain(a.qty.iter().map(|cq| [0.0, 0.0, 0.0, cq.weight]))
             .collect();
         Levels {
             a,
@@ -999,6 +1053,9 @@ fn complete(lv: &mut Levels<'_, '_>, best: Passage, cands: &[usize]) -> (Evidenc
     (EvidenceSet { units: set }, cov)
 }
 
+/// Set in a `Levels::term_of` entry for a derivational form of the term.
+const RELATED: u32 = 1 << 31;
+
 // === verify ===
 
 /// Checks every claim against the sources: one [`Check`] per claim, in order.
@@ -1033,6 +1090,9 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
     let a = analyse(&claim.text, idx);
     let mut best: Option<(EvidenceSet, f64)> = None;
     let mut ranked: Vec<(Passage, f64)> = Vec::new();
+    // Byte ranges of the claim items nothing in the evidence set aligns
+    // with.
+    let mut unaligned: Vec<(usize, usize)> = Vec::new();
     if a.total <= 0.0 {
         reasons.push(Reason::EmptyClaim);
     } else {
@@ -1040,17 +1100,24 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
         let (r, cands) = rank(&mut lv, &allowed);
         ranked = r;
         best = ranked.first().map(|&(p, _)| complete(&mut lv, p, &cands));
-    }
-    // Calibration credits the paraphrase a lexical match misses. A number,
-    // amount, date or count is never paraphrased past `numbers::backs`, so
-    // a claim with one the evidence set does not back keeps its raw share.
-    let cov = round4(best.as_ref().map_or(0.0, |(set, raw)| {
-        if specific_missing(&a, idx, set) {
-            *raw
+        if let Some((set, _)) = &best {
+            lv.coverage(set.units.iter().copied());
+            let spans = a.terms.iter().map(|t| t.span);
+            let spans = spans.chain(a.qty.iter().map(|q| q.span));
+            for (span, &level) in spans.zip(&lv.best) {
+                if level == 0 {
+                    unaligned.push(span);
+                }
+            }
         } else {
-            calibrate(*raw)
+            unaligned.extend(a.terms.iter().map(|t| t.span));
+            unaligned.extend(a.qty.iter().map(|q| q.span));
         }
-    }));
+        unaligned.sort_unstable();
+    }
+    // The weighted share of the claim that aligns with the evidence: what
+    // does not align is unknown, and counts for nothing.
+    let cov = round4(best.as_ref().map_or(0.0, |(_, raw)| *raw));
 
     if best.is_none() && a.total > 0.0 && !reasons.contains(&Reason::CitationNotFound) {
         reasons.push(Reason::NoEvidence);
@@ -1104,6 +1171,22 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
         .collect();
     reasons.sort_unstable();
     reasons.dedup();
+    let unaligned = if status == ClaimStatus::Supported {
+        Vec::new()
+    } else {
+        unaligned
+            .into_iter()
+            .map(|(s, e)| {
+                let start = text::char_offset(&claim.text, s);
+                let text = claim.text.get(s..e).unwrap_or("").to_string();
+                super::Span {
+                    start,
+                    end: start + text.chars().count(),
+                    text,
+                }
+            })
+            .collect()
+    };
     Check {
         claim_id: claim.id.clone(),
         claim_text: claim.text.clone(),
@@ -1114,6 +1197,7 @@ fn check_claim(claim: &Claim, idx: &Index<'_>, params: &Params) -> Check {
         reasons,
         conflicts,
         part_gap,
+        unaligned,
     }
 }
 
@@ -1136,29 +1220,6 @@ pub(super) fn status(
         ClaimStatus::Unsupported
     }
 }
-
-/// The reported coverage: a monotone, piecewise-linear map of the raw
-/// rarity-weighted share of the claim that the evidence holds, so that the
-/// default `min_coverage` (0.85) sits at the raw share that separates
-/// supported from unsupported claims best on held-out real data (WiCE dev,
-/// RAGTruth even ids; see docs/accuracy.md), and the default
-/// `review_floor` (0.5) at `tune::REVIEW_KNEE`. 0 stays 0, 1 stays 1, and a higher raw
-/// share always reports higher.
-pub(super) fn calibrate(raw: f64) -> f64 {
-    let raw = raw.clamp(0.0, 1.0);
-    let (low, floor) = (tune::REVIEW_KNEE, REVIEW_FLOOR);
-    let (knee, at) = (tune::CALIBRATION_KNEE, tune::CALIBRATION_TARGET);
-    if raw <= low {
-        raw * floor / low
-    } else if raw <= knee {
-        floor + (raw - low) * (at - floor) / (knee - low)
-    } else {
-        at + (raw - knee) * (1.0 - at) / (1.0 - knee)
-    }
-}
-
-/// The default `review_floor` that `tune::REVIEW_KNEE` reports as.
-const REVIEW_FLOOR: f64 = 0.5;
 
 fn resolve_citation(
     cc: &CallerCitation,
@@ -1238,6 +1299,18 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
                 continue;
             }
             score[u as usize] += t.weight * (tune::K1 + 1.0) / (1.0 + tune::K1 * unit.norm);
+        }
+    }
+    for &(s, k) in &a.related {
+        let Some(t) = a.terms.get(k as usize) else {
+            continue;
+        };
+        let w = t.weight * tune::RELATED_MATCH;
+        for &u in idx.posting(s) {
+            let unit = &idx.units[u as usize];
+            if allowed[unit.source] {
+                score[u as usize] += w * (tune::K1 + 1.0) / (1.0 + tune::K1 * unit.norm);
+            }
         }
     }
     if !a.qty.is_empty() {
@@ -1327,7 +1400,7 @@ fn rank(lv: &mut Levels<'_, '_>, allowed: &[bool]) -> (Vec<(Passage, f64)>, Vec<
 /// it (`numbers::backs` compares values, with a relative tolerance of at most
 /// 0.1, or a year-only date's year), so only quantities whose value lies in
 /// a window of ±20 % around it (plus 1e-6 for values near zero) are tested.
-/// Dates, and any non-finite value, test every quantity.
+/// Dates, counts with a unit, and any non-finite value, test every quantity.
 fn qty_score(
     lv: &mut Levels<'_, '_>,
     allowed: &[bool],
@@ -1346,7 +1419,9 @@ fn qty_score(
         }
     };
     let v = cq.q.value;
-    if cq.q.kind != QtyKind::Date && v.is_finite() && idx.values_finite {
+    // A count with a unit may be backed by another unit's value ("2 weeks"
+    // by "14 days"): outside the window, so every quantity is tested.
+    if cq.q.kind != QtyKind::Date && cq.q.unit.is_none() && v.is_finite() && idx.values_finite {
         let (lo, hi) = (v - 0.2 * v.abs() - 1e-6, v + 0.2 * v.abs() + 1e-6);
         let from = idx.by_value.partition_point(|x| x.0 < lo);
         for &(value, ui, qi) in idx.by_value.get(from..).unwrap_or(&[]) {

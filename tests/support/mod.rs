@@ -1056,7 +1056,7 @@ pub async fn decisions(s: &TestServer, n: usize) -> Vec<String> {
 pub const BLENDER_INVOICE: &str = "Invoice: blender, amount charged $100.00.";
 
 /// A claim [`BLENDER_INVOICE`] supports.
-pub const PAID_100: &str = "The customer paid $100 for the blender.";
+pub const PAID_100: &str = "The customer was charged $100 for the blender.";
 
 /// An authorize request for the action `refund` with `params`: the claim
 /// `{"text": claim}` against the source `inv`, [`BLENDER_INVOICE`].

@@ -129,7 +129,7 @@ fn is_restriction(norm: &str) -> bool {
 pub(super) fn is_universal(norm: &str) -> bool {
     matches!(
         norm,
-        "all" | "every" | "any" | "each" | "always" | "everything" | "everyone"
+        "all" | "every" | "any" | "each" | "always" | "everything" | "everyone" | "both"
     )
 }
 
@@ -301,6 +301,8 @@ enum ClaimSide {
     Stem(u32),
     /// The claim's "all", "every", "any" ...
     Universal,
+    /// The claim token at this index.
+    At(usize),
 }
 
 /// A contradiction and where it is: the claim's word, and the clause and
@@ -363,12 +365,20 @@ pub(super) fn find(
         hit = counted(&sentences, vocab, &claim_toks)
             .or_else(|| status(a, &sentences, vocab))
             .or_else(|| scope(a, &sentences, vocab))
-            .or_else(|| party(a, &sentences, vocab, claim, &claim_toks));
+            .or_else(|| party(a, &sentences, vocab, claim, &claim_toks))
+            .or_else(|| roles(&sentences, vocab, claim, &claim_toks))
+            .or_else(|| ended(a, &sentences, vocab, &claim_toks))
+            .or_else(|| one_of_all(a, &sentences, vocab))
+            .or_else(|| order(idx, units, &sentences, vocab, &claim_toks));
     }
     let hit = hit?;
-    let claim_tok = claim_toks.iter().find(|t| match hit.claim {
-        ClaimSide::Stem(s) => t.stem_id == s,
-        ClaimSide::Universal => is_universal(vocab.norm(t.norm_id)),
+    let claim_tok = claim_toks.iter().enumerate().find_map(|(i, t)| {
+        let this = match hit.claim {
+            ClaimSide::Stem(s) => t.stem_id == s,
+            ClaimSide::Universal => is_universal(vocab.norm(t.norm_id)),
+            ClaimSide::At(k) => i == k,
+        };
+        this.then_some(t)
     });
     let conflict = claim_tok.and_then(|ct| {
         let s = sentences.get(hit.at.0)?;
@@ -1061,6 +1071,296 @@ fn scope(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Optio
                 reason: Reason::ScopeConflict,
                 claim: ClaimSide::Universal,
                 at: (si, k),
+            });
+        }
+    }
+    None
+}
+
+/// Role prepositions whose objects can trade places: (preposition, the
+/// one opposite it).
+const ROLE_PREPOSITIONS: &[(&str, &str)] = &[("from", "to"), ("to", "from"), ("into", "from")];
+
+/// The objects of role prepositions in `toks`: (preposition, index of the
+/// first content word after it, at most three tokens on, within the
+/// clause's punctuation).
+fn role_objects(body: &str, toks: &[Token], vocab: &text::Vocab) -> Vec<(&'static str, usize)> {
+    let mut out = Vec::new();
+    for (k, t) in toks.iter().enumerate() {
+        let norm = vocab.norm(t.norm_id);
+        let Some(&(prep, _)) = ROLE_PREPOSITIONS.iter().find(|(p, _)| *p == norm) else {
+            continue;
+        };
+        for j in k + 1..toks.len().min(k + 4) {
+            let gap = body.get(toks[j - 1].end..toks[j].start).unwrap_or("");
+            if gap.contains(['.', ',', ';', ':', '(', ')']) {
+                break;
+            }
+            if !toks[j].lex.stopword {
+                out.push((prep, j));
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// A claim word that is the object of "from" (or "to") where the evidence
+/// has it only as the object of the opposite preposition: "from the EU
+/// account to the US account" against "from the US account to the EU
+/// account": `party_conflict`.
+fn roles(
+    sentences: &[Sentence<'_>],
+    vocab: &text::Vocab,
+    claim: &str,
+    claim_toks: &[Token],
+) -> Option<Hit> {
+    for (prep, k) in role_objects(claim, claim_toks, vocab) {
+        let stem = claim_toks[k].stem_id;
+        let Some(&(_, opposite)) = ROLE_PREPOSITIONS.iter().find(|(p, _)| *p == prep) else {
+            continue;
+        };
+        let mut same = false;
+        let mut other = None;
+        for (si, s) in sentences.iter().enumerate() {
+            for (p, j) in role_objects(s.body, s.toks, vocab) {
+                if s.toks[j].stem_id != stem {
+                    continue;
+                }
+                if p == prep {
+                    same = true;
+                } else if p == opposite && other.is_none() {
+                    other = Some((si, j));
+                }
+            }
+        }
+        if let (false, Some(at)) = (same, other) {
+            return Some(Hit::on_stem(Reason::PartyConflict, stem, at));
+        }
+    }
+    None
+}
+
+/// The claim states a present state ("is active", "currently", "still")
+/// that the evidence bounds in the past: "was active until it was closed",
+/// "formerly", "previously": `status_conflict`, on the claim word the
+/// bounded clause holds and the evidence's "until".
+fn ended(
+    a: &Analysis,
+    sentences: &[Sentence<'_>],
+    vocab: &text::Vocab,
+    claim_toks: &[Token],
+) -> Option<Hit> {
+    let norm = |t: &Token| vocab.norm(t.norm_id);
+    let present = claim_toks.iter().any(|t| {
+        matches!(
+            norm(t),
+            "is" | "are" | "am" | "currently" | "still" | "now" | "remains" | "remain"
+        )
+    });
+    let past = claim_toks
+        .iter()
+        .any(|t| matches!(norm(t), "was" | "were" | "had" | "formerly" | "previously"));
+    if !present || past {
+        return None;
+    }
+    let terms: Vec<u32> = a.terms.iter().filter_map(|t| t.stem).collect();
+    for (si, s) in sentences.iter().enumerate() {
+        for (k, t) in s.toks.iter().enumerate() {
+            let bound = match norm(t) {
+                "formerly" | "previously" => true,
+                // "was active until ...": a past copula before the bound.
+                "until" | "till" => s.toks[..k]
+                    .iter()
+                    .any(|p| matches!(norm(p), "was" | "were")),
+                _ => false,
+            };
+            if !bound {
+                continue;
+            }
+            // The claim word the bound applies to: before "until", or
+            // after "formerly".
+            let scope: &[Token] = if matches!(norm(t), "until" | "till") {
+                &s.toks[..k]
+            } else {
+                s.toks.get(k + 1..).unwrap_or(&[])
+            };
+            // The claim word nearest the bound.
+            let nearest = |x: &&Token| !x.lex.stopword && terms.contains(&x.stem_id);
+            let stated = if matches!(norm(t), "until" | "till") {
+                scope.iter().rev().find(nearest)
+            } else {
+                scope.iter().find(nearest)
+            };
+            if let Some(x) = stated {
+                return Some(Hit::on_stem(Reason::StatusConflict, x.stem_id, (si, k)));
+            }
+        }
+    }
+    None
+}
+
+/// "Both" or "all" of something in the claim, done ("were paid"), where
+/// the evidence states it in one clause about that thing and not in
+/// another ("A-1 was paid; A-2 is still open"): `scope_conflict`, on the
+/// claim's quantifier and the last word of the clause that leaves it out.
+fn one_of_all(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
+    let event = a.event?;
+    if !a.universal || a.excepts {
+        return None;
+    }
+    // The claim's other words: what "both" is about ("invoices").
+    let subject: Vec<u32> = a
+        .terms
+        .iter()
+        .filter_map(|t| t.stem)
+        .filter(|&s| s != event && !is_universal(vocab.stem(s)))
+        .collect();
+    let about: Vec<usize> = (0..sentences.len())
+        .filter(|&i| {
+            sentences[i]
+                .toks
+                .iter()
+                .any(|t| subject.contains(&t.stem_id))
+        })
+        .collect();
+    let states = |i: usize| {
+        let s = &sentences[i];
+        s.toks
+            .iter()
+            .enumerate()
+            .any(|(k, t)| t.stem_id == event && !negates(s.toks, vocab, k.saturating_sub(1)))
+    };
+    if about.len() < 2 || !about.iter().any(|&i| states(i)) {
+        return None;
+    }
+    let missing = about.iter().find(|&&i| !states(i))?;
+    let s = &sentences[*missing];
+    // Its last word, where the state it gives usually sits ("still open").
+    let k = s
+        .toks
+        .iter()
+        .rposition(|t| !t.lex.stopword && t.kind == text::TokenKind::Word)
+        .unwrap_or(0);
+    Some(Hit {
+        reason: Reason::ScopeConflict,
+        claim: ClaimSide::Universal,
+        at: (*missing, k),
+    })
+}
+
+/// The claim orders two events ("the refund was issued before the
+/// chargeback") and the evidence puts them the other way round: by the
+/// dates it gives each ("the chargeback was filed on May 2 and the refund
+/// was issued on May 9") or in words ("issued after the chargeback"):
+/// `date_mismatch`, on the claim's "before" or "after" and the evidence's
+/// date or word.
+fn order(
+    idx: &Index<'_>,
+    units: &[usize],
+    sentences: &[Sentence<'_>],
+    vocab: &text::Vocab,
+    claim_toks: &[Token],
+) -> Option<Hit> {
+    let norm = |t: &Token| vocab.norm(t.norm_id);
+    let b = claim_toks
+        .iter()
+        .position(|t| matches!(norm(t), "before" | "after"))?;
+    let before = norm(&claim_toks[b]) == "before";
+    let content = |toks: &[Token]| -> Vec<u32> {
+        toks.iter()
+            .filter(|t| !t.lex.stopword && t.kind == text::TokenKind::Word)
+            .map(|t| t.stem_id)
+            .collect()
+    };
+    let (mut left, mut right) = (content(&claim_toks[..b]), content(&claim_toks[b + 1..]));
+    // A date after the word ("before May 3") is a deadline, not an event.
+    if claim_toks[b + 1..]
+        .iter()
+        .any(|t| t.kind == text::TokenKind::Number || t.lex.month.is_some())
+    {
+        return None;
+    }
+    let shared: Vec<u32> = left.iter().filter(|s| right.contains(s)).copied().collect();
+    left.retain(|s| !shared.contains(s));
+    right.retain(|s| !shared.contains(s));
+    if left.is_empty() || right.is_empty() {
+        return None;
+    }
+    // In words: the evidence's own "before"/"after" between the two events.
+    for (si, s) in sentences.iter().enumerate() {
+        for (k, t) in s.toks.iter().enumerate() {
+            let w = norm(t);
+            if !matches!(w, "before" | "after") {
+                continue;
+            }
+            let (l, r) = (content(&s.toks[..k]), content(&s.toks[k + 1..]));
+            let has = |side: &[u32], of: &[u32]| side.iter().any(|x| of.contains(x));
+            let same_way = has(&l, &left) && has(&r, &right);
+            let flipped = has(&l, &right) && has(&r, &left);
+            let evidence_before = w == "before";
+            if (same_way && evidence_before != before) || (flipped && evidence_before == before) {
+                return Some(Hit {
+                    reason: Reason::DateMismatch,
+                    claim: ClaimSide::At(b),
+                    at: (si, k),
+                });
+            }
+        }
+    }
+    // By dates: each event's nearest full date in the same sentence.
+    for &u in units {
+        let unit = &idx.units[u];
+        let src = &idx.sources[unit.source];
+        let toks = idx.unit_tokens(unit);
+        let dates: Vec<(usize, (i32, u8, u8), usize)> = idx
+            .unit_qty(unit)
+            .iter()
+            .filter(|q| q.kind == super::QtyKind::Date && !q.date.ambiguous)
+            .filter_map(|q| {
+                let (m, d) = (q.date.month?, q.date.day?);
+                let at = q.tok_start.checked_sub(unit.tok_start)?;
+                Some((at, (q.date.year.unwrap_or(0), m, d), q.tok_start))
+            })
+            .collect();
+        if dates.len() < 2 || dates.iter().any(|d| d.1 .0 == 0) && dates.iter().any(|d| d.1 .0 != 0)
+        {
+            continue;
+        }
+        let when = |side: &[u32]| {
+            let pos = toks.iter().position(|t| side.contains(&t.stem_id))?;
+            dates
+                .iter()
+                .min_by_key(|d| {
+                    // The date after the event's word first, then before.
+                    if d.0 > pos {
+                        d.0 - pos
+                    } else {
+                        toks.len() + pos - d.0
+                    }
+                })
+                .copied()
+        };
+        let (Some(l), Some(r)) = (when(&left), when(&right)) else {
+            continue;
+        };
+        if l.2 == r.2 {
+            continue;
+        }
+        let reversed = if before { l.1 > r.1 } else { l.1 < r.1 };
+        if reversed {
+            let tok = src.tokens.get(l.2)?;
+            let at = sentences.iter().enumerate().find_map(|(si, s)| {
+                if !std::ptr::eq(s.body, src.text) {
+                    return None;
+                }
+                let k = s.toks.iter().position(|t| t.start == tok.start)?;
+                Some((si, k))
+            })?;
+            return Some(Hit {
+                reason: Reason::DateMismatch,
+                claim: ClaimSide::At(b),
+                at,
             });
         }
     }
