@@ -58,6 +58,7 @@ fn input(i: u64) -> Input {
             uri: None,
             checksum: None,
             unavailable: None,
+            captured: false,
         }],
         requested: Default::default(),
     }

@@ -29,7 +29,7 @@ use crate::config::{DefaultFloors, UnknownAction};
 use crate::engine::bind::BindValue;
 use crate::engine::decide::{self, Decision, DecisionReason, Effective, Outcome, Requested};
 use crate::engine::{self, Check};
-use crate::evidence::Resolver;
+use crate::evidence::{Content, Resolved, Resolver, SourceRef};
 use crate::policy::{
     ActionPolicy, Citations, Options, ParamLookup, ParamMismatch, ParamValue, PolicySet,
     Requirements, RuleHit,
@@ -139,8 +139,10 @@ pub struct Decided {
     /// citations are required is not one, whatever its coverage.
     pub claims_supported: usize,
     pub sources_total: usize,
-    /// `(source_id, why)` for every source that could not be used.
+    /// `(source_id, why)` for every source that could not be read.
     pub unavailable: Vec<(String, String)>,
+    /// `(source_id, why)` for every source the action's provenance refused.
+    pub untrusted: Vec<(String, String)>,
     pub policy_revision: String,
     /// RFC 3339 UTC time of the decision.
     pub evaluated_at: String,
@@ -309,12 +311,24 @@ pub async fn authorize(
     let mismatches = evaluation.mismatches;
 
     let source_refs = input::source_refs("sources", input.sources)?;
-    let resolved = h.resolver.resolve(&source_refs).await;
+    let provenance = policy.map(|p| &p.provenance);
+    let (resolved, untrusted) = read_sources(h.resolver, provenance, source_refs).await;
+    let refused = |id: &str| untrusted.iter().any(|(u, _)| u == id);
     let unavailable: Vec<(String, String)> = resolved
         .iter()
+        .filter(|r| !refused(&r.id))
         .filter_map(|r| r.text.as_ref().err().map(|e| (r.id.clone(), e.clone())))
         .collect();
-    let sources = input::engine_sources(&resolved);
+    // A refused source is never evidence: the engine sees it as unavailable.
+    let sources: Vec<engine::Source> = input::engine_sources(&resolved)
+        .into_iter()
+        .map(|mut s| {
+            if refused(&s.id) {
+                s.text = None;
+            }
+            s
+        })
+        .collect();
     // The input as decided, kept beside the record that names its hash.
     let captured = if h.capture && h.audit.is_durable() {
         capture::encode(&capture::Parts {
@@ -398,6 +412,7 @@ pub async fn authorize(
         checks: &checks,
         claims_without_citations: uncited.len(),
         unavailable_sources: unavailable.len(),
+        untrusted_sources: untrusted.len(),
         param_mismatches: mismatches.len(),
         unbound_params: unbound.len(),
         unknown_action,
@@ -414,6 +429,7 @@ pub async fn authorize(
                 checks: &checks,
                 uncited: &uncited,
                 unavailable: unavailable.len(),
+                untrusted: untrusted.len(),
                 effective: &effective,
             };
             let theirs = shadow::decide(&shadow_set, &shared);
@@ -498,14 +514,16 @@ pub async fn authorize(
         unbound,
         claims_supported,
         sources_total,
+        sources: resolved
+            .into_iter()
+            .filter(|r| !refused(&r.id))
+            .filter_map(|r| r.text.ok().map(|t| (r.id, t)))
+            .collect(),
         unavailable,
+        untrusted,
         policy_revision: set.revision.clone(),
         evaluated_at,
         receipt,
-        sources: resolved
-            .into_iter()
-            .filter_map(|r| r.text.ok().map(|t| (r.id, t)))
-            .collect(),
         params: audited_params,
         trace: explain::Trace {
             policy: match (policy, unknown_action) {
@@ -541,6 +559,68 @@ fn unknown_outcome<'s>(
     }
 }
 
+/// Reads the request's sources, except those the action's provenance
+/// refuses (`evidence.from = "referenced"`): inline text, a uri on another
+/// origin, a source without a checksum where one is required. Those are
+/// never read; they come back in request order beside the others, as the
+/// caller sent them (inline text as text, a uri as unavailable, so that a
+/// replay screens them again), and are listed with why.
+async fn read_sources(
+    resolver: &Resolver,
+    provenance: Option<&crate::policy::Provenance>,
+    refs: Vec<SourceRef>,
+) -> (Vec<Resolved>, Vec<(String, String)>) {
+    let Some(p) = provenance.filter(|p| p.referenced) else {
+        return (resolver.resolve(&refs).await, Vec::new());
+    };
+    let refusals: Vec<Option<String>> = refs
+        .iter()
+        .map(|s| {
+            // A captured source that was unavailable and named no uri was
+            // refused or failed before; it stays as it was.
+            if let Content::Captured {
+                uri: None,
+                text: Err(_),
+            } = &s.content
+            {
+                return None;
+            }
+            let uri = s.content.uri();
+            let origin = uri.and_then(crate::evidence::normalize_origin);
+            p.refuses(uri, origin.as_deref(), s.checksum.is_some())
+        })
+        .collect();
+    let to_read: Vec<SourceRef> = refs
+        .iter()
+        .zip(&refusals)
+        .filter(|(_, r)| r.is_none())
+        .map(|(s, _)| s.clone())
+        .collect();
+    let mut read = resolver.resolve(&to_read).await.into_iter();
+    let mut untrusted = Vec::new();
+    let mut out = Vec::with_capacity(refs.len());
+    for (s, refusal) in refs.into_iter().zip(refusals) {
+        match refusal {
+            None => out.extend(read.next()),
+            Some(why) => {
+                untrusted.push((s.id.clone(), why.clone()));
+                let uri = s.content.uri().map(str::to_string);
+                let text = match s.content {
+                    Content::Inline(t) | Content::Captured { text: Ok(t), .. } => Ok(t),
+                    Content::Uri(_) | Content::Captured { text: Err(_), .. } => Err(why),
+                };
+                out.push(Resolved {
+                    id: s.id,
+                    text,
+                    uri,
+                    checksum: s.checksum,
+                });
+            }
+        }
+    }
+    (out, untrusted)
+}
+
 /// The floors of `[defaults]` as the policy of an action type no policy
 /// names.
 fn defaults_policy(d: &DefaultFloors, type_: &str) -> ActionPolicy {
@@ -561,6 +641,7 @@ fn defaults_policy(d: &DefaultFloors, type_: &str) -> ActionPolicy {
         rules: vec![],
         param_types: Default::default(),
         bind: vec![],
+        provenance: Default::default(),
     }
 }
 

@@ -40,9 +40,24 @@ const MAX_REDIRECTS: usize = 3;
 pub enum Content {
     Inline(String),
     Uri(String),
-    /// A source a captured decision could not read, replayed as such (with
-    /// the reason it had): `verdict replay` never fetches.
-    Unavailable(String),
+    /// A source as a captured decision read it, replayed as such: its text
+    /// or why it was unavailable, and the uri it was named by, if any.
+    /// `verdict replay` never fetches.
+    Captured {
+        uri: Option<String>,
+        text: Result<String, String>,
+    },
+}
+
+impl Content {
+    /// The uri the source is named by, if any.
+    pub fn uri(&self) -> Option<&str> {
+        match self {
+            Content::Inline(_) => None,
+            Content::Uri(u) => Some(u),
+            Content::Captured { uri, .. } => uri.as_deref(),
+        }
+    }
 }
 
 /// A source to resolve.
@@ -59,6 +74,10 @@ pub struct SourceRef {
 pub struct Resolved {
     pub id: String,
     pub text: Result<String, String>,
+    /// The uri it was named by (`None` for inline text).
+    pub uri: Option<String>,
+    /// The `sha256:` checksum the caller gave.
+    pub checksum: Option<String>,
 }
 
 /// Reads sources for requests. Cheap to clone; holds one pooled client.
@@ -129,12 +148,16 @@ impl Resolver {
                     out[i] = Some(Resolved {
                         id: s.id.clone(),
                         text: check_sum(text.clone(), s.checksum.as_deref()),
+                        uri: None,
+                        checksum: s.checksum.clone(),
                     });
                 }
-                Content::Unavailable(why) => {
+                Content::Captured { uri, text } => {
                     out[i] = Some(Resolved {
                         id: s.id.clone(),
-                        text: Err(why.clone()),
+                        text: text.clone(),
+                        uri: uri.clone(),
+                        checksum: s.checksum.clone(),
                     });
                 }
                 Content::Uri(uri) => {
@@ -157,6 +180,8 @@ impl Resolver {
                     out[i] = Some(Resolved {
                         id: s.id.clone(),
                         text,
+                        uri: s.content.uri().map(str::to_string),
+                        checksum: s.checksum.clone(),
                     });
                 }
             }
@@ -167,6 +192,8 @@ impl Resolver {
                 r.unwrap_or_else(|| Resolved {
                     id: s.id.clone(),
                     text: Err("fetch task failed".into()),
+                    uri: s.content.uri().map(str::to_string),
+                    checksum: s.checksum.clone(),
                 })
             })
             .collect()
@@ -319,7 +346,7 @@ fn check_sum(text: String, checksum: Option<&str>) -> Result<String, String> {
 }
 
 /// `scheme://host:port` with the default port made explicit, lowercased.
-fn normalize_origin(s: &str) -> Option<String> {
+pub fn normalize_origin(s: &str) -> Option<String> {
     origin_of(&s.trim_end_matches('/').parse::<Uri>().ok()?)
 }
 

@@ -35,9 +35,9 @@ pub mod watch;
 pub use extract::{Extracted, Extractor, RequestParts};
 pub use route::{FailureMode, OnReview, PathParams, Route, RouteMatch};
 pub use rules::{
-    parse_decimal, ActionPolicy, Citations, DecisionMode, Effect, Evaluation, Op, Options,
-    ParamLookup, ParamMismatch, ParamType, ParamValue, Requirements, Rule, RuleHit, RuleResult,
-    Scalar,
+    parse_decimal, provenance_origin, ActionPolicy, Citations, DecisionMode, Effect, Evaluation,
+    Op, Options, ParamLookup, ParamMismatch, ParamType, ParamValue, Provenance, Requirements, Rule,
+    RuleHit, RuleResult, Scalar,
 };
 pub use store::{PolicyStore, ReloadOutcome, ReloadStatus};
 pub use validate::{DEFAULT_CONTENT_TYPE, DEFAULT_HOLD_TIMEOUT};
@@ -176,11 +176,28 @@ impl PolicySet {
     /// that gates nothing, a rule or `bind` on a param that no route of its
     /// action extracts (it can only come from `/v2/authorize` callers, so
     /// through the proxy the rule never sees it), and two routes whose
-    /// patterns share some paths (see [`PolicySet::route_conflicts`]).
+    /// patterns share some paths (see [`PolicySet::route_conflicts`]), and
+    /// an action that binds a number (an amount) to its claims without
+    /// saying where the evidence must come from: the caller can then write
+    /// the invoice its claims rest on.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         if !self.gates_anything() {
             out.push("the policy set gates nothing: no actions and no routes".to_string());
+        }
+        for (type_, policy) in &self.actions {
+            let numeric = |p: &String| {
+                matches!(
+                    policy.param_types.get(p),
+                    Some(ParamType::Number | ParamType::Integer | ParamType::DecimalString)
+                )
+            };
+            if !policy.provenance.declared && policy.bind.iter().any(numeric) {
+                out.push(format!(
+                    "action {type_:?} binds a number ({}) to its claims but does not say where its evidence comes from: a caller can send the document its claims rest on; add evidence = {{ from = \"referenced\", origins = [...] }}, or evidence = {{ from = \"any\" }} to accept that",
+                    policy.bind.iter().filter(|p| numeric(p)).cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
         }
         for (type_, policy) in &self.actions {
             let routes: Vec<&Route> = self.routes.iter().filter(|r| &r.action == type_).collect();

@@ -271,6 +271,11 @@ pub fn response(
                     reason: "fetch_failed",
                     detail: why.clone(),
                 })
+                .chain(o.untrusted.iter().map(|(id, why)| UnavailableOut {
+                    source_id: id.clone(),
+                    reason: "untrusted_source",
+                    detail: why.clone(),
+                }))
                 .collect(),
             policy_revision: o.policy_revision.clone(),
             audit: o.receipt.clone(),

@@ -297,6 +297,7 @@ mod tests {
             uri: uri.map(Into::into),
             checksum: None,
             unavailable: None,
+            captured: false,
         };
         assert!(source_refs("sources", vec![s(Some("a"), Some("t"), None)]).is_ok());
         for bad in [

@@ -68,7 +68,9 @@ struct Answer {
     citations: Vec<CitationIn>,
 }
 
-/// A source as the engine read it: exactly one of `text` and `unavailable`.
+/// A source as the engine read it: exactly one of `text` and `unavailable`,
+/// and the `uri` and `checksum` the caller named it by, if any (an action's
+/// `evidence` provenance reads them).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Source {
@@ -77,6 +79,10 @@ struct Source {
     text: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     unavailable: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checksum: Option<String>,
 }
 
 /// The requirements the request asked for, before floors.
@@ -205,11 +211,13 @@ fn write(p: &Parts<'_>) -> Result<String, RecordError> {
                 out.push(b',');
             }
             let mut o = Members::new(out);
+            o.str("checksum", s.checksum.as_deref())?;
             o.str("id", Some(&s.id))?;
             match &s.text {
                 Ok(t) => o.str("text", Some(t))?,
                 Err(why) => o.str("unavailable", Some(why))?,
             }
+            o.str("uri", s.uri.as_deref())?;
             o.finish();
         }
         out.push(b']');
@@ -254,9 +262,10 @@ pub fn decode(canonical: &str) -> Result<Input, String> {
             id: None,
             kind: None,
             text: s.text,
-            uri: None,
-            checksum: None,
+            uri: s.uri,
+            checksum: s.checksum,
             unavailable: s.unavailable,
+            captured: true,
         });
     }
     Ok(Input {
@@ -337,6 +346,8 @@ mod tests {
                     id: r.id.clone(),
                     text: r.text.as_ref().ok().cloned(),
                     unavailable: r.text.as_ref().err().cloned(),
+                    uri: r.uri.clone(),
+                    checksum: r.checksum.clone(),
                 })
                 .collect(),
             requested: Asked {
@@ -373,8 +384,13 @@ mod tests {
                 .collect();
             let answer = AnswerIn { text: texts[3].clone(), citations: claims[0].citations.clone() };
             let sources = vec![
-                Resolved { id: texts[1].clone(), text: Ok(texts[2].clone()) },
-                Resolved { id: texts[4].clone(), text: Err(texts[5].clone()) },
+                Resolved { id: texts[1].clone(), text: Ok(texts[2].clone()), uri: None, checksum: None },
+                Resolved {
+                    id: texts[4].clone(),
+                    text: Err(texts[5].clone()),
+                    uri: flags[0].then(|| texts[3].clone()),
+                    checksum: flags[1].then(|| texts[0].clone()),
+                },
             ];
             let requested = Requested {
                 decision_mode: flags[5].then_some(DecisionMode::Balanced),
@@ -403,10 +419,14 @@ mod tests {
             Resolved {
                 id: "s1".into(),
                 text: Ok("Order 1 was paid.".into()),
+                uri: Some("https://billing.example/orders/1".into()),
+                checksum: Some(format!("sha256:{}", "ab".repeat(32))),
             },
             Resolved {
                 id: "s2".into(),
                 text: Err("file is outside evidence.roots".into()),
+                uri: None,
+                checksum: None,
             },
         ];
         let requested = Requested {
@@ -446,6 +466,11 @@ mod tests {
             Some("file is outside evidence.roots")
         );
         assert_eq!(back.sources[0].text.as_deref(), Some("Order 1 was paid."));
+        assert_eq!(
+            back.sources[0].uri.as_deref(),
+            Some("https://billing.example/orders/1")
+        );
+        assert!(back.sources.iter().all(|s| s.captured));
         // Re-encoding the decoded input gives the same bytes.
         let resolved: Vec<Resolved> = back
             .sources
@@ -453,6 +478,8 @@ mod tests {
             .map(|s| Resolved {
                 id: s.source_id.clone().unwrap(),
                 text: s.text.clone().ok_or_else(|| s.unavailable.clone().unwrap()),
+                uri: s.uri.clone(),
+                checksum: s.checksum.clone(),
             })
             .collect();
         let back_params = serde_json::Value::Object(back.params.clone());
@@ -476,6 +503,8 @@ mod tests {
             let sources = vec![Resolved {
                 id: "s".into(),
                 text: Ok(text),
+                uri: None,
+                checksum: None,
             }];
             encode(&Parts {
                 action_type: "x",

@@ -83,7 +83,7 @@ pub fn review_detail(d: &Decided) -> Value {
         })).collect::<Vec<_>>(),
         "claims": claims,
         "sources": sources,
-        "unavailable": d.unavailable.iter().map(|(id, why)| json!({
+        "unavailable": d.unavailable.iter().chain(&d.untrusted).map(|(id, why)| json!({
             "source_id": id, "detail": why,
         })).collect::<Vec<_>>(),
     })

@@ -333,6 +333,7 @@ pub fn explain(
         unavailable_sources: decided
             .unavailable
             .iter()
+            .chain(&decided.untrusted)
             .map(|(id, why)| UnavailableOut {
                 source_id: id.clone(),
                 detail: why.clone(),

@@ -107,6 +107,10 @@ pub struct SourceIn {
     /// when the captured decision was made, for this reason.
     #[serde(skip)]
     pub unavailable: Option<String>,
+    /// Replay only: the source is as a captured decision read it (`text`
+    /// or `unavailable`, and the `uri` it was named by); nothing is read.
+    #[serde(skip)]
+    pub captured: bool,
 }
 
 /// An answer for output mode: a string, or `{text, citations?}`.
@@ -226,10 +230,14 @@ pub fn source_refs(field: &str, sources: Vec<SourceIn>) -> Result<Vec<SourceRef>
                 return Err(bad(format!(".type: unsupported {kind:?} (only \"text\")")));
             }
         }
-        let content = match (s.text, s.uri, s.unavailable) {
-            (Some(t), None, None) => Content::Inline(t),
-            (None, Some(u), None) => Content::Uri(u),
-            (None, None, Some(why)) => Content::Unavailable(why),
+        let content = match (s.captured, s.text, s.uri, s.unavailable) {
+            (false, Some(t), None, None) => Content::Inline(t),
+            (false, None, Some(u), None) => Content::Uri(u),
+            (true, Some(t), uri, None) => Content::Captured { uri, text: Ok(t) },
+            (true, None, uri, Some(why)) => Content::Captured {
+                uri,
+                text: Err(why),
+            },
             _ => return Err(bad(": exactly one of text or uri is required".into())),
         };
         if let Some(c) = &s.checksum {

@@ -44,6 +44,8 @@ pub(super) struct Shared<'a> {
     pub checks: &'a [Check],
     pub uncited: &'a [String],
     pub unavailable: usize,
+    /// Sources the live policy's provenance refused.
+    pub untrusted: usize,
     pub effective: &'a Effective,
 }
 
@@ -88,6 +90,7 @@ pub(super) fn decide(set: &PolicySet, s: &Shared<'_>) -> Decision {
         checks,
         claims_without_citations: s.uncited.len(),
         unavailable_sources: s.unavailable,
+        untrusted_sources: s.untrusted,
         param_mismatches: evaluation.mismatches.len(),
         unbound_params: unbound.len(),
         unknown_action,

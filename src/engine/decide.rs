@@ -248,6 +248,9 @@ pub enum DecisionReason {
     AmbiguousClaims,
     MissingCitations,
     FetchFailed,
+    /// A source is not from where the action's `evidence` says its
+    /// evidence must come from (inline text, another origin, no checksum).
+    UntrustedSource,
     PolicyViolation,
     ReviewRequired,
     NoClaims,
@@ -275,12 +278,13 @@ pub enum DecisionReason {
 
 impl DecisionReason {
     /// Every reason code, in declaration order.
-    pub const ALL: [DecisionReason; 16] = [
+    pub const ALL: [DecisionReason; 17] = [
         DecisionReason::CoverageSufficient,
         DecisionReason::UnsupportedClaims,
         DecisionReason::AmbiguousClaims,
         DecisionReason::MissingCitations,
         DecisionReason::FetchFailed,
+        DecisionReason::UntrustedSource,
         DecisionReason::PolicyViolation,
         DecisionReason::ReviewRequired,
         DecisionReason::NoClaims,
@@ -301,6 +305,7 @@ impl DecisionReason {
             DecisionReason::AmbiguousClaims => "ambiguous_claims",
             DecisionReason::MissingCitations => "missing_citations",
             DecisionReason::FetchFailed => "fetch_failed",
+            DecisionReason::UntrustedSource => "untrusted_source",
             DecisionReason::PolicyViolation => "policy_violation",
             DecisionReason::ReviewRequired => "review_required",
             DecisionReason::NoClaims => "no_claims",
@@ -326,6 +331,9 @@ pub struct Facts<'a> {
     pub claims_without_citations: usize,
     /// Sources that could not be read or failed their checksum.
     pub unavailable_sources: usize,
+    /// Sources the action's provenance refuses (`evidence.from =
+    /// "referenced"`): never read, never evidence.
+    pub untrusted_sources: usize,
     /// Params whose value is not of the type the policy reads.
     pub param_mismatches: usize,
     /// `bind` params that no supported claim states.
@@ -405,6 +413,13 @@ pub fn decide_traced(f: &Facts<'_>) -> (Decision, Row) {
         )
     } else if rule(Effect::Deny) {
         (Deny, Deny, R::PolicyViolation, "a deny rule hit")
+    } else if f.untrusted_sources > 0 {
+        (
+            Deny,
+            NeedsReview,
+            R::UntrustedSource,
+            "a source is not from where the action's evidence must come from",
+        )
     } else if f.unavailable_sources > 0 {
         (
             Deny,
@@ -540,6 +555,7 @@ mod tests {
             checks,
             claims_without_citations,
             unavailable_sources: 0,
+            untrusted_sources: 0,
             param_mismatches: 0,
             unbound_params: 0,
             unknown_action: None,
@@ -569,6 +585,7 @@ mod tests {
             checks: Vec<Check>,
             uncited: usize,
             unavailable: usize,
+            untrusted: usize,
             mismatches: usize,
             unbound: usize,
             citations: Citations,
@@ -584,6 +601,7 @@ mod tests {
             checks: vec![check(Supported, 1.0)],
             uncited: 0,
             unavailable: 0,
+            untrusted: 0,
             mismatches: 0,
             unbound: 0,
             citations: Citations::Required,
@@ -610,6 +628,16 @@ mod tests {
                 unavailable: 1,
                 strict: (Deny, R::PolicyViolation),
                 balanced: (Deny, R::PolicyViolation),
+                audit_would: Deny,
+                ..base()
+            },
+            Row {
+                name: "2 untrusted source",
+                untrusted: 1,
+                unavailable: 1,
+                uncited: 1,
+                strict: (Deny, R::UntrustedSource),
+                balanced: (NeedsReview, R::UntrustedSource),
                 audit_would: Deny,
                 ..base()
             },
@@ -705,6 +733,7 @@ mod tests {
                 r.require_claims = row.require_claims;
                 let d = decide(&Facts {
                     unavailable_sources: row.unavailable,
+                    untrusted_sources: row.untrusted,
                     param_mismatches: row.mismatches,
                     unbound_params: row.unbound,
                     ..facts(&r, &row.hits, &row.checks, row.uncited)

@@ -57,6 +57,19 @@ pub(super) struct FileAction {
     /// Params the supported claims must state.
     #[serde(default)]
     pub bind: Vec<Spanned<String>>,
+    /// Where the action's evidence must come from.
+    pub evidence: Option<FileEvidence>,
+}
+
+/// `evidence = { from = "referenced", origins = [...], require_checksum = true }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileEvidence {
+    pub from: Spanned<String>,
+    #[serde(default)]
+    pub origins: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub require_checksum: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -36,6 +36,91 @@ pub struct ActionPolicy {
     pub param_types: BTreeMap<String, ParamType>,
     /// Params that a supported claim must state (`bind = [...]`).
     pub bind: Vec<String>,
+    /// Where the evidence for this action must come from (`evidence = {...}`).
+    pub provenance: Provenance,
+}
+
+/// An action's `evidence` table: which sources may support its claims.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// The table is written (even as `from = "any"`): the author chose.
+    pub declared: bool,
+    /// `from = "referenced"`: only sources read by `uri` from `origins`
+    /// count; a caller's inline text supports nothing.
+    pub referenced: bool,
+    /// `scheme://host:port` (default port explicit, lower case) of each
+    /// allowed http(s) origin, and `file://` for files under
+    /// `evidence.roots`.
+    pub origins: Vec<String>,
+    /// A source must also carry a `sha256:` checksum of its content.
+    pub require_checksum: bool,
+}
+
+impl Provenance {
+    /// Why a source the caller named may not support this action's claims,
+    /// or `None` when it may. `uri` is the source's uri (`None` for inline
+    /// text); `origin` the uri's normalised origin, when it has one.
+    pub fn refuses(
+        &self,
+        uri: Option<&str>,
+        origin: Option<&str>,
+        checksum: bool,
+    ) -> Option<String> {
+        if !self.referenced {
+            return None;
+        }
+        let allowed = self.origins.join(", ");
+        let Some(uri) = uri else {
+            return Some(format!(
+                "inline text: this action takes evidence only by uri from {allowed}"
+            ));
+        };
+        let from_file = uri.starts_with("file://") && self.origins.iter().any(|o| o == "file://");
+        let from_origin = origin.is_some_and(|o| self.origins.iter().any(|a| a == o));
+        if !(from_file || from_origin) {
+            return Some(format!(
+                "{}: not an origin this action takes evidence from ({allowed})",
+                origin.unwrap_or("this uri")
+            ));
+        }
+        if self.require_checksum && !checksum {
+            return Some(
+                "no checksum: this action requires a sha256 checksum on every source".into(),
+            );
+        }
+        None
+    }
+}
+
+/// The origin an `origins` entry names, normalised as [`Provenance::origins`]
+/// holds it: `None` when it is not `file://` or a bare http(s) origin.
+pub fn provenance_origin(s: &str) -> Option<String> {
+    let s = s.trim();
+    if s == "file://" {
+        return Some(s.to_string());
+    }
+    let (scheme, rest) = s.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    let host_port = rest.strip_suffix('/').unwrap_or(rest).to_ascii_lowercase();
+    if host_port.is_empty() || host_port.contains(['/', '?', '#', '@', ' ']) {
+        return None;
+    }
+    // "[::1]:8080", "host:8080", "host".
+    let (host, port) = match host_port.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && (!h.contains(':') || h.ends_with(']')) => {
+            (h.to_string(), p.parse::<u16>().ok()?)
+        }
+        _ => (host_port.clone(), default_port),
+    };
+    if host.is_empty() {
+        return None;
+    }
+    Some(format!("{scheme}://{host}:{port}"))
 }
 
 /// A declared param type (`param_types = { amount = "number" }`).
@@ -487,6 +572,7 @@ mod tests {
             rules,
             param_types: BTreeMap::new(),
             bind: vec![],
+            provenance: Provenance::default(),
         }
     }
 

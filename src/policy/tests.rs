@@ -201,7 +201,7 @@ fn validation_errors_have_exact_positions() {
         ("[[action]\n".into(), "f.toml:1:9: invalid table header: expected `.`, `]]`"),
         ("[[action]]\ntype = 5\n".into(), "f.toml:2:8: invalid type: integer `5`, expected a string"),
         ("[[action]]\ntype = \"x\"\ntypo = 1\n".into(),
-         "f.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`"),
+         "f.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`"),
         ("[[action]]\ntype = \"x\"\nrequirements = { decision_mode = \"lenient\" }\n".into(),
          "f.toml:3:34: unknown variant `lenient`, expected one of `strict`, `balanced`, `audit`"),
         ("[[action]]\ntype = \"x\"\nrequirements = { min_cov = 1 }\n".into(),
@@ -566,7 +566,7 @@ fn check_dir_output() {
     let d = dir.path().display();
     assert_eq!(
         out,
-        format!("{d}/b.toml:3:1: unknown field `x`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`\n")
+        format!("{d}/b.toml:3:1: unknown field `x`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`\n")
     );
 
     let (code, out) = check_dir(&dir.path().join("nope"));
@@ -640,7 +640,7 @@ action = "b"
     assert_eq!(
         errors_of(&[("m.toml", text)]),
         vec![
-            "m.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`",
+            "m.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`",
             "m.toml:9:11: op \"gt\" needs a number value",
             "m.toml:13:8: unknown variant `between`, expected one of `eq`, `ne`, `gt`, `ge`, `lt`, `le`, `in`, `not_in`, `present`, `absent`, `matches`",
             "m.toml:20:1: unknown field `color`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`, `credential_headers`, `join_ignore_headers`",
@@ -1002,4 +1002,103 @@ fn routes_that_share_paths() {
         ),
         "{w:?}"
     );
+}
+
+#[test]
+fn evidence_provenance_is_parsed_and_checked() {
+    let action = |evidence: &str| format!("[[action]]\ntype = \"refund.create\"\n{evidence}\n");
+    let set = PolicySet::from_sources(&[(
+        "a.toml",
+        &action(
+            r#"evidence = { from = "referenced", origins = ["HTTPS://Billing.Internal/", "http://127.0.0.1:8080", "file://"], require_checksum = true }"#,
+        ),
+    )])
+    .unwrap();
+    let p = &set.action("refund.create").unwrap().provenance;
+    assert!(p.declared && p.referenced && p.require_checksum);
+    assert_eq!(
+        p.origins,
+        [
+            "https://billing.internal:443",
+            "http://127.0.0.1:8080",
+            "file://"
+        ]
+    );
+    // Inline text, another origin and a missing checksum are refused; the
+    // listed origin with a checksum is taken.
+    assert!(p.refuses(None, None, true).is_some());
+    let other = Some("https://evil.example:443");
+    assert!(p
+        .refuses(Some("https://evil.example/x"), other, true)
+        .is_some());
+    let billing = Some("https://billing.internal:443");
+    let uri = Some("https://billing.internal/orders/1");
+    assert!(p.refuses(uri, billing, false).is_some());
+    assert_eq!(p.refuses(uri, billing, true), None);
+    assert_eq!(
+        p.refuses(Some("file:///srv/evidence/a.txt"), None, true),
+        None
+    );
+    // `from = "any"` refuses nothing.
+    let any =
+        PolicySet::from_sources(&[("a.toml", &action(r#"evidence = { from = "any" }"#))]).unwrap();
+    let p = &any.action("refund.create").unwrap().provenance;
+    assert!(p.declared && !p.referenced);
+    assert_eq!(p.refuses(None, None, false), None);
+
+    for (evidence, want) in [
+        (
+            r#"evidence = { from = "somewhere" }"#,
+            "unknown value \"somewhere\"",
+        ),
+        (r#"evidence = { from = "referenced" }"#, "needs origins"),
+        (
+            r#"evidence = { from = "referenced", origins = ["https://billing.internal/orders"] }"#,
+            "is not an origin",
+        ),
+        (
+            r#"evidence = { from = "referenced", origins = ["ftp://x"] }"#,
+            "is not an origin",
+        ),
+        (
+            r#"evidence = { from = "any", origins = ["https://billing.internal"] }"#,
+            "apply only with from = \"referenced\"",
+        ),
+        (r#"evidence = { from = "any", fromm = 1 }"#, "unknown field"),
+    ] {
+        let errors = errors_of(&[("a.toml", &action(evidence))]);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains(want) && e.starts_with("a.toml:")),
+            "{evidence}: {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn binding_a_number_without_saying_where_evidence_comes_from_warns() {
+    let policy = |evidence: &str| {
+        format!(
+            "[[action]]\ntype = \"refund.create\"\nparam_types = {{ amount = \"number\" }}\nbind = [\"amount\"]\n{evidence}\n"
+        )
+    };
+    let set = PolicySet::from_sources(&[("a.toml", &policy(""))]).unwrap();
+    let w = set.warnings();
+    assert!(
+        w.iter()
+            .any(|w| w.contains("\"refund.create\" binds a number (amount)")),
+        "{w:?}"
+    );
+    for evidence in [
+        r#"evidence = { from = "any" }"#,
+        r#"evidence = { from = "referenced", origins = ["https://billing.internal"] }"#,
+    ] {
+        let set = PolicySet::from_sources(&[("a.toml", &policy(evidence))]).unwrap();
+        assert!(
+            set.warnings().is_empty(),
+            "{evidence}: {:?}",
+            set.warnings()
+        );
+    }
 }

@@ -16,8 +16,8 @@ use super::extract::Extractor;
 use super::file::{self, FileAction, FileOp, FileRoute, FileRule};
 use super::route::{FailureMode, OnReview, Pattern, Route, RouteTable};
 use super::rules::{
-    ActionPolicy, Citations, DecisionMode, Effect, Op, Options, ParamType, Requirements, Rule,
-    Scalar,
+    provenance_origin, ActionPolicy, Citations, DecisionMode, Effect, Op, Options, ParamType,
+    Provenance, Requirements, Rule, Scalar,
 };
 use super::{PolicyError, PolicySet};
 use crate::config::{line_col, parse_duration};
@@ -294,6 +294,11 @@ fn action(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<ActionPolicy> {
             cx.err(b.span().start, format!("invalid bind param {name:?}"));
         }
     }
+    let provenance = fa
+        .evidence
+        .as_ref()
+        .map(|e| provenance(cx, e))
+        .unwrap_or_default();
     if cx.errors.len() != before {
         return None;
     }
@@ -322,7 +327,54 @@ fn action(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<ActionPolicy> {
         rules,
         param_types,
         bind: fa.bind.iter().map(|b| b.get_ref().clone()).collect(),
+        provenance,
     })
+}
+
+/// An action's `evidence` table.
+fn provenance(cx: &mut FileCtx<'_>, e: &file::FileEvidence) -> Provenance {
+    let referenced = match e.from.get_ref().as_str() {
+        "any" => false,
+        "referenced" => true,
+        other => {
+            cx.err(
+                e.from.span().start,
+                format!("evidence.from: unknown value {other:?} (any, referenced)"),
+            );
+            false
+        }
+    };
+    let mut origins = Vec::new();
+    for o in &e.origins {
+        match provenance_origin(o.get_ref()) {
+            Some(n) => origins.push(n),
+            None => cx.err(
+                o.span().start,
+                format!(
+                    "evidence.origins: {:?} is not an origin (scheme://host[:port] with http or https, or file://)",
+                    o.get_ref()
+                ),
+            ),
+        }
+    }
+    if referenced && e.origins.is_empty() {
+        cx.err(
+            e.from.span().start,
+            "evidence.from = \"referenced\" needs origins: the uri origins (or file://) its evidence may come from",
+        );
+    }
+    if !referenced && (!e.origins.is_empty() || e.require_checksum) {
+        cx.err(
+            e.from.span().start,
+            "evidence.origins and require_checksum apply only with from = \"referenced\"",
+        );
+    }
+    Provenance {
+        declared: true,
+        referenced,
+        origins,
+        require_checksum: e.require_checksum,
+    }
 }
 
 fn coverage(cx: &mut FileCtx<'_>, key: &str, v: Option<&toml::Spanned<f64>>) -> Option<f64> {

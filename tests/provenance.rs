@@ -1,0 +1,195 @@
+//! Evidence a caller cannot write: an action whose policy says
+//! `evidence = { from = "referenced", origins = [...] }` takes its evidence
+//! only from documents the service reads by uri from those origins. Two
+//! loopback HTTP servers stand in for the billing system and for another
+//! allowlisted origin; every request goes through `/v2/authorize` on a real
+//! server.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use support::{serve_http, TestServer, APP_KEY};
+
+const INVOICE: &str = "Invoice INV-77 for order 1001: amount charged $600.00 on 2026-03-03.";
+const CLAIM: &str = "Order 1001 was charged $600.00.";
+
+/// A document server: answers [`INVOICE`] on `/orders/1001/invoice`, 404
+/// elsewhere, and counts what it was asked.
+async fn documents() -> (String, Arc<Mutex<Vec<String>>>) {
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let log = asked.clone();
+    let (addr, _task) = serve_http(move |parts, _body| {
+        let log = log.clone();
+        async move {
+            let path = parts.uri.path().to_string();
+            log.lock().unwrap().push(path.clone());
+            let mut r =
+                http::Response::new(Full::new(Bytes::from_static(INVOICE.as_bytes())).boxed());
+            if path != "/orders/1001/invoice" {
+                *r.status_mut() = http::StatusCode::NOT_FOUND;
+            }
+            r
+        }
+    })
+    .await;
+    (format!("http://{addr}"), asked)
+}
+
+fn policy(billing: &str) -> String {
+    format!(
+        r#"
+[[action]]
+type = "refund.create"
+requirements = {{ decision_mode = "balanced", citations = "optional" }}
+param_types = {{ amount = "number", order_id = "string" }}
+bind = ["amount", "order_id"]
+evidence = {{ from = "referenced", origins = ["{billing}"] }}
+
+[[action]]
+type = "refund.checked"
+requirements = {{ decision_mode = "strict", citations = "optional" }}
+evidence = {{ from = "referenced", origins = ["{billing}"], require_checksum = true }}
+
+[[action]]
+type = "refund.open"
+requirements = {{ decision_mode = "strict", citations = "optional" }}
+"#
+    )
+}
+
+fn body(action: &str, source: Value, mode: Option<&str>) -> String {
+    let mut b = json!({
+        "action": {"type": action, "params": {"amount": 600, "order_id": "1001"}},
+        "claims": [CLAIM],
+        "sources": [source],
+        "response": {"mode": "verbose"},
+    });
+    if let Some(m) = mode {
+        b["requirements"] = json!({"decision_mode": m});
+    }
+    b.to_string()
+}
+
+async fn decide(s: &TestServer, b: String) -> Value {
+    let r = s.post_json("/v2/authorize", &b, Some(APP_KEY)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+#[tokio::test]
+async fn only_documents_read_from_the_action_origins_support_its_claims() {
+    let (billing, billing_asked) = documents().await;
+    let (other, other_asked) = documents().await;
+    let (b2, o2) = (billing.clone(), other.clone());
+    let s = TestServer::with_policies(&[("refunds.toml", &policy(&billing))], move |c| {
+        c.evidence.allow_origins = vec![b2, o2];
+    })
+    .await;
+    let invoice_uri = format!("{billing}/orders/1001/invoice");
+
+    // The caller writes the invoice its claim rests on: strict denies,
+    // balanced holds for a person, and the claim itself is unsupported.
+    let fabricated = json!({"source_id": "inv", "text": INVOICE});
+    for (mode, want) in [(Some("strict"), "deny"), (None, "needs_review")] {
+        let v = decide(&s, body("refund.create", fabricated.clone(), mode)).await;
+        assert_eq!(v["decision"], want, "{v}");
+        assert_eq!(v["reason"], "untrusted_source", "{v}");
+        assert_eq!(
+            v["unavailable_sources"][0]["reason"], "untrusted_source",
+            "{v}"
+        );
+        assert_eq!(v["unavailable_sources"][0]["source_id"], "inv", "{v}");
+        assert_ne!(v["diagnostics"][0]["status"], "supported", "{v}");
+    }
+
+    // The same claim against the billing system's document: allowed.
+    let v = decide(
+        &s,
+        body(
+            "refund.create",
+            json!({"source_id": "inv", "uri": invoice_uri}),
+            Some("strict"),
+        ),
+    )
+    .await;
+    assert_eq!(v["decision"], "allow", "{v}");
+    assert_eq!(billing_asked.lock().unwrap().len(), 1);
+
+    // Another allowlisted origin that the action does not take: refused
+    // without being read.
+    let elsewhere = format!("{other}/orders/1001/invoice");
+    let v = decide(
+        &s,
+        body(
+            "refund.create",
+            json!({"source_id": "inv", "uri": elsewhere}),
+            Some("strict"),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (&v["decision"], &v["reason"]),
+        (&json!("deny"), &json!("untrusted_source")),
+        "{v}"
+    );
+    assert!(
+        other_asked.lock().unwrap().is_empty(),
+        "the other origin was read"
+    );
+
+    // A checksum that does not match what the billing system serves.
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let v = decide(
+        &s,
+        body(
+            "refund.create",
+            json!({"source_id": "inv", "uri": invoice_uri, "checksum": wrong}),
+            Some("strict"),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (&v["decision"], &v["reason"]),
+        (&json!("deny"), &json!("fetch_failed")),
+        "{v}"
+    );
+
+    // require_checksum: without one the source is refused; with the right
+    // one it counts.
+    let v = decide(
+        &s,
+        body(
+            "refund.checked",
+            json!({"source_id": "inv", "uri": invoice_uri}),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(
+        (&v["decision"], &v["reason"]),
+        (&json!("deny"), &json!("untrusted_source")),
+        "{v}"
+    );
+    let sum = format!("sha256:{}", hex::encode(Sha256::digest(INVOICE.as_bytes())));
+    let v = decide(
+        &s,
+        body(
+            "refund.checked",
+            json!({"source_id": "inv", "uri": invoice_uri, "checksum": sum}),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(v["decision"], "allow", "{v}");
+
+    // An action without an evidence table takes inline text as before.
+    let v = decide(&s, body("refund.open", fabricated, None)).await;
+    assert_eq!(v["decision"], "allow", "{v}");
+    s.shutdown().await;
+}
