@@ -193,3 +193,98 @@ async fn only_documents_read_from_the_action_origins_support_its_claims() {
     assert_eq!(v["decision"], "allow", "{v}");
     s.shutdown().await;
 }
+
+/// A gated route over a `from = "referenced"` action: the caller names the
+/// billing system's invoice by uri. A wrong claim is denied with a body
+/// that says which claim failed, why, and which of its words found no
+/// counterpart, and holds none of the invoice's text; the caller fixes the
+/// claim from that and the second try goes through.
+#[tokio::test]
+async fn a_denied_agent_fixes_its_claim_from_the_body_and_passes() {
+    let (billing, _asked) = documents().await;
+    let policy = format!(
+        r#"
+[[action]]
+type = "refund.create"
+requirements = {{ decision_mode = "strict", citations = "optional" }}
+param_types = {{ amount = "number", order_id = "string" }}
+bind = ["amount", "order_id"]
+evidence = {{ from = "referenced", origins = ["{billing}"] }}
+
+[[route]]
+name = "create-refund"
+method = "POST"
+path = "/api/orders/{{order_id}}/refunds"
+action = "refund.create"
+params = {{ order_id = "path:order_id", amount = "body:/amount" }}
+claims = "body:/justification/claims"
+sources = "body:/justification/evidence"
+"#
+    );
+    let b2 = billing.clone();
+    let g = support::Gated::start(&[("refunds.toml", &policy)], move |c| {
+        c.evidence.allow_origins = vec![b2];
+    })
+    .await;
+    let invoice_uri = format!("{billing}/orders/1001/invoice");
+    let call = |claim: String| {
+        let proxy = g.proxy.clone();
+        let body = json!({
+            "amount": 600,
+            "justification": {
+                "claims": [claim],
+                "evidence": [{"source_id": "invoice", "uri": invoice_uri}],
+            },
+        })
+        .to_string();
+        async move {
+            support::call(
+                &proxy,
+                http::Method::POST,
+                "/api/orders/1001/refunds",
+                &[("content-type", "application/json")],
+                body,
+            )
+            .await
+        }
+    };
+
+    let r = call("Order 1001 was charged $500.00 by bank transfer.".into()).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["reason"], "unsupported_claims", "{v}");
+    let failed = &v["claims"][0];
+    assert_eq!(failed["claim_id"], "c1", "{v}");
+    assert_eq!(failed["status"], "unsupported", "{v}");
+    assert!(
+        failed["reasons"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("amount_mismatch")),
+        "{v}"
+    );
+    let unaligned: Vec<&str> = failed["unaligned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        unaligned.contains(&"$500.00") && unaligned.contains(&"bank"),
+        "{v}"
+    );
+    // The invoice was read by the service, not sent by the caller: nothing
+    // of it is in the answer.
+    let text = r.text();
+    for secret in ["INV-77", "$600.00", "2026-03-03", "amount charged"] {
+        assert!(!text.contains(secret), "{secret} leaked: {text}");
+    }
+
+    // The agent drops the words that found no counterpart and states the
+    // amount it asks for.
+    let fixed = "Order 1001 was charged $600.00.".to_string();
+    let r = call(fixed).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-verdict-decision"], "allow");
+    g.s.shutdown().await;
+}

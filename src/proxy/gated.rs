@@ -70,13 +70,86 @@ pub(super) fn blocked(
     resp
 }
 
-/// Adds `rules` (the messages of the policy rules that fired) to a JSON
-/// body verdict itself wrote (a 403 or a 202); any other answer, such as
-/// the upstream's after an approval, is returned as it is.
-pub(super) async fn with_rules(resp: Response<RespBody>, rules: &[String]) -> Response<RespBody> {
+/// What a caller may learn of a decision that did not let its call
+/// through, so that it can correct its justification: the messages of the
+/// rules that fired, each claim that is not supported (id, status, reason
+/// codes, and the claim's own words that nothing in the evidence aligns
+/// with), the `bind` params no supported claim states, and the sources
+/// that were refused or could not be read. Never evidence text: a conflict
+/// quotes the evidence, so conflicts are left out; the caller's own claim
+/// words are not evidence.
+#[derive(Debug, Default)]
+pub(super) struct Findings {
+    rules: Vec<String>,
+    claims: Vec<Value>,
+    unbound: Vec<String>,
+    sources: Vec<Value>,
+}
+
+impl Findings {
+    pub(super) fn of(o: &decide::Decided) -> Findings {
+        let claims = o
+            .checks
+            .iter()
+            .filter(|c| c.status != crate::engine::ClaimStatus::Supported)
+            .map(|c| {
+                let mut v = json!({
+                    "claim_id": c.claim_id,
+                    "status": c.status.as_str(),
+                    "reasons": c.reasons.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+                });
+                if !c.unaligned.is_empty() {
+                    v["unaligned"] = json!(c.unaligned.iter().map(|s| &s.text).collect::<Vec<_>>());
+                }
+                v
+            })
+            .collect();
+        let source = |reason: &str, (id, why): &(String, String)| json!({"source_id": id, "reason": reason, "detail": why});
+        let sources = o
+            .untrusted
+            .iter()
+            .map(|u| source("untrusted_source", u))
+            .chain(o.unavailable.iter().map(|u| source("fetch_failed", u)))
+            .collect();
+        Findings {
+            rules: o.rule_hits.iter().map(|h| h.message.clone()).collect(),
+            claims,
+            unbound: o.unbound.clone(),
+            sources,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+            && self.claims.is_empty()
+            && self.unbound.is_empty()
+            && self.sources.is_empty()
+    }
+
+    /// Adds the non-empty findings to a body verdict wrote.
+    fn write_into(&self, v: &mut Value) {
+        if !self.rules.is_empty() {
+            v["rules"] = json!(self.rules);
+        }
+        if !self.claims.is_empty() {
+            v["claims"] = json!(self.claims);
+        }
+        if !self.unbound.is_empty() {
+            v["unbound_params"] = json!(self.unbound);
+        }
+        if !self.sources.is_empty() {
+            v["sources"] = json!(self.sources);
+        }
+    }
+}
+
+/// Adds the [`Findings`] of a decision to a JSON body verdict itself wrote
+/// (a 403 or a 202); any other answer, such as the upstream's after an
+/// approval, is returned as it is.
+pub(super) async fn with_findings(resp: Response<RespBody>, f: &Findings) -> Response<RespBody> {
     let ours = matches!(resp.status(), StatusCode::FORBIDDEN | StatusCode::ACCEPTED)
         && resp.headers().contains_key("x-verdict-decision");
-    if rules.is_empty() || !ours {
+    if f.is_empty() || !ours {
         return resp;
     }
     let (parts, body) = resp.into_parts();
@@ -87,7 +160,7 @@ pub(super) async fn with_rules(resp: Response<RespBody>, rules: &[String]) -> Re
     let bytes = collected.to_bytes();
     let body = match serde_json::from_slice::<Value>(&bytes) {
         Ok(mut v) => {
-            v["rules"] = json!(rules);
+            f.write_into(&mut v);
             Bytes::from(v.to_string())
         }
         Err(_) => bytes,
@@ -267,12 +340,8 @@ impl Proxy {
             }
         };
         let record_id = outcome.receipt.record_id.to_string();
-        // The caller (and the reviewer's 202 poller) learn which rules fired.
-        let rules: Vec<String> = outcome
-            .rule_hits
-            .iter()
-            .map(|h| h.message.clone())
-            .collect();
+        // The caller (and the reviewer's 202 poller) learn what to fix.
+        let findings = Findings::of(&outcome);
         let decision = outcome.decision.clone();
         let reason = decision.reason.as_str();
         self.stats.count(&route.name, decision.outcome.as_str());
@@ -294,7 +363,7 @@ impl Proxy {
                 }
                 Ok(resp)
             }
-            Outcome::Deny => Ok(with_rules(
+            Outcome::Deny => Ok(with_findings(
                 blocked(
                     request_id,
                     "deny",
@@ -302,10 +371,10 @@ impl Proxy {
                     Some(&record_id),
                     "denied by policy",
                 ),
-                &rules,
+                &findings,
             )
             .await),
-            Outcome::NeedsReview if route.on_review == OnReview::Deny => Ok(with_rules(
+            Outcome::NeedsReview if route.on_review == OnReview::Deny => Ok(with_findings(
                 blocked(
                     request_id,
                     "needs_review",
@@ -313,12 +382,12 @@ impl Proxy {
                     Some(&record_id),
                     "this call needs review and the route does not hold calls",
                 ),
-                &rules,
+                &findings,
             )
             .await),
             Outcome::NeedsReview => {
                 let resp = self.hold(route, held, &outcome, request_id).await?;
-                Ok(with_rules(resp, &rules).await)
+                Ok(with_findings(resp, &findings).await)
             }
         }
     }
