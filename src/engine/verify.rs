@@ -642,12 +642,14 @@ fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
 }
 
 /// (stem id, term index) for each derivational form ([`derive::related`])
-/// of a term's form that some unit holds, unless a term has that stem
-/// itself. Names are not derived.
+/// of a term's form that some unit holds, for the terms no unit holds,
+/// unless a term has that stem itself. Names are not derived.
 fn related_stems(terms: &[Term], forms: &[String], idx: &Index<'_>) -> Vec<(u32, u32)> {
     let mut out: Vec<(u32, u32)> = Vec::new();
     for (k, (t, form)) in terms.iter().zip(forms).enumerate() {
-        if t.name {
+        // A word some source holds aligns as itself; a derivational form
+        // is looked for only when it does not.
+        if t.name || idx.df(t.stem) > 0 {
             continue;
         }
         for r in derive::related(form) {
