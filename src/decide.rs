@@ -457,7 +457,7 @@ pub async fn authorize(
     record.claims_supported = Some(claims_supported as u64);
     record.policy_revision = Some(set.revision.clone());
     record.route = ctx.route.map(str::to_string);
-    record.detail = decision_detail(&rule_hits, &mismatches, &unbound);
+    record.detail = decision_detail(&rule_hits, &mismatches, &unbound, &resolved);
     if let Some((theirs, revision)) = &shadow {
         let detail = record
             .detail
@@ -739,8 +739,10 @@ fn decision_detail(
     hits: &[RuleHit],
     mismatches: &[ParamMismatch],
     unbound: &[String],
+    resolved: &[Resolved],
 ) -> Option<serde_json::Value> {
     use serde_json::json;
+    use sha2::Digest as _;
     let mut d = serde_json::Map::new();
     if !hits.is_empty() {
         let rules: Vec<serde_json::Value> = hits
@@ -767,6 +769,19 @@ fn decision_detail(
     }
     if !unbound.is_empty() {
         d.insert("unbound_params".into(), json!(unbound));
+    }
+    // What was read by uri, and the sha256 of what it said: the record
+    // names the document the decision rests on.
+    let read: Vec<serde_json::Value> = resolved
+        .iter()
+        .filter_map(|r| {
+            let (uri, text) = (r.uri.as_ref()?, r.text.as_ref().ok()?);
+            let sum = hex::encode(sha2::Sha256::digest(text.as_bytes()));
+            Some(json!({"source_id": r.id, "uri": uri, "sha256": format!("sha256:{sum}")}))
+        })
+        .collect();
+    if !read.is_empty() {
+        d.insert("sources_read".into(), json!(read));
     }
     (!d.is_empty()).then_some(serde_json::Value::Object(d))
 }

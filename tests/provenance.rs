@@ -288,3 +288,119 @@ sources = "body:/justification/evidence"
     assert_eq!(r.headers["x-verdict-decision"], "allow");
     g.s.shutdown().await;
 }
+
+/// A route that names the record itself: `sources_from` fills the uri
+/// from the route's params, percent-encoded into one path segment. The
+/// billing system sees exactly one path per call, and never another one
+/// or another origin, whatever the param holds; a caller source under the
+/// route's id is refused; the record names the document's sha256.
+#[tokio::test]
+async fn a_route_reads_the_record_its_params_name() {
+    let (billing, asked) = documents().await;
+    let policy = format!(
+        r#"
+[[action]]
+type = "refund.create"
+requirements = {{ decision_mode = "strict", citations = "optional" }}
+param_types = {{ amount = "number", order_id = "string" }}
+bind = ["amount", "order_id"]
+evidence = {{ from = "referenced", origins = ["{billing}"] }}
+
+[[route]]
+name = "create-refund"
+method = "POST"
+path = "/api/orders/{{order_id}}/refunds"
+action = "refund.create"
+params = {{ order_id = "path:order_id", amount = "body:/amount" }}
+claims = "body:/claims"
+sources_from = [{{ id = "invoice", uri = "{billing}/orders/{{order_id}}/invoice" }}]
+"#
+    );
+    let b2 = billing.clone();
+    let g = support::Gated::start(&[("refunds.toml", &policy)], move |c| {
+        c.evidence.allow_origins = vec![b2];
+    })
+    .await;
+    let post = |path: String, body: Value| {
+        let proxy = g.proxy.clone();
+        async move {
+            support::call(
+                &proxy,
+                http::Method::POST,
+                &path,
+                &[("content-type", "application/json")],
+                body.to_string(),
+            )
+            .await
+        }
+    };
+    let claims = json!({"amount": 600, "claims": [CLAIM]});
+
+    let r = post("/api/orders/1001/refunds".into(), claims.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(asked.lock().unwrap().as_slice(), ["/orders/1001/invoice"]);
+    // The record names what was read and the sha256 of what it said.
+    let record_id = r.headers["x-verdict-record-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let rec =
+        g.s.get(&format!("/v2/audit/{record_id}"), Some(APP_KEY))
+            .await
+            .json();
+    let read = &rec["detail"]["sources_read"][0];
+    assert_eq!(read["source_id"], "invoice", "{rec}");
+    assert_eq!(
+        read["uri"],
+        format!("{billing}/orders/1001/invoice"),
+        "{rec}"
+    );
+    let sum = format!("sha256:{}", hex::encode(Sha256::digest(INVOICE.as_bytes())));
+    assert_eq!(read["sha256"], sum, "{rec}");
+
+    // Hostile order ids stay inside one path segment of the billing origin.
+    for id in [
+        "..%2Fadmin",
+        "1001%2F..%2Fx",
+        "1001%3Fx%3D",
+        "%40evil",
+        "1001%23frag",
+    ] {
+        asked.lock().unwrap().clear();
+        let r = post(format!("/api/orders/{id}/refunds"), claims.clone()).await;
+        assert_ne!(r.status, 200, "{id}: {}", r.text());
+        for p in asked.lock().unwrap().iter() {
+            assert!(
+                p.starts_with("/orders/") && p.ends_with("/invoice") && p.matches('/').count() == 3,
+                "{id} reached {p}"
+            );
+            assert!(
+                !p.contains("/admin") && !p.contains("?"),
+                "{id} reached {p}"
+            );
+        }
+    }
+    // The caller may not send the record itself.
+    let forged = json!({"amount": 600, "claims": [CLAIM], "sources": [{"source_id": "invoice", "text": INVOICE}]});
+    let policy_with_sources = policy.replace(
+        "claims = \"body:/claims\"",
+        "claims = \"body:/claims\"\nsources = \"body:/sources\"",
+    );
+    g.s.shutdown().await;
+    let b3 = billing.clone();
+    let g = support::Gated::start(&[("refunds.toml", &policy_with_sources)], move |c| {
+        c.evidence.allow_origins = vec![b3];
+    })
+    .await;
+    let r = support::call(
+        &g.proxy,
+        http::Method::POST,
+        "/api/orders/1001/refunds",
+        &[("content-type", "application/json")],
+        forged.to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("invoice"), "{}", r.text());
+    g.s.shutdown().await;
+}

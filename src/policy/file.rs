@@ -167,6 +167,18 @@ pub(super) struct FileRoute {
     /// Per-try headers a retry may change and still join its pending review.
     #[serde(default)]
     pub join_ignore_headers: Vec<Spanned<String>>,
+    /// Sources the gate reads for the call, from uri templates over the
+    /// route's params.
+    #[serde(default)]
+    pub sources_from: Vec<FileSourceFrom>,
+}
+
+/// `{ id = "invoice", uri = "https://billing.internal/orders/{order_id}/invoice" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileSourceFrom {
+    pub id: Spanned<String>,
+    pub uri: Spanned<String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

@@ -98,7 +98,81 @@ pub struct Route {
     /// Headers (lowercase) a retry may change and still join its pending
     /// review, besides the per-try ones verdict always leaves out.
     pub join_ignore_headers: Vec<String>,
+    /// Sources the gate reads for every call (`sources_from`): the system
+    /// of record's documents, named by templates over the route's params.
+    pub sources_from: Vec<SourceTemplate>,
     pub(super) pattern: Pattern,
+}
+
+/// One `sources_from` entry: a source id and a uri template whose
+/// `{param}` placeholders sit after a fixed origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceTemplate {
+    pub id: String,
+    pub uri: String,
+}
+
+impl SourceTemplate {
+    /// Placeholder names of a template, in order, or why it is malformed
+    /// (an unclosed or empty `{}`).
+    pub fn placeholders(uri: &str) -> Result<Vec<&str>, String> {
+        let mut out = Vec::new();
+        let mut rest = uri;
+        while let Some(open) = rest.find('{') {
+            let after = &rest[open + 1..];
+            let close = after
+                .find('}')
+                .ok_or_else(|| format!("unclosed '{{' in {uri:?}"))?;
+            let name = &after[..close];
+            if name.is_empty() || name.contains('{') {
+                return Err(format!("an empty or nested placeholder in {uri:?}"));
+            }
+            out.push(name);
+            rest = &after[close + 1..];
+        }
+        if rest.contains('}') {
+            return Err(format!("a '}}' without '{{' in {uri:?}"));
+        }
+        Ok(out)
+    }
+
+    /// The uri for one call: each `{param}` replaced by the param's value
+    /// (a string or a number), percent-encoded as one path segment (every
+    /// byte but letters, digits, `-`, `_`, `.` and `~`), so that a value
+    /// never adds a segment, a query, a fragment or another origin. An
+    /// absent or empty value, another type, and `.` or `..` (a dot
+    /// segment) name no record: `Err` with why.
+    pub fn fill(
+        &self,
+        params: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, String> {
+        let names = Self::placeholders(&self.uri)?;
+        let mut out = String::with_capacity(self.uri.len() + 16);
+        let mut rest = self.uri.as_str();
+        for name in names {
+            let Some(open) = rest.find('{') else { break };
+            out.push_str(&rest[..open]);
+            rest = &rest[open + name.len() + 2..];
+            let value = match params.get(name) {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(serde_json::Value::Number(n)) => n.to_string(),
+                Some(_) => return Err(format!("param {name} is not a string or a number")),
+                None => return Err(format!("param {name} is absent")),
+            };
+            if value.is_empty() || value == "." || value == ".." {
+                return Err(format!("param {name} ({value:?}) names no record"));
+            }
+            for b in value.bytes() {
+                if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+                    out.push(char::from(b));
+                } else {
+                    out.push_str(&format!("%{b:02X}"));
+                }
+            }
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
 }
 
 /// The headers that carry a caller's credential on every route; a route

@@ -239,7 +239,7 @@ fn validation_errors_have_exact_positions() {
          "f.toml:8:13: unknown variant `wait`, expected `hold` or `deny`"),
         (route("failure_mode = \"ajar\"\n"),
          "f.toml:8:16: unknown variant `ajar`, expected `closed` or `open`"),
-        (route("bogus = 1\n"), "f.toml:8:1: unknown field `bogus`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`, `credential_headers`, `join_ignore_headers`"),
+        (route("bogus = 1\n"), "f.toml:8:1: unknown field `bogus`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`, `credential_headers`, `join_ignore_headers`, `sources_from`"),
         ("[[action]]\ntype = \"x\"\n[[route]]\nname = \"r\"\nmethod = \"PO ST\"\npath = \"o\"\naction = \"y\"\n".into(),
          "f.toml:5:10: invalid method \"PO ST\": expected one of GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE, CONNECT\nf.toml:6:8: path \"o\" must start with \"/\"\nf.toml:7:10: route \"r\" references unknown action \"y\""),
         ("[[action]]\ntype = \"x\"\n[[route]]\nname = \"r\"\nmethod = \"GET\"\npath = \"/a/{b}x\"\naction = \"x\"\n".into(),
@@ -643,7 +643,7 @@ action = "b"
             "m.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`",
             "m.toml:9:11: op \"gt\" needs a number value",
             "m.toml:13:8: unknown variant `between`, expected one of `eq`, `ne`, `gt`, `ge`, `lt`, `le`, `in`, `not_in`, `present`, `absent`, `matches`",
-            "m.toml:20:1: unknown field `color`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`, `credential_headers`, `join_ignore_headers`",
+            "m.toml:20:1: unknown field `color`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`, `credential_headers`, `join_ignore_headers`, `sources_from`",
             "m.toml:26:16: params.p: invalid extractor \"cookie:x\": expected path:NAME, query:NAME, header:NAME, body:/POINTER or literal:VALUE",
             "m.toml:27:1: missing field `method`",
         ]
@@ -1100,5 +1100,64 @@ fn binding_a_number_without_saying_where_evidence_comes_from_warns() {
             "{evidence}: {:?}",
             set.warnings()
         );
+    }
+}
+
+#[test]
+fn a_source_template_fills_one_path_segment_per_param() {
+    use crate::policy::route::SourceTemplate;
+    let t = SourceTemplate {
+        id: "invoice".into(),
+        uri: "https://billing.internal/orders/{order_id}/invoice?v={v}".into(),
+    };
+    let params = |id: serde_json::Value| {
+        serde_json::json!({"order_id": id, "v": 2})
+            .as_object()
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(
+        t.fill(&params("1001".into())).unwrap(),
+        "https://billing.internal/orders/1001/invoice?v=2"
+    );
+    for (value, want) in [
+        ("../admin", "..%2Fadmin"),
+        ("1001/../x", "1001%2F..%2Fx"),
+        ("1001%2F..", "1001%252F.."),
+        ("1001?x=", "1001%3Fx%3D"),
+        ("@evil", "%40evil"),
+        ("a#b", "a%23b"),
+        ("é", "%C3%A9"),
+    ] {
+        assert_eq!(
+            t.fill(&params(value.into())).unwrap(),
+            format!("https://billing.internal/orders/{want}/invoice?v=2"),
+            "{value}"
+        );
+    }
+    for bad in [json!(""), json!("."), json!(".."), json!(null), json!([1])] {
+        assert!(t.fill(&params(bad.clone())).is_err(), "{bad}");
+    }
+    assert!(t.fill(&serde_json::Map::new()).is_err());
+
+    let route = |uri: &str| {
+        format!(
+            "[[action]]\ntype = \"a\"\n\n[[route]]\nname = \"r\"\nmethod = \"POST\"\npath = \"/o/{{id}}\"\naction = \"a\"\nparams = {{ id = \"path:id\" }}\nsources_from = [{{ id = \"doc\", uri = \"{uri}\" }}]\n"
+        )
+    };
+    let set = PolicySet::from_sources(&[("a.toml", &route("https://b.internal/o/{id}"))]).unwrap();
+    assert_eq!(set.routes[0].sources_from[0].id, "doc");
+    for (uri, want) in [
+        ("https://{id}.internal/o", "the origin must be written out"),
+        (
+            "https://b.internal/o/{nope}",
+            "{nope} is not a param of this route",
+        ),
+        ("https://b.internal/o/{id", "unclosed"),
+        ("gopher://b.internal/{id}", "only http, https and file"),
+        ("b.internal/{id}", "is not a uri"),
+    ] {
+        let errors = errors_of(&[("a.toml", &route(uri))]);
+        assert!(errors.iter().any(|e| e.contains(want)), "{uri}: {errors:?}");
     }
 }

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::extract::Extractor;
 use super::file::{self, FileAction, FileOp, FileRoute, FileRule};
-use super::route::{FailureMode, OnReview, Pattern, Route, RouteTable};
+use super::route::{FailureMode, OnReview, Pattern, Route, RouteTable, SourceTemplate};
 use super::rules::{
     provenance_origin, ActionPolicy, Citations, DecisionMode, Effect, Op, Options, ParamType,
     Provenance, Requirements, Rule, Scalar,
@@ -640,6 +640,7 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
             );
         }
     }
+    let sources_from = sources_from(cx, fr, &params);
     if cx.errors.len() != before {
         return None;
     }
@@ -668,8 +669,69 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
         pinned: fr.pinned,
         credential_headers,
         join_ignore_headers,
+        sources_from,
         pattern: pattern?,
     })
+}
+
+/// A route's `sources_from`: unique ids, and uri templates with a fixed
+/// http(s) or file origin whose placeholders name the route's params.
+fn sources_from(
+    cx: &mut FileCtx<'_>,
+    fr: &FileRoute,
+    params: &[(String, super::Extractor)],
+) -> Vec<SourceTemplate> {
+    let mut out: Vec<SourceTemplate> = Vec::new();
+    for s in &fr.sources_from {
+        let (id, uri) = (s.id.get_ref(), s.uri.get_ref());
+        if id.trim().is_empty() {
+            cx.err(s.id.span().start, "sources_from: id must not be empty");
+        } else if out.iter().any(|t| &t.id == id) {
+            cx.err(
+                s.id.span().start,
+                format!("sources_from: duplicate id {id:?}"),
+            );
+        }
+        let Some((scheme, rest)) = uri.split_once("://") else {
+            cx.err(
+                s.uri.span().start,
+                format!("sources_from: {uri:?} is not a uri"),
+            );
+            continue;
+        };
+        if !matches!(scheme, "http" | "https" | "file") {
+            cx.err(
+                s.uri.span().start,
+                format!("sources_from: {uri:?}: only http, https and file uris"),
+            );
+        }
+        // The origin is fixed: no placeholder before the path.
+        let authority = rest.split('/').next().unwrap_or("");
+        if authority.contains(['{', '}']) || (scheme != "file" && authority.is_empty()) {
+            cx.err(
+                s.uri.span().start,
+                format!("sources_from: {uri:?}: the origin must be written out; placeholders go in the path"),
+            );
+        }
+        match SourceTemplate::placeholders(uri) {
+            Ok(names) => {
+                for n in names {
+                    if !params.iter().any(|(p, _)| p == n) {
+                        cx.err(
+                            s.uri.span().start,
+                            format!("sources_from: {{{n}}} is not a param of this route"),
+                        );
+                    }
+                }
+            }
+            Err(e) => cx.err(s.uri.span().start, format!("sources_from: {e}")),
+        }
+        out.push(SourceTemplate {
+            id: id.clone(),
+            uri: uri.clone(),
+        });
+    }
+    out
 }
 
 /// A list of header names, lowercased; a name that is not an HTTP field

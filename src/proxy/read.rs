@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::guard;
 use crate::config::{MethodOverride, ProxyConfig};
-use crate::decide::input::{from_json, Claims};
+use crate::decide::input::{from_json, Claims, SourceIn};
 use crate::decide::{DecideError, Input};
 use crate::engine::decide::DecisionReason;
 use crate::policy::{PathParams, PolicySet, RequestParts, Route, RouteMatch};
@@ -339,13 +339,49 @@ pub fn gated_input<'a>(
             requested: Default::default(),
         })
     })();
-    input.map_err(|e| {
+    let mut input = input.map_err(|e| {
         refuse(
             DecisionReason::PolicyViolation,
             StatusCode::BAD_REQUEST,
             format!("the request's justification is malformed: {e}"),
         )
-    })
+    })?;
+    // The records the route names for this call: read by the service, so
+    // a caller may not send a source under one of their ids.
+    for t in &route.sources_from {
+        let taken = input
+            .sources
+            .iter()
+            .any(|s| s.source_id.as_deref().or(s.id.as_deref()) == Some(t.id.as_str()));
+        if taken {
+            return Err(refuse(
+                DecisionReason::PolicyViolation,
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "source {:?} is read by the gate from the system of record; do not send it",
+                    t.id
+                ),
+            ));
+        }
+        let uri = t.fill(&input.params).map_err(|e| {
+            refuse(
+                DecisionReason::PolicyViolation,
+                StatusCode::BAD_REQUEST,
+                format!("the route reads source {:?} by uri, and {e}", t.id),
+            )
+        })?;
+        input.sources.push(SourceIn {
+            source_id: Some(t.id.clone()),
+            id: None,
+            kind: None,
+            text: None,
+            uri: Some(uri),
+            checksum: None,
+            unavailable: None,
+            captured: false,
+        });
+    }
+    Ok(input)
 }
 
 /// The JSON pointers of a route's `body:` extractors.
