@@ -82,6 +82,51 @@ async fn decide(s: &TestServer, b: String) -> Value {
     r.json()
 }
 
+/// A refunds action that takes evidence only from `billing`, and its
+/// route; `justification` is the route's lines that say where the claims
+/// and sources come from.
+fn gated_policy(billing: &str, justification: &str) -> String {
+    format!(
+        r#"
+[[action]]
+type = "refund.create"
+requirements = {{ decision_mode = "strict", citations = "optional" }}
+param_types = {{ amount = "number", order_id = "string" }}
+bind = ["amount", "order_id"]
+evidence = {{ from = "referenced", origins = ["{billing}"] }}
+
+[[route]]
+name = "create-refund"
+method = "POST"
+path = "/api/orders/{{order_id}}/refunds"
+action = "refund.create"
+params = {{ order_id = "path:order_id", amount = "body:/amount" }}
+{justification}
+"#
+    )
+}
+
+/// The sidecar with `policy`, reading uri sources from `billing` only.
+async fn gated(billing: &str, policy: &str) -> support::Gated {
+    let origin = billing.to_string();
+    support::Gated::start(&[("refunds.toml", policy)], move |c| {
+        c.evidence.allow_origins = vec![origin];
+    })
+    .await
+}
+
+/// `POST path` with a JSON body through the proxy.
+async fn post(g: &support::Gated, path: &str, body: &Value) -> support::Resp {
+    support::call(
+        &g.proxy,
+        http::Method::POST,
+        path,
+        &[("content-type", "application/json")],
+        body.to_string(),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn only_documents_read_from_the_action_origins_support_its_claims() {
     let (billing, billing_asked) = documents().await;
@@ -202,54 +247,27 @@ async fn only_documents_read_from_the_action_origins_support_its_claims() {
 #[tokio::test]
 async fn a_denied_agent_fixes_its_claim_from_the_body_and_passes() {
     let (billing, _asked) = documents().await;
-    let policy = format!(
-        r#"
-[[action]]
-type = "refund.create"
-requirements = {{ decision_mode = "strict", citations = "optional" }}
-param_types = {{ amount = "number", order_id = "string" }}
-bind = ["amount", "order_id"]
-evidence = {{ from = "referenced", origins = ["{billing}"] }}
-
-[[route]]
-name = "create-refund"
-method = "POST"
-path = "/api/orders/{{order_id}}/refunds"
-action = "refund.create"
-params = {{ order_id = "path:order_id", amount = "body:/amount" }}
-claims = "body:/justification/claims"
-sources = "body:/justification/evidence"
-"#
-    );
-    let b2 = billing.clone();
-    let g = support::Gated::start(&[("refunds.toml", &policy)], move |c| {
-        c.evidence.allow_origins = vec![b2];
-    })
-    .await;
+    let route =
+        "claims = \"body:/justification/claims\"\nsources = \"body:/justification/evidence\"";
+    let g = gated(&billing, &gated_policy(&billing, route)).await;
     let invoice_uri = format!("{billing}/orders/1001/invoice");
-    let call = |claim: String| {
-        let proxy = g.proxy.clone();
-        let body = json!({
+    let call = |claim: &str| {
+        json!({
             "amount": 600,
             "justification": {
                 "claims": [claim],
                 "evidence": [{"source_id": "invoice", "uri": invoice_uri}],
             },
         })
-        .to_string();
-        async move {
-            support::call(
-                &proxy,
-                http::Method::POST,
-                "/api/orders/1001/refunds",
-                &[("content-type", "application/json")],
-                body,
-            )
-            .await
-        }
     };
 
-    let r = call("Order 1001 was charged $500.00 by bank transfer.".into()).await;
+    let path = "/api/orders/1001/refunds";
+    let r = post(
+        &g,
+        path,
+        &call("Order 1001 was charged $500.00 by bank transfer."),
+    )
+    .await;
     assert_eq!(r.status, 403, "{}", r.text());
     let v = r.json();
     assert_eq!(v["reason"], "unsupported_claims", "{v}");
@@ -282,8 +300,7 @@ sources = "body:/justification/evidence"
 
     // The agent drops the words that found no counterpart and states the
     // amount it asks for.
-    let fixed = "Order 1001 was charged $600.00.".to_string();
-    let r = call(fixed).await;
+    let r = post(&g, path, &call("Order 1001 was charged $600.00.")).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.headers["x-verdict-decision"], "allow");
     g.s.shutdown().await;
@@ -297,46 +314,14 @@ sources = "body:/justification/evidence"
 #[tokio::test]
 async fn a_route_reads_the_record_its_params_name() {
     let (billing, asked) = documents().await;
-    let policy = format!(
-        r#"
-[[action]]
-type = "refund.create"
-requirements = {{ decision_mode = "strict", citations = "optional" }}
-param_types = {{ amount = "number", order_id = "string" }}
-bind = ["amount", "order_id"]
-evidence = {{ from = "referenced", origins = ["{billing}"] }}
-
-[[route]]
-name = "create-refund"
-method = "POST"
-path = "/api/orders/{{order_id}}/refunds"
-action = "refund.create"
-params = {{ order_id = "path:order_id", amount = "body:/amount" }}
-claims = "body:/claims"
-sources_from = [{{ id = "invoice", uri = "{billing}/orders/{{order_id}}/invoice" }}]
-"#
+    let route = format!(
+        "claims = \"body:/claims\"\nsources_from = [{{ id = \"invoice\", uri = \"{billing}/orders/{{order_id}}/invoice\" }}]"
     );
-    let b2 = billing.clone();
-    let g = support::Gated::start(&[("refunds.toml", &policy)], move |c| {
-        c.evidence.allow_origins = vec![b2];
-    })
-    .await;
-    let post = |path: String, body: Value| {
-        let proxy = g.proxy.clone();
-        async move {
-            support::call(
-                &proxy,
-                http::Method::POST,
-                &path,
-                &[("content-type", "application/json")],
-                body.to_string(),
-            )
-            .await
-        }
-    };
+    let policy = gated_policy(&billing, &route);
+    let g = gated(&billing, &policy).await;
     let claims = json!({"amount": 600, "claims": [CLAIM]});
 
-    let r = post("/api/orders/1001/refunds".into(), claims.clone()).await;
+    let r = post(&g, "/api/orders/1001/refunds", &claims).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(asked.lock().unwrap().as_slice(), ["/orders/1001/invoice"]);
     // The record names what was read and the sha256 of what it said.
@@ -367,7 +352,7 @@ sources_from = [{{ id = "invoice", uri = "{billing}/orders/{{order_id}}/invoice"
         "1001%23frag",
     ] {
         asked.lock().unwrap().clear();
-        let r = post(format!("/api/orders/{id}/refunds"), claims.clone()).await;
+        let r = post(&g, &format!("/api/orders/{id}/refunds"), &claims).await;
         assert_ne!(r.status, 200, "{id}: {}", r.text());
         for p in asked.lock().unwrap().iter() {
             assert!(
@@ -387,19 +372,8 @@ sources_from = [{{ id = "invoice", uri = "{billing}/orders/{{order_id}}/invoice"
         "claims = \"body:/claims\"\nsources = \"body:/sources\"",
     );
     g.s.shutdown().await;
-    let b3 = billing.clone();
-    let g = support::Gated::start(&[("refunds.toml", &policy_with_sources)], move |c| {
-        c.evidence.allow_origins = vec![b3];
-    })
-    .await;
-    let r = support::call(
-        &g.proxy,
-        http::Method::POST,
-        "/api/orders/1001/refunds",
-        &[("content-type", "application/json")],
-        forged.to_string(),
-    )
-    .await;
+    let g = gated(&billing, &policy_with_sources).await;
+    let r = post(&g, "/api/orders/1001/refunds", &forged).await;
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("invoice"), "{}", r.text());
     g.s.shutdown().await;
