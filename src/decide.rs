@@ -310,7 +310,11 @@ pub async fn authorize(
     let rule_hits = evaluation.hits;
     let mismatches = evaluation.mismatches;
 
-    let source_refs = input::source_refs("sources", input.sources)?;
+    let mut sources_in = input.sources;
+    if let Some(p) = policy {
+        named_sources(p, &input.params, &mut sources_in)?;
+    }
+    let source_refs = input::source_refs("sources", sources_in)?;
     let provenance = policy.map(|p| &p.provenance);
     let (resolved, untrusted) = read_sources(h.resolver, provenance, source_refs).await;
     let refused = |id: &str| untrusted.iter().any(|(u, _)| u == id);
@@ -559,6 +563,44 @@ fn unknown_outcome<'s>(
     }
 }
 
+/// Adds the records the action's `sources_from` names for these params.
+/// A caller source under one of their ids, or a param that names no
+/// record, is invalid: the service reads those documents, not the caller.
+fn named_sources(
+    policy: &ActionPolicy,
+    params: &serde_json::Map<String, serde_json::Value>,
+    sources: &mut Vec<SourceIn>,
+) -> Result<(), DecideError> {
+    for t in &policy.sources_from {
+        let taken = sources
+            .iter()
+            .any(|s| s.source_id.as_deref().or(s.id.as_deref()) == Some(t.id.as_str()));
+        if taken {
+            return Err(DecideError::Invalid(format!(
+                "sources: {:?} is read by the service from the system of record; do not send it",
+                t.id
+            )));
+        }
+        let uri = t.fill(params).map_err(|e| {
+            DecideError::Invalid(format!(
+                "action.params: the policy reads source {:?} by uri, and {e}",
+                t.id
+            ))
+        })?;
+        sources.push(SourceIn {
+            source_id: Some(t.id.clone()),
+            id: None,
+            kind: None,
+            text: None,
+            uri: Some(uri),
+            checksum: None,
+            unavailable: None,
+            captured: false,
+        });
+    }
+    Ok(())
+}
+
 /// Reads the request's sources, except those the action's provenance
 /// refuses (`evidence.from = "referenced"`): inline text, a uri on another
 /// origin, a source without a checksum where one is required. Those are
@@ -642,6 +684,7 @@ fn defaults_policy(d: &DefaultFloors, type_: &str) -> ActionPolicy {
         param_types: Default::default(),
         bind: vec![],
         provenance: Default::default(),
+        sources_from: vec![],
     }
 }
 

@@ -378,3 +378,60 @@ async fn a_route_reads_the_record_its_params_name() {
     assert!(r.text().contains("invoice"), "{}", r.text());
     g.s.shutdown().await;
 }
+
+/// `/v2/authorize` over an action that names its record: the service reads
+/// the invoice the action's params name; the caller sends only claims; a
+/// caller source under the record's id, or a param that names no record,
+/// is 422.
+#[tokio::test]
+async fn an_action_reads_the_record_its_params_name() {
+    let (billing, asked) = documents().await;
+    let policy = format!(
+        r#"
+[[action]]
+type = "refund.create"
+requirements = {{ decision_mode = "strict", citations = "optional" }}
+param_types = {{ amount = "number", order_id = "string" }}
+bind = ["amount", "order_id"]
+evidence = {{ from = "referenced", origins = ["{billing}"] }}
+sources_from = [{{ id = "invoice", uri = "{billing}/orders/{{order_id}}/invoice" }}]
+"#
+    );
+    let b2 = billing.clone();
+    let s = TestServer::with_policies(&[("refunds.toml", &policy)], move |c| {
+        c.evidence.allow_origins = vec![b2];
+    })
+    .await;
+    let ask = |order_id: &str, sources: Value| {
+        json!({
+            "action": {"type": "refund.create", "params": {"amount": 600, "order_id": order_id}},
+            "claims": [CLAIM],
+            "sources": sources,
+        })
+        .to_string()
+    };
+    let v = decide(&s, ask("1001", json!([]))).await;
+    assert_eq!(v["decision"], "allow", "{v}");
+    assert_eq!(asked.lock().unwrap().as_slice(), ["/orders/1001/invoice"]);
+
+    // Another order's invoice does not state this claim.
+    let v = decide(&s, ask("1002", json!([]))).await;
+    assert_eq!(v["decision"], "deny", "{v}");
+
+    for (order_id, sources) in [
+        ("1001", json!([{"source_id": "invoice", "text": INVOICE}])),
+        ("..", json!([])),
+        ("", json!([])),
+    ] {
+        let r = s
+            .post_json(
+                "/v2/authorize",
+                &ask(order_id, sources.clone()),
+                Some(APP_KEY),
+            )
+            .await;
+        assert_eq!(r.status, 422, "{order_id} {sources}: {}", r.text());
+        assert!(r.text().contains("invoice"), "{}", r.text());
+    }
+    s.shutdown().await;
+}

@@ -59,6 +59,10 @@ pub(super) struct FileAction {
     pub bind: Vec<Spanned<String>>,
     /// Where the action's evidence must come from.
     pub evidence: Option<FileEvidence>,
+    /// Sources the service reads for every decision of the action, from
+    /// uri templates over its params.
+    #[serde(default)]
+    pub sources_from: Vec<FileSourceFrom>,
 }
 
 /// `evidence = { from = "referenced", origins = [...], require_checksum = true }`.

@@ -38,6 +38,9 @@ pub struct ActionPolicy {
     pub bind: Vec<String>,
     /// Where the evidence for this action must come from (`evidence = {...}`).
     pub provenance: Provenance,
+    /// Records the service reads for every decision of this action
+    /// (`sources_from`), named by templates over `action.params`.
+    pub sources_from: Vec<super::route::SourceTemplate>,
 }
 
 /// An action's `evidence` table: which sources may support its claims.
@@ -573,6 +576,7 @@ mod tests {
             param_types: BTreeMap::new(),
             bind: vec![],
             provenance: Provenance::default(),
+            sources_from: vec![],
         }
     }
 

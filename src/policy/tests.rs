@@ -201,7 +201,7 @@ fn validation_errors_have_exact_positions() {
         ("[[action]\n".into(), "f.toml:1:9: invalid table header: expected `.`, `]]`"),
         ("[[action]]\ntype = 5\n".into(), "f.toml:2:8: invalid type: integer `5`, expected a string"),
         ("[[action]]\ntype = \"x\"\ntypo = 1\n".into(),
-         "f.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`"),
+         "f.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`, `sources_from`"),
         ("[[action]]\ntype = \"x\"\nrequirements = { decision_mode = \"lenient\" }\n".into(),
          "f.toml:3:34: unknown variant `lenient`, expected one of `strict`, `balanced`, `audit`"),
         ("[[action]]\ntype = \"x\"\nrequirements = { min_cov = 1 }\n".into(),
@@ -566,7 +566,7 @@ fn check_dir_output() {
     let d = dir.path().display();
     assert_eq!(
         out,
-        format!("{d}/b.toml:3:1: unknown field `x`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`\n")
+        format!("{d}/b.toml:3:1: unknown field `x`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`, `sources_from`\n")
     );
 
     let (code, out) = check_dir(&dir.path().join("nope"));
@@ -640,7 +640,7 @@ action = "b"
     assert_eq!(
         errors_of(&[("m.toml", text)]),
         vec![
-            "m.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`",
+            "m.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`, `sources_from`",
             "m.toml:9:11: op \"gt\" needs a number value",
             "m.toml:13:8: unknown variant `between`, expected one of `eq`, `ne`, `gt`, `ge`, `lt`, `le`, `in`, `not_in`, `present`, `absent`, `matches`",
             "m.toml:20:1: unknown field `color`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`, `credential_headers`, `join_ignore_headers`, `sources_from`",
@@ -1160,4 +1160,41 @@ fn a_source_template_fills_one_path_segment_per_param() {
         let errors = errors_of(&[("a.toml", &route(uri))]);
         assert!(errors.iter().any(|e| e.contains(want)), "{uri}: {errors:?}");
     }
+}
+
+#[test]
+fn an_action_source_template_names_declared_params_only() {
+    let action = |uri: &str, declared: &str| {
+        format!(
+            "[[action]]\ntype = \"a\"\nparam_types = {{ {declared} }}\nsources_from = [{{ id = \"doc\", uri = \"{uri}\" }}]\n"
+        )
+    };
+    let set = PolicySet::from_sources(&[(
+        "a.toml",
+        &action("https://b.internal/o/{id}", "id = \"string\""),
+    )])
+    .unwrap();
+    assert_eq!(set.action("a").unwrap().sources_from[0].id, "doc");
+    let errors = errors_of(&[(
+        "a.toml",
+        &action("https://b.internal/o/{id}", "n = \"number\""),
+    )]);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("{id} is not a param declared in param_types")),
+        "{errors:?}"
+    );
+    // A route may not read a source under an id its action reads.
+    let both = format!(
+        "{}\n[[route]]\nname = \"r\"\nmethod = \"POST\"\npath = \"/o/{{id}}\"\naction = \"a\"\nparams = {{ id = \"path:id\" }}\nsources_from = [{{ id = \"doc\", uri = \"https://b.internal/x/{{id}}\" }}]\n",
+        action("https://b.internal/o/{id}", "id = \"string\"")
+    );
+    let errors = errors_of(&[("a.toml", &both)]);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("sources_from id \"doc\" is also read by its action")),
+        "{errors:?}"
+    );
 }

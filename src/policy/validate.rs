@@ -176,6 +176,23 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
             let Some(r) = route(&mut cx, fr, &src.name) else {
                 continue;
             };
+            // A source id the route and its action both read would be two
+            // documents under one name.
+            if let Some(a) = actions.get(&r.action) {
+                for t in r
+                    .sources_from
+                    .iter()
+                    .filter(|t| a.sources_from.iter().any(|u| u.id == t.id))
+                {
+                    cx.err(
+                        fr.name.span().start,
+                        format!(
+                            "route {:?}: sources_from id {:?} is also read by its action {:?}",
+                            r.name, t.id, r.action
+                        ),
+                    );
+                }
+            }
             let name_start = fr.name.span().start;
             let path_start = fr.path.span().start;
             if let Some(i) = routes.iter().position(|o| o.name == r.name) {
@@ -299,6 +316,15 @@ fn action(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<ActionPolicy> {
         .as_ref()
         .map(|e| provenance(cx, e))
         .unwrap_or_default();
+    // A placeholder names a declared param: its type says what the value
+    // may be.
+    let declared = |n: &str| fa.param_types.contains_key(n);
+    let sources_from = sources_from(
+        cx,
+        &fa.sources_from,
+        &declared,
+        "a param declared in param_types",
+    );
     if cx.errors.len() != before {
         return None;
     }
@@ -328,6 +354,7 @@ fn action(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<ActionPolicy> {
         param_types,
         bind: fa.bind.iter().map(|b| b.get_ref().clone()).collect(),
         provenance,
+        sources_from,
     })
 }
 
@@ -640,7 +667,8 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
             );
         }
     }
-    let sources_from = sources_from(cx, fr, &params);
+    let known = |n: &str| params.iter().any(|(p, _)| p == n);
+    let sources_from = sources_from(cx, &fr.sources_from, &known, "a param of this route");
     if cx.errors.len() != before {
         return None;
     }
@@ -674,15 +702,17 @@ fn route(cx: &mut FileCtx<'_>, fr: &FileRoute, file_name: &str) -> Option<Route>
     })
 }
 
-/// A route's `sources_from`: unique ids, and uri templates with a fixed
-/// http(s) or file origin whose placeholders name the route's params.
+/// `sources_from` entries: unique ids, and uri templates with a fixed
+/// http(s) or file origin whose placeholders `known` accepts (`what` says
+/// what they must be, for the error).
 fn sources_from(
     cx: &mut FileCtx<'_>,
-    fr: &FileRoute,
-    params: &[(String, super::Extractor)],
+    entries: &[file::FileSourceFrom],
+    known: &dyn Fn(&str) -> bool,
+    what: &str,
 ) -> Vec<SourceTemplate> {
     let mut out: Vec<SourceTemplate> = Vec::new();
-    for s in &fr.sources_from {
+    for s in entries {
         let (id, uri) = (s.id.get_ref(), s.uri.get_ref());
         if id.trim().is_empty() {
             cx.err(s.id.span().start, "sources_from: id must not be empty");
@@ -715,13 +745,11 @@ fn sources_from(
         }
         match SourceTemplate::placeholders(uri) {
             Ok(names) => {
-                for n in names {
-                    if !params.iter().any(|(p, _)| p == n) {
-                        cx.err(
-                            s.uri.span().start,
-                            format!("sources_from: {{{n}}} is not a param of this route"),
-                        );
-                    }
+                for n in names.into_iter().filter(|n| !known(n)) {
+                    cx.err(
+                        s.uri.span().start,
+                        format!("sources_from: {{{n}}} is not {what}"),
+                    );
                 }
             }
             Err(e) => cx.err(s.uri.span().start, format!("sources_from: {e}")),
