@@ -572,10 +572,7 @@ fn named_sources(
     sources: &mut Vec<SourceIn>,
 ) -> Result<(), DecideError> {
     for t in &policy.sources_from {
-        let taken = sources
-            .iter()
-            .any(|s| s.source_id.as_deref().or(s.id.as_deref()) == Some(t.id.as_str()));
-        if taken {
+        if sources.iter().any(|s| s.is_named(&t.id)) {
             return Err(DecideError::Invalid(format!(
                 "sources: {:?} is read by the service from the system of record; do not send it",
                 t.id
@@ -587,16 +584,7 @@ fn named_sources(
                 t.id
             ))
         })?;
-        sources.push(SourceIn {
-            source_id: Some(t.id.clone()),
-            id: None,
-            kind: None,
-            text: None,
-            uri: Some(uri),
-            checksum: None,
-            unavailable: None,
-            captured: false,
-        });
+        sources.push(SourceIn::by_uri(&t.id, uri));
     }
     Ok(())
 }

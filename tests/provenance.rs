@@ -87,14 +87,7 @@ async fn decide(s: &TestServer, b: String) -> Value {
 /// and sources come from.
 fn gated_policy(billing: &str, justification: &str) -> String {
     format!(
-        r#"
-[[action]]
-type = "refund.create"
-requirements = {{ decision_mode = "strict", citations = "optional" }}
-param_types = {{ amount = "number", order_id = "string" }}
-bind = ["amount", "order_id"]
-evidence = {{ from = "referenced", origins = ["{billing}"] }}
-
+        r#"{}
 [[route]]
 name = "create-refund"
 method = "POST"
@@ -102,6 +95,23 @@ path = "/api/orders/{{order_id}}/refunds"
 action = "refund.create"
 params = {{ order_id = "path:order_id", amount = "body:/amount" }}
 {justification}
+"#,
+        strict_refunds(billing, "")
+    )
+}
+
+/// A strict refunds action that binds amount and order and takes evidence
+/// only from `billing`, plus `extra` lines.
+fn strict_refunds(billing: &str, extra: &str) -> String {
+    format!(
+        r#"
+[[action]]
+type = "refund.create"
+requirements = {{ decision_mode = "strict", citations = "optional" }}
+param_types = {{ amount = "number", order_id = "string" }}
+bind = ["amount", "order_id"]
+evidence = {{ from = "referenced", origins = ["{billing}"] }}
+{extra}
 "#
     )
 }
@@ -386,16 +396,11 @@ async fn a_route_reads_the_record_its_params_name() {
 #[tokio::test]
 async fn an_action_reads_the_record_its_params_name() {
     let (billing, asked) = documents().await;
-    let policy = format!(
-        r#"
-[[action]]
-type = "refund.create"
-requirements = {{ decision_mode = "strict", citations = "optional" }}
-param_types = {{ amount = "number", order_id = "string" }}
-bind = ["amount", "order_id"]
-evidence = {{ from = "referenced", origins = ["{billing}"] }}
-sources_from = [{{ id = "invoice", uri = "{billing}/orders/{{order_id}}/invoice" }}]
-"#
+    let policy = strict_refunds(
+        &billing,
+        &format!(
+            r#"sources_from = [{{ id = "invoice", uri = "{billing}/orders/{{order_id}}/invoice" }}]"#
+        ),
     );
     let b2 = billing.clone();
     let s = TestServer::with_policies(&[("refunds.toml", &policy)], move |c| {

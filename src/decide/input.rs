@@ -113,6 +113,27 @@ pub struct SourceIn {
     pub captured: bool,
 }
 
+impl SourceIn {
+    /// A source the service reads from `uri` (a `sources_from` record).
+    pub fn by_uri(id: &str, uri: String) -> SourceIn {
+        SourceIn {
+            source_id: Some(id.to_string()),
+            id: None,
+            kind: None,
+            text: None,
+            uri: Some(uri),
+            checksum: None,
+            unavailable: None,
+            captured: false,
+        }
+    }
+
+    /// Whether the source is sent under `id` (as `source_id` or `id`).
+    pub fn is_named(&self, id: &str) -> bool {
+        self.source_id.as_deref().or(self.id.as_deref()) == Some(id)
+    }
+}
+
 /// An answer for output mode: a string, or `{text, citations?}`.
 #[derive(Debug, Clone)]
 pub struct AnswerIn {

@@ -349,11 +349,7 @@ pub fn gated_input<'a>(
     // The records the route names for this call: read by the service, so
     // a caller may not send a source under one of their ids.
     for t in &route.sources_from {
-        let taken = input
-            .sources
-            .iter()
-            .any(|s| s.source_id.as_deref().or(s.id.as_deref()) == Some(t.id.as_str()));
-        if taken {
+        if input.sources.iter().any(|s| s.is_named(&t.id)) {
             return Err(refuse(
                 DecisionReason::PolicyViolation,
                 StatusCode::BAD_REQUEST,
@@ -370,16 +366,7 @@ pub fn gated_input<'a>(
                 format!("the route reads source {:?} by uri, and {e}", t.id),
             )
         })?;
-        input.sources.push(SourceIn {
-            source_id: Some(t.id.clone()),
-            id: None,
-            kind: None,
-            text: None,
-            uri: Some(uri),
-            checksum: None,
-            unavailable: None,
-            captured: false,
-        });
+        input.sources.push(SourceIn::by_uri(&t.id, uri));
     }
     Ok(input)
 }
