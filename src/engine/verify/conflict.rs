@@ -1,5 +1,6 @@
 //! Contradictions that word overlap cannot see: polarity, exclusive states,
-//! hedged evidence and quantifier scope.
+//! hedged evidence, quantifier scope, parties and directions (from/to),
+//! states whose time bound has ended, and the order of two events.
 //!
 //! Coverage asks whether the evidence contains the claim's words; these
 //! checks ask whether it says the same thing with them. "The refund was
