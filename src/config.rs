@@ -17,6 +17,8 @@ use serde::Deserialize;
 
 mod notify;
 pub use notify::{origin_only, NotifyConfig, NotifySecret};
+mod origin;
+pub use origin::{bare_origin, normalize_origin, uri_origin};
 mod store;
 pub use store::{redact as redact_url, PostgresConfig, StoreConfig};
 

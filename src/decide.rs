@@ -616,7 +616,7 @@ async fn read_sources(
                 return None;
             }
             let uri = s.content.uri();
-            let origin = uri.and_then(crate::evidence::normalize_origin);
+            let origin = uri.and_then(crate::config::normalize_origin);
             p.refuses(uri, origin.as_deref(), s.checksum.is_some())
         })
         .collect();

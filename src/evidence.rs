@@ -30,7 +30,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use sha2::{Digest, Sha256};
 
-use crate::config::EvidenceConfig;
+use crate::config::{normalize_origin, uri_origin, EvidenceConfig};
 
 /// How many redirects inside the allowlist are followed.
 const MAX_REDIRECTS: usize = 3;
@@ -246,7 +246,7 @@ impl Resolver {
             .ok_or("http(s) uris are disabled (evidence.allow_origins is empty)")?;
         let mut current: Uri = uri.parse().map_err(|_| "invalid uri".to_string())?;
         for _ in 0..=MAX_REDIRECTS {
-            let origin = origin_of(&current).ok_or("invalid uri")?;
+            let origin = uri_origin(&current).ok_or("invalid uri")?;
             if !self.inner.origins.contains(&origin) {
                 return Err(format!("origin {origin} is not on evidence.allow_origins"));
             }
@@ -343,22 +343,6 @@ fn check_sum(text: String, checksum: Option<&str>) -> Result<String, String> {
     } else {
         Err("checksum mismatch".into())
     }
-}
-
-/// `scheme://host:port` with the default port made explicit, lowercased.
-pub fn normalize_origin(s: &str) -> Option<String> {
-    origin_of(&s.trim_end_matches('/').parse::<Uri>().ok()?)
-}
-
-fn origin_of(uri: &Uri) -> Option<String> {
-    let scheme = uri.scheme_str()?.to_ascii_lowercase();
-    let host = uri.host()?.to_ascii_lowercase();
-    let port = uri.port_u16().or(match scheme.as_str() {
-        "http" => Some(80),
-        "https" => Some(443),
-        _ => None,
-    })?;
-    Some(format!("{scheme}://{host}:{port}"))
 }
 
 /// The uri's host when it is an IP literal (`1.2.3.4` or `[fe80::1]`): an
@@ -581,18 +565,5 @@ mod tests {
             "{}",
             err(3)
         );
-    }
-
-    #[test]
-    fn origins_normalise_default_ports() {
-        assert_eq!(
-            normalize_origin("https://Docs.Internal").as_deref(),
-            Some("https://docs.internal:443")
-        );
-        assert_eq!(
-            normalize_origin("http://127.0.0.1:8080/").as_deref(),
-            Some("http://127.0.0.1:8080")
-        );
-        assert_eq!(normalize_origin("nope"), None);
     }
 }

@@ -96,34 +96,14 @@ impl Provenance {
 }
 
 /// The origin an `origins` entry names, normalised as [`Provenance::origins`]
-/// holds it: `None` when it is not `file://` or a bare http(s) origin.
+/// holds it (as `evidence.allow_origins` and fetched uris are, by
+/// [`crate::config::normalize_origin`]): `None` when it is not `file://`
+/// or a bare http(s) origin.
 pub fn provenance_origin(s: &str) -> Option<String> {
-    let s = s.trim();
-    if s == "file://" {
-        return Some(s.to_string());
+    if s.trim() == "file://" {
+        return Some("file://".to_string());
     }
-    let (scheme, rest) = s.split_once("://")?;
-    let scheme = scheme.to_ascii_lowercase();
-    let default_port = match scheme.as_str() {
-        "http" => 80,
-        "https" => 443,
-        _ => return None,
-    };
-    let host_port = rest.strip_suffix('/').unwrap_or(rest).to_ascii_lowercase();
-    if host_port.is_empty() || host_port.contains(['/', '?', '#', '@', ' ']) {
-        return None;
-    }
-    // "[::1]:8080", "host:8080", "host".
-    let (host, port) = match host_port.rsplit_once(':') {
-        Some((h, p)) if !h.is_empty() && (!h.contains(':') || h.ends_with(']')) => {
-            (h.to_string(), p.parse::<u16>().ok()?)
-        }
-        _ => (host_port.clone(), default_port),
-    };
-    if host.is_empty() {
-        return None;
-    }
-    Some(format!("{scheme}://{host}:{port}"))
+    crate::config::bare_origin(s)
 }
 
 /// A declared param type (`param_types = { amount = "number" }`).
