@@ -105,20 +105,31 @@ pub struct Route {
 }
 
 /// One `sources_from` entry: a source id and a uri template whose
-/// `{param}` placeholders sit after a fixed origin.
+/// `{param}` placeholders sit after a fixed origin, split once at load.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceTemplate {
     pub id: String,
+    /// The template as written, for diagnostics.
     pub uri: String,
+    parts: Vec<TemplatePart>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TemplatePart {
+    Text(String),
+    Param(String),
 }
 
 impl SourceTemplate {
-    /// Placeholder names of a template, in order, or why it is malformed
-    /// (an unclosed or empty `{}`).
-    pub fn placeholders(uri: &str) -> Result<Vec<&str>, String> {
-        let mut out = Vec::new();
+    /// Splits `uri` into text and `{param}` placeholders, or says why it is
+    /// malformed (an unclosed, stray, empty or nested brace).
+    pub fn parse(id: &str, uri: &str) -> Result<SourceTemplate, String> {
+        let mut parts = Vec::new();
         let mut rest = uri;
-        while let Some(open) = rest.find('{') {
+        while let Some(open) = rest.find(['{', '}']) {
+            if rest[open..].starts_with('}') {
+                return Err(format!("a '}}' without '{{' in {uri:?}"));
+            }
             let after = &rest[open + 1..];
             let close = after
                 .find('}')
@@ -127,13 +138,24 @@ impl SourceTemplate {
             if name.is_empty() || name.contains('{') {
                 return Err(format!("an empty or nested placeholder in {uri:?}"));
             }
-            out.push(name);
+            parts.push(TemplatePart::Text(rest[..open].to_string()));
+            parts.push(TemplatePart::Param(name.to_string()));
             rest = &after[close + 1..];
         }
-        if rest.contains('}') {
-            return Err(format!("a '}}' without '{{' in {uri:?}"));
-        }
-        Ok(out)
+        parts.push(TemplatePart::Text(rest.to_string()));
+        Ok(SourceTemplate {
+            id: id.to_string(),
+            uri: uri.to_string(),
+            parts,
+        })
+    }
+
+    /// The params the template names, in order.
+    pub fn params(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            TemplatePart::Param(n) => Some(n.as_str()),
+            TemplatePart::Text(_) => None,
+        })
     }
 
     /// The uri for one call: each `{param}` replaced by the param's value
@@ -146,13 +168,15 @@ impl SourceTemplate {
         &self,
         params: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<String, String> {
-        let names = Self::placeholders(&self.uri)?;
         let mut out = String::with_capacity(self.uri.len() + 16);
-        let mut rest = self.uri.as_str();
-        for name in names {
-            let Some(open) = rest.find('{') else { break };
-            out.push_str(&rest[..open]);
-            rest = &rest[open + name.len() + 2..];
+        for part in &self.parts {
+            let name = match part {
+                TemplatePart::Text(t) => {
+                    out.push_str(t);
+                    continue;
+                }
+                TemplatePart::Param(name) => name,
+            };
             let value = match params.get(name) {
                 Some(serde_json::Value::String(s)) => s.clone(),
                 Some(serde_json::Value::Number(n)) => n.to_string(),
@@ -170,7 +194,6 @@ impl SourceTemplate {
                 }
             }
         }
-        out.push_str(rest);
         Ok(out)
     }
 }

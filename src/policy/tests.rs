@@ -1106,10 +1106,20 @@ fn binding_a_number_without_saying_where_evidence_comes_from_warns() {
 #[test]
 fn a_source_template_fills_one_path_segment_per_param() {
     use crate::policy::route::SourceTemplate;
-    let t = SourceTemplate {
-        id: "invoice".into(),
-        uri: "https://billing.internal/orders/{order_id}/invoice?v={v}".into(),
-    };
+    let t = SourceTemplate::parse(
+        "invoice",
+        "https://billing.internal/orders/{order_id}/invoice?v={v}",
+    )
+    .unwrap();
+    assert_eq!(t.params().collect::<Vec<_>>(), ["order_id", "v"]);
+    for bad in [
+        "https://b/{",
+        "https://b/}x",
+        "https://b/{}",
+        "https://b/{a{b}}",
+    ] {
+        assert!(SourceTemplate::parse("d", bad).is_err(), "{bad}");
+    }
     let params = |id: serde_json::Value| {
         serde_json::json!({"order_id": id, "v": 2})
             .as_object()

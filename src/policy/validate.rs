@@ -743,21 +743,18 @@ fn sources_from(
                 format!("sources_from: {uri:?}: the origin must be written out; placeholders go in the path"),
             );
         }
-        match SourceTemplate::placeholders(uri) {
-            Ok(names) => {
-                for n in names.into_iter().filter(|n| !known(n)) {
+        match SourceTemplate::parse(id, uri) {
+            Ok(t) => {
+                for n in t.params().filter(|n| !known(n)) {
                     cx.err(
                         s.uri.span().start,
                         format!("sources_from: {{{n}}} is not {what}"),
                     );
                 }
+                out.push(t);
             }
             Err(e) => cx.err(s.uri.span().start, format!("sources_from: {e}")),
         }
-        out.push(SourceTemplate {
-            id: id.clone(),
-            uri: uri.clone(),
-        });
     }
     out
 }
