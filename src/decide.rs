@@ -615,9 +615,7 @@ async fn read_sources(
             {
                 return None;
             }
-            let uri = s.content.uri();
-            let origin = uri.and_then(crate::config::normalize_origin);
-            p.refuses(uri, origin.as_deref(), s.checksum.is_some())
+            p.refuses(s.content.uri(), s.checksum.is_some())
         })
         .collect();
     let to_read: Vec<SourceRef> = refs

@@ -62,13 +62,9 @@ pub struct Provenance {
 impl Provenance {
     /// Why a source the caller named may not support this action's claims,
     /// or `None` when it may. `uri` is the source's uri (`None` for inline
-    /// text); `origin` the uri's normalised origin, when it has one.
-    pub fn refuses(
-        &self,
-        uri: Option<&str>,
-        origin: Option<&str>,
-        checksum: bool,
-    ) -> Option<String> {
+    /// text); its origin is compared as `evidence.allow_origins` compares
+    /// it ([`crate::config::normalize_origin`]).
+    pub fn refuses(&self, uri: Option<&str>, checksum: bool) -> Option<String> {
         if !self.referenced {
             return None;
         }
@@ -78,6 +74,8 @@ impl Provenance {
                 "inline text: this action takes evidence only by uri from {allowed}"
             ));
         };
+        let origin = crate::config::normalize_origin(uri);
+        let origin = origin.as_deref();
         let from_file = uri.starts_with("file://") && self.origins.iter().any(|o| o == "file://");
         let from_origin = origin.is_some_and(|o| self.origins.iter().any(|a| a == o));
         if !(from_file || from_origin) {
