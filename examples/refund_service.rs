@@ -19,6 +19,9 @@
 //!   JSON body and answers `201` with a new refund id, echoing the amount.
 //! - `GET /api/orders/{id}`: the details of demo order `1001` or `1002`,
 //!   with the invoice text a client would cite as evidence.
+//! - `GET /billing/orders/{id}/invoice`: the same invoice as `text/plain`,
+//!   as a billing system would serve it: the record verdict reads itself
+//!   in the provenance walkthrough (`examples/provenance/`).
 //! - `GET /healthz`: `200 {"status":"ok"}`.
 //!
 //! Nothing is stored: refund ids count up from 1 for each run. It listens on
@@ -59,12 +62,18 @@ fn order(id: &str) -> Option<Value> {
         "status": "delivered",
         "invoice": {
             "source_id": format!("inv-{id}"),
-            "text": format!(
-                "Invoice INV-{id} for order {id}: {item}, amount charged ${amount}. \
-                 Courier note: package damaged in transit."
-            ),
+            "text": invoice(id)?,
         },
     }))
+}
+
+/// The invoice text of demo order `id`.
+fn invoice(id: &str) -> Option<String> {
+    let (id, _, item, amount) = ORDERS.iter().find(|o| o.0 == id)?;
+    Some(format!(
+        "Invoice INV-{id} for order {id}: {item}, amount charged ${amount}. \
+         Courier note: package damaged in transit."
+    ))
 }
 
 struct State {
@@ -77,6 +86,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     println!("refund_service listening on http://{listen}");
     println!("  POST /api/orders/{{id}}/refunds   GET /api/orders/{{id}}   GET /healthz");
+    println!("  GET /billing/orders/{{id}}/invoice");
     let state = Arc::new(State {
         next_refund: AtomicU64::new(1),
     });
@@ -138,6 +148,17 @@ async fn handle(
         (&Method::GET, ["api", "orders", id]) => match order(id) {
             Some(o) => reply(StatusCode::OK, o),
             None => error(StatusCode::NOT_FOUND, "no such order (try 1001 or 1002)"),
+        },
+        (&Method::GET, ["billing", "orders", id, "invoice"]) => match invoice(id) {
+            Some(text) => {
+                let mut resp = Response::new(Full::new(Bytes::from(text)));
+                resp.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                resp
+            }
+            None => error(StatusCode::NOT_FOUND, "no such invoice (try 1001 or 1002)"),
         },
         (&Method::POST, ["api", "orders", id, "refunds"]) => {
             match Limited::new(body, MAX_BODY).collect().await {

@@ -144,6 +144,8 @@ pub struct Decided {
     /// `(source_id, why)` for every source the action's provenance refused.
     pub untrusted: Vec<(String, String)>,
     pub policy_revision: String,
+    /// The action policy's `approvals`, for a held call's review.
+    pub approvals: Option<u32>,
     /// RFC 3339 UTC time of the decision.
     pub evaluated_at: String,
     /// The durable audit record of this decision.
@@ -526,6 +528,7 @@ pub async fn authorize(
         unavailable,
         untrusted,
         policy_revision: set.revision.clone(),
+        approvals: policy.and_then(|p| p.approvals),
         evaluated_at,
         receipt,
         params: audited_params,
@@ -665,6 +668,8 @@ fn defaults_policy(d: &DefaultFloors, type_: &str) -> ActionPolicy {
             min_coverage: None,
         },
         require_claims: true,
+        min_claims: 1,
+        approvals: None,
         redact: vec![],
         rules: vec![],
         param_types: Default::default(),

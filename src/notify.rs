@@ -647,6 +647,7 @@ mod tests {
                 requesters: vec![],
                 join_key: String::new(),
                 credential_headers: vec![],
+                approvals_required: None,
                 owner: "app".into(),
                 route: "r".into(),
                 action: "a".into(),

@@ -197,6 +197,9 @@ pub struct NewReview {
     /// The retry identity a pending review is joined by
     /// ([`HeldRequest::join_key`]).
     pub join_key: String,
+    /// Distinct approvals the held call needs, when its action's policy
+    /// sets `approvals`; `None`: the server's `review.approvals`.
+    pub approvals_required: Option<u32>,
     /// Headers whose values are sealed at rest besides `Authorization`,
     /// `Cookie` and `Proxy-Authorization`: the route's
     /// `credential_headers` (lowercase).
@@ -291,7 +294,8 @@ pub struct ReviewView {
     pub request: RequestView,
     /// Approvals so far (one per API key), oldest first.
     pub approvals: Vec<ApprovalView>,
-    /// Distinct approvals the review needs (`review.approvals`).
+    /// Distinct approvals the review needs: its action's `approvals`, or
+    /// else the server's `review.approvals`.
     pub approvals_required: u32,
     /// The tenant, for the caller's audit records; not part of the JSON.
     #[serde(skip)]
@@ -795,6 +799,7 @@ impl Reviews {
             let resolved = s.resolve(&review_id, verdict, &who, now)?;
             match &resolved {
                 Resolved::Partial(row) => {
+                    let required = row.approvals_required.unwrap_or(required);
                     tracing::info!(review_id = %row.review_id, approvals = row.approvals.len(), required, by = %by, "approval recorded; more approvers needed");
                 }
                 Resolved::Stored(row) => {
@@ -1580,7 +1585,7 @@ fn view(row: &Row, now: SystemTime, approvals_required: u32) -> ReviewView {
                 at: store::from_micros(a.at),
             })
             .collect(),
-        approvals_required,
+        approvals_required: row.approvals_required.unwrap_or(approvals_required),
         owner: row.owner.clone(),
         requesters: row.requesters.clone(),
     }

@@ -140,6 +140,9 @@ const MIGRATIONS: &[&str] = &[
         published_at TIMESTAMPTZ NOT NULL DEFAULT now(),
         PRIMARY KEY (origin, tree_size)
     );",
+    // 4: the approvals a held call's action asks for (its policy's
+    // `approvals`); NULL: the server's `review.approvals`.
+    "ALTER TABLE review_reviews ADD COLUMN approvals_required INTEGER;",
 ];
 
 /// The schema version this build knows.

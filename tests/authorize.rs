@@ -507,3 +507,45 @@ bind = ["amount", "order_id"]
     let j = authorize(&s, ask(json!(100), json!(1001))).await;
     assert_eq!(j["reason"], "param_type_mismatch", "{j}");
 }
+
+/// `min_claims = 2`: one claim, or one claim sent twice, is `no_claims`;
+/// two separate supported claims are allowed. The verbose requirements
+/// show `min_claims` only where a policy raises it.
+#[tokio::test]
+async fn min_claims_asks_for_separate_claims() {
+    let policy = r#"
+[[action]]
+type = "two_facts"
+requirements = { decision_mode = "strict", citations = "optional" }
+min_claims = 2
+"#;
+    let s =
+        TestServer::with_policies(&[("two.toml", &(policy.to_string() + DECLARED))], |_| {}).await;
+    let ask = |claims: Value| {
+        Authorize::new("two_facts")
+            .claims(claims)
+            .source("inv", EV)
+            .verbose()
+    };
+    let paid = "The amount charged was $100.00.";
+    let item = "The item was a Vitamix E310 blender.";
+    let j = authorize(&s, ask(json!([{ "text": paid }]))).await;
+    assert_eq!(
+        (&j["decision"], &j["reason"]),
+        (&json!("deny"), &json!("no_claims")),
+        "{j}"
+    );
+    assert_eq!(j["requirements"]["min_claims"], 2, "{j}");
+    let twice = json!([{ "text": paid }, { "text": paid.to_uppercase() }]);
+    let j = authorize(&s, ask(twice)).await;
+    assert_eq!(
+        (&j["decision"], &j["reason"]),
+        (&json!("deny"), &json!("no_claims")),
+        "{j}"
+    );
+    let j = authorize(&s, ask(json!([{ "text": paid }, { "text": item }]))).await;
+    assert_eq!(j["decision"], "allow", "{j}");
+    let j = authorize(&s, refund(json!([{ "text": paid }])).verbose()).await;
+    assert!(j["requirements"].get("min_claims").is_none(), "{j}");
+    s.shutdown().await;
+}

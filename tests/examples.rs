@@ -129,3 +129,53 @@ fn kubernetes_manifest_embeds_a_valid_config_and_the_repo_policy() {
     assert_eq!(format!("{:?}", k8s.actions), format!("{:?}", ours.actions));
     assert_eq!(routes(&k8s), routes(&ours));
 }
+
+/// `examples/provenance/`: the config loads with its own policies and keys
+/// (the README's two tokens and a second reviewer, each as its comment
+/// says), and the policy reads evidence only from the origin the config
+/// allows.
+#[test]
+fn provenance_example_loads_and_reads_only_the_allowed_origin() {
+    let c = Config::load(
+        Some(&repo("examples/provenance/sidecar.toml")),
+        &Overrides::default(),
+    )
+    .expect("examples/provenance/sidecar.toml loads");
+    assert_eq!(
+        c.policies_dir,
+        PathBuf::from("examples/provenance/policies")
+    );
+    assert_eq!(c.evidence.allow_origins, ["http://127.0.0.1:9000"]);
+    let keys_path = c.keys_file.clone().expect("a keys file");
+    let keys = KeySet::load(&repo(keys_path.to_str().unwrap())).expect("its keys parse");
+    assert_eq!(keys.len(), 3);
+    let text = read(keys_path.to_str().unwrap());
+    let token = |name: &str| {
+        let line = text
+            .lines()
+            .find(|l| {
+                l.trim_start_matches('#')
+                    .trim()
+                    .starts_with(&format!("{name} "))
+            })
+            .unwrap_or_else(|| panic!("no {name} in the keys file's comment"));
+        line.split_whitespace().last().unwrap().to_string()
+    };
+    assert_eq!(token("APP_KEY"), readme_token("APP_KEY"));
+    assert_eq!(token("REVIEW_KEY"), readme_token("REVIEW_KEY"));
+    let second = keys
+        .lookup(&token("SECOND_REVIEW_KEY"))
+        .expect("the second reviewer");
+    assert!(second.has(Scope::Review) && !second.has(Scope::Authorize));
+
+    let set = verdict::policy::load_dir(&repo("examples/provenance/policies"))
+        .expect("its policies load");
+    let a = set.action("refund.create").unwrap();
+    assert!(a.provenance.referenced);
+    assert_eq!(a.provenance.origins, ["http://127.0.0.1:9000"]);
+    assert_eq!(a.approvals, Some(2));
+    let (route, _) = set
+        .match_route("POST", "/api/orders/1001/refunds")
+        .expect("the refund route is gated");
+    assert_eq!(route.sources_from.len(), 1);
+}

@@ -440,3 +440,65 @@ async fn an_action_reads_the_record_its_params_name() {
     }
     s.shutdown().await;
 }
+
+/// The walkthrough of `examples/provenance/` (docs/policies.md), with a
+/// loopback server in place of the demo refund service's billing endpoint:
+/// a fabricated inline invoice is refused, the honest claim checked against
+/// the billing record is forwarded, and an amount the record does not state
+/// is denied with the claim and the unbound params named.
+#[tokio::test]
+async fn the_provenance_example_runs_as_documented() {
+    const DEMO_INVOICE: &str = "Invoice INV-1001 for order 1001: Vitamix blender, amount charged $100.00. Courier note: package damaged in transit.";
+    let (addr, _task) = serve_http(|parts, _body| async move {
+        let mut r =
+            http::Response::new(Full::new(Bytes::from_static(DEMO_INVOICE.as_bytes())).boxed());
+        if parts.uri.path() != "/billing/orders/1001/invoice" {
+            *r.status_mut() = http::StatusCode::NOT_FOUND;
+        }
+        r
+    })
+    .await;
+    let billing = format!("http://{addr}");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/provenance");
+    let example = std::fs::read_to_string(dir.join("policies/refunds.toml")).unwrap();
+    let config = std::fs::read_to_string(dir.join("sidecar.toml")).unwrap();
+    // The example reads the demo service on :9000, and allows that origin.
+    assert!(config.contains(r#"allow_origins = ["http://127.0.0.1:9000"]"#));
+    assert_eq!(
+        example.matches("http://127.0.0.1:9000").count(),
+        2,
+        "{example}"
+    );
+    let g = gated(
+        &billing,
+        &example.replace("http://127.0.0.1:9000", &billing),
+    )
+    .await;
+
+    let fabricated = json!({"amount": 600, "justification": {
+        "claims": ["Order 1001 was charged $600.00."],
+        "evidence": [{"source_id": "inv", "text": "Invoice INV-1001 for order 1001: amount charged $600.00."}]}});
+    let r = post(&g, "/api/orders/1001/refunds", &fabricated).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.json()["reason"], "untrusted_source", "{}", r.text());
+
+    let honest =
+        json!({"amount": 100, "justification": {"claims": ["Order 1001 was charged $100.00."]}});
+    let r = post(&g, "/api/orders/1001/refunds", &honest).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(g.up.count(), 1);
+
+    let inflated =
+        json!({"amount": 600, "justification": {"claims": ["Order 1001 was charged $600.00."]}});
+    let r = post(&g, "/api/orders/1001/refunds", &inflated).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["reason"], "unsupported_claims", "{j}");
+    assert_eq!(j["claims"][0]["unaligned"], json!(["$600.00"]), "{j}");
+    assert_eq!(j["unbound_params"], json!(["amount", "order_id"]), "{j}");
+    assert!(
+        !r.text().contains("Vitamix"),
+        "never the record's text: {j}"
+    );
+    assert_eq!(g.up.count(), 1);
+}

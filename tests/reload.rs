@@ -256,7 +256,7 @@ fn check_prints_a_summary_or_every_error() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     let lines: Vec<&str> = err.lines().collect();
-    let a = format!("{}:3:1: unknown field `bogus`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`, `sources_from`", bad.join("a.toml").display());
+    let a = format!("{}:3:1: unknown field `bogus`, expected one of `type`, `requirements`, `options`, `require_claims`, `min_claims`, `approvals`, `redact`, `rule`, `param_types`, `bind`, `evidence`, `sources_from`", bad.join("a.toml").display());
     assert_eq!(lines.first().copied(), Some(a.as_str()), "{err}");
     assert_eq!(lines.len(), 2, "{err}");
     let b = format!(

@@ -19,6 +19,15 @@ fn policy(hold: &str) -> String {
         .build()
 }
 
+/// [`policy`] with `approvals = n` on the action.
+fn policy_with_approvals(hold: &str, n: u32) -> String {
+    support::RefundPolicy::new("strict")
+        .action_line(&format!("approvals = {n}"))
+        .review_over(500)
+        .hold(hold)
+        .build()
+}
+
 const SECOND_REVIEWER: &str = "test-second-reviewer-key-0123456789";
 
 async fn env(approvals: u32) -> (TestServer, MockUpstream) {
@@ -27,15 +36,15 @@ async fn env(approvals: u32) -> (TestServer, MockUpstream) {
 
 /// [`env`] with `route_extra` (TOML lines) added to the refund route.
 async fn env_with(approvals: u32, route_extra: &str) -> (TestServer, MockUpstream) {
-    let route_extra = route_extra.to_string();
+    env_policy(approvals, policy("50ms") + route_extra).await
+}
+
+/// A sidecar with `review.approvals = approvals` gating `policy_text`.
+async fn env_policy(approvals: u32, policy_text: String) -> (TestServer, MockUpstream) {
     let up = MockUpstream::start().await;
     let url = up.url();
     let s = TestServer::start_with(|c| {
-        std::fs::write(
-            c.policies_dir.join("refunds.toml"),
-            policy("50ms") + &route_extra,
-        )
-        .unwrap();
+        std::fs::write(c.policies_dir.join("refunds.toml"), &policy_text).unwrap();
         let keys = c.keys_file.clone().unwrap();
         let mut text = std::fs::read_to_string(&keys).unwrap();
         text.push_str(&format!(
@@ -197,6 +206,49 @@ async fn two_approvals_means_two_people_and_one_forward() {
         resolve(&s, id, "reject", REVIEW_KEY).await.json()["status"],
         "rejected"
     );
+}
+
+/// An action's `approvals` overrides `review.approvals` both ways, and
+/// the review says how many it needs.
+#[tokio::test]
+async fn an_action_sets_its_own_number_of_approvals() {
+    // The server asks for one; the refund action for two.
+    let (s, up) = env_policy(1, policy_with_approvals("50ms", 2)).await;
+    let id = hold(&s, None).await["review_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v = resolve(&s, &id, "approve", REVIEW_KEY).await.json();
+    assert_eq!(
+        (&v["status"], &v["approvals_required"]),
+        (&json!("pending"), &json!(2)),
+        "{v}"
+    );
+    let listed = s
+        .get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
+        .await
+        .json();
+    assert_eq!(listed["approvals_required"], 2, "{listed}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(up.count(), 0, "one approval of two forwards nothing");
+    let v = resolve(&s, &id, "approve", SECOND_REVIEWER).await.json();
+    assert_eq!(v["status"], "approved", "{v}");
+    wait_until("the forward", || up.count() == 1).await;
+    drop(s);
+
+    // The server asks for two; the action for one.
+    let (s, up) = env_policy(2, policy_with_approvals("50ms", 1)).await;
+    let id = hold(&s, None).await["review_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v = resolve(&s, &id, "approve", REVIEW_KEY).await.json();
+    assert_eq!(
+        (&v["status"], &v["approvals_required"]),
+        (&json!("approved"), &json!(1)),
+        "{v}"
+    );
+    wait_until("the forward", || up.count() == 1).await;
 }
 
 #[tokio::test]

@@ -177,7 +177,14 @@ pub struct RequirementsOut {
     pub deny_if_any_unsupported: bool,
     pub evidence_limit: usize,
     pub require_claims: bool,
+    /// Shown only when the action's policy asks for more than one claim.
+    #[serde(skip_serializing_if = "only_one")]
+    pub min_claims: usize,
     pub floors_applied: Vec<FloorOut>,
+}
+
+fn only_one(n: &usize) -> bool {
+    *n <= 1
 }
 
 #[derive(Debug, Serialize)]
@@ -232,6 +239,7 @@ pub fn response(
                 deny_if_any_unsupported: e.deny_if_any_unsupported,
                 evidence_limit: e.evidence_limit,
                 require_claims: e.require_claims,
+                min_claims: e.min_claims,
                 floors_applied: e
                     .floors_applied
                     .iter()

@@ -373,7 +373,7 @@ fn requirements(t: &Trace, e: &crate::engine::decide::Effective) -> Vec<FieldOut
         DEFAULT_CITATIONS, DEFAULT_EVIDENCE_LIMIT, DEFAULT_MIN_COVERAGE, DEFAULT_MODE,
     };
     let (fr, fo, rq) = (&t.floor_requirements, &t.floor_options, &t.requested);
-    vec![
+    let mut fields = vec![
         field(
             "decision_mode",
             t.origins.decision_mode,
@@ -420,7 +420,19 @@ fn requirements(t: &Trace, e: &crate::engine::decide::Effective) -> Vec<FieldOut
             },
             requested: Value::Null,
         },
-    ]
+    ];
+    // Listed only when the policy asks for more than one claim.
+    if e.min_claims > 1 {
+        fields.push(FieldOut {
+            field: "min_claims",
+            value: json!(e.min_claims),
+            won: Won::Floor.as_str(),
+            default: json!(1),
+            floor: json!(e.min_claims),
+            requested: Value::Null,
+        });
+    }
+    fields
 }
 
 /// One requirement with its (effective, default) values and its (floor,

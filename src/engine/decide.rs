@@ -44,6 +44,8 @@ pub struct Effective {
     pub deny_if_any_unsupported: bool,
     pub evidence_limit: usize,
     pub require_claims: bool,
+    /// With `require_claims`: the separate claims a request must carry.
+    pub min_claims: usize,
     pub floors_applied: Vec<FloorApplied>,
 }
 
@@ -151,9 +153,14 @@ pub fn effective(floor: Option<Floor<'_>>, req: &Requested) -> Effective {
 /// [`effective`], and which side set each field.
 pub fn effective_traced(floor: Option<Floor<'_>>, req: &Requested) -> (Effective, Origins) {
     let mut applied = Vec::new();
-    let (reqs, opts, require_claims) = match floor {
-        Some(f) => (Some(f.requirements), Some(f.options), f.require_claims),
-        None => (None, None, true),
+    let (reqs, opts, require_claims, min_claims) = match floor {
+        Some(f) => (
+            Some(f.requirements),
+            Some(f.options),
+            f.require_claims,
+            f.min_claims.max(1),
+        ),
+        None => (None, None, true, 1),
     };
     let floor_cov = reqs
         .and_then(|r| r.min_coverage)
@@ -204,6 +211,7 @@ pub fn effective_traced(floor: Option<Floor<'_>>, req: &Requested) -> (Effective
         deny_if_any_unsupported,
         evidence_limit,
         require_claims,
+        min_claims,
         floors_applied: applied,
     };
     let origins = Origins {
@@ -470,12 +478,14 @@ pub fn decide_traced(f: &Facts<'_>) -> (Decision, Row) {
             R::ReviewRequired,
             "a review rule hit",
         )
-    } else if f.checks.is_empty() && f.requirements.require_claims {
+    } else if f.requirements.require_claims
+        && separate_claims(f.checks) < f.requirements.min_claims.max(1)
+    {
         (
             Deny,
             NeedsReview,
             R::NoClaims,
-            "no claims, and the policy requires claims",
+            "fewer separate claims than the policy requires (none, or under min_claims)",
         )
     } else {
         (
@@ -524,6 +534,25 @@ pub fn decide_traced(f: &Facts<'_>) -> (Decision, Row) {
     (decision, row)
 }
 
+/// How many of `checks` are separate claims: claims whose texts differ
+/// once case and runs of whitespace are set aside, so that sending one
+/// claim twice does not meet `min_claims = 2`.
+fn separate_claims(checks: &[Check]) -> usize {
+    let mut texts: Vec<String> = checks
+        .iter()
+        .map(|c| {
+            c.claim_text
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .to_lowercase()
+        })
+        .collect();
+    texts.sort_unstable();
+    texts.dedup();
+    texts.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -570,6 +599,7 @@ mod tests {
             deny_if_any_unsupported: deny_any,
             evidence_limit: 5,
             require_claims: true,
+            min_claims: 1,
             floors_applied: vec![],
         }
     }
@@ -591,6 +621,7 @@ mod tests {
             citations: Citations,
             deny_any: bool,
             require_claims: bool,
+            min_claims: usize,
             strict: (Outcome, R),
             balanced: (Outcome, R),
             audit_would: Outcome,
@@ -607,6 +638,7 @@ mod tests {
             citations: Citations::Required,
             deny_any: false,
             require_claims: true,
+            min_claims: 1,
             strict: (Allow, R::CoverageSufficient),
             balanced: (Allow, R::CoverageSufficient),
             audit_would: Allow,
@@ -717,6 +749,49 @@ mod tests {
                 ..base()
             },
             Row {
+                name: "8 one claim where min_claims asks for two",
+                min_claims: 2,
+                strict: (Deny, R::NoClaims),
+                balanced: (NeedsReview, R::NoClaims),
+                audit_would: Deny,
+                ..base()
+            },
+            Row {
+                name: "8 the same claim twice is one claim",
+                checks: vec![
+                    Check {
+                        claim_text: "Order 1001  was paid.".into(),
+                        ..check(Supported, 1.0)
+                    },
+                    Check {
+                        claim_id: "c2".into(),
+                        claim_text: "order 1001 was PAID.".into(),
+                        ..check(Supported, 1.0)
+                    },
+                ],
+                min_claims: 2,
+                strict: (Deny, R::NoClaims),
+                balanced: (NeedsReview, R::NoClaims),
+                audit_would: Deny,
+                ..base()
+            },
+            Row {
+                name: "9 two separate claims meet min_claims = 2",
+                checks: vec![
+                    Check {
+                        claim_text: "Order 1001 was paid.".into(),
+                        ..check(Supported, 1.0)
+                    },
+                    Check {
+                        claim_id: "c2".into(),
+                        claim_text: "Order 1001 was delivered.".into(),
+                        ..check(Supported, 1.0)
+                    },
+                ],
+                min_claims: 2,
+                ..base()
+            },
+            Row {
                 name: "8 require_claims = false lets rules decide",
                 checks: vec![],
                 require_claims: false,
@@ -731,6 +806,7 @@ mod tests {
             for mode in [Strict, Balanced, Audit] {
                 let mut r = reqs(mode, row.citations, row.deny_any);
                 r.require_claims = row.require_claims;
+                r.min_claims = row.min_claims;
                 let d = decide(&Facts {
                     unavailable_sources: row.unavailable,
                     untrusted_sources: row.untrusted,
@@ -777,6 +853,7 @@ mod tests {
             requirements: &p.0,
             options: &p.1,
             require_claims: true,
+            min_claims: 1,
         })
     }
 

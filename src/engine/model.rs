@@ -65,4 +65,7 @@ pub struct Floor<'a> {
     pub options: &'a Options,
     /// `true` fails closed when a request carries no claims.
     pub require_claims: bool,
+    /// With `require_claims`: the separate claims (distinct texts) a
+    /// request must carry; 1 unless the policy says more.
+    pub min_claims: usize,
 }

@@ -46,6 +46,11 @@ pub(super) struct FileAction {
     #[serde(default)]
     pub options: FileOptions,
     pub require_claims: Option<bool>,
+    /// Separate claims a request must carry (default 1).
+    pub min_claims: Option<Spanned<u32>>,
+    /// Distinct reviewers a held call of this action needs (default: the
+    /// server's `review.approvals`).
+    pub approvals: Option<Spanned<u32>>,
     #[serde(default)]
     pub redact: Vec<Spanned<String>>,
     #[serde(default)]

@@ -27,6 +27,12 @@ pub struct ActionPolicy {
     pub options: Options,
     /// `true` (the default) fails closed when a request carries no claims.
     pub require_claims: bool,
+    /// Separate claims a request must carry when `require_claims` (1 by
+    /// default; `min_claims = 2` asks for two).
+    pub min_claims: u32,
+    /// Distinct reviewers a held call of this action needs (`approvals`);
+    /// `None`: the server's `review.approvals`.
+    pub approvals: Option<u32>,
     /// Param paths such as `params.card_number` that the audit log stores as
     /// their sha256 instead of their value.
     pub redact: Vec<String>,
@@ -210,6 +216,7 @@ impl ActionPolicy {
             requirements: &self.requirements,
             options: &self.options,
             require_claims: self.require_claims,
+            min_claims: self.min_claims as usize,
         }
     }
 
@@ -549,6 +556,8 @@ mod tests {
             requirements: Requirements::default(),
             options: Options::default(),
             require_claims: true,
+            min_claims: 1,
+            approvals: None,
             redact: vec![],
             rules,
             param_types: BTreeMap::new(),

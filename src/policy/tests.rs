@@ -93,6 +93,18 @@ fn design_example_parses() {
 }
 
 #[test]
+fn min_claims_and_approvals_are_read() {
+    let set = PolicySet::from_sources(&[(
+        "a.toml",
+        "[[action]]\ntype = \"x\"\nmin_claims = 2\napprovals = 3\n",
+    )])
+    .unwrap();
+    let a = set.action("x").unwrap();
+    assert_eq!((a.min_claims, a.approvals), (2, Some(3)));
+    assert_eq!(a.floor().min_claims, 2);
+}
+
+#[test]
 fn defaults_and_minimal_files() {
     let set = PolicySet::from_sources(&[
         ("a.toml", "[[action]]\ntype = \"x\"\n"),
@@ -106,6 +118,7 @@ fn defaults_and_minimal_files() {
     .unwrap();
     let a = set.action("x").unwrap();
     assert!(a.require_claims);
+    assert_eq!((a.min_claims, a.approvals), (1, None));
     assert_eq!(a.requirements, Requirements::default());
     assert_eq!(a.options, Options::default());
     let r = &set.routes[0];
@@ -201,7 +214,7 @@ fn validation_errors_have_exact_positions() {
         ("[[action]\n".into(), "f.toml:1:9: invalid table header: expected `.`, `]]`"),
         ("[[action]]\ntype = 5\n".into(), "f.toml:2:8: invalid type: integer `5`, expected a string"),
         ("[[action]]\ntype = \"x\"\ntypo = 1\n".into(),
-         "f.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`, `sources_from`"),
+         "f.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `min_claims`, `approvals`, `redact`, `rule`, `param_types`, `bind`, `evidence`, `sources_from`"),
         ("[[action]]\ntype = \"x\"\nrequirements = { decision_mode = \"lenient\" }\n".into(),
          "f.toml:3:34: unknown variant `lenient`, expected one of `strict`, `balanced`, `audit`"),
         ("[[action]]\ntype = \"x\"\nrequirements = { min_cov = 1 }\n".into(),
@@ -211,6 +224,12 @@ fn validation_errors_have_exact_positions() {
         // Semantic errors.
         ("[[action]]\ntype = \"x\"\nrequirements = { min_coverage = 1.5 }\n".into(),
          "f.toml:3:33: requirements.min_coverage must be between 0 and 1, got 1.5"),
+        ("[[action]]\ntype = \"x\"\nmin_claims = 0\n".into(),
+         "f.toml:3:14: min_claims: must be 1 to 32, got 0"),
+        ("[[action]]\ntype = \"x\"\nrequire_claims = false\nmin_claims = 2\n".into(),
+         "f.toml:4:14: min_claims = 2 needs require_claims = true (the default)"),
+        ("[[action]]\ntype = \"x\"\napprovals = 11\n".into(),
+         "f.toml:3:13: approvals: must be 1 to 10 (distinct reviewers per held call), got 11"),
         ("[[action]]\ntype = \"x\"\nrequirements = { min_coverage = 0.9 }\noptions = { min_coverage = 0.8 }\n".into(),
          "f.toml:4:28: options.min_coverage 0.8 conflicts with requirements.min_coverage 0.9; set it once"),
         ("[[action]]\ntype = \"\"\n".into(), "f.toml:2:8: action type must not be empty"),
@@ -566,7 +585,7 @@ fn check_dir_output() {
     let d = dir.path().display();
     assert_eq!(
         out,
-        format!("{d}/b.toml:3:1: unknown field `x`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`, `sources_from`\n")
+        format!("{d}/b.toml:3:1: unknown field `x`, expected one of `type`, `requirements`, `options`, `require_claims`, `min_claims`, `approvals`, `redact`, `rule`, `param_types`, `bind`, `evidence`, `sources_from`\n")
     );
 
     let (code, out) = check_dir(&dir.path().join("nope"));
@@ -640,7 +659,7 @@ action = "b"
     assert_eq!(
         errors_of(&[("m.toml", text)]),
         vec![
-            "m.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `redact`, `rule`, `param_types`, `bind`, `evidence`, `sources_from`",
+            "m.toml:3:1: unknown field `typo`, expected one of `type`, `requirements`, `options`, `require_claims`, `min_claims`, `approvals`, `redact`, `rule`, `param_types`, `bind`, `evidence`, `sources_from`",
             "m.toml:9:11: op \"gt\" needs a number value",
             "m.toml:13:8: unknown variant `between`, expected one of `eq`, `ne`, `gt`, `ge`, `lt`, `le`, `in`, `not_in`, `present`, `absent`, `matches`",
             "m.toml:20:1: unknown field `color`, expected one of `name`, `method`, `path`, `action`, `params`, `claims`, `sources`, `answer`, `on_review`, `hold_timeout`, `failure_mode`, `content_type`, `suffixes`, `pinned`, `credential_headers`, `join_ignore_headers`, `sources_from`",

@@ -28,6 +28,9 @@ pub const DEFAULT_HOLD_TIMEOUT: Duration = Duration::from_secs(30);
 /// The media type a route gates when it does not say.
 pub const DEFAULT_CONTENT_TYPE: &str = "application/json";
 
+/// The most separate claims an action's `min_claims` may ask for.
+pub const MAX_MIN_CLAIMS: u32 = 32;
+
 /// One policy file's contents.
 pub(super) struct Source {
     /// The bare file name (`refunds.toml`); it goes into the revision.
@@ -311,6 +314,37 @@ fn action(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<ActionPolicy> {
             cx.err(b.span().start, format!("invalid bind param {name:?}"));
         }
     }
+    let min_claims = match &fa.min_claims {
+        None => 1,
+        Some(n) => {
+            let v = *n.get_ref();
+            if !(1..=MAX_MIN_CLAIMS).contains(&v) {
+                cx.err(
+                    n.span().start,
+                    format!("min_claims: must be 1 to {MAX_MIN_CLAIMS}, got {v}"),
+                );
+            } else if v > 1 && fa.require_claims == Some(false) {
+                cx.err(
+                    n.span().start,
+                    format!("min_claims = {v} needs require_claims = true (the default)"),
+                );
+            }
+            v
+        }
+    };
+    let approvals = fa.approvals.as_ref().map(|n| {
+        let v = *n.get_ref();
+        if !(1..=crate::config::MAX_REVIEW_APPROVALS).contains(&v) {
+            cx.err(
+                n.span().start,
+                format!(
+                    "approvals: must be 1 to {} (distinct reviewers per held call), got {v}",
+                    crate::config::MAX_REVIEW_APPROVALS
+                ),
+            );
+        }
+        v
+    });
     let provenance = fa
         .evidence
         .as_ref()
@@ -349,6 +383,8 @@ fn action(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<ActionPolicy> {
             min_coverage: opt_cov,
         },
         require_claims: fa.require_claims.unwrap_or(true),
+        min_claims,
+        approvals,
         redact: fa.redact.iter().map(|r| r.get_ref().clone()).collect(),
         rules,
         param_types,

@@ -237,6 +237,7 @@ impl Proxy {
                 requesters: self.requesters(route, &held),
                 join_key: held.join_key(|name| route.join_skips(name)),
                 credential_headers: route.credential_headers.clone(),
+                approvals_required: decided.approvals,
                 request: held,
                 detail: Some(crate::decide::detail::review_detail(decided)),
             })

@@ -72,6 +72,7 @@ mod tests {
             requesters: vec![],
             join_key: String::new(),
             credential_headers: vec![],
+            approvals_required: None,
             owner: "app".into(),
             route: "create-refund".into(),
             action: "refund.create".into(),

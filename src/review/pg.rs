@@ -186,9 +186,10 @@ impl Backend for PgStore {
                 &tx.prepare_cached(
                 "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, \
                  action, reason, record_id, req_method, req_path, req_body, req_hash, status, \
-                 forward_state, req_creds, rules, detail, requester, replica) \
+                 forward_state, req_creds, rules, detail, requester, replica, \
+                 approvals_required) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', \
-                 'not_started', $13, $14, $15, $16, $17)",
+                 'not_started', $13, $14, $15, $16, $17, $18)",
                 )
                 .await?,
                 &[
@@ -209,6 +210,7 @@ impl Backend for PgStore {
                     &detail,
                     &super::store::encode_requesters(&new.requesters),
                     &me,
+                    &new.approvals_required.map(|n| n as i32),
                 ],
             )
             .await?;
@@ -801,7 +803,7 @@ impl Cells for tokio_postgres::Row {
         }
     }
     fn replica(&self) -> Result<Option<String>, ReviewError> {
-        Ok(self.try_get(20)?)
+        Ok(self.try_get(21)?)
     }
     fn corrupt(_: usize, what: String) -> ReviewError {
         ReviewError::Storage(format!("bad stored {what}"))

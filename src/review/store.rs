@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS review_reviews (
     detail                TEXT,              -- JSON: what the reviewer is shown of the decision
     requester             TEXT,              -- JSON list of the API key names behind the held call, if any
     approvals             TEXT NOT NULL DEFAULT '[]', -- JSON: approvals so far
+    approvals_required    INTEGER,           -- the action's `approvals`; NULL: the server's
     status                TEXT NOT NULL
         CHECK (status IN ('pending', 'approved', 'rejected', 'expired')),
     reviewer              TEXT,
@@ -75,7 +76,7 @@ CREATE TABLE IF NOT EXISTS review_request_headers (
 pub(super) const COLUMNS: &str =
     "review_id, created_at, expires_at, owner, route, action, reason, \
      record_id, req_method, req_path, status, reviewer, note, resolved_at, forward_state, \
-     upstream_status, req_hash, rules, requester, approvals";
+     upstream_status, req_hash, rules, requester, approvals, approvals_required";
 
 /// One stored review, without the held headers and body (which only a
 /// forward claim reads, so they never travel into views by accident).
@@ -103,6 +104,9 @@ pub(super) struct Row {
     pub requesters: Vec<String>,
     /// Approvals so far, oldest first.
     pub approvals: Vec<StoredApproval>,
+    /// Distinct approvals the held call's action asks for (its policy's
+    /// `approvals`); `None`: the server's `review.approvals`.
+    pub approvals_required: Option<u32>,
     /// With a shared store: the replica holding the client connection and
     /// the first right to forward. `None` in SQLite (one replica).
     pub replica: Option<String>,
@@ -128,7 +132,8 @@ pub(super) struct Resolver<'a> {
     /// The reviewer as they named themselves.
     pub reviewer: &'a str,
     pub note: Option<&'a str>,
-    /// Distinct approvals that approve the review.
+    /// Distinct approvals that approve a review whose action sets none
+    /// (the server's `review.approvals`).
     pub required: u32,
 }
 
@@ -302,6 +307,8 @@ impl SqliteStore {
             ("detail", "detail TEXT"),
             ("requester", "requester TEXT"),
             ("approvals", "approvals TEXT NOT NULL DEFAULT '[]'"),
+            // Before per-action approvals: the server's count.
+            ("approvals_required", "approvals_required INTEGER"),
         ] {
             let has: bool = conn
                 .prepare("SELECT 1 FROM pragma_table_info('review_reviews') WHERE name = ?1")?
@@ -355,9 +362,9 @@ impl SqliteStore {
         tx.execute(
             "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, action, \
              reason, record_id, req_method, req_path, req_body, req_hash, status, forward_state, \
-             req_creds, rules, detail, requester) \
+             req_creds, rules, detail, requester, approvals_required) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-             ?18)",
+             ?18, ?19)",
             params![
                 review_id,
                 micros(created_at),
@@ -378,6 +385,7 @@ impl SqliteStore {
                     .map_err(|e| ReviewError::Storage(format!("rule messages: {e}")))?,
                 new.detail.as_ref().map(|d| d.to_string()),
                 encode_requesters(&new.requesters),
+                new.approvals_required,
             ],
         )?;
         {
@@ -464,7 +472,8 @@ pub(super) fn plan_resolve(
         Ok(_) if row.requesters.iter().any(|r| r == who.by) => Err(ReviewError::OwnCall),
         Ok(to) if verdict == Verdict::Approve => {
             let so_far: Vec<&str> = row.approvals.iter().map(|a| a.by.as_str()).collect();
-            let approval = state::approve(&so_far, who.by, who.required)
+            let required = row.approvals_required.unwrap_or(who.required);
+            let approval = state::approve(&so_far, who.by, required)
                 .map_err(|_| ReviewError::AlreadyApprovedBy)?;
             let mut approvals = row.approvals.clone();
             approvals.push(StoredApproval {
@@ -1084,6 +1093,10 @@ impl Row {
             rules: json_cell(r, 17, "rule messages")?,
             requesters: decode_requesters(r.opt_text(18)?),
             approvals: json_cell(r, 19, "approvals")?,
+            approvals_required: r
+                .opt_int(20)?
+                .map(|n| u32::try_from(n).map_err(|_| C::corrupt(20, format!("approvals {n}"))))
+                .transpose()?,
             replica: r.replica()?,
         })
     }

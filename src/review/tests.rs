@@ -114,6 +114,7 @@ fn new_review(owner: &str) -> NewReview {
         requesters: vec![],
         join_key: held().join_key(|_| false),
         credential_headers: vec![],
+        approvals_required: None,
     }
 }
 
@@ -680,6 +681,37 @@ async fn racing_claims_through_two_handles_forward_exactly_once() {
         })
         .collect();
     assert_eq!(claims_won(tasks).await, 1);
+}
+
+/// A review's own `approvals_required` (its action's `approvals`) wins
+/// over the server's count, on every backend, and is stored with it.
+#[tokio::test]
+async fn a_review_needs_the_approvals_its_action_asks_for() {
+    let dir = place();
+    let r = dir.open(HOUR).await;
+    r.set_approvals(1);
+    let mut new = new_review("refund-app");
+    new.approvals_required = Some(2);
+    let id = r.create(new).await.unwrap().review_id;
+    let v = approve(&r, &id).await.unwrap();
+    assert_eq!((v.status, v.approvals_required), (ReviewStatus::Pending, 2));
+    let v = r
+        .resolve(&id, true, "bob", "bob", None, SystemTime::now())
+        .await
+        .unwrap();
+    assert_eq!((v.status, v.approvals.len()), (ReviewStatus::Approved, 2));
+    // Without one, the server's count, read when the review is resolved.
+    r.set_approvals(2);
+    let plain = r.create(new_review("refund-app")).await.unwrap().review_id;
+    let v = approve(&r, &plain).await.unwrap();
+    assert_eq!((v.status, v.approvals_required), (ReviewStatus::Pending, 2));
+    let mut new = new_review("refund-app");
+    new.approvals_required = Some(1);
+    let one = r.create(new).await.unwrap().review_id;
+    assert_eq!(
+        approve(&r, &one).await.unwrap().status,
+        ReviewStatus::Approved
+    );
 }
 
 #[tokio::test]

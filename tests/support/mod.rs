@@ -759,6 +759,8 @@ pub struct RefundPolicy {
     mode: &'static str,
     min_coverage: Option<&'static str>,
     rules: String,
+    /// Lines of the `[[action]]` table itself, before its rules.
+    action_lines: String,
     params: String,
     hold: Option<String>,
     route: bool,
@@ -772,6 +774,7 @@ impl RefundPolicy {
             mode,
             min_coverage: Some("0.85"),
             rules: String::new(),
+            action_lines: String::new(),
             params: String::new(),
             hold: None,
             route: true,
@@ -781,6 +784,13 @@ impl RefundPolicy {
     /// Another `min_coverage` floor, or none.
     pub fn min_coverage(mut self, floor: Option<&'static str>) -> RefundPolicy {
         self.min_coverage = floor;
+        self
+    }
+
+    /// A line of the `[[action]]` table, e.g. `approvals = 2`.
+    pub fn action_line(mut self, line: &str) -> RefundPolicy {
+        self.action_lines += line;
+        self.action_lines.push('\n');
         self
     }
 
@@ -834,8 +844,8 @@ impl RefundPolicy {
             .map(|f| format!(" min_coverage = {f},"))
             .unwrap_or_default();
         let mut out = format!(
-            "\n[[action]]\ntype = \"refund.create\"\nrequirements = {{ decision_mode = \"{}\",{coverage} citations = \"optional\" }}\n{}",
-            self.mode, self.rules
+            "\n[[action]]\ntype = \"refund.create\"\nrequirements = {{ decision_mode = \"{}\",{coverage} citations = \"optional\" }}\n{}{}",
+            self.mode, self.action_lines, self.rules
         );
         if self.route {
             out += &format!(
