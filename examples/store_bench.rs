@@ -17,8 +17,14 @@
 //! The table gives each figure per backend and round, and the ratio
 //! PostgreSQL / SQLite with the median over rounds.
 //!
+//! With `--replicas` it measures instead one job of `--job-items` items on
+//! PostgreSQL run by one replica and by two (in-process, on one database,
+//! `--workers` each, alternating which goes first): items per second, and
+//! item runs against items (a run lost to a store error is run again).
+//!
 //! `cargo run --release --example store_bench -- [--rounds 3] [--holds 2000]
-//! [--concurrency 8] [--job-items 20000] [--postgres-dir DIR]`
+//! [--concurrency 8] [--job-items 20000] [--postgres-dir DIR]
+//! [--replicas [--workers 2]]`
 //!
 //! Every loop is bounded in count and in time; everything is on 127.0.0.1.
 
@@ -70,6 +76,8 @@ struct Args {
     concurrency: usize,
     job_items: usize,
     postgres_dir: Option<PathBuf>,
+    replicas: bool,
+    workers: usize,
 }
 
 fn args() -> Result<Args, Error> {
@@ -79,6 +87,8 @@ fn args() -> Result<Args, Error> {
         concurrency: 8,
         job_items: 20_000,
         postgres_dir: None,
+        replicas: false,
+        workers: 2,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -89,10 +99,12 @@ fn args() -> Result<Args, Error> {
             "--concurrency" => a.concurrency = value()?.parse()?,
             "--job-items" => a.job_items = value()?.parse()?,
             "--postgres-dir" => a.postgres_dir = Some(value()?.into()),
+            "--replicas" => a.replicas = true,
+            "--workers" => a.workers = value()?.parse()?,
             other => return Err(format!("unknown flag {other}").into()),
         }
     }
-    if a.rounds == 0 || a.holds == 0 || a.concurrency == 0 || a.job_items == 0 {
+    if a.rounds == 0 || a.holds == 0 || a.concurrency == 0 || a.job_items == 0 || a.workers == 0 {
         return Err("every count must be greater than 0".into());
     }
     Ok(a)
@@ -185,7 +197,7 @@ struct Server {
     _dir: tempfile::TempDir,
 }
 
-async fn start_server(store_url: Option<&str>) -> Result<Server, Error> {
+async fn start_server(store_url: Option<&str>, workers: usize) -> Result<Server, Error> {
     let (dir, mut overrides) = bench_dir(POLICY)?;
     // Never contacted: every refund is held and never approved.
     overrides.upstream = Some("http://127.0.0.1:9".into());
@@ -194,7 +206,7 @@ async fn start_server(store_url: Option<&str>) -> Result<Server, Error> {
         None => String::new(),
     };
     let mut config = Config::from_toml("bench", &text, &overrides)?;
-    config.jobs.workers = 1;
+    config.jobs.workers = workers;
     let running = verdict::app::start(config).await?;
     Ok(Server { running, _dir: dir })
 }
@@ -325,6 +337,11 @@ fn main() -> Result<(), Error> {
         .build()?;
     let client: HttpClient = client_rt
         .block_on(async { Client::builder(TokioExecutor::new()).build(HttpConnector::new()) });
+    if a.replicas {
+        replica_rounds(&a, &cluster, &server_rt, &client_rt, &client)?;
+        stop_cluster(&a, &pg_dir);
+        return Ok(());
+    }
     let mut rows = Vec::new();
     for round in 0..a.rounds {
         let order = if round % 2 == 0 {
@@ -337,7 +354,7 @@ fn main() -> Result<(), Error> {
                 Backend::Sqlite => None,
                 Backend::Postgres => Some(fresh_database(&cluster)?),
             };
-            let server = server_rt.block_on(start_server(url.as_deref()))?;
+            let server = server_rt.block_on(start_server(url.as_deref(), 1))?;
             let proxy = format!(
                 "http://{}",
                 server.running.proxy_addr.ok_or("no proxy listener")?
@@ -396,12 +413,91 @@ fn main() -> Result<(), Error> {
     println!("- hold p99: {:.2}x", ratio(&|r| r.p99));
     println!("- holds/s: {:.2}x", ratio(&|r| r.holds_per_s));
     println!("- job items/s: {:.2}x", ratio(&|r| r.items_per_s));
+    stop_cluster(&a, &pg_dir);
+    Ok(())
+}
+
+/// Stops the cluster this run started (not one it was pointed at).
+fn stop_cluster(a: &Args, pg_dir: &Path) {
     if a.postgres_dir.is_none() {
         let _ = Command::new("bash")
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres.sh"))
             .arg("stop")
-            .arg(&pg_dir)
+            .arg(pg_dir)
             .output();
     }
+}
+
+/// The unlabelled sample `name` of `api`'s /metrics.
+async fn sample(client: &HttpClient, api: &str, name: &str) -> Result<f64, Error> {
+    let (_, body) = send(client, Method::GET, &format!("{api}/metrics"), Bytes::new()).await?;
+    let text = String::from_utf8_lossy(&body);
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0))
+}
+
+/// One job on one replica and on two, per round: items/s and item runs.
+fn replica_rounds(
+    a: &Args,
+    cluster: &Cluster,
+    server_rt: &tokio::runtime::Runtime,
+    client_rt: &tokio::runtime::Runtime,
+    client: &HttpClient,
+) -> Result<(), Error> {
+    println!("| round | replicas | workers each | items/s | item runs / items | deadlocks |");
+    println!("|---|---|---|---|---|---|");
+    let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..a.rounds {
+        let order = if round % 2 == 0 { [1, 2] } else { [2, 1] };
+        for replicas in order {
+            let url = fresh_database(cluster)?;
+            let mut servers = Vec::new();
+            for _ in 0..replicas {
+                servers.push(server_rt.block_on(start_server(Some(&url), a.workers))?);
+            }
+            let apis: Vec<String> = servers
+                .iter()
+                .map(|s| format!("http://{}", s.running.api_addr))
+                .collect();
+            let items_per_s = client_rt.block_on(job(client, &apis[0], a.job_items))?;
+            let (mut runs, mut deadlocks) = (0.0, 0.0);
+            for api in &apis {
+                runs += client_rt.block_on(sample(
+                    client,
+                    api,
+                    "verdict_jobs_items_processed_total",
+                ))?;
+                deadlocks += client_rt.block_on(sample(
+                    client,
+                    api,
+                    "verdict_store_errors_total{kind=\"deadlock\"}",
+                ))?;
+            }
+            println!(
+                "| {} | {replicas} | {} | {items_per_s:.0} | {:.3} | {deadlocks} |",
+                round + 1,
+                a.workers,
+                runs / a.job_items as f64
+            );
+            rates[replicas - 1].push(items_per_s);
+            for s in servers {
+                server_rt.block_on(s.running.shutdown());
+            }
+        }
+    }
+    let per_round: Vec<f64> = rates[1]
+        .iter()
+        .zip(&rates[0])
+        .map(|(two, one)| two / one)
+        .collect();
+    println!();
+    println!(
+        "two replicas / one, items/s, median of {} rounds: {:.2}x",
+        a.rounds,
+        median(per_round)
+    );
     Ok(())
 }

@@ -71,9 +71,15 @@ pub enum JobsError {
     /// The shared store (PostgreSQL) refused a statement.
     #[error("shared job store: {0}")]
     Shared(String),
-    /// The shared store cannot be reached (the API answers 503).
-    #[error("shared job store unavailable: {0}")]
-    Unavailable(String),
+    /// The shared store cannot be reached, or refused for a reason of the
+    /// moment such as a deadlock (the API answers 503). `kind` is the
+    /// `verdict_store_errors_total` kind of a failed statement; `None` for
+    /// a connection the pool could not give, which the pool counts itself.
+    #[error("shared job store unavailable: {message}")]
+    Unavailable {
+        kind: Option<&'static str>,
+        message: String,
+    },
     #[error("stored job data is corrupt: {0}")]
     Corrupt(String),
     /// After [`Jobs::shutdown`] no new job is accepted.

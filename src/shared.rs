@@ -183,6 +183,18 @@ pub fn error_text(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// The `verdict_store_errors_total` kind of a failed statement: `deadlock`
+/// (SQLSTATE 40P01), `serialization` (40001), `query` (any other refusal by
+/// the server) or `connect` (the connection failed under it).
+pub fn error_kind(e: &tokio_postgres::Error) -> &'static str {
+    match e.as_db_error().map(|db| db.code().code()) {
+        Some("40P01") => "deadlock",
+        Some("40001") => "serialization",
+        Some(_) => "query",
+        None => "connect",
+    }
+}
+
 /// Whether an error passes by itself: the connection failed, or the server
 /// refused for a reason of the moment (SQLSTATE classes 08 connection, 40
 /// rollback such as a deadlock or serialization failure, 53 resources, 57
@@ -361,7 +373,7 @@ impl Shared {
         );
         registry.register(
             "verdict_store_errors",
-            "Shared store failures: connect (no connection), lease (a renewal failed), listen (the LISTEN connection failed)",
+            "Shared store failures: connect (no connection, or it failed under a statement), lease (a renewal failed), listen (the LISTEN connection failed), deadlock, serialization and query (a statement the server refused)",
             m.errors.clone(),
         );
         registry.register(
@@ -369,6 +381,12 @@ impl Shared {
             "Open connections to the shared store, by state",
             m.connections.clone(),
         );
+    }
+
+    /// Counts one failed statement in `verdict_store_errors_total{kind}`
+    /// ([`error_kind`]).
+    pub fn count_error(&self, kind: &'static str) {
+        self.inner.metrics.error(kind);
     }
 
     /// `store.lease`.

@@ -458,6 +458,76 @@ async fn a_job_submitted_to_one_replica_is_finished_by_the_other_after_a_kill() 
     }
 }
 
+/// The value of the unlabelled Prometheus sample `name` at `base`.
+async fn sample(base: &str, name: &str) -> f64 {
+    let text = support::call(base, Method::GET, "/metrics", &[], String::new())
+        .await
+        .text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+/// Two replicas with two workers each share one 10 000-item job: no
+/// deadlock in the database, none counted, and (almost) no item run twice.
+/// Before the item path took its locks in one order, this ran 15 776 items
+/// for 10 000 with dozens of deadlocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_a_large_job_without_deadlocks_or_reruns() {
+    let Some(url) = support::postgres::fresh_database() else {
+        return;
+    };
+    let key = [7u8; 32];
+    let config = format!("[store]\nurl = \"{url}\"\nlease = \"2s\"\n[jobs]\nworkers = 2\n");
+    let a = Replica::with_config("http://127.0.0.1:9", "1s", &key, &config);
+    let b = Replica::with_config("http://127.0.0.1:9", "1s", &key, &config);
+    let n = 10_000;
+    let r = batch_call(
+        &a.api,
+        Method::POST,
+        "/v1/verify-claims-batch",
+        None,
+        batch_body(n),
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    let id = r.json()["job_id"].as_str().unwrap().to_string();
+    let path = format!("/v2/jobs/{id}?limit=1");
+    support::eventually_every(
+        "the job succeeds",
+        Duration::from_secs(300),
+        Duration::from_millis(250),
+        || async {
+            let j = batch_call(&b.api, Method::GET, &path, None, String::new())
+                .await
+                .json();
+            assert_ne!(j["status"], "failed", "{j}");
+            if j["status"] == "succeeded" {
+                Ok(())
+            } else {
+                Err(j["progress"].clone())
+            }
+        },
+    )
+    .await;
+    let mut runs = 0.0;
+    for r in [&a, &b] {
+        let ran = sample(&r.api, "verdict_jobs_items_processed_total").await;
+        assert!(ran > 0.0, "both replicas ran items: {ran} on {}", r.api);
+        runs += ran;
+        let deadlocks = sample(&r.api, "verdict_store_errors_total{kind=\"deadlock\"}").await;
+        assert_eq!(deadlocks, 0.0, "deadlocks counted on {}", r.api);
+    }
+    assert!(runs <= n as f64 * 1.01, "{runs} item runs for {n} items");
+    let deadlocks = support::postgres::psql(
+        &url,
+        "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .unwrap();
+    assert_eq!(deadlocks.trim(), "0", "deadlocks in the database");
+}
+
 /// The same `Idempotency-Key` and body sent to A and B at once: one job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_idempotency_key_sent_to_two_replicas_makes_one_job() {

@@ -304,7 +304,7 @@ impl From<crate::jobs::JobsError> for ApiError {
                 "a request with this Idempotency-Key is still being stored; retry shortly".into(),
             ),
             JobsError::ShuttingDown => ApiError::Unavailable("batch jobs are shutting down".into()),
-            JobsError::Unavailable(cause) => {
+            JobsError::Unavailable { message: cause, .. } => {
                 // The cause (addresses, driver text) is for the log only.
                 tracing::warn!(error = %cause, "shared job store unavailable");
                 ApiError::Unavailable("the job store is unavailable; retry later".into())

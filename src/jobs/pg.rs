@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use super::store::{Inserted, JobRow};
 use super::worker::{run_item, JobsMetrics, FLUSH_INTERVAL};
 use super::{cutoff_ms, now_ms, view, ItemFn, JobStatus, JobView, JobsError, JobsHealth, Page};
-use crate::shared::{error_text, Shared, JOBS_CHANNEL, NOW_MICROS};
+use crate::shared::{error_kind, error_text, Shared, JOBS_CHANNEL, NOW_MICROS};
 
 /// Items one worker claims at a time: each claim and each write of
 /// results is a durable commit, so larger claims mean fewer of them (and
@@ -42,7 +42,10 @@ const JOB_COLUMNS: &str = "seq, job_id, owner, status, items_total, items_done, 
 impl From<tokio_postgres::Error> for JobsError {
     fn from(e: tokio_postgres::Error) -> JobsError {
         if crate::shared::is_transient(&e) {
-            JobsError::Unavailable(error_text(&e))
+            JobsError::Unavailable {
+                kind: Some(error_kind(&e)),
+                message: error_text(&e),
+            }
         } else {
             JobsError::Shared(error_text(&e))
         }
@@ -51,9 +54,19 @@ impl From<tokio_postgres::Error> for JobsError {
 
 impl From<deadpool_postgres::PoolError> for JobsError {
     fn from(e: deadpool_postgres::PoolError) -> JobsError {
-        JobsError::Unavailable(format!("no connection to the shared store: {e}"))
+        JobsError::Unavailable {
+            kind: None,
+            message: format!("no connection to the shared store: {e}"),
+        }
     }
 }
+
+/// How often a worker runs a statement again in place after a transient
+/// failure (a deadlock, a serialization failure, a dropped connection)
+/// before it gives its claim up; the computed results are kept meanwhile.
+const RETRIES: u32 = 6;
+/// The first wait before a retry; it doubles each time (20 ms .. 640 ms).
+const RETRY_BACKOFF: Duration = Duration::from_millis(20);
 
 /// The PostgreSQL job subsystem of one replica.
 pub(crate) struct PgJobs {
@@ -413,6 +426,7 @@ impl PgJobs {
                     }
                 }
                 Err(e) => {
+                    self.count(&e);
                     tracing::warn!(error = %e, "cannot claim batch items");
                     self.idle(seen);
                 }
@@ -420,8 +434,50 @@ impl PgJobs {
         }
     }
 
+    /// Counts a failed statement in `verdict_store_errors_total{kind}`.
+    fn count(&self, e: &JobsError) {
+        match e {
+            JobsError::Unavailable {
+                kind: Some(kind), ..
+            } => self.shared.count_error(kind),
+            JobsError::Shared(_) => self.shared.count_error("query"),
+            _ => {}
+        }
+    }
+
+    /// Runs `op` (one transaction) again in place while it fails for a
+    /// reason of the moment, up to [`RETRIES`] times with a doubling wait;
+    /// counts every failure. What the caller computed stays in its hands
+    /// meanwhile, so a deadlock costs a retry, not a rerun of the items.
+    fn retrying<T, Fut>(&self, what: &str, mut op: impl FnMut() -> Fut) -> Result<T, JobsError>
+    where
+        Fut: std::future::Future<Output = Result<T, JobsError>>,
+    {
+        let mut wait = RETRY_BACKOFF;
+        let mut attempt = 0;
+        loop {
+            match self.shared.block_on(op()) {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    self.count(&e);
+                    if !matches!(e, JobsError::Unavailable { .. }) || attempt >= RETRIES {
+                        return Err(e);
+                    }
+                    attempt += 1;
+                    tracing::info!(error = %e, attempt, what, "batch store statement failed; retrying it");
+                    std::thread::sleep(wait);
+                    wait *= 2;
+                }
+            }
+        }
+    }
+
     /// Leases up to [`CLAIM`] items nobody holds of the oldest job that has
     /// any (jobs run in submit order), and marks the job running.
+    ///
+    /// Locks: the items (`SKIP LOCKED`: never waits for them), then the
+    /// job row only while the job is still `queued`, as in [`Self::flush`]:
+    /// items first, the job row last, in every transaction of the item path.
     async fn claim(&self) -> Result<Vec<Claimed>, JobsError> {
         let lease_us = i64::try_from(self.shared.lease().as_micros()).unwrap_or(i64::MAX);
         let mut client = self.shared.client().await?;
@@ -464,6 +520,7 @@ impl PgJobs {
         let mut jobs: Vec<&str> = batch.iter().map(|c| c.job_id.as_str()).collect();
         jobs.dedup();
         if !jobs.is_empty() {
+            // Matches (and so locks) the job row only while it is queued.
             let started = tx
                 .query(
                     &tx.prepare_cached(
@@ -488,18 +545,24 @@ impl PgJobs {
     /// Runs claimed items in order, writing results in small batches.
     fn run_batch(&self, batch: Vec<Claimed>) -> Result<(), JobsError> {
         let mut pending: Vec<(i32, String)> = Vec::new();
-        let mut job_id: Option<String> = None;
         let mut last_flush = Instant::now();
-        let mut failed: Option<String> = None;
-        for c in batch {
-            if job_id.as_deref() != Some(c.job_id.as_str()) {
-                if let Some(done) = job_id.take() {
-                    self.flush(&done, &mut pending)?;
-                }
-                job_id = Some(c.job_id.clone());
+        let mut failed: Option<&str> = None;
+        // The items of `job` this worker claimed and has not run yet
+        // (their leases are renewed at each flush).
+        let unrun = |job: &str, after: usize| -> Vec<i32> {
+            batch[after..]
+                .iter()
+                .filter(|c| c.job_id == job)
+                .map(|c| c.idx)
+                .collect()
+        };
+        for (pos, c) in batch.iter().enumerate() {
+            let job = c.job_id.as_str();
+            if pos > 0 && batch[pos - 1].job_id != job {
+                self.flush(&batch[pos - 1].job_id, &mut pending, &[])?;
                 last_flush = Instant::now();
             }
-            if failed.as_deref() == Some(c.job_id.as_str()) {
+            if failed == Some(job) {
                 continue;
             }
             if self.stopping.load(Ordering::Relaxed) {
@@ -512,9 +575,9 @@ impl PgJobs {
             match result {
                 Ok(value) => pending.push((c.idx, value)),
                 Err(why) => {
-                    self.flush(&c.job_id, &mut pending)?;
-                    self.fail(&c.job_id, &why)?;
-                    failed = Some(c.job_id.clone());
+                    self.flush(job, &mut pending, &[])?;
+                    self.fail(job, &why)?;
+                    failed = Some(job);
                     continue;
                 }
             }
@@ -522,26 +585,53 @@ impl PgJobs {
             // (progress stays visible): one commit per claim, not per
             // FLUSH_ITEMS.
             if last_flush.elapsed() >= FLUSH_INTERVAL || took >= FLUSH_INTERVAL {
-                self.flush(&c.job_id, &mut pending)?;
+                self.flush(job, &mut pending, &unrun(job, pos + 1))?;
                 last_flush = Instant::now();
             }
         }
-        if let Some(id) = job_id {
-            self.flush(&id, &mut pending)?;
+        if let Some(last) = batch.last() {
+            self.flush(&last.job_id, &mut pending, &[])?;
         }
         Ok(())
     }
 
-    /// Writes results where none is stored yet, counts them into the job's
-    /// progress, and finishes the job with its last one: one transaction.
-    fn flush(&self, job_id: &str, pending: &mut Vec<(i32, String)>) -> Result<(), JobsError> {
+    /// Writes results where none is stored yet, renews the leases of
+    /// `unrun` (items of the claim still to run: slow items must not hand
+    /// the rest of the claim to another worker), counts the results into
+    /// the job's progress and finishes the job with its last one: one
+    /// transaction, retried in place on a transient failure. `pending` is
+    /// emptied only once it is stored.
+    ///
+    /// Locks, in this order: this worker's own item rows, then the job row
+    /// (as in [`Self::claim`]). Another worker's items are never touched,
+    /// so two workers never wait on each other in a cycle.
+    fn flush(
+        &self,
+        job_id: &str,
+        pending: &mut Vec<(i32, String)>,
+        unrun: &[i32],
+    ) -> Result<(), JobsError> {
         if pending.is_empty() {
             return Ok(());
         }
-        let (idx, text): (Vec<i32>, Vec<String>) = pending.drain(..).unzip();
-        let finished = self.shared.block_on(async {
+        let (idx, text): (Vec<i32>, Vec<String>) = pending.iter().cloned().unzip();
+        let (idx, text) = (&idx, &text);
+        let finished = self.retrying("store batch results", || async move {
             let mut client = self.shared.client().await?;
             let tx = client.transaction().await?;
+            if !unrun.is_empty() {
+                let lease_us = i64::try_from(self.shared.lease().as_micros()).unwrap_or(i64::MAX);
+                tx.execute(
+                    &tx.prepare_cached(&format!(
+                        "UPDATE jobs_items SET lease_until = {NOW_MICROS} + $4 \
+                         WHERE job_id = $1 AND idx = ANY($2) AND lease_owner = $3 \
+                         AND result IS NULL"
+                    ))
+                    .await?,
+                    &[&job_id, &unrun, &self.shared.replica(), &lease_us],
+                )
+                .await?;
+            }
             let row = tx
                 .query_one(
                     &tx.prepare_cached(
@@ -553,23 +643,12 @@ impl PgJobs {
                      WHERE job_id = $1 RETURNING items_done, items_total, status",
                     )
                     .await?,
-                    &[&job_id, &idx, &text],
+                    &[&job_id, idx, text],
                 )
                 .await?;
             let (done, total, status): (i64, i64, String) =
                 (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-            // Items still claimed and not yet run keep their lease: slow
-            // items must not hand the rest of the claim to another worker.
-            let lease_us = i64::try_from(self.shared.lease().as_micros()).unwrap_or(i64::MAX);
-            tx.execute(
-                &tx.prepare_cached(&format!(
-                    "UPDATE jobs_items SET lease_until = {NOW_MICROS} + $3 \
-                     WHERE job_id = $1 AND lease_owner = $2 AND result IS NULL"
-                ))
-                .await?,
-                &[&job_id, &self.shared.replica(), &lease_us],
-            )
-            .await?;
+            // The job row is this transaction's already: no new lock.
             let finished = if done >= total && status == "running" {
                 tx.execute(
                     "UPDATE jobs_jobs SET status = 'succeeded', finished_at_ms = $2 \
@@ -584,6 +663,7 @@ impl PgJobs {
             tx.commit().await?;
             Ok::<_, JobsError>(finished)
         })?;
+        pending.clear();
         if finished {
             self.metrics.job_finished(JobStatus::Succeeded);
             tracing::info!(job_id, status = "succeeded", "batch job finished");
@@ -593,7 +673,7 @@ impl PgJobs {
     }
 
     fn fail(&self, job_id: &str, message: &str) -> Result<(), JobsError> {
-        let changed = self.shared.block_on(async {
+        let changed = self.retrying("fail a batch job", || async {
             let client = self.shared.client().await?;
             Ok::<_, JobsError>(
                 client
