@@ -726,14 +726,18 @@ impl Reviews {
         // Subscribe before reading, so a resolution between the read and the
         // wait is still seen.
         let sub = Subscription::new(&self.inner, id);
-        self.wait_on(Waiter { sub }, timeout).await
+        self.wait_on(Waiter { sub }, timeout, std::future::pending())
+            .await
     }
 
-    /// [`Reviews::wait`] on the review a [`Reviews::hold`] returned.
+    /// [`Reviews::wait`] on the review a [`Reviews::hold`] returned, which
+    /// also gives up (as at its timeout) when `stop` resolves first: a
+    /// drain answers the held caller instead of dropping it.
     pub async fn wait_on(
         &self,
         waiter: Waiter,
         timeout: Duration,
+        stop: impl std::future::Future<Output = ()>,
     ) -> Result<Option<Resolution>, ReviewError> {
         let mut sub = waiter.sub;
         let id = sub.id.clone();
@@ -744,9 +748,16 @@ impl Reviews {
             sub.read_from_store(resolution, row.created_at);
             return Ok(Some(resolution));
         }
-        let woken = tokio::time::timeout(timeout, sub.rx.wait_for(Option::is_some))
-            .await
-            .map(|r| r.map(|resolution| *resolution));
+        let woken = tokio::time::timeout(timeout, async {
+            tokio::select! {
+                r = sub.rx.wait_for(Option::is_some) => Some(r.map(|resolution| *resolution)),
+                () = stop => None,
+            }
+        })
+        .await
+        .ok()
+        .flatten()
+        .ok_or(());
         match woken {
             Ok(Ok(resolution)) => {
                 sub.delivered = true;

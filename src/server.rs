@@ -370,14 +370,57 @@ async fn serve_shared<H: Handler>(
         .max_concurrent_streams(1);
     let builder = Arc::new(builder);
     let reserved_builder = Arc::new(reserved_builder);
-    let graceful = GracefulShutdown::new();
+    // The connections accepted before the drain, which it waits for.
+    let mut graceful = Some(GracefulShutdown::new());
+    // Those accepted during the drain: one request each, never waited for.
+    let late = GracefulShutdown::new();
+    // Set when the drain begins: every earlier connection closed, and the
+    // end of `shutdown_grace`.
+    let mut drain: Option<(Draining, std::pin::Pin<Box<tokio::time::Sleep>>)> = None;
 
+    // Until the drain, connections are served as usual. During it the
+    // listener keeps accepting until the earlier connections are done (or
+    // the grace is over), and answers each new connection's one request:
+    // probes (`/health`, which then says 503 draining) as usual, anything
+    // else 503 with `Retry-After`, so a client learns to go elsewhere
+    // instead of finding a closed port.
     loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = shutdown.wait_for(|s| *s) => break,
-            a = listener.accept() => a,
+        let accepted = match drain.as_mut() {
+            None => tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|s| *s) => {
+                    tracing::info!(
+                        listener = name,
+                        grace = ?limits.shutdown_grace,
+                        "draining connections"
+                    );
+                    let earlier = graceful.take().map(GracefulShutdown::shutdown);
+                    drain = Some((
+                        Box::pin(async move {
+                            if let Some(earlier) = earlier {
+                                earlier.await;
+                            }
+                        }),
+                        Box::pin(tokio::time::sleep(limits.shutdown_grace)),
+                    ));
+                    continue;
+                }
+                a = listener.accept() => a,
+            },
+            Some((earlier, grace)) => tokio::select! {
+                biased;
+                () = earlier => {
+                    tracing::info!(listener = name, "all connections closed");
+                    break;
+                }
+                () = grace => {
+                    tracing::warn!(listener = name, grace = ?limits.shutdown_grace, "grace period over; closing remaining connections");
+                    break;
+                }
+                a = listener.accept() => a,
+            },
         };
+        let draining = drain.is_some();
         let (stream, peer) = match accepted {
             Ok(x) => x,
             Err(e) => {
@@ -398,7 +441,12 @@ async fn serve_shared<H: Handler>(
                 continue;
             }
         };
-        let reserved = admitted.reserved;
+        let reserved = admitted.reserved || draining;
+        let refusal = if draining {
+            "this replica is shutting down; retry"
+        } else {
+            "too many connections"
+        };
         let conn = ConnInfo {
             peer,
             local,
@@ -413,7 +461,7 @@ async fn serve_shared<H: Handler>(
             builder.clone()
         };
         let acceptor = acceptor.clone();
-        let watcher = graceful.watcher();
+        let watcher = graceful.as_ref().unwrap_or(&late).watcher();
         let (header_timeout, idle_timeout) = if reserved {
             (
                 RESERVED_HEADER_TIMEOUT.min(limits.header_read_timeout),
@@ -443,7 +491,7 @@ async fn serve_shared<H: Handler>(
                     }
                     let req = req.map(|b| ReqBody::new(b, body_timeout, body_min_rate));
                     if reserved && !handler.essential(&req) {
-                        return Ok(refuse_reserved(&req));
+                        return Ok(refuse_reserved(&req, refusal));
                     }
                     let resp = handler.handle(req, conn, &state).await;
                     let (parts, body) = resp.into_parts();
@@ -502,22 +550,12 @@ async fn serve_shared<H: Handler>(
         });
     }
     drop(listener);
-    tracing::info!(
-        listener = name,
-        connections = graceful.count(),
-        "draining connections"
-    );
-    tokio::select! {
-        _ = graceful.shutdown() => {
-            tracing::info!(listener = name, "all connections closed");
-        }
-        _ = tokio::time::sleep(limits.shutdown_grace) => {
-            tracing::warn!(listener = name, grace = ?limits.shutdown_grace, "grace period over; closing remaining connections");
-        }
-    }
 }
 
 type ConnError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Resolves when every connection accepted before the drain has closed.
+type Draining = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Serves HTTP on one accepted stream, plain or after its TLS handshake,
 /// until the connection ends, goes idle, outlives `lifetime` (a reserved
@@ -584,11 +622,12 @@ fn refuse_ambiguous(req: &Request<Incoming>, peer: SocketAddr) -> Response<RespB
 }
 
 /// The answer to a request other than a probe on a connection accepted
-/// past the cap: 503. An HTTP/1 reserved connection is closed after its
-/// one request; an HTTP/2 one after `RESERVED_LIFETIME`.
-fn refuse_reserved(req: &Request<ReqBody>) -> Response<RespBody> {
+/// past the cap, or during a drain: 503 saying `why`. An HTTP/1 reserved
+/// connection is closed after its one request; an HTTP/2 one after
+/// `RESERVED_LIFETIME`.
+fn refuse_reserved(req: &Request<ReqBody>, why: &str) -> Response<RespBody> {
     let request_id = crate::api::http_util::request_id(req.headers());
-    let mut resp = ApiError::Unavailable("too many connections".into()).into_response(&request_id);
+    let mut resp = ApiError::Unavailable(why.into()).into_response(&request_id);
     resp.headers_mut().insert(
         http::header::RETRY_AFTER,
         http::HeaderValue::from_static("1"),

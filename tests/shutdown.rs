@@ -77,3 +77,125 @@ fn sigterm_drains_and_exits_zero() {
         .expect("server did not exit after the drain");
     assert_eq!(status.code(), Some(0));
 }
+
+/// Sends `head` and half of a body of `len` bytes on a new connection to
+/// `addr`: a request in flight that the drain must wait for.
+async fn half_sent(addr: std::net::SocketAddr, head: &str) -> tokio::net::TcpStream {
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(head.as_bytes()).await.unwrap();
+    sock.write_all(&BODY.as_bytes()[..20]).await.unwrap();
+    sock
+}
+
+/// Sends the rest of [`half_sent`]'s body and reads the answer.
+async fn finish(mut sock: tokio::net::TcpStream) -> String {
+    sock.write_all(&BODY.as_bytes()[20..]).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(10), sock.read_to_string(&mut out))
+        .await
+        .expect("response before timeout")
+        .unwrap();
+    out
+}
+
+/// A drain answers everyone: a caller held for review gets its 202 with
+/// the review id and result link at once (not at its 15 s hold timeout,
+/// not a closed connection), requests in flight finish, and while they
+/// do the listeners still accept: `/health` says 503 draining and any
+/// other new request gets 503 with `Retry-After`.
+#[tokio::test]
+async fn a_drain_answers_held_callers_and_new_requests() {
+    let policy = support::RefundPolicy::new("strict")
+        .review_over(500)
+        .hold("15s")
+        .build();
+    let g = support::Gated::start(&[("refunds.toml", &policy)], |_| {}).await;
+    let proxy = g.proxy.clone();
+    let held = tokio::spawn(async move {
+        let body = serde_json::json!({
+            "amount": 900,
+            "claims": [support::DAMAGED],
+            "evidence": [{"source_id": "inv", "text": support::INVOICE_77_BLENDER}],
+        });
+        let started = std::time::Instant::now();
+        let r = support::call(
+            &proxy,
+            http::Method::POST,
+            "/api/orders/7/refunds",
+            &[("content-type", "application/json")],
+            body.to_string(),
+        )
+        .await;
+        (r, started.elapsed())
+    });
+    support::eventually("the call is held", Duration::from_secs(10), || async {
+        let r =
+            g.s.get("/v2/reviews?status=pending", Some(support::REVIEW_KEY))
+                .await
+                .json();
+        match r["reviews"].as_array().map(Vec::len) {
+            Some(1) => Ok(()),
+            _ => Err(r),
+        }
+    })
+    .await;
+    // One request in flight on each listener keeps the drain going.
+    let api_in_flight = half_sent(g.s.addr, &head(support::APP_KEY)).await;
+    let pass_head = format!(
+        "POST /api/other HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        BODY.len()
+    );
+    let proxy_in_flight = half_sent(g.proxy_addr(), &pass_head).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let (api, proxy) = (format!("http://{}", g.s.addr), g.proxy.clone());
+    let support::Gated { s, up, .. } = g;
+    let shutdown = tokio::spawn(s.shutdown());
+
+    let (r, took) = held.await.unwrap();
+    assert_eq!(r.status, 202, "{}", r.text());
+    let j = r.json();
+    assert!(
+        j["review_id"].is_string() && j["result_url"].is_string(),
+        "{j}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "answered at the drain, not at the hold timeout: {took:?}"
+    );
+
+    let health = support::call(&api, http::Method::GET, "/health", &[], String::new()).await;
+    assert_eq!(health.status, 503, "{}", health.text());
+    assert!(health.text().contains("draining"), "{}", health.text());
+    for (base, path) in [(&api, "/v2/verify"), (&proxy, "/api/orders/8/refunds")] {
+        let r = support::call(
+            base,
+            http::Method::POST,
+            path,
+            &[("content-type", "application/json")],
+            BODY.to_string(),
+        )
+        .await;
+        r.assert_error(503, "unavailable");
+        assert_eq!(
+            r.headers.get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"1"[..]),
+            "{path}"
+        );
+    }
+    assert!(
+        !shutdown.is_finished(),
+        "the drain waits for the requests in flight"
+    );
+
+    let out = finish(api_in_flight).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let out = finish(proxy_in_flight).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    tokio::time::timeout(Duration::from_secs(10), shutdown)
+        .await
+        .expect("drain completes")
+        .unwrap();
+    // The held call was never forwarded; only the pass-through reached it.
+    assert_eq!(up.count(), 1);
+}

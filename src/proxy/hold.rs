@@ -253,7 +253,8 @@ impl Proxy {
         } else {
             tracing::info!(review_id = %id, route = %route.name, "request held for review");
         }
-        match reviews.wait_on(waiter, route.hold_timeout).await {
+        let drain = self.app.health.until_draining();
+        match reviews.wait_on(waiter, route.hold_timeout, drain).await {
             Ok(Some(Resolution::Approved)) => match forward_held(&self.app, self, &id).await {
                 Some(mut resp) => {
                     // The caller learns it was decided, like any forward.

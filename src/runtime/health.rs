@@ -81,6 +81,8 @@ pub struct Health {
     components: Vec<Arc<dyn Component>>,
     started: Instant,
     draining: AtomicBool,
+    /// Flips to `true` with `draining`, for those who wait for it.
+    drain: tokio::sync::watch::Sender<bool>,
     ready: AtomicBool,
 }
 
@@ -99,6 +101,7 @@ impl Health {
             components,
             started: Instant::now(),
             draining: AtomicBool::new(false),
+            drain: tokio::sync::watch::Sender::new(false),
             ready: AtomicBool::new(false),
         }
     }
@@ -106,6 +109,14 @@ impl Health {
     /// Marks the start of a graceful drain: `/health` answers 503 from now on.
     pub fn set_draining(&self) {
         self.draining.store(true, Ordering::SeqCst);
+        self.drain.send_replace(true);
+    }
+
+    /// Resolves once a drain has begun (at once if it has).
+    pub async fn until_draining(&self) {
+        let mut rx = self.drain.subscribe();
+        // The sender lives as long as `self`: this never errs while borrowed.
+        let _ = rx.wait_for(|d| *d).await;
     }
 
     pub fn is_draining(&self) -> bool {
