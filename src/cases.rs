@@ -39,7 +39,8 @@ use file::{Case, FileError};
 use report::Ran;
 use run::Env;
 
-/// Exit code: every case passed (or a case was explained).
+/// Exit code: every case passed (or the explained case holds its `expect`,
+/// or has none).
 pub const EXIT_OK: u8 = 0;
 /// Exit code: a case did not decide what it expects.
 pub const EXIT_FAILED: u8 = 1;
@@ -285,8 +286,10 @@ pub fn explain_file(
     } else {
         report::explain_text(case, &actual, diffs.as_deref())
     };
+    // As `verdict test`: a case whose `expect` does not hold fails.
+    let failed = diffs.as_ref().is_some_and(|d| !d.is_empty());
     Output {
-        code: EXIT_OK,
+        code: if failed { EXIT_FAILED } else { EXIT_OK },
         stdout,
         stderr: String::new(),
     }

@@ -278,6 +278,33 @@ fn explain_prints_the_trace_of_one_case() {
     );
 }
 
+/// `verdict explain` exits as `verdict test` would for the one case: 1
+/// when its `expect` does not hold, 0 when it holds.
+#[test]
+fn explain_exits_one_when_the_expect_fails() {
+    let case = |decision: &str| {
+        format!(
+            "[[case]]\nname = \"c\"\n[case.authorize]\n\
+             action = {{ type = \"refund.create\", params = {{ order_id = \"7781\", amount = 100 }} }}\n\
+             claims = [{{ text = \"A refund of $100 was approved for order 7781.\", citations = [{{ source_id = \"t\" }}] }}]\n\
+             sources = [{{ source_id = \"t\", text = \"On 2024-03-03 the store manager approved a refund of $100 for order 7781.\" }}]\n\
+             [case.expect]\ndecision = \"{decision}\"\n"
+        )
+    };
+    let dir = dir_with(&[("wrong.test.toml", &case("deny")), ("right.test.toml", &case("allow"))]);
+    for (file, want) in [("wrong.test.toml", 1), ("right.test.toml", 0)] {
+        for json in [false, true] {
+            let path = dir.path().join(file);
+            let mut args = vec!["explain", path.to_str().unwrap(), "--policies", p(dir.path())];
+            if json {
+                args.push("--json");
+            }
+            let out = verdict(&args);
+            assert_eq!(code(&out), want, "{file} json={json}: {}", stdout(&out));
+        }
+    }
+}
+
 #[test]
 fn explain_reads_an_authorize_body_and_prints_json() {
     let dir = tempfile::tempdir().unwrap();
