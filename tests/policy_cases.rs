@@ -291,11 +291,19 @@ fn explain_exits_one_when_the_expect_fails() {
              [case.expect]\ndecision = \"{decision}\"\n"
         )
     };
-    let dir = dir_with(&[("wrong.test.toml", &case("deny")), ("right.test.toml", &case("allow"))]);
+    let dir = dir_with(&[
+        ("wrong.test.toml", &case("deny")),
+        ("right.test.toml", &case("allow")),
+    ]);
     for (file, want) in [("wrong.test.toml", 1), ("right.test.toml", 0)] {
         for json in [false, true] {
             let path = dir.path().join(file);
-            let mut args = vec!["explain", path.to_str().unwrap(), "--policies", p(dir.path())];
+            let mut args = vec![
+                "explain",
+                path.to_str().unwrap(),
+                "--policies",
+                p(dir.path()),
+            ];
             if json {
                 args.push("--json");
             }

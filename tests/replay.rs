@@ -341,3 +341,46 @@ async fn with_capture_off_records_name_no_input() {
         "{out}"
     );
 }
+
+/// A draft that adds a deny rule: a call that was denied for its claims is
+/// now denied by the rule. That is a change, as the shadow set counts one,
+/// reported apart from the flips and never as unchanged.
+#[tokio::test]
+async fn a_reason_only_change_is_reported_apart_from_flips() {
+    let up = MockUpstream::start().await;
+    let s = server(&up, |_| {}).await;
+    let seen = record(&s, 300).await;
+    let over = |d: Option<&str>| {
+        seen.values()
+            .filter(|(amount, x)| *amount > 900 && d.is_none_or(|d| x == d))
+            .count() as u64
+    };
+    let denied_over = over(Some("deny"));
+    assert!(
+        denied_over > 0 && over(None) > denied_over,
+        "the traffic has both kinds"
+    );
+    let dir = s.path("draft-deny");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = RefundPolicy::new("strict")
+        .review_over(500)
+        .rule("amount", "gt", Some("900"), "deny", None)
+        .build()
+        + "on_review = \"deny\"\n";
+    std::fs::write(dir.join("refunds.toml"), text).unwrap();
+    let (code, r, out) = run(&args(&s, dir)).await;
+    assert_eq!(code, 0, "{out}");
+    let reasons: u64 = r.reason_changes.iter().map(|c| c.count).sum();
+    assert_eq!(reasons, denied_over, "{out}");
+    for c in &r.reason_changes {
+        assert_eq!(
+            (c.decision.as_str(), c.to.as_str()),
+            ("deny", "policy_violation"),
+            "{out}"
+        );
+        assert_ne!(c.from, "policy_violation", "{out}");
+    }
+    let flipped: u64 = r.flips.iter().map(|f| f.count).sum();
+    assert_eq!(flipped, over(None) - denied_over, "{out}");
+    assert_eq!(r.unchanged + flipped + reasons, 300, "{out}");
+}

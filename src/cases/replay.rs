@@ -9,7 +9,9 @@
 //! policies the server runs), which must reproduce every decision recorded
 //! under the baseline's revision, and with the draft. The report is the
 //! flips (recorded decision → draft decision, with example record ids), the
-//! decisions the draft would newly send to review, the decisions the
+//! decisions the draft makes the same for another reason (a change, as the
+//! shadow set counts one, grouped apart from the flips: `decide::shadow::
+//! change`), the decisions the draft would newly send to review, the decisions the
 //! baseline did not reproduce, and the inputs retention already deleted
 //! (missing, never counted as flips).
 //!
@@ -66,6 +68,17 @@ pub struct Flip {
     pub examples: Vec<String>,
 }
 
+/// One reason-only change: the same `decision`, recorded for reason
+/// `from`, by the draft for `to`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReasonChange {
+    pub decision: String,
+    pub from: String,
+    pub to: String,
+    pub count: u64,
+    pub examples: Vec<String>,
+}
+
 /// A decision the baseline did not reproduce.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Unreproduced {
@@ -97,7 +110,11 @@ pub struct Report {
     pub unreproduced: Vec<Unreproduced>,
     pub draft_revision: String,
     pub flips: Vec<Flip>,
-    /// Replayed decisions the draft decides as they were recorded.
+    /// Decisions the draft makes the same for another reason.
+    #[serde(default)]
+    pub reason_changes: Vec<ReasonChange>,
+    /// Replayed decisions the draft decides as they were recorded, for the
+    /// same reason.
     pub unchanged: u64,
     /// Flips into `needs_review`.
     pub newly_review: u64,
@@ -297,7 +314,8 @@ async fn decide_one(env: &Env, job: &Job) -> (String, String) {
 /// What one replayed decision came to.
 struct Replayed {
     job: Box<Job>,
-    draft: String,
+    /// The draft's outcome and reason.
+    draft: (String, String),
     baseline: Option<(String, String)>,
 }
 
@@ -308,7 +326,7 @@ async fn decide_all(
     report: &mut Report,
     pending: u64,
 ) -> Result<(), String> {
-    let mut flips: BTreeMap<(String, String), Flip> = BTreeMap::new();
+    let mut flips = Tallies::default();
     let mut set = tokio::task::JoinSet::new();
     let started = Instant::now();
     let mut shown = started;
@@ -323,7 +341,7 @@ async fn decide_all(
                     report.replayed += 1;
                     let (d, b) = (draft.clone(), baseline.clone());
                     set.spawn(async move {
-                        let (to, _) = decide_one(&d, &job).await;
+                        let to = decide_one(&d, &job).await;
                         let base = if job.under_baseline {
                             Some(decide_one(&b, &job).await)
                         } else {
@@ -362,12 +380,23 @@ async fn decide_all(
         return Err(m);
     }
     report.decisions = report.replayed + report.missing + report.not_captured;
-    report.flips = flips.into_values().collect();
+    report.flips = flips.decisions.into_values().collect();
     report.flips.sort_by_key(|f| std::cmp::Reverse(f.count));
+    report.reason_changes = flips.reasons.into_values().collect();
+    report
+        .reason_changes
+        .sort_by_key(|f| std::cmp::Reverse(f.count));
     Ok(())
 }
 
-fn tally(report: &mut Report, flips: &mut BTreeMap<(String, String), Flip>, r: Replayed) {
+/// Flips and reason-only changes as they are counted.
+#[derive(Default)]
+struct Tallies {
+    decisions: BTreeMap<(String, String), Flip>,
+    reasons: BTreeMap<(String, String, String), ReasonChange>,
+}
+
+fn tally(report: &mut Report, flips: &mut Tallies, r: Replayed) {
     let job = r.job;
     match r.baseline {
         Some((outcome, reason)) => {
@@ -384,18 +413,42 @@ fn tally(report: &mut Report, flips: &mut BTreeMap<(String, String), Flip>, r: R
         }
         None => report.other_revisions += 1,
     }
-    if r.draft == job.recorded {
-        report.unchanged += 1;
-        return;
+    let (to, to_reason) = r.draft;
+    let recorded = (job.recorded.as_str(), job.recorded_reason.as_str());
+    match decide::shadow::change(recorded, (&to, &to_reason)) {
+        decide::shadow::Change::None => {
+            report.unchanged += 1;
+            return;
+        }
+        decide::shadow::Change::Reason => {
+            let key = (job.recorded.clone(), job.recorded_reason.clone(), to_reason);
+            let change = flips
+                .reasons
+                .entry(key)
+                .or_insert_with_key(|k| ReasonChange {
+                    decision: k.0.clone(),
+                    from: k.1.clone(),
+                    to: k.2.clone(),
+                    count: 0,
+                    examples: Vec::new(),
+                });
+            change.count += 1;
+            if change.examples.len() < EXAMPLES {
+                change.examples.push(job.record_id);
+            }
+            return;
+        }
+        decide::shadow::Change::Decision => {}
     }
-    if r.draft == "needs_review" {
+    if to == "needs_review" {
         report.newly_review += 1;
     }
     let flip = flips
-        .entry((job.recorded.clone(), r.draft.clone()))
+        .decisions
+        .entry((job.recorded.clone(), to.clone()))
         .or_insert_with(|| Flip {
             from: job.recorded.clone(),
-            to: r.draft.clone(),
+            to,
             count: 0,
             examples: Vec::new(),
         });
@@ -435,13 +488,15 @@ fn text(r: &Report, draft: &Path, baseline: &Path) -> String {
         );
     }
     let flipped: u64 = r.flips.iter().map(|f| f.count).sum();
+    let reasons: u64 = r.reason_changes.iter().map(|f| f.count).sum();
     let _ = writeln!(
         out,
-        "draft {} ({}): {} unchanged, {} flipped, {} newly sent to review",
+        "draft {} ({}): {} unchanged, {} flipped, {} same decision for another reason, {} newly sent to review",
         draft.display(),
         r.draft_revision,
         r.unchanged,
         flipped,
+        reasons,
         r.newly_review
     );
     if !r.flips.is_empty() {
@@ -458,6 +513,24 @@ fn text(r: &Report, draft: &Path, baseline: &Path) -> String {
                 f.to,
                 f.count,
                 f.examples.join(", ")
+            );
+        }
+    }
+    if !r.reason_changes.is_empty() {
+        let _ = writeln!(
+            out,
+            "  same decision, another reason:\n  {:<14} {:<22} {:<22} {:>8}  examples",
+            "decision", "from", "to", "count"
+        );
+        for c in &r.reason_changes {
+            let _ = writeln!(
+                out,
+                "  {:<14} {:<22} {:<22} {:>8}  {}",
+                c.decision,
+                c.from,
+                c.to,
+                c.count,
+                c.examples.join(", ")
             );
         }
     }

@@ -97,8 +97,36 @@ pub(super) fn decide(set: &PolicySet, s: &Shared<'_>) -> Decision {
     })
 }
 
-/// Whether two decisions disagree for a person reading them: another
-/// outcome, or the same outcome for another reason.
+/// How a second decision of the same input differs from the first: one
+/// definition for the shadow set (a disagreement is any change) and for
+/// `verdict replay` (which reports the two kinds apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Same outcome, same reason.
+    None,
+    /// Same outcome for another reason: `deny (unsupported_claims)` to
+    /// `deny (policy_violation)`.
+    Reason,
+    /// Another outcome.
+    Decision,
+}
+
+/// The [`Change`] from `(outcome, reason)` `a` to `b`, by their codes.
+pub fn change(a: (&str, &str), b: (&str, &str)) -> Change {
+    if a.0 != b.0 {
+        Change::Decision
+    } else if a.1 != b.1 {
+        Change::Reason
+    } else {
+        Change::None
+    }
+}
+
+/// Whether two decisions disagree for a person reading them: any
+/// [`Change`].
 pub(super) fn disagrees(enforced: &Decision, shadow: &Decision) -> bool {
-    enforced.outcome != shadow.outcome || enforced.reason != shadow.reason
+    change(
+        (enforced.outcome.as_str(), enforced.reason.as_str()),
+        (shadow.outcome.as_str(), shadow.reason.as_str()),
+    ) != Change::None
 }
