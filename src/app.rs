@@ -558,7 +558,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         Some(path) => {
             let keys = app.keys.clone();
             let (audit, rt) = (audit.clone(), rt.clone());
-            let handle = policy::watch_path(path, policy::DEFAULT_DEBOUNCE, move || {
+            let handle = policy::watch_path(path, policy::DEFAULT_DEBOUNCE, move |_| {
                 let mut record = AuditRecord::new(RecordKind::KeyChange);
                 match keys.reload() {
                     Ok(n) => {
@@ -591,7 +591,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         }
         for path in paths {
             let cert = cert.clone();
-            let handle = policy::watch_path(&path, policy::DEFAULT_DEBOUNCE, move || {
+            let handle = policy::watch_path(&path, policy::DEFAULT_DEBOUNCE, move |_| {
                 cert.reload();
             })
             .map_err(|e| StartError::Watch {

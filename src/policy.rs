@@ -41,7 +41,7 @@ pub use rules::{
 };
 pub use store::{PolicyStore, ReloadOutcome, ReloadStatus};
 pub use validate::{DEFAULT_CONTENT_TYPE, DEFAULT_HOLD_TIMEOUT};
-pub use watch::{spawn_watcher, watch_path, WatchError, WatchHandle, DEFAULT_DEBOUNCE};
+pub use watch::{spawn_watcher, watch_path, Change, WatchError, WatchHandle, DEFAULT_DEBOUNCE};
 
 /// Something wrong with the policy directory or a file in it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -194,7 +194,8 @@ impl PolicySet {
             };
             if !policy.provenance.declared && policy.bind.iter().any(numeric) {
                 out.push(format!(
-                    "action {type_:?} binds a number ({}) to its claims but does not say where its evidence comes from: a caller can send the document its claims rest on; add evidence = {{ from = \"referenced\", origins = [...] }}, or evidence = {{ from = \"any\" }} to accept that",
+                    "{}: action {type_:?} binds a number ({}) to its claims but does not say where its evidence comes from: a caller can send the document its claims rest on; add evidence = {{ from = \"referenced\", origins = [...] }}, or evidence = {{ from = \"any\" }} to accept that",
+                    policy.defined_at,
                     policy.bind.iter().filter(|p| numeric(p)).cloned().collect::<Vec<_>>().join(", ")
                 ));
             }
@@ -220,7 +221,8 @@ impl PolicySet {
                 if !extracted(p) && !seen.contains(&p) {
                     seen.push(p);
                     out.push(format!(
-                        "action {type_:?}: a rule or bind reads param {p:?}, which not every route of the action extracts ({}); through the proxy it is absent",
+                        "{}: action {type_:?}: a rule or bind reads param {p:?}, which not every route of the action extracts ({}); through the proxy it is absent",
+                        policy.defined_at,
                         routes.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")
                     ));
                 }

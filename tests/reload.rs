@@ -160,6 +160,91 @@ async fn policy_reload_under_load_is_all_or_nothing() {
 
 /// Waits up to `within` for `key` to be known (404 for a missing job, not
 /// 401).
+/// Twenty edits written in place (truncate, half the text, a pause, the
+/// rest, close) while two clients keep calling: every edit goes live, no
+/// request fails, and no half-written file is ever read (no reload is
+/// rejected), since a reload waits for the writer's close, not a timer.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_edits_in_place_under_load_each_go_live_whole() {
+    let s = Arc::new(
+        TestServer::start_with(|c| {
+            std::fs::write(c.policies_dir.join("refunds.toml"), policy(500)).unwrap()
+        })
+        .await,
+    );
+    let body = json!({"action": {"type": "refund.create", "params": {"amount": 200}},
+                      "claims": ["The Vitamix E310 blender was charged $100.00 on the Visa ending 4421."],
+                      "sources": [{"source_id": "inv", "text": EV}]})
+    .to_string();
+    let log: Log = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let (s, log, stop, body) = (s.clone(), log.clone(), stop.clone(), body.clone());
+        clients.push(tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let r = s.post_json("/v2/authorize", &body, Some(APP_KEY)).await;
+                let decision = r.json()["decision"].as_str().unwrap_or("").to_string();
+                log.lock()
+                    .unwrap()
+                    .push((Instant::now(), r.status, decision));
+            }
+        }));
+    }
+    answered_since(&log, Instant::now(), 10).await;
+    let file = s.path("policies/refunds.toml");
+    for i in 0..20 {
+        // 150 sends the 200 refund to review; 500 allows it.
+        let (text, want) = if i % 2 == 0 {
+            (policy(150), "needs_review")
+        } else {
+            (policy(500), "allow")
+        };
+        let mut f = std::fs::File::create(&file).unwrap();
+        let (head, tail) = text.split_at(text.len() / 2);
+        std::io::Write::write_all(&mut f, head.as_bytes()).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        std::io::Write::write_all(&mut f, tail.as_bytes()).unwrap();
+        drop(f);
+        let written = Instant::now();
+        support::eventually_every(
+            "the edit to take effect",
+            Duration::from_secs(5),
+            Duration::from_millis(2),
+            || async {
+                let r = s.post_json("/v2/authorize", &body, Some(APP_KEY)).await;
+                if r.json()["decision"] == want {
+                    Ok(())
+                } else {
+                    Err(r.text())
+                }
+            },
+        )
+        .await;
+        answered_since(&log, written, 2).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let (sent, failed) = {
+        let log = log.lock().unwrap();
+        let failed = log.iter().filter(|(_, st, _)| *st != 200).count();
+        (log.len(), failed)
+    };
+    assert!(sent > 40, "the load ran: {sent}");
+    assert_eq!(failed, 0);
+    let h = s.get("/health/detailed", None).await.json();
+    let policies = &h["components"]["policies"];
+    assert_eq!(policies["status"], "ok", "{h}");
+    assert_eq!(
+        policies["reloads_failed"], 0,
+        "a half-written file was read: {h}"
+    );
+}
+
 async fn key_works(s: &TestServer, key: &str, within: Duration) {
     support::eventually("the new key to work", within, || async {
         match s.get("/v2/jobs/x", Some(key)).await.status {
@@ -407,6 +492,19 @@ fn check_refuses_operator_traps() {
     let (code, text) = run(&["--config", config.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("hold_timeout 48h"), "{text}");
+    // ...and its shadow set too: a broken shadow set fails the check.
+    let good = policies("good", &route(""));
+    std::fs::write(
+        &config,
+        format!("[policies]\ndir = \"{good}\"\nshadow_dir = \"{psot}\"\n"),
+    )
+    .unwrap();
+    let (code, text) = run(&["--config", config.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(&format!("shadow set {psot}:")) && text.contains("invalid method \"PSOT\""),
+        "{text}"
+    );
 
     // Routes that share paths: a warning (an error with --strict); a route
     // suffix another route takes first: an error naming both routes.

@@ -11,9 +11,10 @@
 //! would leave nothing gated where the live set gated something (unless the
 //! files say `[set] allow_empty = true`), or when it would drop a route
 //! marked `pinned`. Dropping any other route applies, but keeps the store
-//! `degraded` until a reload acknowledges it (`[set] removed_routes`). Before
-//! reading, a reload waits for the files to stop changing, so a
-//! truncate-then-write edit is read once it is whole.
+//! `degraded` until a reload acknowledges it (`[set] removed_routes`). The
+//! watcher reloads when a write has ended (`reload_now`); where it cannot
+//! tell, a reload first waits for the files to stop changing (`reload`), so
+//! a truncate-then-write edit is read once it is whole.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -110,11 +111,26 @@ impl PolicyStore {
         lock(&self.status).clone()
     }
 
-    /// Re-reads the directory. Blocking file IO: call it from a blocking
-    /// thread (the watcher does) or through `spawn_blocking`.
+    /// Re-reads the directory once its files have stopped changing.
+    /// Blocking file IO: call it from a blocking thread (the watcher does)
+    /// or through `spawn_blocking`.
     pub fn reload(&self) -> ReloadOutcome {
+        self.reload_after(true)
+    }
+
+    /// Re-reads the directory at once: for a watcher that saw every write
+    /// end (a file closed after writing, a rename into place). A file that
+    /// does not parse is rejected and the last good set kept until the next
+    /// change.
+    pub fn reload_now(&self) -> ReloadOutcome {
+        self.reload_after(false)
+    }
+
+    fn reload_after(&self, settle: bool) -> ReloadOutcome {
         let _serial = lock(&self.reloading);
-        wait_settled(&self.dir);
+        if settle {
+            wait_settled(&self.dir);
+        }
         let result = load_dir(&self.dir);
         let old = self.current.load_full();
         let outcome = match result.and_then(|set| keeps_the_gate(&old, set)) {

@@ -1,36 +1,71 @@
-//! Hot reload: watch a directory (or one file) and react to changes after a
-//! short debounce.
+//! Hot reload: watch a directory (or one file) and react to changes as soon
+//! as a write has ended.
 //!
 //! We watch the *directory*, never the file: editors and `kubectl` replace
 //! files by writing a temp file and renaming it over the old one, and a watch
-//! on the old inode would go quiet after the first save. Events are debounced
-//! (~200 ms) so that one save, which is several events, causes one reload.
-//! The callback runs on the debouncer's own thread, so the blocking file IO of
-//! a reload never runs on the async runtime.
+//! on the old inode would go quiet after the first save. A burst of events
+//! (one save is several) is collected until it has been quiet for a few
+//! milliseconds, then judged: on Linux, a change counts only once it is
+//! finished (a file closed after writing, a rename into place, a removal, a
+//! Kubernetes `..data` swap), so a file being written is never read half
+//! way and nothing waits on a timer; elsewhere, where the watcher reports
+//! no close events, any change counts and the reader waits for the files to
+//! settle first. The callback runs on the watch's own thread, so the
+//! blocking file IO of a reload never runs on the async runtime.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use notify::{EventKind, RecursiveMode};
-use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, RecommendedCache};
+use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind};
+use notify::{Event, EventKind, RecursiveMode, Watcher};
 
 use super::store::{PolicyStore, ReloadOutcome};
 
-/// How long events settle before a reload.
-pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(200);
+/// The quiet time that ends a burst of events.
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(5);
+
+/// A burst is judged after this long even if it has not gone quiet (a file
+/// written without pause).
+const MAX_BURST: Duration = Duration::from_millis(50);
+
+/// Whether this platform's watcher reports a file closed after writing
+/// (inotify's `IN_CLOSE_WRITE`): then a write in progress is never read.
+const SEES_WRITE_ENDS: bool = cfg!(any(target_os = "linux", target_os = "android"));
+
+/// Where write ends are not seen, the quiet time that ends a burst, and
+/// its limit: a writer that pauses shorter than this is not read half way.
+const UNSEEN_QUIET: Duration = Duration::from_millis(200);
+const UNSEEN_MAX_BURST: Duration = Duration::from_secs(2);
+
+/// What a burst of events came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Every write it saw has ended: the files may be read at once.
+    Ended,
+    /// Something changed, but the watcher cannot tell whether a write is
+    /// still under way: wait for the files to settle before reading.
+    Unsettled,
+}
 
 /// The watch could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
     #[error("cannot watch {path}: {source}")]
     Notify { path: String, source: notify::Error },
+    #[error("cannot start the watch thread for {path}: {source}")]
+    Thread {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
-/// Keeps a watch alive; dropping it stops the watch.
+/// Keeps a watch alive; dropping it stops the watch (and its thread, which
+/// sees the watcher's channel close).
 pub struct WatchHandle {
-    _debouncer: Debouncer<notify::RecommendedWatcher, RecommendedCache>,
+    _watcher: notify::RecommendedWatcher,
 }
 
 impl std::fmt::Debug for WatchHandle {
@@ -39,27 +74,23 @@ impl std::fmt::Debug for WatchHandle {
     }
 }
 
-/// Calls `on_change` (on a background thread) after changes settle for
-/// `debounce`.
+/// Calls `on_change` (on a background thread) after each burst of events
+/// that changed something, once the burst has been quiet for `debounce`.
 ///
-/// - `path` is a directory: any create, modify, remove or rename of an
-///   entry in it (not recursive).
+/// - `path` is a directory: any entry in it (not recursive).
 /// - `path` is a file: its parent directory is watched and only events that
 ///   name the file, or a Kubernetes `..data`-style entry, count, so atomic
 ///   renames over it, writes in place and a Secret's symlink swap are seen
 ///   (use this for the keys file and the TLS certificate and key).
 ///
-/// Reads (open/close events) never count, so a callback that reads the
-/// watched files does not trigger itself.
+/// Reads (open and close-after-read events) never count, so a callback that
+/// reads the watched files does not trigger itself.
 pub fn watch_path(
     path: &Path,
     debounce: Duration,
-    mut on_change: impl FnMut() + Send + 'static,
+    mut on_change: impl FnMut(Change) + Send + 'static,
 ) -> Result<WatchHandle, WatchError> {
-    let err = |source| WatchError::Notify {
-        path: path.display().to_string(),
-        source,
-    };
+    let shown = path.display().to_string();
     let (watch_dir, only): (PathBuf, Option<std::ffi::OsString>) = if path.is_dir() {
         (path.to_path_buf(), None)
     } else {
@@ -69,45 +100,101 @@ pub fn watch_path(
         };
         (parent, path.file_name().map(|n| n.to_os_string()))
     };
-    let mut debouncer =
-        new_debouncer(
-            debounce,
-            None,
-            move |result: DebounceEventResult| match result {
-                Ok(events) => {
-                    // Kubernetes mounts a Secret or ConfigMap as
-                    // `name -> ..data/name` and updates it by swapping the
-                    // `..data` symlink to a new `..<timestamp>` directory:
-                    // those events name `..data`, never the file.
-                    let relevant = events.iter().any(|ev| {
-                        !matches!(ev.kind, EventKind::Access(_))
-                            && only.as_ref().is_none_or(|name| {
-                                ev.paths.iter().any(|p| {
-                                    p.file_name().is_some_and(|f| {
-                                        f == name.as_os_str()
-                                            || f.to_str().is_some_and(|f| f.starts_with(".."))
-                                    })
-                                })
-                            })
-                    });
-                    if relevant {
-                        on_change();
-                    }
-                }
-                Err(errors) => {
-                    for e in errors {
-                        tracing::warn!(error = %e, "file watch error");
-                    }
-                }
-            },
-        )
-        .map_err(err)?;
-    debouncer
+    let (tx, rx) = mpsc::channel::<notify::Result<Event>>();
+    let mut watcher = notify::recommended_watcher(tx).map_err(|source| WatchError::Notify {
+        path: shown.clone(),
+        source,
+    })?;
+    watcher
         .watch(&watch_dir, RecursiveMode::NonRecursive)
-        .map_err(err)?;
-    Ok(WatchHandle {
-        _debouncer: debouncer,
-    })
+        .map_err(|source| WatchError::Notify {
+            path: shown.clone(),
+            source,
+        })?;
+    let (quiet, max_burst) = if SEES_WRITE_ENDS {
+        (debounce, MAX_BURST.max(debounce))
+    } else {
+        (debounce.max(UNSEEN_QUIET), UNSEEN_MAX_BURST)
+    };
+    std::thread::Builder::new()
+        .name("verdict-watch".into())
+        .spawn(move || {
+            // Ends when the watcher (and with it the sender) is dropped.
+            while let Ok(first) = rx.recv() {
+                let started = Instant::now();
+                let mut burst = vec![first];
+                while started.elapsed() < max_burst {
+                    match rx.recv_timeout(quiet) {
+                        Ok(ev) => burst.push(ev),
+                        Err(mpsc::RecvTimeoutError::Timeout) => break,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+                if let Some(change) = judge(&burst, only.as_deref(), SEES_WRITE_ENDS) {
+                    on_change(change);
+                }
+            }
+        })
+        .map_err(|source| WatchError::Thread {
+            path: shown,
+            source,
+        })?;
+    Ok(WatchHandle { _watcher: watcher })
+}
+
+/// What a burst means: `None` when nothing in it changed a watched entry
+/// (or, where write ends are seen, when a write is still under way).
+fn judge(
+    burst: &[notify::Result<Event>],
+    only: Option<&std::ffi::OsStr>,
+    sees_write_ends: bool,
+) -> Option<Change> {
+    let mut change = None;
+    for ev in burst {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(error = %e, "file watch error");
+                continue;
+            }
+        };
+        // Kubernetes mounts a Secret or ConfigMap as `name -> ..data/name`
+        // and updates it by swapping the `..data` symlink to a new
+        // `..<timestamp>` directory: those events name `..data`, never the
+        // file.
+        let named = only.is_none_or(|name| {
+            ev.paths.iter().any(|p| {
+                p.file_name()
+                    .is_some_and(|f| f == name || f.to_str().is_some_and(|f| f.starts_with("..")))
+            })
+        });
+        if !named {
+            continue;
+        }
+        let ended = match ev.kind {
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+            // Reads, and opens for writing (the write has not ended).
+            EventKind::Access(_) => continue,
+            EventKind::Modify(ModifyKind::Name(_)) | EventKind::Remove(_) => true,
+            EventKind::Create(CreateKind::Folder) => true,
+            // A symlink appears whole; a regular file is written after it
+            // is created, and counts when it is closed.
+            EventKind::Create(_) => ev
+                .paths
+                .iter()
+                .any(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())),
+            _ => false,
+        };
+        change = match (ended, sees_write_ends, change) {
+            (true, _, None) => Some(Change::Ended),
+            (true, _, c) => c,
+            // Where write ends are seen, a write in progress waits for its
+            // close.
+            (false, true, c) => c,
+            (false, false, _) => Some(Change::Unsettled),
+        };
+    }
+    change
 }
 
 /// How often the watcher checks that the watched directory is still the one
@@ -135,15 +222,18 @@ pub fn spawn_watcher(
     // std `Mutex`: only so that the debouncer thread and a re-watch reload
     // can share one callback; held for one reload, never across an `.await`.
     let on_reload = Arc::new(std::sync::Mutex::new(on_reload));
-    let reload = move || {
-        let outcome = store.reload();
+    let reload = move |change: Change| {
+        let outcome = match change {
+            Change::Ended => store.reload_now(),
+            Change::Unsettled => store.reload(),
+        };
         log_outcome(&outcome);
         let f = on_reload.lock().unwrap_or_else(|e| e.into_inner());
         f(outcome);
     };
     let reload = Arc::new(reload);
     let r = reload.clone();
-    let handle = watch_path(&dir, DEFAULT_DEBOUNCE, move || r())?;
+    let handle = watch_path(&dir, DEFAULT_DEBOUNCE, move |c| r(c))?;
     Ok(tokio::spawn(async move {
         let mut handle = handle;
         let mut watched = dir_identity(&dir).await;
@@ -164,12 +254,12 @@ pub fn spawn_watcher(
                 continue;
             }
             let r = reload.clone();
-            match watch_path(&dir, DEFAULT_DEBOUNCE, move || r()) {
+            match watch_path(&dir, DEFAULT_DEBOUNCE, move |c| r(c)) {
                 Ok(h) => {
                     tracing::info!(dir = %dir.display(), "policy directory is back; watching it again");
                     handle = h;
                     let r = reload.clone();
-                    let _ = tokio::task::spawn_blocking(move || r()).await;
+                    let _ = tokio::task::spawn_blocking(move || r(Change::Unsettled)).await;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot watch the policy directory again");
@@ -339,13 +429,74 @@ mod tests {
             .unwrap();
     }
 
+    fn ev(kind: EventKind, path: &Path) -> Event {
+        Event::new(kind).add_path(path.to_path_buf())
+    }
+
+    /// Where write ends are seen, a burst counts once a write has ended
+    /// (close after write, rename, removal, a symlink or directory made),
+    /// never while one is under way; elsewhere any change counts, unsettled.
+    #[test]
+    fn a_burst_counts_when_its_writes_have_ended() {
+        use notify::event::{DataChange, RemoveKind, RenameMode};
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("p.toml");
+        std::fs::write(&file, GOOD_A).unwrap();
+        let link = dir.path().join("..data");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let writing = ev(EventKind::Modify(ModifyKind::Data(DataChange::Any)), &file);
+        let opened = ev(
+            EventKind::Access(AccessKind::Open(AccessMode::Write)),
+            &file,
+        );
+        let closed = ev(
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            &file,
+        );
+        let read = ev(
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            &file,
+        );
+        let created = ev(EventKind::Create(CreateKind::File), &file);
+        let renamed = ev(EventKind::Modify(ModifyKind::Name(RenameMode::To)), &file);
+        let removed = ev(EventKind::Remove(RemoveKind::File), &file);
+        let linked = ev(EventKind::Create(CreateKind::File), &link);
+        let cases: Vec<(Vec<&Event>, Option<Change>, Option<Change>)> = vec![
+            // (burst, where write ends are seen, where they are not)
+            (vec![&opened, &writing], None, Some(Change::Unsettled)),
+            (vec![&created, &writing], None, Some(Change::Unsettled)),
+            (
+                vec![&writing, &closed],
+                Some(Change::Ended),
+                Some(Change::Unsettled),
+            ),
+            (vec![&read], None, None),
+            (vec![&renamed], Some(Change::Ended), Some(Change::Ended)),
+            (vec![&removed], Some(Change::Ended), Some(Change::Ended)),
+            (vec![&linked], Some(Change::Ended), Some(Change::Ended)),
+        ];
+        for (burst, seen, unseen) in cases {
+            let burst: Vec<notify::Result<Event>> =
+                burst.into_iter().map(|e| Ok(e.clone())).collect();
+            assert_eq!(judge(&burst, None, true), seen, "{burst:?}");
+            assert_eq!(judge(&burst, None, false), unseen, "{burst:?}");
+        }
+        // A watch of one file ignores its siblings' writes.
+        let sibling = ev(
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            &dir.path().join("other.toml"),
+        );
+        let only = Some(std::ffi::OsStr::new("p.toml"));
+        assert_eq!(judge(&[Ok(sibling)], only, true), None);
+    }
+
     #[test]
     fn watch_single_file_ignores_siblings() {
         let dir = tempfile::tempdir().unwrap();
         let keys = dir.path().join("keys.toml");
         std::fs::write(&keys, "a").unwrap();
         let (tx, rx) = mpsc::channel();
-        let _h = watch_path(&keys, Duration::from_millis(50), move || {
+        let _h = watch_path(&keys, Duration::from_millis(50), move |_| {
             let _ = tx.send(());
         })
         .unwrap();
