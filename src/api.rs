@@ -491,7 +491,19 @@ impl Api {
             .get(id, &reviews::viewer(&ctx.principal))
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("no review {id}")))?;
-        json_response(StatusCode::OK, &view)
+        // What the reviewer decides on (params, claims, rules), as the
+        // console shows it; never the held body or headers.
+        let mut details = self
+            .app
+            .reviews
+            .details(std::slice::from_ref(&view))
+            .await?;
+        let mut body = serde_json::to_value(&view)
+            .map_err(|e| ApiError::Internal(format!("review view: {e}")))?;
+        if let (Some(obj), Some(detail)) = (body.as_object_mut(), details.remove(&view.review_id)) {
+            obj.insert("decision".into(), detail);
+        }
+        json_response(StatusCode::OK, &body)
     }
 
     /// What a held caller learns of its call: the status, and once

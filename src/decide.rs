@@ -657,6 +657,7 @@ async fn read_sources(
 fn defaults_policy(d: &DefaultFloors, type_: &str) -> ActionPolicy {
     ActionPolicy {
         type_: type_.to_string(),
+        defined_at: "[defaults]".to_string(),
         requirements: Requirements {
             decision_mode: d.decision_mode,
             min_coverage: d.min_coverage,

@@ -646,12 +646,14 @@ fn check(policies: Option<PathBuf>, config: Option<PathBuf>, strict: bool) -> Ex
         ..Default::default()
     };
     let mut dir = PathBuf::from(verdict::config::DEFAULT_POLICIES_DIR);
+    let mut shadow = None;
     if let Some(path) = &config {
         match Config::load(Some(path), &Overrides::default()) {
             Ok(c) => {
                 opts.review_ttl = c.review_ttl;
                 opts.config = Some(path.display().to_string());
                 dir = c.policies_dir;
+                shadow = c.shadow_policies_dir;
             }
             Err(e) => {
                 eprintln!("verdict: config: {e}");
@@ -659,14 +661,30 @@ fn check(policies: Option<PathBuf>, config: Option<PathBuf>, strict: bool) -> Ex
             }
         }
     }
-    let dir = policies.unwrap_or(dir);
-    let (code, out) = verdict::policy::check(&dir, &opts);
-    if code == 0 {
-        print!("{out}");
-    } else {
-        eprint!("{out}");
+    // `--policies` names one set to check; without it, the config's sets:
+    // the enforced one and its `[policies] shadow_dir`.
+    let sets: Vec<(PathBuf, bool)> = match policies {
+        Some(p) => vec![(p, false)],
+        None => std::iter::once((dir, false))
+            .chain(shadow.map(|s| (s, true)))
+            .collect(),
+    };
+    let mut worst = 0;
+    for (dir, is_shadow) in sets {
+        let (code, out) = verdict::policy::check(&dir, &opts);
+        let out = if is_shadow {
+            format!("shadow set {}:\n{out}", dir.display())
+        } else {
+            out
+        };
+        if code == 0 {
+            print!("{out}");
+        } else {
+            eprint!("{out}");
+        }
+        worst = worst.max(code);
     }
-    ExitCode::from(u8::try_from(code).unwrap_or(1))
+    ExitCode::from(u8::try_from(worst).unwrap_or(1))
 }
 
 fn audit(cmd: AuditCommand) -> ExitCode {

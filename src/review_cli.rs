@@ -361,6 +361,33 @@ pub fn show_text(v: &Value) -> String {
             ));
         }
     }
+    // What was decided: the params as the audit record holds them and each
+    // claim with its status, so a reviewer never approves blind.
+    let decision = &v["decision"];
+    if let Some(params) = decision["params"].as_object() {
+        for (i, (name, value)) in params.iter().enumerate() {
+            lines.push((
+                if i == 0 { "params" } else { "" },
+                format!("{name} = {}", text(value)),
+            ));
+        }
+    }
+    if let Some(claims) = decision["claims"].as_array() {
+        for (i, c) in claims.iter().enumerate() {
+            let reasons = c["reasons"]
+                .as_array()
+                .filter(|r| !r.is_empty())
+                .map(|r| {
+                    let r: Vec<String> = r.iter().map(text).collect();
+                    format!(" ({})", r.join(", "))
+                })
+                .unwrap_or_default();
+            lines.push((
+                if i == 0 { "claims" } else { "" },
+                format!("- {} [{}{reasons}]", text(&c["text"]), text(&c["status"])),
+            ));
+        }
+    }
     lines.push(("created", when(&v["created_at"])));
     lines.push(("expires", when(&v["expires_at"])));
     for (label, key) in [
@@ -500,11 +527,22 @@ mod tests {
         v["note"] = "fine\u{1b}[31m".into();
         v["resolved_at"] = "2026-11-22T22:00:00Z".into();
         v["forward"] = serde_json::json!({"state": "done", "upstream_status": 200});
+        v["decision"] = serde_json::json!({
+            "params": {"amount": 750, "order_id": "77"},
+            "claims": [
+                {"text": "Order 77 was charged $750.00.", "status": "supported", "reasons": []},
+                {"text": "It arrived broken.", "status": "unsupported", "reasons": ["low_coverage"]},
+            ],
+        });
         let t = show_text(&v);
         for want in [
             "review    a-1",
             "rules     - refunds above 500",
             "          - new customer",
+            "params    amount = 750",
+            "          order_id = 77",
+            "claims    - Order 77 was charged $750.00. [supported]",
+            "          - It arrived broken. [unsupported (low_coverage)]",
             "resolved  2026-11-22T22:00:00Z",
             "reviewer  alice",
             "request   POST /api/orders/77/refunds",

@@ -74,6 +74,13 @@ async fn reviews_cli_lists_shows_approves_and_reports_refusals() {
     let out = stdout(&show);
     assert!(out.contains("refunds above 500 need a reviewer"), "{out}");
     assert!(out.contains("POST /api/orders/77/refunds"), "{out}");
+    // The reviewer sees what is being approved: the amount and the claims.
+    assert!(out.contains("amount = 900"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("claims") && l.contains("[supported]")),
+        "{out}"
+    );
 
     let ok = cli(
         &url,

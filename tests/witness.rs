@@ -517,3 +517,40 @@ async fn consistency_proofs_between_served_checkpoints_verify_offline() {
     }
     s.shutdown().await;
 }
+
+/// `verdict audit vkey` and `verdict witness vkey` print one verifier key
+/// per line, each ending in a newline, so `"$(...)"` and a file both work.
+#[tokio::test]
+async fn vkey_commands_print_whole_lines() {
+    let s = TestServer::start().await;
+    let data = s.path("data");
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let witness_dir = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["audit", "vkey", "--data-dir", data.to_str().unwrap()],
+        vec![
+            "witness",
+            "vkey",
+            "--data-dir",
+            witness_dir.path().to_str().unwrap(),
+            "--name",
+            "w1.example",
+        ],
+    ] {
+        let out = std::process::Command::new(bin)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.ends_with('\n'), "{args:?}: {text:?}");
+        for line in text.lines() {
+            assert_eq!(line.split('+').count(), 3, "{args:?}: {line:?}");
+        }
+    }
+    s.shutdown().await;
+}

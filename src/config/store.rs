@@ -109,9 +109,13 @@ pub(super) fn store_config(
             )))
         }
     };
-    let mut pg: tokio_postgres::Config = url
-        .parse()
-        .map_err(|e| invalid(format!("store.url: {}: {e}", redact(url))))?;
+    let mut pg: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
+        let why = match bad_param(url) {
+            Some(param) => format!("the parameter {param:?}: {e}"),
+            None => e.to_string(),
+        };
+        invalid(format!("store.url: {}: {why}", redact(url)))
+    })?;
     if pg.get_password().is_none() {
         let password = match (&f.password_file, &f.password_env) {
             (Some(_), Some(_)) => {
@@ -235,6 +239,20 @@ pub fn redact(url: &str) -> String {
     out
 }
 
+/// The first query parameter of a postgres url that the driver refuses on
+/// its own: its error does not say which one.
+fn bad_param(url: &str) -> Option<String> {
+    let (_, query) = url.split_once('?')?;
+    query.split('&').find_map(|pair| {
+        let key = pair.split('=').next().unwrap_or(pair);
+        let alone = format!("postgres://h/d?{pair}");
+        alone
+            .parse::<tokio_postgres::Config>()
+            .is_err()
+            .then(|| key.to_string())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +327,23 @@ mod tests {
         };
         std::fs::remove_file(&dir).unwrap();
         assert_eq!(c.pg.get_password(), Some(&b"from-file"[..]));
+    }
+
+    /// A parameter the driver does not know, or one with a bad value, is
+    /// named in the error; a password in the url is not shown.
+    #[test]
+    fn a_bad_url_parameter_is_named() {
+        let err = parse(url(
+            "postgres://u:secret@127.0.0.1/d?sslmode=require&bogus_param=1",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("the parameter \"bogus_param\""), "{err}");
+        assert!(!err.contains("secret"), "{err}");
+        let err = parse(url("postgres://u@127.0.0.1/d?connect_timeout=soon"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the parameter \"connect_timeout\""), "{err}");
     }
 
     #[test]

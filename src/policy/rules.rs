@@ -23,6 +23,8 @@ pub use crate::engine::numbers::parse_decimal;
 #[derive(Debug, Clone)]
 pub struct ActionPolicy {
     pub type_: String,
+    /// `file:line:col` of its `type`, for `verdict check`'s warnings.
+    pub defined_at: String,
     pub requirements: Requirements,
     pub options: Options,
     /// `true` (the default) fails closed when a request carries no claims.
@@ -553,6 +555,7 @@ mod tests {
     fn policy(rules: Vec<Rule>) -> ActionPolicy {
         ActionPolicy {
             type_: "refund.create".into(),
+            defined_at: String::new(),
             requirements: Requirements::default(),
             options: Options::default(),
             require_claims: true,

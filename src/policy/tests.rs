@@ -897,7 +897,9 @@ fn warnings_name_what_the_author_probably_did_not_mean() {
     let w = set.warnings();
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(
-        w[0].contains("\"amt\"") && w[0].contains("create-refund"),
+        w[0].starts_with("refunds.toml:3:8: action \"refund.create\"")
+            && w[0].contains("\"amt\"")
+            && w[0].contains("create-refund"),
         "{w:?}"
     );
     let set = PolicySet::from_sources(&[("refunds.toml", REFUND_EXAMPLE)]).unwrap();
@@ -907,10 +909,11 @@ fn warnings_name_what_the_author_probably_did_not_mean() {
     std::fs::write(dir.path().join("refunds.toml"), &typo).unwrap();
     let (code, out) = check_dir_with(dir.path(), false);
     assert_eq!(code, 0, "{out}");
-    assert!(
-        out.starts_with("warning: action \"refund.create\""),
-        "{out}"
+    let at = format!(
+        "warning: {}:3:8: action \"refund.create\"",
+        dir.path().join("refunds.toml").display()
     );
+    assert!(out.starts_with(&at), "{out}");
     let (code, out) = check_dir_with(dir.path(), true);
     assert_eq!(code, 1, "{out}");
 }

@@ -364,6 +364,7 @@ fn action(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<ActionPolicy> {
     }
     Some(ActionPolicy {
         type_: fa.type_.get_ref().clone(),
+        defined_at: cx.at(fa.type_.span().start),
         requirements: Requirements {
             decision_mode: fa.requirements.decision_mode.map(|m| match m {
                 file::FileDecisionMode::Strict => DecisionMode::Strict,
