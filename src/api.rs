@@ -765,7 +765,9 @@ impl Handler for Api {
             self.app
                 .http_metrics
                 .observe(endpoint, method.as_str(), status, elapsed);
+            // The request id on the line itself, not only in its span.
             tracing::info!(
+                request_id = %request_id,
                 status,
                 latency_ms = http_util::latency_ms(elapsed),
                 "request done"

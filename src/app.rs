@@ -53,6 +53,9 @@ pub enum StartError {
     Watch { what: &'static str, error: String },
     #[error("data dir lock: {0}")]
     Lock(#[from] crate::datalock::LockError),
+    /// The shared store holds newer checkpoints of this log's origin.
+    #[error("audit log: {0}")]
+    LogBehind(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -411,6 +414,13 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         tracing::info!(revision = %set.revision, actions = set.actions.len(), routes = set.routes.len(), "policies loaded");
     }
 
+    // The shared store first: a replica that cannot reach it (a wrong
+    // password, an untrusted certificate) refuses to start before it
+    // creates anything in its data dir (a redaction key, an audit log).
+    let shared = match &config.store {
+        crate::config::StoreConfig::Sqlite => None,
+        crate::config::StoreConfig::Postgres(pg) => Some(crate::shared::Shared::connect(pg).await?),
+    };
     prepare_data_dir(&config)?;
     let data_lock = crate::datalock::acquire(&config.data_dir)?;
     let redaction = open_redaction_key(&config).await?;
@@ -425,13 +435,12 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     let resolver = Resolver::new(&config.evidence);
 
     let seal_key = redaction.derive(crate::review::SEAL_KEY_LABEL);
-    let (reviews, shared) = match &config.store {
-        crate::config::StoreConfig::Sqlite => (
+    let (reviews, shared) = match shared {
+        None => (
             crate::review::Reviews::open(&db_path(&config), config.review_ttl, seal_key)?,
             None,
         ),
-        crate::config::StoreConfig::Postgres(pg) => {
-            let shared = crate::shared::Shared::connect(pg).await?;
+        Some(shared) => {
             let (s, ttl) = (shared.clone(), config.review_ttl);
             let reviews = tokio::task::spawn_blocking(move || {
                 crate::review::Reviews::open_shared(s, ttl, seal_key)
@@ -443,6 +452,11 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
             (reviews, Some(shared))
         }
     };
+    if let Some(shared) = &shared {
+        crate::witness::remote::check_not_behind(&audit, shared)
+            .await
+            .map_err(StartError::LogBehind)?;
+    }
     let work = crate::api::batch_item_fn(resolver.clone(), tokio::runtime::Handle::current());
     let jobs = match &shared {
         None => crate::jobs::Jobs::open(&db_path(&config), &config.jobs, work)?,

@@ -236,7 +236,10 @@ impl Handler for Proxy {
         async {
             let mut resp = self.route(req, from, &set, routed).await;
             http_util::stamp_request_id(&mut resp, &request_id);
+            // The request id on the line itself, not only in its span, so
+            // that a log query on the line's own fields finds it.
             tracing::info!(
+                request_id = %request_id,
                 status = resp.status().as_u16(),
                 latency_ms = http_util::latency_ms(started.elapsed()),
                 "proxied"

@@ -664,3 +664,57 @@ async fn a_pass_through_logs_nothing_at_info_and_one_line_at_debug() {
         }
     }
 }
+
+/// The `proxied` and `request done` lines carry the request id among their
+/// own fields, not only inside their span, so a log query on the line's
+/// fields finds every line of one request.
+#[tokio::test]
+async fn request_lines_carry_their_request_id() {
+    let up = support::MockUpstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("policies")).unwrap();
+    std::fs::write(
+        dir.path().join("policies/refunds.toml"),
+        support::shipped_refunds(),
+    )
+    .unwrap();
+    let (mut child, api, log) = support::spawn_binary_with(
+        env!("CARGO_BIN_EXE_verdict"),
+        dir.path(),
+        "info",
+        &["--proxy-listen", "127.0.0.1:0", "--upstream", &up.url()],
+        &[],
+    );
+    let proxy = format!("http://{}", proxy_addr(&log));
+    let gated = support::call(
+        &proxy,
+        Method::POST,
+        "/api/orders/1/refunds",
+        &[
+            ("x-request-id", "id-gated"),
+            ("content-type", "application/json"),
+        ],
+        "{}",
+    )
+    .await;
+    assert_eq!(gated.header("x-request-id"), Some("id-gated"));
+    let health = support::call(
+        &format!("http://{api}"),
+        Method::GET,
+        "/health",
+        &[("x-request-id", "id-api")],
+        "",
+    )
+    .await;
+    assert_eq!(health.status, 200);
+    support::terminate(&mut child, &log);
+    let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    for (message, id) in [("proxied", "id-gated"), ("request done", "id-api")] {
+        let line: Value = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["message"] == message && v["span"]["request_id"] == id)
+            .unwrap_or_else(|| panic!("no {message:?} line for {id}: {text}"));
+        assert_eq!(line["request_id"], id, "{line}");
+    }
+}

@@ -770,6 +770,34 @@ async fn verify_remote_checks_every_replicas_published_checkpoints() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("INVALID: verdict.test/a:"), "{text}");
     assert!(text.contains("ok: verdict.test/b:"), "{text}");
+
+    // A replica with a new, empty log under b's origin (its data dir lost
+    // or replaced) would fork b's published chain: it refuses to start.
+    let dir = b.dir.path();
+    let config = dir.join("forked.toml");
+    std::fs::write(
+        &config,
+        format!("[store]\nurl = \"{url}\"\n[audit]\norigin = \"verdict.test/b\"\n"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--api-listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.join("data-new"))
+        .arg("--policies")
+        .arg(dir.join("policies"))
+        .arg("--keys")
+        .arg(dir.join("keys.toml"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(64), "{text}");
+    assert!(
+        text.contains("\"verdict.test/b\" up to tree size")
+            && text.contains("this log has 0 records"),
+        "{text}"
+    );
     drop((a, b));
 }
 
@@ -854,4 +882,32 @@ async fn the_store_is_reached_over_tls_and_a_wrong_root_refuses_to_start() {
         !text.contains(url.split('@').next().unwrap().rsplit(':').next().unwrap()),
         "no password in: {text}"
     );
+    // Refused before it wrote anything to its (new) data dir.
+    assert!(!dir.join("data2/redaction.key").exists());
+    assert!(!dir.join("data2/verdict.db").exists());
+
+    // A wrong password: refused the same way, the data dir left empty.
+    let (user, rest) = url.split_once('@').unwrap();
+    let user = user.rsplit_once(':').map_or(user, |(u, _)| u);
+    std::fs::write(
+        &config,
+        format!("[store]\nurl = \"{user}:wrong-password@{rest}\"\n"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--api-listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.join("data3"))
+        .arg("--policies")
+        .arg(dir.join("policies"))
+        .arg("--keys")
+        .arg(dir.join("keys.toml"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(64), "{text}");
+    assert!(!text.contains("wrong-password"), "no password in: {text}");
+    assert!(!dir.join("data3/redaction.key").exists());
+    assert!(!dir.join("data3/verdict.db").exists());
 }

@@ -50,6 +50,45 @@ pub async fn publish_until(
     }
 }
 
+/// Refuses a log that is behind what the store already holds for its
+/// origin: a replica whose data dir was lost or replaced starts a new log
+/// under an origin whose checkpoints it (or another replica) published, and
+/// every later checkpoint would then fork that chain. Called at start.
+pub async fn check_not_behind(audit: &AuditLog, shared: &Shared) -> Result<(), String> {
+    let keys = audit.keys();
+    let Some(origin) = keys.iter().find_map(|k| k.note_name()) else {
+        return Ok(());
+    };
+    let local = match audit.checkpoint().await.map_err(|e| e.to_string())? {
+        Some(text) => {
+            let note = note::parse(&text).map_err(|e| e.to_string())?;
+            Checkpoint::parse(note.text)
+                .map_err(|e| e.to_string())?
+                .size
+        }
+        None => 0,
+    };
+    let client = shared.client().await.map_err(|e| e.to_string())?;
+    let stored: Option<i64> = client
+        .query_one(
+            "SELECT MAX(tree_size) FROM verdict_checkpoints WHERE origin = $1",
+            &[&origin],
+        )
+        .await
+        .map_err(|e| error_text(&e))?
+        .try_get(0)
+        .map_err(|e| error_text(&e))?;
+    match stored.and_then(|s| u64::try_from(s).ok()) {
+        Some(published) if published > local => Err(format!(
+            "the shared store holds checkpoints of audit origin {origin:?} up to tree size \
+             {published}, but this log has {local} records: it is another log under the same \
+             origin, or this one rolled back. Restore this replica's data dir, or give its log \
+             its own [audit] origin"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Publishes the newest checkpoint if the store has none of this size yet;
 /// returns its size when it did.
 pub async fn publish_once(audit: &AuditLog, shared: &Shared) -> Result<Option<u64>, String> {
