@@ -23,6 +23,13 @@
 # `start` on a DIR whose cluster runs prints its URL again, and concurrent
 # starts on one DIR share one cluster (flock on DIR/.lock).
 #
+# PG_STOP_WHEN_UNUSED=1 (the test support sets it) makes a `start` that
+# creates the cluster also start a watchdog: every process that uses the
+# cluster holds a shared flock on DIR/users, and once nobody has held one
+# for PG_UNUSED_SECONDS (default 5; the first check comes after
+# PG_UNUSED_GRACE, default 15 s) the watchdog stops the cluster, so that
+# `cargo test` leaves no server running. A later `start` makes it again.
+#
 # fsync stays on, so that timings compare with SQLite's durable commits;
 # PG_FAST=1 turns fsync, synchronous_commit and full_page_writes off for
 # test speed (it applies when the cluster is created).
@@ -181,7 +188,7 @@ running() {
 # Entries a DIR of this script may hold.
 ours() {
     case "$1" in
-        .lock | url | admin_url | url.tmp | admin_url.tmp | ca.crt | ca.crt.tmp | cluster | data | log | pwfile | .s.PGSQL.*) return 0 ;;
+        .lock | url | admin_url | url.tmp | admin_url.tmp | ca.crt | ca.crt.tmp | cluster | data | log | pwfile | users | .s.PGSQL.*) return 0 ;;
         *) return 1 ;;
     esac
 }
@@ -219,7 +226,7 @@ clear_cluster() {
     case "$cl" in
         /tmp/verdict-pg.*) rm -rf -- "$cl" ;;
     esac
-    rm -rf -- "$dir/url" "$dir/admin_url" "$dir/ca.crt" "$dir/ca.crt.tmp" "$dir/url.tmp" "$dir/admin_url.tmp" "$dir/cluster" "$dir/data" "$dir/log" "$dir/pwfile" "$dir"/.s.PGSQL.*
+    rm -rf -- "$dir/url" "$dir/admin_url" "$dir/ca.crt" "$dir/ca.crt.tmp" "$dir/url.tmp" "$dir/admin_url.tmp" "$dir/cluster" "$dir/data" "$dir/log" "$dir/pwfile" "$dir/users" "$dir"/.s.PGSQL.*
 }
 
 # Takes the lock on DIR/.lock (fd 9). A `stop` may remove DIR while we wait,
@@ -403,7 +410,33 @@ SQL
     write_private "$dir/admin_url" "$admin_url"
     write_private "$dir/url" "$url"
     log "running in $dir on 127.0.0.1:$port; stop it with: $0 stop $dir"
+    if [ "${PG_STOP_WHEN_UNUSED:-}" = 1 ]; then
+        : >>"$dir/users"
+        # Detached, and without our lock fd, so that it outlives this call
+        # and never blocks another start.
+        setsid bash "$0" watch "$dir" </dev/null >/dev/null 2>&1 9>&- &
+        log "it stops once no process has used it for ${PG_UNUSED_SECONDS:-5}s"
+    fi
     echo "$url"
+}
+
+# Stops the cluster in DIR once no process holds a shared lock on
+# DIR/users for PG_UNUSED_SECONDS, checked every second after a grace.
+cmd_watch() {
+    local dir=$1 quiet=${PG_UNUSED_SECONDS:-5} free=0
+    sleep "${PG_UNUSED_GRACE:-15}"
+    while [ -e "$dir/users" ]; do
+        if flock -n -x "$dir/users" true; then
+            free=$((free + 1))
+            if [ "$free" -ge "$quiet" ]; then
+                cmd_stop "$dir"
+                return 0
+            fi
+        else
+            free=0
+        fi
+        sleep 1
+    done
 }
 
 cmd_stop() {
@@ -451,6 +484,10 @@ case "$1" in
     url)
         [ "$#" -eq 2 ] || usage
         cmd_url "$2"
+        ;;
+    watch)
+        [ "$#" -eq 2 ] || usage
+        cmd_watch "$2"
         ;;
     *) usage ;;
 esac

@@ -37,3 +37,60 @@ fn with_database_replaces_only_the_path() {
         "postgres://h/t_1?sslmode=disable"
     );
 }
+
+/// `scripts/postgres.sh start` with `PG_STOP_WHEN_UNUSED=1` (what the test
+/// support uses) stops its cluster once no process holds a shared lock on
+/// `DIR/users`, so that `cargo test` leaves no server running; while one
+/// does, the cluster stays.
+#[test]
+fn an_unused_test_cluster_stops_by_itself() {
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh");
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("pg");
+    let out = Command::new("bash")
+        .args([script, "start"])
+        .arg(&dir)
+        .env("PG_FAST", "1")
+        .env("PG_STOP_WHEN_UNUSED", "1")
+        .env("PG_UNUSED_GRACE", "1")
+        .env("PG_UNUSED_SECONDS", "2")
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        // No PostgreSQL here; the tests that need it say so loudly.
+        assert!(
+            std::env::var_os(support::postgres::ENV_SKIP).is_some(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let running = || {
+        Command::new("bash")
+            .args([script, "url"])
+            .arg(&dir)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    let user = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("users"))
+        .unwrap();
+    user.lock_shared().unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(running(), "stopped while a process used it");
+    drop(user);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Stopped, and its directory removed (the stop's last step).
+    while running() || dir.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "still there 30 s after its last user left"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

@@ -25,6 +25,10 @@ struct Cluster {
     /// Whether new databases go to the `verdict` role (not with [`ENV_URL`],
     /// whose user owns what it creates).
     owner_verdict: bool,
+    /// A shared lock on the cluster's `users` file, held for the life of
+    /// this process: the script's watchdog stops the cluster once no test
+    /// process holds one (`PG_STOP_WHEN_UNUSED`).
+    _user: Option<std::fs::File>,
 }
 
 /// `<target>/pg-test`, the one `.ci/run` starts. `CARGO_TARGET_TMPDIR` is
@@ -52,6 +56,7 @@ fn start() -> Result<Option<Cluster>, String> {
             admin_url: url.clone(),
             url,
             owner_verdict: false,
+            _user: None,
         }));
     }
     let dir = cluster_dir();
@@ -63,6 +68,7 @@ fn start() -> Result<Option<Cluster>, String> {
         .arg("start")
         .arg(&dir)
         .env("PG_FAST", "1")
+        .env("PG_STOP_WHEN_UNUSED", "1")
         .output();
     let failure = match out {
         Ok(out) if out.status.success() => {
@@ -72,10 +78,18 @@ fn start() -> Result<Option<Cluster>, String> {
                 .map_err(|e| format!("{}: {e}", admin_path.display()))?
                 .trim()
                 .to_string();
+            // A cluster started before (by .ci/run, or by hand) has no
+            // watchdog and no users file: nothing to hold then.
+            let user = std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.join("users"))
+                .ok()
+                .filter(|f| f.lock_shared().is_ok());
             return Ok(Some(Cluster {
                 url,
                 admin_url,
                 owner_verdict: true,
+                _user: user,
             }));
         }
         Ok(out) => format!(
