@@ -199,3 +199,72 @@ async fn a_drain_answers_held_callers_and_new_requests() {
     // The held call was never forwarded; only the pass-through reached it.
     assert_eq!(up.count(), 1);
 }
+
+/// The real binary: a call held for review (hold_timeout 15 s) when
+/// SIGTERM arrives gets its 202 with the review id and result link within
+/// the drain, and the process exits 0.
+#[tokio::test]
+async fn sigterm_answers_a_held_caller() {
+    let up = support::MockUpstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("policies")).unwrap();
+    let policy = support::RefundPolicy::new("strict")
+        .review_over(500)
+        .hold("15s")
+        .build();
+    std::fs::write(dir.path().join("policies/refunds.toml"), policy).unwrap();
+    let (mut child, _api, log) = support::spawn_binary_with(
+        env!("CARGO_BIN_EXE_verdict"),
+        dir.path(),
+        "info",
+        &["--proxy-listen", "127.0.0.1:0", "--upstream", &up.url()],
+        &[],
+    );
+    let proxy = {
+        let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+        text.lines()
+            .filter(|l| l.contains("proxy listening"))
+            .find_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                v["addr"].as_str().map(|a| format!("http://{a}"))
+            })
+            .expect("a proxy listening line")
+    };
+    let held = tokio::spawn(async move {
+        let body = serde_json::json!({
+            "amount": 900,
+            "claims": [support::DAMAGED],
+            "evidence": [{"source_id": "inv", "text": support::INVOICE_77_BLENDER}],
+        });
+        let started = std::time::Instant::now();
+        let r = support::call(
+            &proxy,
+            http::Method::POST,
+            "/api/orders/7/refunds",
+            &[("content-type", "application/json")],
+            body.to_string(),
+        )
+        .await;
+        (r, started.elapsed())
+    });
+    support::wait_for("the call is held", Duration::from_secs(10), || {
+        String::from_utf8_lossy(&log.lock().unwrap()).contains("request held for review")
+    })
+    .await;
+    support::sigterm(&child);
+    let (r, took) = held.await.unwrap();
+    assert_eq!(r.status, 202, "{}", r.text());
+    let j = r.json();
+    assert!(
+        j["review_id"].is_string() && j["result_url"].is_string(),
+        "{j}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "answered at the drain: {took:?}"
+    );
+    let status = support::wait_exit(&mut child, Duration::from_secs(15))
+        .expect("the server exits after the drain");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(up.count(), 0);
+}
