@@ -421,18 +421,29 @@ SQL
 }
 
 # Stops the cluster in DIR once no process holds a shared lock on
-# DIR/users for PG_UNUSED_SECONDS, checked every second after a grace.
+# DIR/users for PG_UNUSED_SECONDS, checked every second after a grace. The
+# last check is made under DIR's lock, which every `start` takes, and the
+# cluster is stopped under it: no start can hand the cluster out between
+# the check and the stop (a process takes its shared lock before it asks
+# `start` for the URL of a running cluster, and again after).
 cmd_watch() {
     local dir=$1 quiet=${PG_UNUSED_SECONDS:-5} free=0
     sleep "${PG_UNUSED_GRACE:-15}"
     while [ -e "$dir/users" ]; do
         if flock -n -x "$dir/users" true; then
             free=$((free + 1))
-            if [ "$free" -ge "$quiet" ]; then
-                cmd_stop "$dir"
+        else
+            free=0
+        fi
+        if [ "$free" -ge "$quiet" ]; then
+            lock "$dir"
+            if [ -e "$dir/users" ] && flock -n -x "$dir/users" true; then
+                log "no process has used the cluster in $dir for ${quiet}s; stopping it"
+                clear_cluster "$dir" "$(pg_bin_dir)"
+                rm -rf -- "$dir"
                 return 0
             fi
-        else
+            exec 9>&-
             free=0
         fi
         sleep 1

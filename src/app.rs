@@ -434,6 +434,12 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     audit.register_metrics(&mut registry);
     let resolver = Resolver::new(&config.evidence);
 
+    // Before this replica takes part in the shared store (reviews, jobs).
+    if let Some(shared) = &shared {
+        crate::witness::remote::check_not_behind(&audit, shared)
+            .await
+            .map_err(StartError::LogBehind)?;
+    }
     let seal_key = redaction.derive(crate::review::SEAL_KEY_LABEL);
     let (reviews, shared) = match shared {
         None => (
@@ -452,11 +458,6 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
             (reviews, Some(shared))
         }
     };
-    if let Some(shared) = &shared {
-        crate::witness::remote::check_not_behind(&audit, shared)
-            .await
-            .map_err(StartError::LogBehind)?;
-    }
     let work = crate::api::batch_item_fn(resolver.clone(), tokio::runtime::Handle::current());
     let jobs = match &shared {
         None => crate::jobs::Jobs::open(&db_path(&config), &config.jobs, work)?,

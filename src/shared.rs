@@ -191,8 +191,16 @@ pub fn error_kind(e: &tokio_postgres::Error) -> &'static str {
         Some("40P01") => "deadlock",
         Some("40001") => "serialization",
         Some(_) => "query",
-        None => "connect",
+        None if is_connection_error(e) => "connect",
+        // The client's own refusals: a row count, a type conversion.
+        None => "query",
     }
+}
+
+/// Whether an error without a database error is the connection failing
+/// (closed, or an I/O error under it), not the client refusing a result.
+pub fn is_connection_error(e: &tokio_postgres::Error) -> bool {
+    e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
 }
 
 /// Whether an error passes by itself: the connection failed, or the server

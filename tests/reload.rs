@@ -158,8 +158,6 @@ async fn policy_reload_under_load_is_all_or_nothing() {
     );
 }
 
-/// Waits up to `within` for `key` to be known (404 for a missing job, not
-/// 401).
 /// Twenty edits written in place (truncate, half the text, a pause, the
 /// rest, close) while two clients keep calling: every edit goes live, no
 /// request fails, and no half-written file is ever read (no reload is
@@ -245,6 +243,8 @@ async fn twenty_edits_in_place_under_load_each_go_live_whole() {
     );
 }
 
+/// Waits up to `within` for `key` to be known (404 for a missing job, not
+/// 401).
 async fn key_works(s: &TestServer, key: &str, within: Duration) {
     support::eventually("the new key to work", within, || async {
         match s.get("/v2/jobs/x", Some(key)).await.status {

@@ -534,15 +534,17 @@ pub fn decide_traced(f: &Facts<'_>) -> (Decision, Row) {
     (decision, row)
 }
 
-/// How many of `checks` are separate claims: claims whose texts differ
-/// once case and runs of whitespace are set aside, so that sending one
-/// claim twice does not meet `min_claims = 2`.
+/// How many of `checks` are separate claims: claims whose words differ
+/// once case, punctuation and spacing are set aside, so that sending one
+/// claim twice does not meet `min_claims = 2`. A duplicate check, not a
+/// judgement of meaning: a paraphrase counts as another claim.
 fn separate_claims(checks: &[Check]) -> usize {
     let mut texts: Vec<String> = checks
         .iter()
         .map(|c| {
             c.claim_text
-                .split_whitespace()
+                .split(|ch: char| !ch.is_alphanumeric())
+                .filter(|w| !w.is_empty())
                 .collect::<Vec<_>>()
                 .join(" ")
                 .to_lowercase()
@@ -765,7 +767,7 @@ mod tests {
                     },
                     Check {
                         claim_id: "c2".into(),
-                        claim_text: "order 1001 was PAID.".into(),
+                        claim_text: "order 1001 was PAID".into(),
                         ..check(Supported, 1.0)
                     },
                 ],

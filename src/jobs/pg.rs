@@ -41,7 +41,11 @@ const JOB_COLUMNS: &str = "seq, job_id, owner, status, items_total, items_done, 
 
 impl From<tokio_postgres::Error> for JobsError {
     fn from(e: tokio_postgres::Error) -> JobsError {
-        if crate::shared::is_transient(&e) {
+        let transient = match e.as_db_error() {
+            Some(_) => crate::shared::is_transient(&e),
+            None => crate::shared::is_connection_error(&e),
+        };
+        if transient {
             JobsError::Unavailable {
                 kind: Some(error_kind(&e)),
                 message: error_text(&e),
@@ -460,7 +464,12 @@ impl PgJobs {
                 Ok(v) => return Ok(v),
                 Err(e) => {
                     self.count(&e);
-                    if !matches!(e, JobsError::Unavailable { .. }) || attempt >= RETRIES {
+                    // At shutdown, one try: the items' leases lapse and
+                    // another replica runs them, rather than stalling the
+                    // drain on a store that is down.
+                    let stopping = self.stopping.load(Ordering::Relaxed);
+                    if !matches!(e, JobsError::Unavailable { .. }) || attempt >= RETRIES || stopping
+                    {
                         return Err(e);
                     }
                     attempt += 1;
@@ -547,6 +556,8 @@ impl PgJobs {
         let mut pending: Vec<(i32, String)> = Vec::new();
         let mut last_flush = Instant::now();
         let mut failed: Option<&str> = None;
+        // The job `pending` belongs to.
+        let mut current: Option<&str> = None;
         // The items of `job` this worker claimed and has not run yet
         // (their leases are renewed at each flush).
         let unrun = |job: &str, after: usize| -> Vec<i32> {
@@ -558,10 +569,11 @@ impl PgJobs {
         };
         for (pos, c) in batch.iter().enumerate() {
             let job = c.job_id.as_str();
-            if pos > 0 && batch[pos - 1].job_id != job {
-                self.flush(&batch[pos - 1].job_id, &mut pending, &[])?;
+            if let Some(prev) = current.filter(|prev| *prev != job) {
+                self.flush(prev, &mut pending, &[])?;
                 last_flush = Instant::now();
             }
+            current = Some(job);
             if failed == Some(job) {
                 continue;
             }
@@ -589,8 +601,8 @@ impl PgJobs {
                 last_flush = Instant::now();
             }
         }
-        if let Some(last) = batch.last() {
-            self.flush(&last.job_id, &mut pending, &[])?;
+        if let Some(job) = current {
+            self.flush(job, &mut pending, &[])?;
         }
         Ok(())
     }

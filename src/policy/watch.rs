@@ -7,12 +7,14 @@
 //! (one save is several) is collected until it has been quiet for a few
 //! milliseconds, then judged: on Linux, a change counts only once it is
 //! finished (a file closed after writing, a rename into place, a removal, a
-//! Kubernetes `..data` swap), so a file being written is never read half
-//! way and nothing waits on a timer; elsewhere, where the watcher reports
+//! Kubernetes `..data` swap) and no other watched file is still being
+//! written, so a file is never read half way and nothing waits on a timer
+//! (a write left open for 2 s counts as a change that must settle); elsewhere, where the watcher reports
 //! no close events, any change counts and the reader waits for the files to
 //! settle first. The callback runs on the watch's own thread, so the
 //! blocking file IO of a reload never runs on the async runtime.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -119,8 +121,32 @@ pub fn watch_path(
     std::thread::Builder::new()
         .name("verdict-watch".into())
         .spawn(move || {
-            // Ends when the watcher (and with it the sender) is dropped.
-            while let Ok(first) = rx.recv() {
+            // Files whose write has begun and not yet ended (kept across
+            // bursts), and since when.
+            let mut open: Open = HashMap::new();
+            loop {
+                // While a write is open, wait for it at most `OPEN_LIMIT`:
+                // a writer that never closes (or an event lost) then counts
+                // as a change that must settle.
+                let first = match open.values().min() {
+                    None => match rx.recv() {
+                        Ok(ev) => ev,
+                        // The watcher (and with it the sender) was dropped.
+                        Err(_) => return,
+                    },
+                    Some(since) => {
+                        let left = OPEN_LIMIT.saturating_sub(since.elapsed());
+                        match rx.recv_timeout(left) {
+                            Ok(ev) => ev,
+                            Err(mpsc::RecvTimeoutError::Timeout) => {
+                                open.clear();
+                                on_change(Change::Unsettled);
+                                continue;
+                            }
+                            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                        }
+                    }
+                };
                 let started = Instant::now();
                 let mut burst = vec![first];
                 while started.elapsed() < max_burst {
@@ -130,7 +156,7 @@ pub fn watch_path(
                         Err(mpsc::RecvTimeoutError::Disconnected) => return,
                     }
                 }
-                if let Some(change) = judge(&burst, only.as_deref(), SEES_WRITE_ENDS) {
+                if let Some(change) = judge(&burst, only.as_deref(), SEES_WRITE_ENDS, &mut open) {
                     on_change(change);
                 }
             }
@@ -142,12 +168,22 @@ pub fn watch_path(
     Ok(WatchHandle { _watcher: watcher })
 }
 
-/// What a burst means: `None` when nothing in it changed a watched entry
-/// (or, where write ends are seen, when a write is still under way).
+/// Files being written: path → when the first write of it was seen.
+type Open = HashMap<PathBuf, Instant>;
+
+/// How long a write may stay open before the watch stops waiting for its
+/// end and reports the change as [`Change::Unsettled`].
+const OPEN_LIMIT: Duration = Duration::from_secs(2);
+
+/// What a burst means, given the writes still `open` from earlier bursts
+/// (updated here). `None` when nothing in it changed a watched entry, or,
+/// where write ends are seen, while any watched file is still being
+/// written: a directory is read only when every write in it has ended.
 fn judge(
     burst: &[notify::Result<Event>],
     only: Option<&std::ffi::OsStr>,
     sees_write_ends: bool,
+    open: &mut Open,
 ) -> Option<Change> {
     let mut change = None;
     for ev in burst {
@@ -158,6 +194,11 @@ fn judge(
                 continue;
             }
         };
+        // Events were lost (the kernel's queue overflowed): read, settled.
+        if ev.need_rescan() {
+            change = Some(Change::Unsettled);
+            continue;
+        }
         // Kubernetes mounts a Secret or ConfigMap as `name -> ..data/name`
         // and updates it by swapping the `..data` symlink to a new
         // `..<timestamp>` directory: those events name `..data`, never the
@@ -173,7 +214,7 @@ fn judge(
         }
         let ended = match ev.kind {
             EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
-            // Reads, and opens for writing (the write has not ended).
+            // Reads, and opens (a write has not begun, or has not ended).
             EventKind::Access(_) => continue,
             EventKind::Modify(ModifyKind::Name(_)) | EventKind::Remove(_) => true,
             EventKind::Create(CreateKind::Folder) => true,
@@ -185,14 +226,31 @@ fn judge(
                 .any(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())),
             _ => false,
         };
-        change = match (ended, sees_write_ends, change) {
-            (true, _, None) => Some(Change::Ended),
-            (true, _, c) => c,
-            // Where write ends are seen, a write in progress waits for its
-            // close.
-            (false, true, c) => c,
-            (false, false, _) => Some(Change::Unsettled),
-        };
+        if !sees_write_ends {
+            // A rename or removal is whole; anything else may be a write
+            // under way, which only settling tells.
+            change = match (ended, change) {
+                (true, None) => Some(Change::Ended),
+                (true, c) => c,
+                (false, _) => Some(Change::Unsettled),
+            };
+            continue;
+        }
+        for p in &ev.paths {
+            if ended {
+                open.remove(p);
+            } else {
+                open.entry(p.clone()).or_insert_with(Instant::now);
+            }
+        }
+        if ended && change.is_none() {
+            change = Some(Change::Ended);
+        }
+    }
+    // Where write ends are seen, a write still open holds every reload back
+    // (the one that ends it brings the change along).
+    if sees_write_ends && !open.is_empty() && change == Some(Change::Ended) {
+        return None;
     }
     change
 }
@@ -478,16 +536,47 @@ mod tests {
         for (burst, seen, unseen) in cases {
             let burst: Vec<notify::Result<Event>> =
                 burst.into_iter().map(|e| Ok(e.clone())).collect();
-            assert_eq!(judge(&burst, None, true), seen, "{burst:?}");
-            assert_eq!(judge(&burst, None, false), unseen, "{burst:?}");
+            assert_eq!(
+                judge(&burst, None, true, &mut Open::new()),
+                seen,
+                "{burst:?}"
+            );
+            assert_eq!(
+                judge(&burst, None, false, &mut Open::new()),
+                unseen,
+                "{burst:?}"
+            );
         }
+        // One file closed while another is still being written: nothing is
+        // read until that one is closed too, in a later burst.
+        let other = dir.path().join("q.toml");
+        let writing_other = ev(EventKind::Modify(ModifyKind::Data(DataChange::Any)), &other);
+        let closed_other = ev(
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            &other,
+        );
+        let mut open = Open::new();
+        let burst = [Ok(closed.clone()), Ok(writing_other)];
+        assert_eq!(judge(&burst, None, true, &mut open), None);
+        assert_eq!(open.len(), 1);
+        assert_eq!(
+            judge(&[Ok(closed_other)], None, true, &mut open),
+            Some(Change::Ended)
+        );
+        assert!(open.is_empty());
+        // Lost events: read, after the files settle.
+        let rescan = Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan);
+        assert_eq!(
+            judge(&[Ok(rescan)], None, true, &mut Open::new()),
+            Some(Change::Unsettled)
+        );
         // A watch of one file ignores its siblings' writes.
         let sibling = ev(
             EventKind::Access(AccessKind::Close(AccessMode::Write)),
             &dir.path().join("other.toml"),
         );
         let only = Some(std::ffi::OsStr::new("p.toml"));
-        assert_eq!(judge(&[Ok(sibling)], only, true), None);
+        assert_eq!(judge(&[Ok(sibling)], only, true, &mut Open::new()), None);
     }
 
     #[test]

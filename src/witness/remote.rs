@@ -55,18 +55,21 @@ pub async fn publish_until(
 /// under an origin whose checkpoints it (or another replica) published, and
 /// every later checkpoint would then fork that chain. Called at start.
 pub async fn check_not_behind(audit: &AuditLog, shared: &Shared) -> Result<(), String> {
-    let keys = audit.keys();
-    let Some(origin) = keys.iter().find_map(|k| k.note_name()) else {
-        return Ok(());
-    };
-    let local = match audit.checkpoint().await.map_err(|e| e.to_string())? {
+    // The origin its checkpoints are published under; for a log with none
+    // yet, the one its signing key names.
+    let (origin, local) = match audit.checkpoint().await.map_err(|e| e.to_string())? {
         Some(text) => {
             let note = note::parse(&text).map_err(|e| e.to_string())?;
-            Checkpoint::parse(note.text)
-                .map_err(|e| e.to_string())?
-                .size
+            let c = Checkpoint::parse(note.text).map_err(|e| e.to_string())?;
+            (c.origin.to_string(), c.size)
         }
-        None => 0,
+        None => {
+            let keys = audit.keys();
+            match keys.iter().find_map(|k| k.note_name()) {
+                Some(o) => (o.to_string(), 0),
+                None => return Ok(()),
+            }
+        }
     };
     let client = shared.client().await.map_err(|e| e.to_string())?;
     let stored: Option<i64> = client

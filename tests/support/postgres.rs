@@ -25,10 +25,10 @@ struct Cluster {
     /// Whether new databases go to the `verdict` role (not with [`ENV_URL`],
     /// whose user owns what it creates).
     owner_verdict: bool,
-    /// A shared lock on the cluster's `users` file, held for the life of
+    /// Shared locks on the cluster's `users` file, held for the life of
     /// this process: the script's watchdog stops the cluster once no test
     /// process holds one (`PG_STOP_WHEN_UNUSED`).
-    _user: Option<std::fs::File>,
+    _users: Vec<std::fs::File>,
 }
 
 /// `<target>/pg-test`, the one `.ci/run` starts. `CARGO_TARGET_TMPDIR` is
@@ -56,11 +56,15 @@ fn start() -> Result<Option<Cluster>, String> {
             admin_url: url.clone(),
             url,
             owner_verdict: false,
-            _user: None,
+            _users: Vec::new(),
         }));
     }
     let dir = cluster_dir();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres.sh");
+    // A running cluster's watchdog must see this process before `start`
+    // hands the cluster out; the lock is taken again after (the cluster
+    // may have been stopped and made anew in between).
+    let mut users: Vec<std::fs::File> = user_lock(&dir).into_iter().collect();
     // The script's flock on the dir lets parallel test binaries share one
     // cluster; PG_FAST only applies when it creates the cluster.
     let out = Command::new("bash")
@@ -78,18 +82,12 @@ fn start() -> Result<Option<Cluster>, String> {
                 .map_err(|e| format!("{}: {e}", admin_path.display()))?
                 .trim()
                 .to_string();
-            // A cluster started before (by .ci/run, or by hand) has no
-            // watchdog and no users file: nothing to hold then.
-            let user = std::fs::OpenOptions::new()
-                .append(true)
-                .open(dir.join("users"))
-                .ok()
-                .filter(|f| f.lock_shared().is_ok());
+            users.extend(user_lock(&dir));
             return Ok(Some(Cluster {
                 url,
                 admin_url,
                 owner_verdict: true,
-                _user: user,
+                _users: users,
             }));
         }
         Ok(out) => format!(
@@ -109,6 +107,14 @@ fn start() -> Result<Option<Cluster>, String> {
         "{failure}\nOn a machine without PostgreSQL (and no root to install it), set \
          {ENV_SKIP}=1 to skip the tests that need it, or {ENV_URL} to use another server."
     ))
+}
+
+/// A shared lock on `dir/users`, when the file is there: a cluster started
+/// by hand or by .ci/run has no watchdog and no such file.
+fn user_lock(dir: &Path) -> Option<std::fs::File> {
+    let f = std::fs::File::open(dir.join("users")).ok()?;
+    f.lock_shared().ok()?;
+    Some(f)
 }
 
 /// The shared cluster, started once per test process.
