@@ -42,16 +42,18 @@ async fn answered_since(log: &Log, since: Instant, n: usize) {
     .await
 }
 
-/// Replaces a file the way editors and config-map updates do: write a temp
-/// file, then rename it over the old one.
-fn replace(path: &std::path::Path, text: &str) {
-    let tmp = path.with_extension("tmp~");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn policy_reload_under_load_is_all_or_nothing() {
+/// A server gating refunds above 500 for review, the refund of 200 two
+/// client tasks keep sending to `/v2/authorize` (for at most `secs`), the
+/// log of their answers, the flag that stops them, and the tasks.
+async fn under_load(
+    secs: u64,
+) -> (
+    Arc<TestServer>,
+    String,
+    Log,
+    Arc<AtomicBool>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
     let s = Arc::new(
         TestServer::start_with(|c| {
             std::fs::write(c.policies_dir.join("refunds.toml"), policy(500)).unwrap()
@@ -62,14 +64,13 @@ async fn policy_reload_under_load_is_all_or_nothing() {
                       "claims": ["The Vitamix E310 blender was charged $100.00 on the Visa ending 4421."],
                       "sources": [{"source_id": "inv", "text": EV}]})
     .to_string();
-    // (time, status, decision) of every request, from two client tasks.
     let log: Log = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut clients = Vec::new();
     for _ in 0..2 {
         let (s, log, stop, body) = (s.clone(), log.clone(), stop.clone(), body.clone());
         clients.push(tokio::spawn(async move {
-            let deadline = Instant::now() + Duration::from_secs(30);
+            let deadline = Instant::now() + Duration::from_secs(secs);
             while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                 let r = s.post_json("/v2/authorize", &body, Some(APP_KEY)).await;
                 let decision = if r.status == 200 {
@@ -83,6 +84,20 @@ async fn policy_reload_under_load_is_all_or_nothing() {
             }
         }));
     }
+    (s, body, log, stop, clients)
+}
+
+/// Replaces a file the way editors and config-map updates do: write a temp
+/// file, then rename it over the old one.
+fn replace(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("tmp~");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_reload_under_load_is_all_or_nothing() {
+    let (s, _, log, stop, clients) = under_load(30).await;
     let started = Instant::now();
     answered_since(&log, started, 10).await;
     let file = s.path("policies/refunds.toml");
@@ -165,32 +180,7 @@ async fn policy_reload_under_load_is_all_or_nothing() {
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_edits_in_place_under_load_each_go_live_whole() {
-    let s = Arc::new(
-        TestServer::start_with(|c| {
-            std::fs::write(c.policies_dir.join("refunds.toml"), policy(500)).unwrap()
-        })
-        .await,
-    );
-    let body = json!({"action": {"type": "refund.create", "params": {"amount": 200}},
-                      "claims": ["The Vitamix E310 blender was charged $100.00 on the Visa ending 4421."],
-                      "sources": [{"source_id": "inv", "text": EV}]})
-    .to_string();
-    let log: Log = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut clients = Vec::new();
-    for _ in 0..2 {
-        let (s, log, stop, body) = (s.clone(), log.clone(), stop.clone(), body.clone());
-        clients.push(tokio::spawn(async move {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                let r = s.post_json("/v2/authorize", &body, Some(APP_KEY)).await;
-                let decision = r.json()["decision"].as_str().unwrap_or("").to_string();
-                log.lock()
-                    .unwrap()
-                    .push((Instant::now(), r.status, decision));
-            }
-        }));
-    }
+    let (s, body, log, stop, clients) = under_load(60).await;
     answered_since(&log, Instant::now(), 10).await;
     let file = s.path("policies/refunds.toml");
     for i in 0..20 {

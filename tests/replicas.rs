@@ -361,6 +361,22 @@ async fn a_forward_in_flight_on_a_dead_replica_ends_outcome_unknown() {
     drop(b);
 }
 
+/// `verdict serve` in a replica's `dir` with `config` and a data dir
+/// `data` of its own, run to its exit: for a start that must be refused.
+fn serve_once(dir: &std::path::Path, config: &std::path::Path, data: &str) -> std::process::Output {
+    std::process::Command::new(BIN)
+        .args(["serve", "--api-listen", "127.0.0.1:0", "--config"])
+        .arg(config)
+        .arg("--data-dir")
+        .arg(dir.join(data))
+        .arg("--policies")
+        .arg(dir.join("policies"))
+        .arg("--keys")
+        .arg(dir.join("keys.toml"))
+        .output()
+        .unwrap()
+}
+
 fn refund_body(amount: u64) -> String {
     format!(
         "{{\"amount\": {amount}, \"claims\": [{}], \"evidence\": [{{\"source_id\":\"inv\",\"text\":{}}}]}}",
@@ -780,17 +796,7 @@ async fn verify_remote_checks_every_replicas_published_checkpoints() {
         format!("[store]\nurl = \"{url}\"\n[audit]\norigin = \"verdict.test/b\"\n"),
     )
     .unwrap();
-    let out = std::process::Command::new(BIN)
-        .args(["serve", "--api-listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.join("data-new"))
-        .arg("--policies")
-        .arg(dir.join("policies"))
-        .arg("--keys")
-        .arg(dir.join("keys.toml"))
-        .output()
-        .unwrap();
+    let out = serve_once(dir, &config, "data-new");
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(64), "{text}");
     assert!(
@@ -857,17 +863,7 @@ async fn the_store_is_reached_over_tls_and_a_wrong_root_refuses_to_start() {
     let dir = replica.dir.path();
     let config = dir.join("verdict.toml");
     std::fs::write(&config, format!("[store]\nurl = \"{tls_url}\"\n")).unwrap();
-    let out = std::process::Command::new(BIN)
-        .args(["serve", "--api-listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.join("data2"))
-        .arg("--policies")
-        .arg(dir.join("policies"))
-        .arg("--keys")
-        .arg(dir.join("keys.toml"))
-        .output()
-        .unwrap();
+    let out = serve_once(dir, &config, "data2");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -894,17 +890,7 @@ async fn the_store_is_reached_over_tls_and_a_wrong_root_refuses_to_start() {
         format!("[store]\nurl = \"{user}:wrong-password@{rest}\"\n"),
     )
     .unwrap();
-    let out = std::process::Command::new(BIN)
-        .args(["serve", "--api-listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.join("data3"))
-        .arg("--policies")
-        .arg(dir.join("policies"))
-        .arg("--keys")
-        .arg(dir.join("keys.toml"))
-        .output()
-        .unwrap();
+    let out = serve_once(dir, &config, "data3");
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(64), "{text}");
     assert!(!text.contains("wrong-password"), "no password in: {text}");

@@ -98,6 +98,41 @@ async fn finish(mut sock: tokio::net::TcpStream) -> String {
     out
 }
 
+/// A refund of 900 through the proxy at `proxy`, which the test policies
+/// hold for review; the answer and how long it took.
+async fn held_refund(proxy: String) -> (support::Resp, Duration) {
+    let body = serde_json::json!({
+        "amount": 900,
+        "claims": [support::DAMAGED],
+        "evidence": [{"source_id": "inv", "text": support::INVOICE_77_BLENDER}],
+    });
+    let started = std::time::Instant::now();
+    let r = support::call(
+        &proxy,
+        http::Method::POST,
+        "/api/orders/7/refunds",
+        &[("content-type", "application/json")],
+        body.to_string(),
+    )
+    .await;
+    (r, started.elapsed())
+}
+
+/// The 202 a held caller gets when the drain begins, long before its
+/// 15 s hold timeout.
+fn assert_answered_at_the_drain(r: &support::Resp, took: Duration) {
+    assert_eq!(r.status, 202, "{}", r.text());
+    let j = r.json();
+    assert!(
+        j["review_id"].is_string() && j["result_url"].is_string(),
+        "{j}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "answered at the drain: {took:?}"
+    );
+}
+
 /// A drain answers everyone: a caller held for review gets its 202 with
 /// the review id and result link at once (not at its 15 s hold timeout,
 /// not a closed connection), requests in flight finish, and while they
@@ -111,23 +146,7 @@ async fn a_drain_answers_held_callers_and_new_requests() {
         .build();
     let g = support::Gated::start(&[("refunds.toml", &policy)], |_| {}).await;
     let proxy = g.proxy.clone();
-    let held = tokio::spawn(async move {
-        let body = serde_json::json!({
-            "amount": 900,
-            "claims": [support::DAMAGED],
-            "evidence": [{"source_id": "inv", "text": support::INVOICE_77_BLENDER}],
-        });
-        let started = std::time::Instant::now();
-        let r = support::call(
-            &proxy,
-            http::Method::POST,
-            "/api/orders/7/refunds",
-            &[("content-type", "application/json")],
-            body.to_string(),
-        )
-        .await;
-        (r, started.elapsed())
-    });
+    let held = tokio::spawn(held_refund(proxy));
     support::eventually("the call is held", Duration::from_secs(10), || async {
         let r =
             g.s.get("/v2/reviews?status=pending", Some(support::REVIEW_KEY))
@@ -153,16 +172,7 @@ async fn a_drain_answers_held_callers_and_new_requests() {
     let shutdown = tokio::spawn(s.shutdown());
 
     let (r, took) = held.await.unwrap();
-    assert_eq!(r.status, 202, "{}", r.text());
-    let j = r.json();
-    assert!(
-        j["review_id"].is_string() && j["result_url"].is_string(),
-        "{j}"
-    );
-    assert!(
-        took < Duration::from_secs(10),
-        "answered at the drain, not at the hold timeout: {took:?}"
-    );
+    assert_answered_at_the_drain(&r, took);
 
     let health = support::call(&api, http::Method::GET, "/health", &[], String::new()).await;
     assert_eq!(health.status, 503, "{}", health.text());
@@ -230,39 +240,14 @@ async fn sigterm_answers_a_held_caller() {
             })
             .expect("a proxy listening line")
     };
-    let held = tokio::spawn(async move {
-        let body = serde_json::json!({
-            "amount": 900,
-            "claims": [support::DAMAGED],
-            "evidence": [{"source_id": "inv", "text": support::INVOICE_77_BLENDER}],
-        });
-        let started = std::time::Instant::now();
-        let r = support::call(
-            &proxy,
-            http::Method::POST,
-            "/api/orders/7/refunds",
-            &[("content-type", "application/json")],
-            body.to_string(),
-        )
-        .await;
-        (r, started.elapsed())
-    });
+    let held = tokio::spawn(held_refund(proxy));
     support::wait_for("the call is held", Duration::from_secs(10), || {
         String::from_utf8_lossy(&log.lock().unwrap()).contains("request held for review")
     })
     .await;
     support::sigterm(&child);
     let (r, took) = held.await.unwrap();
-    assert_eq!(r.status, 202, "{}", r.text());
-    let j = r.json();
-    assert!(
-        j["review_id"].is_string() && j["result_url"].is_string(),
-        "{j}"
-    );
-    assert!(
-        took < Duration::from_secs(10),
-        "answered at the drain: {took:?}"
-    );
+    assert_answered_at_the_drain(&r, took);
     let status = support::wait_exit(&mut child, Duration::from_secs(15))
         .expect("the server exits after the drain");
     assert_eq!(status.code(), Some(0));
