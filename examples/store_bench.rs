@@ -19,8 +19,10 @@
 //!
 //! With `--replicas` it measures instead one job of `--job-items` items on
 //! PostgreSQL run by one replica and by two (in-process, on one database,
-//! `--workers` each, alternating which goes first): items per second, and
-//! item runs against items (a run lost to a store error is run again).
+//! `--workers` each, alternating which goes first): items per second from
+//! the submit and from the job's start, the machine's CPU use split into
+//! this process and the rest (PostgreSQL), and item runs against items (a
+//! run lost to a store error is run again).
 //!
 //! `cargo run --release --example store_bench -- [--rounds 3] [--holds 2000]
 //! [--concurrency 8] [--job-items 20000] [--postgres-dir DIR]
@@ -259,8 +261,33 @@ async fn holds(
     Ok((all, wall))
 }
 
-/// Items per second of one job of `n` items, submit to succeeded.
-async fn job(client: &HttpClient, api: &str, n: usize) -> Result<f64, Error> {
+/// One job's timings: the submit, and submit to succeeded.
+struct JobTimes {
+    /// Items per second from the submit to `succeeded`.
+    items_per_s: f64,
+    /// Seconds the submit call took (the item rows are inserted in it).
+    submit_s: f64,
+    /// Items per second from the job's `started_at` to its `finished_at`,
+    /// the part more replicas can share.
+    run_items_per_s: f64,
+}
+
+/// Seconds between two of the job view's RFC 3339 timestamps.
+fn between(v: &Value, from: &str, to: &str) -> Result<f64, Error> {
+    let at = |k: &str| -> Result<time::OffsetDateTime, Error> {
+        let s = v[k]
+            .as_str()
+            .ok_or_else(|| format!("the job view has no {k}"))?;
+        Ok(time::OffsetDateTime::parse(
+            s,
+            &time::format_description::well_known::Rfc3339,
+        )?)
+    };
+    Ok((at(to)? - at(from)?).as_seconds_f64())
+}
+
+/// One job of `n` items, submitted and polled until it succeeds.
+async fn job(client: &HttpClient, api: &str, n: usize) -> Result<JobTimes, Error> {
     let items: Vec<Value> = (0..n)
         .map(|i| json!({"claims": [format!("Order {i} was refunded.")], "sources": [{"id": "s", "text": format!("Order {i} was refunded in full.")}]}))
         .collect();
@@ -272,6 +299,7 @@ async fn job(client: &HttpClient, api: &str, n: usize) -> Result<f64, Error> {
         json!({ "jobs": items }).to_string().into(),
     )
     .await?;
+    let submit_s = started.elapsed().as_secs_f64();
     if status != 202 {
         return Err(format!("submit: {status} {}", String::from_utf8_lossy(&body)).into());
     }
@@ -291,12 +319,45 @@ async fn job(client: &HttpClient, api: &str, n: usize) -> Result<f64, Error> {
         .await?;
         let v: Value = serde_json::from_slice(&body)?;
         match v["status"].as_str() {
-            Some("succeeded") => break,
+            Some("succeeded") => {
+                let items_per_s = n as f64 / started.elapsed().as_secs_f64();
+                let run_s = between(&v, "started_at", "finished_at")?.max(0.001);
+                return Ok(JobTimes {
+                    items_per_s,
+                    submit_s,
+                    run_items_per_s: n as f64 / run_s,
+                });
+            }
             Some("failed") => return Err(format!("the job failed: {v}").into()),
             _ => {}
         }
     }
-    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// CPU jiffies (user and system) this process has used so far, from
+/// /proc/self/stat (Linux only; `None` elsewhere).
+fn own_jiffies() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at state;
+    // utime and stime are the 14th and 15th fields of the whole line.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Busy and total jiffies of all CPUs, from the first line of /proc/stat
+/// (Linux only; `None` elsewhere).
+fn cpu_jiffies() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = f.iter().sum();
+    // idle and iowait are the 4th and 5th fields.
+    let idle = f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
 }
 
 struct Row {
@@ -361,7 +422,9 @@ fn main() -> Result<(), Error> {
             );
             let api = format!("http://{}", server.running.api_addr);
             let (lat, wall) = client_rt.block_on(holds(&client, &proxy, a.holds, a.concurrency))?;
-            let items_per_s = client_rt.block_on(job(&client, &api, a.job_items))?;
+            let items_per_s = client_rt
+                .block_on(job(&client, &api, a.job_items))?
+                .items_per_s;
             let row = Row {
                 backend,
                 round,
@@ -447,9 +510,12 @@ fn replica_rounds(
     client_rt: &tokio::runtime::Runtime,
     client: &HttpClient,
 ) -> Result<(), Error> {
-    println!("| round | replicas | workers each | items/s | item runs / items | deadlocks |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| round | replicas | workers each | items/s | submit s | run items/s | machine CPU busy | CPU µs/item: this process | CPU µs/item: the rest (PostgreSQL) | item runs / items | deadlocks |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut run_rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for round in 0..a.rounds {
         let order = if round % 2 == 0 { [1, 2] } else { [2, 1] };
         for replicas in order {
@@ -462,7 +528,18 @@ fn replica_rounds(
                 .iter()
                 .map(|s| format!("http://{}", s.running.api_addr))
                 .collect();
-            let items_per_s = client_rt.block_on(job(client, &apis[0], a.job_items))?;
+            let (cpu_before, own_before) = (cpu_jiffies(), own_jiffies());
+            let t = client_rt.block_on(job(client, &apis[0], a.job_items))?;
+            // Jiffies are 1/100 s on Linux: 10 000 µs each.
+            let per_item = |j: u64| format!("{:.0}", j as f64 * 10_000.0 / a.job_items as f64);
+            let (busy, own, rest) = match (cpu_before, cpu_jiffies(), own_before, own_jiffies()) {
+                (Some((b0, t0)), Some((b1, t1)), Some(o0), Some(o1)) if t1 > t0 => (
+                    format!("{:.0} %", 100.0 * (b1 - b0) as f64 / (t1 - t0) as f64),
+                    per_item(o1 - o0),
+                    per_item((b1 - b0).saturating_sub(o1 - o0)),
+                ),
+                _ => ("n/a".into(), "n/a".into(), "n/a".into()),
+            };
             let (mut runs, mut deadlocks) = (0.0, 0.0);
             for api in &apis {
                 runs += client_rt.block_on(sample(
@@ -477,27 +554,29 @@ fn replica_rounds(
                 ))?;
             }
             println!(
-                "| {} | {replicas} | {} | {items_per_s:.0} | {:.3} | {deadlocks} |",
+                "| {} | {replicas} | {} | {:.0} | {:.2} | {:.0} | {busy} | {own} | {rest} | {:.3} | {deadlocks} |",
                 round + 1,
                 a.workers,
+                t.items_per_s,
+                t.submit_s,
+                t.run_items_per_s,
                 runs / a.job_items as f64
             );
-            rates[replicas - 1].push(items_per_s);
+            rates[replicas - 1].push(t.items_per_s);
+            run_rates[replicas - 1].push(t.run_items_per_s);
             for s in servers {
                 server_rt.block_on(s.running.shutdown());
             }
         }
     }
-    let per_round: Vec<f64> = rates[1]
-        .iter()
-        .zip(&rates[0])
-        .map(|(two, one)| two / one)
-        .collect();
+    let ratio =
+        |r: &[Vec<f64>; 2]| median(r[1].iter().zip(&r[0]).map(|(two, one)| two / one).collect());
     println!();
     println!(
-        "two replicas / one, items/s, median of {} rounds: {:.2}x",
+        "two replicas / one, median of {} rounds: {:.2}x submit to succeeded, {:.2}x started to finished",
         a.rounds,
-        median(per_round)
+        ratio(&rates),
+        ratio(&run_rates)
     );
     Ok(())
 }
