@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Checks which parts of src/ may import which (`crate::<module>` paths in
-# their .rs files, test files excepted), so that the layering stays true.
+# their .rs files, test files excepted), so that the layering stays true,
+# and that the pure core, crates/verdict-engine, depends on no crate that
+# does IO, async, HTTP or JSON.
+#
+# The engine (crates/verdict-engine, `crate::engine` in src/) is its own
+# crate: it cannot import any part of src/, and its manifest's
+# [dependencies] may name only ENGINE_DEPS below.
 #
 # Allowlists (a part may use only these):
-#   engine            nothing: the pure core (claims, evidence, decisions)
 #   decide            audit, config, engine, evidence, policy:
 #                     the one decision path; never api, proxy or app
 #   policy            config, engine
@@ -42,8 +47,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The pure core's only dependencies: a hasher and a stemmer, both pure.
+ENGINE_DEPS="ahash rust-stemmers"
+
 declare -A ALLOWED=(
-    [engine]=""
     [decide]="audit config engine evidence policy"
     [policy]="config engine"
     [audit]="config sqlite"
@@ -126,6 +133,19 @@ while IFS=: read -r file line _; do
             ;;
     esac
 done < <(grep -rn 'Recorder::Discard' src --include='*.rs' || true)
+# [dependencies] of the engine's manifest: every `name = ...` line up to the
+# next section.
+while read -r dep; do
+    if [[ " $ENGINE_DEPS " != *" $dep "* ]]; then
+        echo "check-layers: crates/verdict-engine/Cargo.toml: the pure core may not depend on $dep (allowed: $ENGINE_DEPS)"
+        status=1
+    fi
+done < <(awk '/^\[/ { on = ($0 == "[dependencies]") } on && /^[A-Za-z0-9_-]+ *=/ { sub(/ *=.*/, ""); print }' crates/verdict-engine/Cargo.toml)
+# Nor may its code reach the outside world through std.
+while IFS=: read -r file line _; do
+    echo "check-layers: $file:$line: the pure core may not use std's files, network, environment, processes, threads or clock"
+    status=1
+done < <(grep -rnE 'std::(fs|net|env|process|io|thread|time)\b|\b(Instant|SystemTime)\b' crates/verdict-engine/src || true)
 for part in "${!ALLOWED[@]}"; do check "$part" allow "${ALLOWED[$part]}"; done
 for part in "${!FORBIDDEN[@]}"; do check "$part" deny "${FORBIDDEN[$part]}"; done
 [ $status -eq 0 ] && echo "check-layers: ok ($((${#ALLOWED[@]} + ${#FORBIDDEN[@]})) parts)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes src/engine/verify/antonyms.rs from WordNet 3.0's antonym relations.
+"""Writes crates/verdict-engine/src/verify/antonyms.rs from WordNet 3.0's antonym relations.
 
 The engine's polarity check needs to know that "dissatisfied" denies
 "satisfied" and "incompatible" denies "compatible". WordNet lists such
@@ -18,7 +18,7 @@ Usage:
     python3 scripts/wordnet-antonyms.py [--wordnet /usr/share/wordnet] [--all]
 
 --all keeps every single-word antonym pair (for measuring, not shipping).
-WordNet's licence is in src/engine/verify/WORDNET-LICENSE.
+WordNet's licence is in crates/verdict-engine/src/verify/WORDNET-LICENSE.
 """
 
 import argparse
@@ -106,7 +106,7 @@ def main():
     ap.add_argument(
         "--out",
         default=os.path.join(
-            os.path.dirname(__file__), "..", "src", "engine", "verify", "antonyms.rs"
+            os.path.dirname(__file__), "..", "crates", "verdict-engine", "src", "verify", "antonyms.rs"
         ),
     )
     args = ap.parse_args()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes src/engine/verify/derivations.txt from WordNet 3.0's derivational links.
+"""Writes crates/verdict-engine/src/verify/derivations.txt from WordNet 3.0's derivational links.
 
 A claim says "the delivery was late" where the evidence says "delivered
 late"; "approval" where it says "approved"; "payment" where it says "paid".
@@ -19,7 +19,7 @@ Usage:
     apt-get install wordnet-base
     python3 scripts/wordnet-derivations.py [--wordnet /usr/share/wordnet]
 
-WordNet's licence is in src/engine/verify/WORDNET-LICENSE.
+WordNet's licence is in crates/verdict-engine/src/verify/WORDNET-LICENSE.
 """
 
 import argparse
@@ -75,7 +75,7 @@ def main():
     ap.add_argument(
         "--out",
         default=os.path.join(
-            os.path.dirname(__file__), "..", "src", "engine", "verify", "derivations.txt"
+            os.path.dirname(__file__), "..", "crates", "verdict-engine", "src", "verify", "derivations.txt"
         ),
     )
     args = ap.parse_args()

@@ -24,7 +24,8 @@
 //! - [`decide`]: the one-way decision path: domain input and narrow handles in, a typed
 //!   decision (durably audited) out; shared by the API and the proxy, and imports neither.
 //! - [`engine`]: PURE claim verification: claims + sources → checks, and LLM answers → claims;
-//!   the decision table and its vocabulary (`engine::model`). It imports no other module.
+//!   the decision table and its vocabulary (`engine::model`). It is its own crate,
+//!   `crates/verdict-engine`, whose manifest has no async, HTTP or JSON dependency.
 //! - [`policy`]: `policies/*.toml` → validated [`policy::PolicySet`]; route matching,
 //!   extractors, param rules, the `ArcSwap` store and the hot-reload watcher.
 //! - [`evidence`]: reading `file://` and `http(s)://` sources inside the operator's fences.
@@ -55,7 +56,7 @@ pub mod cases;
 pub mod config;
 pub mod datalock;
 pub mod decide;
-pub mod engine;
+pub use verdict_engine as engine;
 pub mod evidence;
 pub mod jobs;
 pub mod notify;

@@ -760,7 +760,7 @@ fn assert_same(what: &str, code: BTreeSet<String>, doc: BTreeSet<String>) {
 
 fn decision_reasons() -> BTreeSet<String> {
     literals_between(
-        "src/engine/decide.rs",
+        "crates/verdict-engine/src/decide.rs",
         "impl DecisionReason {",
         "/// Everything the table looks at.",
     )
@@ -778,10 +778,13 @@ fn every_reason_and_error_code_has_its_row() {
         reasons,
         table_keys(&doc, "decision-reasons").into_iter().collect(),
     );
-    let claim_reasons: BTreeSet<String> =
-        literals_between("src/engine.rs", "impl Reason {", "/// Contradictions force")
-            .into_iter()
-            .collect();
+    let claim_reasons: BTreeSet<String> = literals_between(
+        "crates/verdict-engine/src/lib.rs",
+        "impl Reason {",
+        "/// Contradictions force",
+    )
+    .into_iter()
+    .collect();
     assert!(claim_reasons.contains("amount_mismatch"));
     assert_same(
         "claim reasons",
@@ -789,7 +792,7 @@ fn every_reason_and_error_code_has_its_row() {
         table_keys(&doc, "claim-reasons").into_iter().collect(),
     );
     let statuses: BTreeSet<String> = literals_between(
-        "src/engine.rs",
+        "crates/verdict-engine/src/lib.rs",
         "impl ClaimStatus {",
         "/// The result for one claim.",
     )
@@ -819,7 +822,7 @@ fn every_reason_and_error_code_has_its_row() {
 /// `Reason::is_contradiction` names.
 #[test]
 fn the_contradiction_column_follows_the_engine() {
-    let text = read("src/engine.rs");
+    let text = read("crates/verdict-engine/src/lib.rs");
     let from = text
         .find("pub fn is_contradiction")
         .expect("is_contradiction()");
@@ -875,7 +878,7 @@ fn dedup_runs(v: Vec<String>) -> Vec<String> {
 /// reasons `decide()` names in order.
 #[test]
 fn the_decision_table_follows_decide() {
-    let text = read("src/engine/decide.rs");
+    let text = read("crates/verdict-engine/src/decide.rs");
     // The table is written once, in `decide_traced` (`decide` is it
     // without the trace); it ends where the chosen row is taken apart.
     let from = text.find("pub fn decide_traced(").expect("decide_traced()");

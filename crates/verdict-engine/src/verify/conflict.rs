@@ -16,8 +16,8 @@ use std::collections::HashSet;
 use std::sync::OnceLock;
 
 use super::{negates, polarity_of, Analysis, Index, Polarity};
-use crate::engine::text::{self, Token};
-use crate::engine::{Conflict, Reason};
+use crate::text::{self, Token};
+use crate::{Conflict, Reason};
 
 /// Coverage below which a passage is not aligned closely enough with the
 /// claim to judge exclusive states or scope. Lower than the negation bar:
@@ -143,11 +143,7 @@ fn exclusive(a: &str, b: &str) -> bool {
         for group in STATE_GROUPS {
             let stems: Vec<String> = group
                 .iter()
-                .map(|w| {
-                    stemmer
-                        .stem(&crate::engine::spelling::american(w))
-                        .into_owned()
-                })
+                .map(|w| stemmer.stem(&crate::spelling::american(w)).into_owned())
                 .collect();
             for x in &stems {
                 for y in &stems {
@@ -780,10 +776,10 @@ fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
                 .or_else(|| {
                     // "will be $19.99" governs the claim's "USD 19.99":
                     // compared as quantities, not surfaces.
-                    let qty = crate::engine::numbers::extract(governed, vocab);
+                    let qty = crate::numbers::extract(governed, vocab);
                     let backed = qty
                         .iter()
-                        .any(|e| a.qty.iter().any(|c| crate::engine::numbers::backs(&c.q, e)));
+                        .any(|e| a.qty.iter().any(|c| crate::numbers::backs(&c.q, e)));
                     backed.then(|| a.qty_stems.first().copied()).flatten()
                 })?;
             Some((word, k))
@@ -808,7 +804,7 @@ fn count_value(t: &Token, vocab: &text::Vocab) -> Option<f64> {
     let norm = vocab.norm(t.norm_id);
     match t.kind {
         text::TokenKind::Number => norm.parse().ok(),
-        _ => crate::engine::numbers::small_word(norm),
+        _ => crate::numbers::small_word(norm),
     }
 }
 
@@ -824,7 +820,7 @@ fn counted(sentences: &[Sentence<'_>], vocab: &text::Vocab, claim_toks: &[Token]
             continue;
         }
         let (Some(v), Some(next)) = (
-            crate::engine::numbers::small_word(vocab.norm(ct.norm_id)),
+            crate::numbers::small_word(vocab.norm(ct.norm_id)),
             claim_toks.get(k + 1),
         ) else {
             continue;

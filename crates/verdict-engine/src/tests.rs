@@ -660,7 +660,7 @@ fn conflicts_name_the_two_words_that_disagree() {
 
 #[test]
 fn date_order_reads_an_ambiguous_numeric_date_one_way() {
-    use crate::engine::DateOrder;
+    use crate::DateOrder;
     let sources = [Source {
         id: "s".into(),
         text: Some("The refund was issued on 03/05/2024.".into()),

@@ -1653,7 +1653,7 @@ mod tests {
                 id: "a".into(),
                 text: Some(text.into()),
             }];
-            let idx = Index::build(&sources, crate::engine::DateOrder::Ambiguous);
+            let idx = Index::build(&sources, crate::DateOrder::Ambiguous);
             // The second text's huge amount is infinite: scans only.
             assert_eq!(idx.values_finite, t == 0);
             let allowed = vec![true; idx.sources.len()];

@@ -819,7 +819,7 @@ pub fn consistent(c: &Quantity, e: &Quantity) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::text::{stemmer, tokenize};
+    use crate::text::{stemmer, tokenize};
 
     fn q(s: &str) -> Vec<Quantity> {
         let st = stemmer();

@@ -558,8 +558,8 @@ fn separate_claims(checks: &[Check]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::model::{Options, Requirements};
-    use crate::engine::tests::bare_check as check;
+    use crate::model::{Options, Requirements};
+    use crate::tests::bare_check as check;
     use DecisionMode::{Audit, Balanced, Strict};
     use DecisionReason as R;
     use Outcome::{Allow, Deny, NeedsReview};

@@ -2,7 +2,7 @@
 //! Each iteration includes indexing the sources, as `/v2/verify` does.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use verdict::engine::{verify, Claim, Params, Source};
+use verdict_engine::{verify, Claim, Params, Source};
 
 const SENTENCES: &[&str] = &[
     "Customers may request a refund within 30 days of delivery.",
