@@ -1,4 +1,4 @@
-//! A tiny demo upstream for the README walkthrough: a "refund service" that
+//! A tiny demo upstream for the walkthrough (docs/walkthrough.md): a "refund service" that
 //! verdict sits in front of.
 //!
 //! ```text

@@ -2,9 +2,10 @@
 //! without the HTTP.
 //!
 //! A batch can hold thousands of verify requests, far too much work for one
-//! HTTP request, so it becomes a job: stored in SQLite at submit, run later
-//! by a small pool of worker threads off the request path (a large batch
-//! must never starve `/v2/authorize`), and polled by its id. Jobs, items and
+//! HTTP request, so it becomes a job: stored at submit (in SQLite, or in the
+//! shared PostgreSQL store when several replicas share one), run later by a
+//! small pool of worker threads off the request path (a large batch must
+//! never starve `/v2/authorize`), and polled by its id. Jobs, items and
 //! results live in the database, so queued and running jobs resume after a
 //! restart, continuing from their last stored result.
 //!
@@ -12,11 +13,6 @@
 //! opaque JSON document and the caller injects the work as an [`ItemFn`].
 //! Tenancy is by owner (the API key name): an owner sees only its own jobs
 //! and idempotency keys; an admin (audit-scope) caller sees every job.
-//!
-//! # Layout
-//! - `store`: the SQLite tables and every query.
-//! - `queue`: the in-memory FIFO that wakes workers; health reads it.
-//! - `worker`: the worker threads, batching of results, panic isolation.
 //!
 //! Finished jobs are deleted [`JobsConfig::retention`] after they finish, by
 //! a sweeper that runs at open and then periodically; an idempotency key is

@@ -1,4 +1,4 @@
-//! Real-process crash safety of the audit log (notes/audit.md §7.4): the real
+//! Real-process crash safety of the audit log (docs/audit.md): the real
 //! binary serves `/v2/authorize` to a few concurrent clients and is killed
 //! with SIGKILL at a random moment, again and again, on the same data dir.
 //!

@@ -218,7 +218,7 @@ async fn receipts_records_proofs_and_keys_agree() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("record_hash"));
 
-    // Records and proofs need the audit scope (DESIGN §2): a key without it
+    // Records and proofs need the audit scope (docs/api.md): a key without it
     // gets 403; any audit-scope key sees every record.
     for path in [format!("/v2/audit/{id}"), format!("/v2/audit/{id}/proof")] {
         s.get(&path, Some(OTHER_KEY))

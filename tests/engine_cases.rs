@@ -1,6 +1,6 @@
 //! Hand-written claim/evidence cases for the verification engine, grouped by
 //! the domains verdict gates: refunds, account access, shipping and LLM
-//! answers. Each case states the status DESIGN §4 requires at the default
+//! answers. Each case states the status docs/api.md requires at the default
 //! thresholds. Project-owned text, no dataset content.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
@@ -36,7 +36,7 @@ About 7 million people visit it every year. \
 The tower was the tallest man-made structure in the world until 1930.";
 
 /// An evidence text and the claims checked against it, by the status
-/// DESIGN §4 requires at the default thresholds.
+/// docs/api.md requires at the default thresholds.
 struct Group {
     evidence: &'static str,
     supported: &'static [&'static str],

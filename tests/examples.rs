@@ -1,6 +1,6 @@
 //! The runnable examples stay runnable: `examples/sidecar.toml` is a valid
-//! config, its keys file parses and admits the demo tokens the README
-//! walkthrough uses (with the scopes the walkthrough needs), the policies
+//! config, its keys file parses and admits the demo tokens
+//! docs/walkthrough.md uses (with the scopes the walkthrough needs), the policies
 //! directory loads, and the config and policy embedded in the Kubernetes
 //! manifest are valid and match the repository's. Pure file parsing: fast.
 
@@ -32,26 +32,26 @@ fn sidecar_toml_is_a_valid_config_wired_to_the_refund_service() {
     assert_eq!(c.keys_file, Some(PathBuf::from("examples/keys.toml")));
 }
 
-/// `export NAME=value` from the README walkthrough.
-fn readme_token(name: &str) -> String {
-    let readme = read("README.md");
+/// `export NAME=value` from the walkthrough.
+fn walkthrough_token(name: &str) -> String {
+    let walkthrough = read("docs/walkthrough.md");
     let prefix = format!("export {name}=");
-    let line = readme
+    let line = walkthrough
         .lines()
         .map(str::trim)
         .find(|l| l.starts_with(&prefix))
-        .unwrap_or_else(|| panic!("README.md has no `{prefix}...` line"));
+        .unwrap_or_else(|| panic!("docs/walkthrough.md has no `{prefix}...` line"));
     line[prefix.len()..].trim_matches('"').to_string()
 }
 
 #[test]
-fn keys_file_parses_and_admits_the_readme_demo_tokens() {
+fn keys_file_parses_and_admits_the_walkthrough_demo_tokens() {
     let keys = KeySet::load(&repo("examples/keys.toml")).expect("examples/keys.toml parses");
     assert_eq!(keys.len(), 2);
 
     let app = keys
-        .lookup(&readme_token("APP_KEY"))
-        .expect("the README's APP_KEY is in examples/keys.toml");
+        .lookup(&walkthrough_token("APP_KEY"))
+        .expect("the walkthrough's APP_KEY is in examples/keys.toml");
     assert!(app.has(Scope::Authorize) && app.has(Scope::Audit));
     assert!(
         !app.has(Scope::Review),
@@ -59,8 +59,8 @@ fn keys_file_parses_and_admits_the_readme_demo_tokens() {
     );
 
     let reviewer = keys
-        .lookup(&readme_token("REVIEW_KEY"))
-        .expect("the README's REVIEW_KEY is in examples/keys.toml");
+        .lookup(&walkthrough_token("REVIEW_KEY"))
+        .expect("the walkthrough's REVIEW_KEY is in examples/keys.toml");
     assert!(reviewer.has(Scope::Review) && reviewer.has(Scope::Audit));
     assert!(!reviewer.has(Scope::Authorize));
 }
@@ -138,7 +138,7 @@ fn kubernetes_manifest_embeds_a_valid_config_and_the_repo_policy() {
 }
 
 /// `examples/provenance/`: the config loads with its own policies and keys
-/// (the README's two tokens and a second reviewer, each as its comment
+/// (the walkthrough's two tokens and a second reviewer, each as its comment
 /// says), and the policy reads evidence only from the origin the config
 /// allows.
 #[test]
@@ -168,8 +168,8 @@ fn provenance_example_loads_and_reads_only_the_allowed_origin() {
             .unwrap_or_else(|| panic!("no {name} in the keys file's comment"));
         line.split_whitespace().last().unwrap().to_string()
     };
-    assert_eq!(token("APP_KEY"), readme_token("APP_KEY"));
-    assert_eq!(token("REVIEW_KEY"), readme_token("REVIEW_KEY"));
+    assert_eq!(token("APP_KEY"), walkthrough_token("APP_KEY"));
+    assert_eq!(token("REVIEW_KEY"), walkthrough_token("REVIEW_KEY"));
     let second = keys
         .lookup(&token("SECOND_REVIEW_KEY"))
         .expect("the second reviewer");

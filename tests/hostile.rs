@@ -143,7 +143,7 @@ async fn run_cases(t: &mut Tally, base: &str, path: &str, key: &str, cases: Vec<
     }
 }
 
-/// The status, and for errors the DESIGN §3 JSON body with `code`.
+/// The status, and for errors the JSON error body (docs/api.md) with `code`.
 fn check(r: &support::Resp, label: &str, status: u16, code: &str) {
     assert_eq!(r.status, status, "{label}: {}", short(&r.text()));
     assert!(r.status < 500, "{label}: {}", r.text());
@@ -462,8 +462,8 @@ async fn authorize_survives_the_corpus() {
     let mut cases = malformed(limit);
     cases.extend(verify_shapes(&action).into_iter().map(|mut c| {
         // `claims` is optional in authorize: null or [] is "none sent", and
-        // a request without claims is decided (deny, `no_claims`, DESIGN §5
-        // row 8), not refused.
+        // a request without claims is decided (deny, `no_claims`, a row of
+        // the decision table in docs/api.md), not refused.
         if c.label == "claims null" || c.label == "empty claims" {
             (c.status, c.code) = (200, "");
         }

@@ -159,7 +159,7 @@ async fn extracted_crlf_never_becomes_a_header() {
 
 /// OTHER_KEY is a second tenant: it sees none of APP_KEY's jobs (404, as
 /// for an unknown id) and shares no idempotency keys with it. Audit records
-/// and proofs need the `audit` scope (DESIGN §2): a key without it gets 403
+/// and proofs need the `audit` scope (docs/api.md): a key without it gets 403
 /// for every id, its own records included, and `audit` keys see everything.
 #[tokio::test]
 async fn tenants_cannot_read_each_other() {

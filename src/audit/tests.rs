@@ -427,7 +427,9 @@ fn rfc8785_vectors() {
 
 #[test]
 fn golden_checkpoint_and_proof() {
-    // notes/audit.md §6.6, produced by audit_kat/golden.py.
+    // A fixed test vector: the checkpoint and proof below were computed
+    // from this key seed, origin and records by a separate implementation
+    // of the format (docs/audit.md), not by this code.
     let seed = sha256(b"ptr-audit test vector key 1");
     let pair = Ed25519KeyPair::from_seed_unchecked(&seed).unwrap();
     let origin = "audit.example.internal/ptr/test";

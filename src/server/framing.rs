@@ -18,8 +18,8 @@
 //! On the way out, [`Watched`] gives hyper's own error answers a JSON body.
 //! When hyper cannot parse a request head it answers by itself, before any
 //! handler runs, with a bodiless `400` (or `414`, `431`, `505`) carrying only
-//! `connection`, `content-length: 0` and `date`. every error must carry the JSON error body (`src/api/error.rs`)
-//! as JSON, so that exact response is swapped for the JSON one of
+//! `connection`, `content-length: 0` and `date`. Every error must carry the
+//! JSON error body (`src/api/error.rs`), so that exact response is swapped for the JSON one of
 //! [`ApiError::MalformedHttp`] (same status, a fresh request id). A handler's
 //! response always carries `x-request-id`, so it never matches.
 

@@ -99,7 +99,7 @@ impl Resp {
         }
     }
 
-    /// Asserts the DESIGN §3 error body with `code`.
+    /// Asserts the JSON error body (docs/api.md) with `code`.
     pub fn assert_error(&self, status: u16, code: &str) {
         assert_eq!(self.status, status, "{}", self.text());
         let v = self.json();
