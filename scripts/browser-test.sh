@@ -65,7 +65,7 @@ cargo build --example refund_service
 target_dir="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
 refund_service="${target_dir:-target}/debug/examples/refund_service"
 [ -x "$refund_service" ] || die "no refund_service binary at $refund_service after the build"
-cargo test --no-run --test console_browser
+cargo test --no-run --test api_face
 
 # 3. chromedriver on loopback, on the first free port of a few.
 work="$(mktemp -d)"
@@ -112,7 +112,7 @@ VERDICT_WEBDRIVER="$up" \
 VERDICT_CHROMIUM="$browser" \
 VERDICT_REFUND_SERVICE="$refund_service" \
 VERDICT_CONSOLE_SCREENSHOT="${screenshot:-$work/console.png}" \
-    cargo test --test console_browser -- --ignored --nocapture 2>&1 |
+    cargo test --test api_face -- --ignored --nocapture console_browser:: 2>&1 |
     tee "$work/test.out" || status=$?
 if [ "$status" -ne 0 ]; then
     echo "browser-test: the last lines of chromedriver's log:" >&2

@@ -18,7 +18,7 @@
 //! `cargo test --test adversarial -- --nocapture` to see the table.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;

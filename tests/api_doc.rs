@@ -18,7 +18,7 @@
 //! `status`; `same-job`: the `job_id` of the submit before it).
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;

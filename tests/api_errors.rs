@@ -2,7 +2,7 @@
 //! limits, malformed JSON, field paths, request ids and request hashes.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use http::Method;
 use support::{TestServer, APP_KEY, REVIEW_KEY, VERIFY_ONLY_KEY};

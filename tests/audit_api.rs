@@ -2,7 +2,7 @@
 //! use it: open at startup, append per decision, serve records, proofs and
 //! keys, verify offline, rotate, and fail closed while writes fail.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -15,7 +15,7 @@
 //! replay a run.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! a log that cannot write makes authorize fail closed.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::Duration;

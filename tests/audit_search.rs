@@ -4,7 +4,7 @@
 //! decisions are counted by what they would have decided.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

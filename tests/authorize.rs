@@ -2,7 +2,7 @@
 //! verbose shapes, floors, rules, output mode and validation.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{Authorize, RefundPolicy, TestServer, APP_KEY};

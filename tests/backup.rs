@@ -2,7 +2,7 @@
 //! decision acknowledged before it started, and a server starts on it.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use support::{TestServer, APP_KEY};
 

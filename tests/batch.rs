@@ -2,7 +2,7 @@
 //! and a restart in the middle of a job.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! same data dir it finishes with every result present exactly once.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

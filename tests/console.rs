@@ -3,7 +3,7 @@
 //! it (once), and held bodies rendered inert.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

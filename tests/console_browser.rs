@@ -23,7 +23,7 @@
 //! having driven a browser.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};

@@ -42,7 +42,7 @@
 
 #[path = "differential/corpus.rs"]
 mod corpus;
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;

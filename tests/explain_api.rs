@@ -3,7 +3,7 @@
 //! (durably audited) as in the other modes.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{TestServer, APP_KEY};

@@ -9,7 +9,7 @@
 //!   normal client keeps calling `/v2/verify`.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! and the CLI's start-up refusals.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

@@ -5,7 +5,7 @@
 //! upstream, with the shipped refund policy.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -8,7 +8,7 @@
 //! many inputs it tried.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! processed, with timings printed (`cargo test --test jobs_store -- --nocapture`),
 //! and a job survives a `kill -9` of the process that runs it.
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
@@ -139,8 +139,14 @@ fn stored_results(conn: &rusqlite::Connection) -> i64 {
 fn a_killed_process_resumes_without_duplicates() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("verdict.db");
+    // The child test's name in this binary: its module path without the
+    // crate's name.
+    let child_test = match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::crash_child"),
+        None => "crash_child".to_string(),
+    };
     let child = Command::new(std::env::current_exe().unwrap())
-        .args(["crash_child", "--exact", "--ignored", "--nocapture"])
+        .args([child_test.as_str(), "--exact", "--ignored", "--nocapture"])
         .env(CRASH_DB, &db)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -11,7 +11,7 @@
 //! the fact (reorder the sources, add unrelated sentences, switch
 //! British/American spelling) must not change the status.
 
-mod support;
+use crate::support;
 
 use proptest::prelude::*;
 use serde::Deserialize;

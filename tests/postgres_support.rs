@@ -2,7 +2,7 @@
 //! fresh database is a separate, reachable database of the shared
 //! throwaway cluster.
 
-mod support;
+use crate::support;
 
 use support::postgres::{fresh_database, psql, with_database};
 

@@ -6,7 +6,7 @@
 //! server.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 

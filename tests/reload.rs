@@ -2,7 +2,7 @@
 //! keys file, and `verdict check`.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -6,7 +6,7 @@
 //! deleting them leaves the log verifiable.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@
 //! loudly with `VERDICT_SKIP_POSTGRES=1`.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::process::Child;
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! distinct approvers before one forward, and the caller's own result link.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

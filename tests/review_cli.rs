@@ -5,8 +5,8 @@
 //! a one-line error.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod held;
-mod support;
+use crate::held;
+use crate::support;
 
 use std::process::Output;
 

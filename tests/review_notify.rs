@@ -4,8 +4,8 @@
 //! loses no review, and its failures are counted in /metrics.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod held;
-mod support;
+use crate::held;
+use crate::support;
 
 use std::time::{Duration, Instant, SystemTime};
 

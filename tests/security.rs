@@ -6,7 +6,7 @@
 //! addresses, names that resolve to them).
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

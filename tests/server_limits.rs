@@ -3,7 +3,7 @@
 //! parse.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

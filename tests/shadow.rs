@@ -5,7 +5,7 @@
 //! enforced one.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! or when SIGTERM arrives (the real binary) still completes.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::time::Duration;

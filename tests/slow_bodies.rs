@@ -9,7 +9,7 @@
 //! 127.0.0.1 (both loopback), so the per-peer limit can tell them apart.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::pin::Pin;

@@ -3,7 +3,7 @@
 //! outside the operator's fences.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{MockUpstream, TestServer, APP_KEY};

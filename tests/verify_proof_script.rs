@@ -4,7 +4,7 @@
 //! tampered record and a wrong key.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

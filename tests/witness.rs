@@ -5,7 +5,7 @@
 //! checkpoint and consistency endpoints, checked offline by the CLI.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,22 @@
+//! Tests that read files and run the engine or the offline door, with no
+//! server: the docs against the code, the examples, the OpenAPI file, the
+//! engine and policy case corpora, the blind batches, the adversarial corpus,
+//! metamorphic properties and the proof-checking script.
+//!
+//! One test binary of a few (see Cargo.toml): each module is one file of
+//! tests/, named as before, so `cargo test --test files -- MODULE::` runs one.
+
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+mod adversarial;
+mod api_doc;
+mod blind_batches;
+mod docs;
+mod engine_cases;
+mod examples;
+mod metamorphic;
+mod openapi;
+mod policy_cases;
+mod verify_proof_script;

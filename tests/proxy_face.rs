@@ -1,0 +1,22 @@
+//! Tests of the reverse proxy and the listeners against real servers and
+//! upstreams on 127.0.0.1:0: routing and gating, hostile and differential
+//! requests, evidence from upstreams, live policy reload, slow bodies,
+//! connection limits, drain and injected faults.
+//!
+//! One test binary of a few (see Cargo.toml): each module is one file of
+//! tests/, named as before, so `cargo test --test proxy_face -- MODULE::` runs one.
+
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod support;
+
+mod differential;
+mod faults;
+mod gate;
+mod hostile;
+mod provenance;
+mod proxy;
+mod reload;
+mod server_limits;
+mod shutdown;
+mod slow_bodies;
