@@ -12,19 +12,20 @@
 #   decide            audit, config, engine, evidence, policy:
 #                     the one decision path; never api, proxy or app
 #   policy            config, engine
-#   audit             config, sqlite
+#   audit             config, store
 #   evidence          config, engine
-#   jobs              config, shared, sqlite, runtime::health, runtime::metrics
-#   review            shared, sqlite, runtime::health, runtime::metrics (its
+#   jobs              config, store, runtime::health, runtime::metrics
+#   review            store, runtime::health, runtime::metrics (its
 #                     errors become HTTP in src/api/error.rs)
-#   shared            config, runtime::health, runtime::metrics: the PostgreSQL connection
-#                     side of the shared store; the tables belong to review and jobs
+#   store             config, runtime::health, runtime::metrics: the PostgreSQL connection
+#                     side of the shared store, SQLite's busy handlers and the
+#                     data dir lock; the tables belong to audit, review and jobs
 #   notify            config, evidence, api::http_util, review: the review webhook
-#   review_cli        config, api::http_util: `verdict reviews` talks to the API over HTTP only
-#   backup            audit: `verdict backup`, a copy of the data dir
-#   witness           audit, api::http_util, server, shared (remote: checkpoints published to the shared store)
+#   cli::reviews      config, api::http_util: `verdict reviews` talks to the API over HTTP only
+#   cli::backup       audit: `verdict backup`, a copy of the data dir
+#   witness           audit, api::http_util, server, store (remote: checkpoints published to the shared store)
 #   runtime           audit, api::auth, config, decide, evidence, jobs, policy,
-#                     review (src/runtime.rs: the shared state under the doors)
+#                     review (src/runtime/mod.rs: the shared state under the doors)
 #   api::auth         config
 #   api::error        api::http_util, audit, decide, jobs, review: one From
 #                     per domain error
@@ -40,7 +41,7 @@
 #                     requests with the doors' readers (api::authorize,
 #                     proxy::read) and decide offline; they never touch a
 #                     running server
-# Start-up (app) may use anything. Exits 1 naming every forbidden import,
+# Start-up (app) and the rest of the command line (cli) may use anything. Exits 1 naming every forbidden import,
 # and every use of decide::Recorder::Discard (the recorder that drops
 # audit records) outside src/decide/recorder.rs and the offline door
 # src/cases.
@@ -53,15 +54,15 @@ ENGINE_DEPS="ahash rust-stemmers"
 declare -A ALLOWED=(
     [decide]="audit config engine evidence policy"
     [policy]="config engine"
-    [audit]="config sqlite"
+    [audit]="config store"
     [evidence]="config engine"
-    [shared]="config runtime::health runtime::metrics"
-    [jobs]="config shared sqlite runtime::health runtime::metrics"
-    [review]="shared sqlite runtime::health runtime::metrics"
+    [store]="config runtime::health runtime::metrics"
+    [jobs]="config store runtime::health runtime::metrics"
+    [review]="store runtime::health runtime::metrics"
     [notify]="config evidence api::http_util review"
-    [review_cli]="config api::http_util"
-    [backup]="audit"
-    [witness]="audit api::http_util server shared"
+    [cli::reviews]="config api::http_util"
+    [cli::backup]="audit"
+    [witness]="audit api::http_util server store"
     [runtime]="audit api::auth config decide evidence jobs policy review runtime::health runtime::metrics runtime::telemetry"
     [api::auth]="config"
     [api::error]="api::http_util audit decide jobs review"
@@ -75,14 +76,12 @@ declare -A FORBIDDEN=(
     [cases]="app runtime server"
 )
 
-# The files of a part: `x` is src/x.rs and src/x/ (but `runtime` is only
-# src/runtime.rs, `runtime::y` is src/runtime/y.rs, and `api::y` is
-# src/api/y.rs).
+# The files of a part: `x` is src/x.rs or src/x/ (but `runtime` is only
+# src/runtime/mod.rs), and `x::y` is src/x/y.rs.
 files_of() {
     case "$1" in
-        runtime) echo src/runtime.rs ;;
-        runtime::*) echo "src/runtime/${1#runtime::}.rs" ;;
-        api::*) echo "src/api/${1#api::}.rs" ;;
+        runtime) echo src/runtime/mod.rs ;;
+        *::*) echo "src/${1%%::*}/${1#*::}.rs" ;;
         *)
             [ -f "src/$1.rs" ] && echo "src/$1.rs"
             [ -d "src/$1" ] && find "src/$1" -name '*.rs' ! -name tests.rs
@@ -126,7 +125,7 @@ check() {
 # verdict test, verdict explain) and nowhere else.
 while IFS=: read -r file line _; do
     case "$file" in
-        src/decide/recorder.rs | src/cases.rs | src/cases/*) ;;
+        src/decide/recorder.rs | src/cases/mod.rs | src/cases/*) ;;
         *)
             echo "check-layers: $file:$line: only the offline door (src/cases) may decide with Recorder::Discard"
             status=1

@@ -44,7 +44,7 @@ pub enum StartError {
     #[error("reviews: {0}")]
     Reviews(#[from] crate::review::ReviewError),
     #[error(transparent)]
-    Shared(#[from] crate::shared::SharedError),
+    Shared(#[from] crate::store::postgres::SharedError),
     #[error("proxy.upstream: {0}")]
     Upstream(String),
     #[error("batch jobs: {0}")]
@@ -52,7 +52,7 @@ pub enum StartError {
     #[error("cannot watch {what}: {error}")]
     Watch { what: &'static str, error: String },
     #[error("data dir lock: {0}")]
-    Lock(#[from] crate::datalock::LockError),
+    Lock(#[from] crate::store::datalock::LockError),
     /// The shared store holds newer checkpoints of this log's origin.
     #[error("audit log: {0}")]
     LogBehind(String),
@@ -76,9 +76,9 @@ pub struct Running {
     /// Dropping them stops watching the TLS certificates and keys.
     _tls_watches: Vec<policy::WatchHandle>,
     /// This process owns the data dir until it is dropped.
-    _data_lock: crate::datalock::DataLock,
+    _data_lock: crate::store::datalock::DataLock,
     /// The shared store, when reviews live in one.
-    shared: Option<crate::shared::Shared>,
+    shared: Option<crate::store::postgres::Shared>,
 }
 
 impl Running {
@@ -419,10 +419,12 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     // creates anything in its data dir (a redaction key, an audit log).
     let shared = match &config.store {
         crate::config::StoreConfig::Sqlite => None,
-        crate::config::StoreConfig::Postgres(pg) => Some(crate::shared::Shared::connect(pg).await?),
+        crate::config::StoreConfig::Postgres(pg) => {
+            Some(crate::store::postgres::Shared::connect(pg).await?)
+        }
     };
     prepare_data_dir(&config)?;
-    let data_lock = crate::datalock::acquire(&config.data_dir)?;
+    let data_lock = crate::store::datalock::acquire(&config.data_dir)?;
     let redaction = open_redaction_key(&config).await?;
     let audit = match audit {
         Some(a) => a,

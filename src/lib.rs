@@ -6,6 +6,7 @@
 //!
 //! # Layout
 //! The doors, start-up and the listeners:
+//! - [`cli`]: every `verdict` subcommand; `src/main.rs` only calls [`cli::main`].
 //! - [`app`]: start-up and shutdown of a whole sidecar (`app::start`, `app::Running`).
 //! - [`api`]: the HTTP face: the native JSON API's routing table, request pipeline and
 //!   handlers, and beside them the parts the proxy and the listeners share:
@@ -13,8 +14,8 @@
 //!   errors of decide, review, jobs and audit are mapped there, nowhere else),
 //!   [`api::http_util`] (body reading with limits, request ids, request hashes) and
 //!   [`api::auth`] (API keys, scopes, constant-time lookup, protected mode).
-//! - [`proxy`]: the reverse proxy, one file per phase: guard, route, gated, unmatched,
-//!   upstream, hold, stats.
+//! - [`proxy`]: the reverse proxy, one file per phase: read, guard, gated, unmatched,
+//!   upstream, hold, stats, and the per-core affinity of its listeners.
 //! - [`server`]: listeners, TLS, connection limits, graceful drain.
 //! - [`cases`]: policy test cases, decided offline through the doors' readers and
 //!   [`decide`]: `verdict test` and `verdict explain`.
@@ -33,16 +34,14 @@
 //!   resolutions, expiry, and the exactly-once forward claim.
 //! - [`notify`]: signed webhook notifications of held and resolved reviews,
 //!   sent in the background with bounded retries.
-//! - [`review_cli`]: `verdict reviews`, a command-line client of the Review API.
 //! - [`audit`]: the tamper-evident audit log (Merkle tree, signed checkpoints, SQLite).
-//! - [`jobs`]: durable batch jobs: SQLite queue, worker threads, retention.
-//! - [`backup`]: `verdict backup`, a consistent copy of the data dir while the
-//!   server runs.
+//! - [`jobs`]: durable batch jobs: a queue in SQLite or in the shared PostgreSQL
+//!   store, worker threads, retention.
 //! - [`config`]: the TOML file, defaults and flags merged into one [`config::Config`].
 //! - [`witness`]: `verdict witness serve`, a C2SP witness that cosigns only
 //!   checkpoints consistent with those it cosigned before.
-//! - `datalock`, `sqlite`: the data dir's owner lock; how connections to the shared
-//!   database wait for its write lock.
+//! - [`store`]: where state lives: the shared PostgreSQL store's connection side,
+//!   SQLite's busy handlers, the data dir's owner lock.
 //!
 //! What each part may import is checked by `scripts/check-layers.sh` in CI;
 //! docs/architecture.md walks one gated proxy request and one `/v2/authorize`
@@ -51,10 +50,9 @@
 pub mod api;
 pub mod app;
 pub mod audit;
-pub mod backup;
 pub mod cases;
+pub mod cli;
 pub mod config;
-pub mod datalock;
 pub mod decide;
 pub use verdict_engine as engine;
 pub mod evidence;
@@ -63,9 +61,7 @@ pub mod notify;
 pub mod policy;
 pub mod proxy;
 pub mod review;
-pub mod review_cli;
 pub mod runtime;
 pub mod server;
-pub mod shared;
-mod sqlite;
+pub mod store;
 pub mod witness;

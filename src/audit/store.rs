@@ -70,11 +70,11 @@ fn flags() -> OpenFlags {
 /// The writer's connection: WAL, `synchronous=FULL`, tables created, and a
 /// log in the earlier layout merged into the current one.
 pub fn open_writer(path: &Path) -> Result<Connection, AuditError> {
-    crate::sqlite::create_private(path)
+    crate::store::sqlite::create_private(path)
         .map_err(|e| AuditError::Storage(format!("{}: {e}", path.display())))?;
     let mut conn = Connection::open_with_flags(path, flags())?;
-    // Decisions wait on this connection (see `crate::sqlite`).
-    conn.busy_handler(Some(crate::sqlite::busy_decision_path))?;
+    // Decisions wait on this connection (see `crate::store::sqlite`).
+    conn.busy_handler(Some(crate::store::sqlite::busy_decision_path))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     // The cache is a ceiling (pages are allocated as used): time-ordered

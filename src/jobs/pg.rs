@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use super::store::{Inserted, JobRow};
 use super::worker::{run_item, JobsMetrics, FLUSH_INTERVAL};
 use super::{cutoff_ms, now_ms, view, ItemFn, JobStatus, JobView, JobsError, JobsHealth, Page};
-use crate::shared::{error_kind, error_text, Shared, JOBS_CHANNEL, NOW_MICROS};
+use crate::store::postgres::{error_kind, error_text, Shared, JOBS_CHANNEL, NOW_MICROS};
 
 /// Items one worker claims at a time: each claim and each write of
 /// results is a durable commit, so larger claims mean fewer of them (and
@@ -42,8 +42,8 @@ const JOB_COLUMNS: &str = "seq, job_id, owner, status, items_total, items_done, 
 impl From<tokio_postgres::Error> for JobsError {
     fn from(e: tokio_postgres::Error) -> JobsError {
         let transient = match e.as_db_error() {
-            Some(_) => crate::shared::is_transient(&e),
-            None => crate::shared::is_connection_error(&e),
+            Some(_) => crate::store::postgres::is_transient(&e),
+            None => crate::store::postgres::is_connection_error(&e),
         };
         if transient {
             JobsError::Unavailable {

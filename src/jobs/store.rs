@@ -125,7 +125,7 @@ impl Store {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(JobsError::Io)?;
         }
-        crate::sqlite::create_private(path).map_err(JobsError::Io)?;
+        crate::store::sqlite::create_private(path).map_err(JobsError::Io)?;
         let store = Store {
             path: path.to_path_buf(),
             pool: Mutex::new(Vec::new()),
@@ -157,8 +157,8 @@ impl Store {
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         // Polls for the lock: a large submit needs it once per chunk (see
-        // `crate::sqlite`).
-        conn.busy_handler(Some(crate::sqlite::busy_background))?;
+        // `crate::store::sqlite`).
+        conn.busy_handler(Some(crate::store::sqlite::busy_background))?;
         let sync = match durability {
             Durability::Full => "FULL",
             Durability::Normal => "NORMAL",

@@ -111,8 +111,10 @@ async fn open_temp(
     let db = dir.path().join("verdict.db");
     let config = cfg(workers, retention);
     let jobs = if on_postgres() {
-        let shared =
-            crate::shared::testing::connect(&crate::shared::testing::fresh_database()).await;
+        let shared = crate::store::postgres::testing::connect(
+            &crate::store::postgres::testing::fresh_database(),
+        )
+        .await;
         Jobs::open_shared(shared, &config, work).unwrap()
     } else {
         Jobs::open(&db, &config, work).unwrap()
@@ -120,7 +122,7 @@ async fn open_temp(
     (dir, db, jobs)
 }
 
-use crate::shared::testing::on_postgres;
+use crate::store::postgres::testing::on_postgres;
 
 /// Returns early (the test passes trivially) on PostgreSQL: for tests of
 /// SQLite's own files, chunked staging and restarts by path.
@@ -632,7 +634,7 @@ fn another_writer_gets_the_lock_between_the_chunks_of_a_submit() {
         .unwrap();
     // Polls for the lock as the audit log's writer does.
     other
-        .busy_handler(Some(crate::sqlite::busy_decision_path))
+        .busy_handler(Some(crate::store::sqlite::busy_decision_path))
         .unwrap();
     let items: Vec<String> = (0..store::ITEM_CHUNK * 24)
         .map(|i| format!("{{\"claims\":[\"claim {i} {}\"]}}", "x".repeat(400)))

@@ -1,6 +1,6 @@
 //! PostgreSQL storage for reviews, for several replicas sharing one review
 //! queue (`[store] url = "postgres://…"`); the schema is in
-//! `crate::shared`.
+//! `crate::store::postgres`.
 //!
 //! It keeps the promises of the SQLite store across processes that share
 //! nothing but the database. A row is locked (`FOR UPDATE`) before a
@@ -28,7 +28,7 @@ use super::store::{
     ResolvePlan, Resolver, Row, COLUMNS,
 };
 use super::{ForwardOutcome, HeldRequest, NewReview, ReviewError, UpstreamResponse};
-use crate::shared::{error_text, Shared, NOW_MICROS, REVIEWS_CHANNEL};
+use crate::store::postgres::{error_text, Shared, NOW_MICROS, REVIEWS_CHANNEL};
 
 /// The advisory lock that makes [`super::Reviews::resolution_turn`] one
 /// turn for every replica (an arbitrary constant).
@@ -99,11 +99,11 @@ impl PgStore {
 }
 
 /// A statement the database refused is a storage error; a connection
-/// that failed, or a refusal that passes (see `shared::is_transient`), is
+/// that failed, or a refusal that passes (see `store::postgres::is_transient`), is
 /// the store being unavailable.
 impl From<tokio_postgres::Error> for ReviewError {
     fn from(e: tokio_postgres::Error) -> ReviewError {
-        if crate::shared::is_transient(&e) {
+        if crate::store::postgres::is_transient(&e) {
             ReviewError::Unavailable(error_text(&e))
         } else {
             ReviewError::Storage(error_text(&e))

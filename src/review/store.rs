@@ -275,11 +275,11 @@ impl SqliteStore {
         path: &Path,
         sealer: super::seal::Sealer,
     ) -> Result<(SqliteStore, Vec<String>), ReviewError> {
-        crate::sqlite::create_private(path)
+        crate::store::sqlite::create_private(path)
             .map_err(|e| ReviewError::Storage(format!("{}: {e}", path.display())))?;
         let conn = Connection::open(path)?;
-        // A held call waits on this connection (see `crate::sqlite`).
-        conn.busy_handler(Some(crate::sqlite::busy_decision_path))?;
+        // A held call waits on this connection (see `crate::store::sqlite`).
+        conn.busy_handler(Some(crate::store::sqlite::busy_decision_path))?;
         // WAL is a property of the file; `synchronous` and `foreign_keys`
         // are per connection, and this connection only touches review tables.
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;

@@ -22,7 +22,7 @@ fn db(place: &Place) -> std::path::PathBuf {
     place.dir.path().join("verdict.db")
 }
 
-use crate::shared::testing::on_postgres;
+use crate::store::postgres::testing::on_postgres;
 
 /// Where one test's reviews live: a temp dir (for SQLite, and for files a
 /// test writes) and, on PostgreSQL, a fresh database of its own.
@@ -32,7 +32,7 @@ struct Place {
 }
 
 fn place() -> Place {
-    let pg = on_postgres().then(crate::shared::testing::fresh_database);
+    let pg = on_postgres().then(crate::store::postgres::testing::fresh_database);
     Place {
         dir: TempDir::new().unwrap(),
         pg,
@@ -50,7 +50,7 @@ impl Place {
         match &self.pg {
             None => Reviews::open(&db(self), ttl, seal).unwrap(),
             Some(url) => {
-                let shared = crate::shared::testing::connect(url).await;
+                let shared = crate::store::postgres::testing::connect(url).await;
                 tokio::task::spawn_blocking(move || Reviews::open_shared(shared, ttl, seal))
                     .await
                     .unwrap()

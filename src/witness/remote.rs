@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::audit::keys::parse_key_json;
 use crate::audit::note::{self, Checkpoint};
 use crate::audit::{self, AuditLog, ConsistencyDocument, PublishedCheckpoint};
-use crate::shared::{error_text, Shared};
+use crate::store::postgres::{error_text, Shared};
 
 /// How often a replica publishes its newest checkpoint (when it grew).
 pub const PUBLISH_EVERY: Duration = Duration::from_secs(5);

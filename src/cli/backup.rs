@@ -10,6 +10,7 @@
 //! there. The lock file is not copied; the copy is a data dir of its own.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use crate::audit::keys::KEYS_FILE;
 use crate::audit::redaction::REDACTION_KEY_FILE;
@@ -100,4 +101,36 @@ fn copy_private(from: &Path, to: &Path) -> Result<(), String> {
             .map_err(|e| format!("{}: {e}", to.display()))?;
     }
     Ok(())
+}
+
+/// `verdict backup`: copy, then prove the copy verifies.
+pub(crate) fn command(data_dir: &std::path::Path, to: &std::path::Path) -> ExitCode {
+    let report = match backup(data_dir, to) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("verdict: backup: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match crate::audit::verify_log(&report.database, to, |_, _| {}) {
+        Ok(r) => {
+            println!(
+                "backed up {} ({} bytes) and {} key file(s) to {}; audit log ok: {} records, tree size {}",
+                data_dir.display(),
+                report.database_bytes,
+                report.key_files.len(),
+                to.display(),
+                r.records,
+                r.tree_size
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "verdict: backup written to {} but its audit log does not verify: {e}",
+                to.display()
+            );
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -770,7 +770,7 @@ impl std::fmt::Debug for Shared {
 /// fresh database in the throwaway cluster that scripts/postgres.sh starts
 /// (the same support code the integration tests use).
 #[cfg(test)]
-#[path = "../tests/support/postgres.rs"]
+#[path = "../../tests/support/postgres.rs"]
 #[allow(dead_code)]
 mod pg_support;
 

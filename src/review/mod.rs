@@ -414,7 +414,7 @@ struct Inner {
     /// One permit per store in `stores`.
     store_slots: Arc<tokio::sync::Semaphore>,
     /// The shared store and this replica's id, when reviews live there.
-    shared: Option<crate::shared::Shared>,
+    shared: Option<crate::store::postgres::Shared>,
     ttl: Duration,
     /// `review.retention` in milliseconds: resolved and expired reviews,
     /// and their held bodies, are deleted this long after they ended.
@@ -498,7 +498,7 @@ impl Reviews {
     /// not open. Blocking: call it at start-up, on a blocking thread or
     /// with `block_in_place`.
     pub fn open_shared(
-        shared: crate::shared::Shared,
+        shared: crate::store::postgres::Shared,
         ttl: Duration,
         seal_key: [u8; 32],
     ) -> Result<Reviews, ReviewError> {
@@ -526,7 +526,7 @@ impl Reviews {
         )?;
         runtime.spawn(follow_shared(
             Arc::downgrade(&reviews.inner),
-            shared.listen(crate::shared::REVIEWS_CHANNEL),
+            shared.listen(crate::store::postgres::REVIEWS_CHANNEL),
             shared.lease(),
         ));
         Ok(reviews)
@@ -535,7 +535,7 @@ impl Reviews {
     fn start(
         runtime: tokio::runtime::Handle,
         mut stores: Vec<Box<dyn Backend>>,
-        shared: Option<crate::shared::Shared>,
+        shared: Option<crate::store::postgres::Shared>,
         recovered: Vec<String>,
         ttl: Duration,
         seal_key: &[u8; 32],

@@ -245,7 +245,7 @@ impl Jobs {
     /// and pollable through every one, run by the workers of all of them.
     /// Inside a Tokio runtime.
     pub fn open_shared(
-        shared: crate::shared::Shared,
+        shared: crate::store::postgres::Shared,
         cfg: &JobsConfig,
         work: ItemFn,
     ) -> Result<Jobs, JobsError> {

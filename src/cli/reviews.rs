@@ -11,9 +11,11 @@
 //! non-zero exit code.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use bytes::Bytes;
+use clap::{Args, Subcommand};
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full, Limited};
@@ -23,6 +25,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
+use super::start_runtime;
 use crate::config::DEFAULT_API_LISTEN;
 
 /// The environment variable that holds the API key.
@@ -595,5 +598,104 @@ mod tests {
             "review x is already approved (HTTP 409, conflict)"
         );
         assert_eq!(e.exit_code(), 1);
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct ReviewsArgs {
+    /// The server's API URL.
+    #[arg(long, global = true, env = "VERDICT_URL", default_value_t = default_url())]
+    url: String,
+    /// Print the server's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    /// PEM roots for an https URL (the system roots otherwise).
+    #[arg(long, global = true)]
+    ca_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: ReviewsCommand,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ReviewsCommand {
+    /// Reviews, pending oldest first, others newest first.
+    List {
+        #[arg(long, value_parser = ["pending", "approved", "rejected", "expired"])]
+        status: Option<String>,
+        /// At most this many (the server's default is 100).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: Option<u32>,
+    },
+    /// One review: its rules, request, resolution and forward.
+    Show { id: String },
+    /// Approve a held request: it is then forwarded exactly once.
+    Approve {
+        id: String,
+        /// Why (stored with the resolution and in its audit record).
+        #[arg(long)]
+        note: String,
+        /// Who approves [default: $USER].
+        #[arg(long, env = "VERDICT_REVIEWER")]
+        reviewer: Option<String>,
+    },
+    /// Reject a held request: it is never forwarded.
+    Reject {
+        id: String,
+        /// Why (stored with the resolution and in its audit record).
+        #[arg(long)]
+        note: String,
+        /// Who rejects [default: $USER].
+        #[arg(long, env = "VERDICT_REVIEWER")]
+        reviewer: Option<String>,
+    },
+}
+
+/// `verdict reviews ...`: one call to the Review API of a running server.
+pub(crate) fn command(args: ReviewsArgs) -> ExitCode {
+    let reviewer =
+        |r: Option<String>| r.unwrap_or_else(|| default_reviewer(std::env::var("USER").ok()));
+    let action = match args.command {
+        ReviewsCommand::List { status, limit } => Action::List { status, limit },
+        ReviewsCommand::Show { id } => Action::Show { id },
+        ReviewsCommand::Approve {
+            id,
+            note,
+            reviewer: r,
+        } => Action::Resolve {
+            id,
+            approve: true,
+            reviewer: reviewer(r),
+            note,
+        },
+        ReviewsCommand::Reject {
+            id,
+            note,
+            reviewer: r,
+        } => Action::Resolve {
+            id,
+            approve: false,
+            reviewer: reviewer(r),
+            note,
+        },
+    };
+    let opts = Options {
+        url: args.url,
+        key: std::env::var(KEY_ENV).ok(),
+        json: args.json,
+        ca_file: args.ca_file,
+    };
+    let rt = match start_runtime(tokio::runtime::Builder::new_current_thread()) {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(run(&opts, &action)) {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("verdict: {e}");
+            ExitCode::from(e.exit_code())
+        }
     }
 }
