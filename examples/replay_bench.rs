@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use verdict::audit::{AuditLog, RedactionKey};
-use verdict::cases::replay::{self, Args};
 use verdict::config::{Config, Overrides};
 use verdict::decide::input::{ClaimIn, SourceIn};
 use verdict::decide::{self, DecisionMetrics, Handles, Input, Recorder};
 use verdict::evidence::Resolver;
+use verdict::offline::replay::{self, Args};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 

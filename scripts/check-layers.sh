@@ -20,7 +20,7 @@
 #   store             config, runtime::health, runtime::metrics: the PostgreSQL connection
 #                     side of the shared store, SQLite's busy handlers and the
 #                     data dir lock; the tables belong to audit, review and jobs
-#   notify            config, evidence, api::http_util, review: the review webhook
+#   webhook           config, evidence, api::http_util, review: the review webhook
 #   cli::reviews      config, api::http_util: `verdict reviews` talks to the API over HTTP only
 #   cli::backup       audit: `verdict backup`, a copy of the data dir
 #   witness           audit, api::http_util, server, store (remote: checkpoints published to the shared store)
@@ -37,14 +37,14 @@
 #   proxy             api, app: of the HTTP face it may use only the leaves
 #                     api::auth, api::error and api::http_util, which count
 #                     as parts of their own
-#   cases             app, runtime, server: verdict test and explain read
+#   offline           app, runtime, server: verdict test and explain read
 #                     requests with the doors' readers (api::authorize,
 #                     proxy::read) and decide offline; they never touch a
 #                     running server
 # Start-up (app) and the rest of the command line (cli) may use anything. Exits 1 naming every forbidden import,
 # and every use of decide::Recorder::Discard (the recorder that drops
 # audit records) outside src/decide/recorder.rs and the offline door
-# src/cases.
+# src/offline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,7 +59,7 @@ declare -A ALLOWED=(
     [store]="config runtime::health runtime::metrics"
     [jobs]="config store runtime::health runtime::metrics"
     [review]="store runtime::health runtime::metrics"
-    [notify]="config evidence api::http_util review"
+    [webhook]="config evidence api::http_util review"
     [cli::reviews]="config api::http_util"
     [cli::backup]="audit"
     [witness]="audit api::http_util server store"
@@ -73,7 +73,7 @@ declare -A ALLOWED=(
 declare -A FORBIDDEN=(
     [api]="app proxy"
     [proxy]="api app"
-    [cases]="app runtime server"
+    [offline]="app runtime server"
 )
 
 # The files of a part: `x` is src/x.rs or src/x/ (but `runtime` is only
@@ -121,13 +121,13 @@ check() {
     done < <(imports "${files[@]}")
 }
 # A server decides only with its durable audit log: the recorder that drops
-# records (`decide::Recorder::Discard`) is for the offline door (`cases`:
+# records (`decide::Recorder::Discard`) is for the offline door (`offline`:
 # verdict test, verdict explain) and nowhere else.
 while IFS=: read -r file line _; do
     case "$file" in
-        src/decide/recorder.rs | src/cases/mod.rs | src/cases/*) ;;
+        src/decide/recorder.rs | src/offline/mod.rs | src/offline/*) ;;
         *)
-            echo "check-layers: $file:$line: only the offline door (src/cases) may decide with Recorder::Discard"
+            echo "check-layers: $file:$line: only the offline door (src/offline) may decide with Recorder::Discard"
             status=1
             ;;
     esac

@@ -475,7 +475,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     // Attached before anything can hold or resolve a review; it starts
     // sending once the API's address (for the console links) is known.
     let notifier = config.review_notify.clone().map(|c| {
-        let n = crate::notify::Notifier::new(c, &mut registry);
+        let n = crate::webhook::Notifier::new(c, &mut registry);
         n.attach(&reviews);
         n
     });
@@ -649,7 +649,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     }
     tasks.extend(watches);
     if let Some(n) = notifier {
-        let base = crate::notify::derived_console_base(api_addr, config.api.tls.is_some());
+        let base = crate::webhook::derived_console_base(api_addr, config.api.tls.is_some());
         tasks.push(n.spawn(base, shutdown_rx.clone()));
     }
     let mut proxy_addr = None;

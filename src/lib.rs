@@ -17,7 +17,7 @@
 //! - [`proxy`]: the reverse proxy, one file per phase: read, guard, gated, unmatched,
 //!   upstream, hold, stats, and the per-core affinity of its listeners.
 //! - [`server`]: listeners, TLS, connection limits, graceful drain.
-//! - [`cases`]: policy test cases, decided offline through the doors' readers and
+//! - [`offline`]: policy test cases, decided offline through the doors' readers and
 //!   [`decide`]: `verdict test` and `verdict explain`.
 //!
 //! Under the doors:
@@ -32,7 +32,7 @@
 //! - [`evidence`]: reading `file://` and `http(s)://` sources inside the operator's fences.
 //! - [`review`]: held requests and their review: durable store, single-use
 //!   resolutions, expiry, and the exactly-once forward claim.
-//! - [`notify`]: signed webhook notifications of held and resolved reviews,
+//! - [`webhook`]: signed webhook notifications of held and resolved reviews,
 //!   sent in the background with bounded retries.
 //! - [`audit`]: the tamper-evident audit log (Merkle tree, signed checkpoints, SQLite).
 //! - [`jobs`]: durable batch jobs: a queue in SQLite or in the shared PostgreSQL
@@ -50,18 +50,18 @@
 pub mod api;
 pub mod app;
 pub mod audit;
-pub mod cases;
 pub mod cli;
 pub mod config;
 pub mod decide;
 pub use verdict_engine as engine;
 pub mod evidence;
 pub mod jobs;
-pub mod notify;
+pub mod offline;
 pub mod policy;
 pub mod proxy;
 pub mod review;
 pub mod runtime;
 pub mod server;
 pub mod store;
+pub mod webhook;
 pub mod witness;

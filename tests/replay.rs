@@ -15,7 +15,7 @@ use std::time::Duration;
 use http::Method;
 use serde_json::json;
 use support::{MockUpstream, RefundPolicy, TestServer, APP_KEY};
-use verdict::cases::replay::{self, Args, Report};
+use verdict::offline::replay::{self, Args, Report};
 
 const EV: &str = "Invoice 7: amount charged $400.00 for order 7.";
 const SUPPORTED: &str = "Order 7 was charged $400.00.";

@@ -193,7 +193,7 @@ fn parse_window(text: &str) -> Result<std::time::Duration, String> {
 }
 
 /// Prints a command's output and returns its exit code.
-fn emit(out: crate::cases::Output) -> ExitCode {
+fn emit(out: crate::offline::Output) -> ExitCode {
     print!("{}", out.stdout);
     eprint!("{}", out.stderr);
     ExitCode::from(out.code)
@@ -235,7 +235,7 @@ pub fn main() -> ExitCode {
             strict,
         } => check(policies, config, strict),
         Command::Test { on, json } => match on.load() {
-            Ok((config, dir)) => emit(crate::cases::test_dir(&dir, config, json)),
+            Ok((config, dir)) => emit(crate::offline::test_dir(&dir, config, json)),
             Err(code) => code,
         },
         Command::Replay {
@@ -248,7 +248,7 @@ pub fn main() -> ExitCode {
             json,
         } => match Config::load(config.as_deref(), &Overrides::default()) {
             Ok(c) => {
-                let args = crate::cases::replay::Args {
+                let args = crate::offline::replay::Args {
                     draft: policies,
                     baseline: baseline.unwrap_or_else(|| c.policies_dir.clone()),
                     data_dir: data_dir.unwrap_or_else(|| c.data_dir.clone()),
@@ -256,7 +256,7 @@ pub fn main() -> ExitCode {
                     route,
                     json,
                 };
-                emit(crate::cases::replay::replay(&args, c))
+                emit(crate::offline::replay::replay(&args, c))
             }
             Err(e) => {
                 eprintln!("verdict: config: {e}");
@@ -269,7 +269,7 @@ pub fn main() -> ExitCode {
             on,
             json,
         } => match on.load() {
-            Ok((config, dir)) => emit(crate::cases::explain_file(
+            Ok((config, dir)) => emit(crate::offline::explain_file(
                 &file,
                 case.as_deref(),
                 &dir,

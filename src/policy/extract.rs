@@ -167,7 +167,7 @@ fn query_param(query: &str, name: &str) -> Option<String> {
 
 /// TOML literals become JSON; datetimes become their RFC 3339 text. The
 /// policies' literal extractors and the test files' case bodies
-/// (`cases::file`) read TOML the same way.
+/// (`offline::file`) read TOML the same way.
 pub fn toml_to_json(v: &toml::Value) -> Value {
     match v {
         toml::Value::String(s) => Value::String(s.clone()),

@@ -1,0 +1,141 @@
+//! Unit tests of the parent module, kept in their own file so that the
+//! module itself reads as code.
+
+use super::*;
+
+fn sents(text: &str) -> Vec<&str> {
+    split_sentences(text, false)
+        .into_iter()
+        .map(|(a, b)| &text[a..b])
+        .collect()
+}
+
+#[test]
+fn stop_scan_matches_a_byte_by_byte_scan() {
+    let texts = [
+        "",
+        "abc",
+        "abcdefgh",
+        "abcdefghi.",
+        "Refunds are issued within 5 business days! Really? Yes.\nNext",
+        "caf\u{e9} na\u{ef}ve r\u{e9}sum\u{e9} \u{2026} done\u{3002}\u{ff01}\u{ff1f} end",
+        "\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}x.",
+        "\u{2019}quoted\u{201d} and \u{20ac}12 then ? at the very end of it!",
+    ];
+    for t in texts {
+        let b = t.as_bytes();
+        for from in 0..=b.len() {
+            let naive = b[from..].iter().position(|&x| is_stop(x)).map(|k| from + k);
+            assert_eq!(next_stop(b, from), naive, "{t:?} from {from}");
+        }
+    }
+}
+
+#[test]
+fn golden_sentence_splits() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "Hello World. My name is Jonas.",
+            &["Hello World.", "My name is Jonas."],
+        ),
+        (
+            "What is your name? My name is Jonas.",
+            &["What is your name?", "My name is Jonas."],
+        ),
+        ("There it is! I found it.", &["There it is!", "I found it."]),
+        (
+            "My name is Jonas E. Smith.",
+            &["My name is Jonas E. Smith."],
+        ),
+        ("Please turn to p. 55.", &["Please turn to p. 55."]),
+        (
+            "Were Jane and co. at the party?",
+            &["Were Jane and co. at the party?"],
+        ),
+        (
+            "They closed the deal with Pitt, Briggs & Co. at noon.",
+            &["They closed the deal with Pitt, Briggs & Co. at noon."],
+        ),
+        (
+            "Let's ask Mr. Smith. He knows.",
+            &["Let's ask Mr. Smith.", "He knows."],
+        ),
+        (
+            "The refund was $12.50 in total. It was paid.",
+            &["The refund was $12.50 in total.", "It was paid."],
+        ),
+        (
+            "It costs 3.5 million. See https://example.com/a.b for more.",
+            &[
+                "It costs 3.5 million.",
+                "See https://example.com/a.b for more.",
+            ],
+        ),
+        (
+            "She lives in the U.S. and works there.",
+            &["She lives in the U.S. and works there."],
+        ),
+        (
+            "Use tools, e.g. hammers. Then rest.",
+            &["Use tools, e.g. hammers.", "Then rest."],
+        ),
+        (
+            "J. R. R. Tolkien wrote it.",
+            &["J. R. R. Tolkien wrote it."],
+        ),
+        (
+            "Items:\n- first item\n- second item",
+            &["Items:", "- first item", "- second item"],
+        ),
+        (
+            "Steps:\n1. Open it\n2. Close it",
+            &["Steps:", "1. Open it", "2. Close it"],
+        ),
+        ("# Title\nSome text here.", &["# Title", "Some text here."]),
+        ("Para one\n\nPara two.", &["Para one", "Para two."]),
+        (
+            "He said \"Stop.\" Then he left.",
+            &["He said \"Stop.\"", "Then he left."],
+        ),
+        (
+            "Version 2.0.1 shipped on 2024-03-03. Done.",
+            &["Version 2.0.1 shipped on 2024-03-03.", "Done."],
+        ),
+        ("", &[]),
+        ("...", &[]),
+    ];
+    for (text, want) in cases {
+        assert_eq!(&sents(text), want, "splitting {text:?}");
+    }
+}
+
+#[test]
+fn tokens_keep_numbers_and_contractions() {
+    let st = stemmer();
+    let toks = tokenize("Don't refund $1,000.50 or 12% on 2024-03-03, Bob's.", &st);
+    let vocab = st.vocab();
+    let norms: Vec<&str> = toks.iter().map(|t| vocab.norm(t.norm_id)).collect();
+    assert_eq!(
+        norms,
+        [
+            "do",
+            "not",
+            "refund",
+            "$1,000.50",
+            "or",
+            "12%",
+            "on",
+            "2024-03-03",
+            "bob"
+        ]
+    );
+}
+
+#[test]
+fn tokens_spans_are_char_boundaries() {
+    let st = stemmer();
+    let text = "Caf\u{e9}\u{301} 🎉 日本語 x\r\ny";
+    for t in tokenize(text, &st) {
+        assert!(text.get(t.start..t.end).is_some());
+    }
+}
