@@ -12,7 +12,7 @@
 //!
 //! It does not forward anything itself; the proxy does, and reports back with
 //! [`Reviews::finish_forward`]. The rules live in pure transitions
-//! (`state`), the storage behind one interface (`store::Backend`: SQLite by
+//! (`state`), the storage behind one interface (`backend::Backend`: SQLite by
 //! default, PostgreSQL in `pg` when several replicas share reviews), and
 //! this file is the thin async shell: database work runs on blocking
 //! threads, waiters are woken by a per-review `watch` channel, and a sweeper
@@ -29,14 +29,26 @@ mod observe;
 mod pg;
 mod seal;
 pub use seal::SEALED_HEADERS;
+mod backend;
+mod sqlite;
 mod state;
-mod store;
 
 pub use observe::{Observer, ReviewEvent};
 
 pub use seal::KEY_LABEL as SEAL_KEY_LABEL;
+mod background;
+mod inner;
+mod open;
+mod read;
 #[cfg(test)]
 mod tests;
+mod view;
+use background::{follow_shared, sweep};
+use view::view;
+pub use view::{
+    ApprovalView, ForwardOutcome, ForwardView, HeldRequest, Inspection, NewReview, RequestView,
+    Resolution, ReviewError, ReviewView, ReviewsHealth, UpstreamResponse, Viewer,
+};
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -54,9 +66,10 @@ use prometheus_client::registry::Registry;
 use serde::{Serialize, Serializer};
 use tokio::sync::{mpsc, watch, Notify};
 
+use backend::{Backend, Resolved, Row};
+use sqlite::SqliteStore;
 use state::Verdict;
 pub use state::{ForwardState, ReviewStatus};
-use store::{Backend, Resolved, Row, SqliteStore};
 
 /// How much of an upstream answer to a forwarded review is stored.
 pub const MAX_STORED_UPSTREAM_BODY: usize = 64 * 1024;
@@ -84,319 +97,6 @@ fn duration_ms(d: Duration) -> u64 {
 
 /// How long the sweeper waits after a storage error before it tries again.
 const SWEEP_RETRY: Duration = Duration::from_secs(5);
-
-/// A request exactly as the proxy will forward it once approved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldRequest {
-    pub method: String,
-    /// Path and query, e.g. `/api/orders/7/refunds?dry=1`.
-    pub path: String,
-    /// In the order received; values are bytes because HTTP allows non-UTF-8.
-    /// Store them as they should be forwarded (the proxy decides which
-    /// `X-Verdict-*` and hop-by-hop headers to add or strip).
-    pub headers: Vec<(String, Bytes)>,
-    pub body: Bytes,
-}
-
-// === impl HeldRequest ===
-
-impl HeldRequest {
-    /// `sha256:<hex>` of the request's retry identity: the method, the
-    /// path and query, the body and every header (name lowercased, value,
-    /// in order) except those `skip` names (lowercase): the ones that change
-    /// from one try to the next (the proxy's `Route::join_skips`).
-    /// Hop-by-hop headers are not held at all. A retried call joins a
-    /// pending review only when
-    /// this matches, so a call joins only the review of the same request
-    /// from the same caller, however that caller authenticates (an
-    /// `X-Api-Key` as much as an `Authorization`). Each part is
-    /// length-prefixed, so no two requests encode alike.
-    pub fn join_key(&self, skip: impl Fn(&str) -> bool) -> String {
-        use sha2::{Digest, Sha256};
-        fn field(h: &mut Sha256, bytes: &[u8]) {
-            h.update(u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_be_bytes());
-            h.update(bytes);
-        }
-        let mut h = Sha256::new();
-        field(&mut h, self.method.as_bytes());
-        field(&mut h, self.path.as_bytes());
-        for (name, value) in &self.headers {
-            let name = name.to_ascii_lowercase();
-            if skip(&name) {
-                continue;
-            }
-            field(&mut h, name.as_bytes());
-            field(&mut h, value);
-        }
-        field(&mut h, &self.body);
-        format!("sha256:{}", hex::encode(h.finalize()))
-    }
-
-    /// The `request_hash` of a gated proxy call: `sha256:<hex>` over the
-    /// method, the path and query, the number of headers, every header name
-    /// and value in order, and the body, each length-prefixed (u64
-    /// big-endian) so no two requests encode alike. The headers are the
-    /// ones the upstream receives: hop-by-hop headers and any `X-Verdict-*`
-    /// a client sent are removed, `X-Forwarded-*` and `X-Request-Id` are
-    /// added, and verdict's own `X-Verdict-*` headers, which depend on the
-    /// decision, are added after hashing, when the call is forwarded.
-    ///
-    /// The proxy takes it before deciding, so the decision's audit record
-    /// and, when the call is held, its review carry the same hash. The
-    /// review stores it, shows it to reviewers (an approval is bound to
-    /// these exact bytes) and checks it again before the request is handed
-    /// out.
-    pub fn hash(&self) -> String {
-        use sha2::{Digest, Sha256};
-        fn field(h: &mut Sha256, bytes: &[u8]) {
-            h.update(u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_be_bytes());
-            h.update(bytes);
-        }
-        let mut h = Sha256::new();
-        field(&mut h, self.method.as_bytes());
-        field(&mut h, self.path.as_bytes());
-        h.update(
-            u64::try_from(self.headers.len())
-                .unwrap_or(u64::MAX)
-                .to_be_bytes(),
-        );
-        for (name, value) in &self.headers {
-            field(&mut h, name.as_bytes());
-            field(&mut h, value);
-        }
-        field(&mut h, &self.body);
-        format!("sha256:{}", hex::encode(h.finalize()))
-    }
-}
-
-/// Everything needed to hold a request for review.
-#[derive(Debug, Clone)]
-pub struct NewReview {
-    /// Lets the caller pick the id first (e.g. to name it in the decision's
-    /// audit record); a fresh UUID v4 when `None`.
-    pub review_id: Option<uuid::Uuid>,
-    /// The API key name of the app whose call is held: the review's tenant.
-    pub owner: String,
-    /// The policy route name.
-    pub route: String,
-    /// The action type, e.g. `refund.create`.
-    pub action: String,
-    /// Why the decision asked for review, shown to the reviewer.
-    pub reason: String,
-    /// The messages of the policy rules that fired, shown to the reviewer.
-    pub rules: Vec<String>,
-    /// The audit record of the original decision.
-    pub record_id: Option<String>,
-    pub request: HeldRequest,
-    /// What the reviewer is shown of the decision
-    /// (the decision path's `detail` snapshot); stored as given.
-    pub detail: Option<serde_json::Value>,
-    /// The API key names found in the held call's credential headers, none
-    /// of whom may resolve it: four eyes.
-    pub requesters: Vec<String>,
-    /// The retry identity a pending review is joined by
-    /// ([`HeldRequest::join_key`]).
-    pub join_key: String,
-    /// Distinct approvals the held call needs, when its action's policy
-    /// sets `approvals`; `None`: the server's `review.approvals`.
-    pub approvals_required: Option<u32>,
-    /// Headers whose values are sealed at rest besides `Authorization`,
-    /// `Cookie` and `Proxy-Authorization`: the route's
-    /// `credential_headers` (lowercase).
-    pub credential_headers: Vec<String>,
-}
-
-// === impl NewReview ===
-
-impl NewReview {
-    /// Whether the value of header `name` (lowercase) is sealed at rest.
-    /// `X_Api_Key` counts as `X-Api-Key`, as CGI-style servers read it.
-    pub fn sealed(&self, name: &str) -> bool {
-        let dashed = name.replace('_', "-");
-        seal::Sealer::applies(&dashed) || self.credential_headers.contains(&dashed)
-    }
-}
-
-/// A review with what a reviewer needs to judge it: the held request (its
-/// credential headers sealed, shown as `[sealed]`), the decision snapshot,
-/// and the upstream's answer once the forward is done.
-#[derive(Debug, Clone)]
-pub struct Inspection {
-    pub view: ReviewView,
-    /// Path and query.
-    pub path: String,
-    pub headers: Vec<(String, Bytes)>,
-    pub body: Bytes,
-    pub detail: Option<serde_json::Value>,
-    pub upstream: Option<UpstreamResponse>,
-}
-
-/// How a review ended, as seen by a waiter. `Expired` counts as rejected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resolution {
-    Approved,
-    Rejected,
-    Expired,
-}
-
-/// How a claimed forward ended, reported by the proxy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ForwardOutcome {
-    /// The upstream answered. Only the first [`MAX_STORED_UPSTREAM_BODY`]
-    /// bytes of the body are stored.
-    Done {
-        status: u16,
-        body: Bytes,
-        content_type: Option<String>,
-    },
-    /// The forward failed (connect error, timeout, ...). Whether the upstream
-    /// acted on it is unknown, so the review's forward becomes
-    /// `outcome_unknown` and is never retried.
-    Failed { error: String },
-}
-
-/// Who is looking: an app key sees only its own reviews, a `review`-scope
-/// key sees all.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Viewer {
-    pub name: String,
-    pub sees_all: bool,
-}
-
-/// A review as the Review API shows it. Never carries the held headers or
-/// body: they may hold secrets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ReviewView {
-    pub review_id: String,
-    pub status: ReviewStatus,
-    #[serde(serialize_with = "ser_time")]
-    pub created_at: SystemTime,
-    #[serde(serialize_with = "ser_time")]
-    pub expires_at: SystemTime,
-    pub route: String,
-    pub action: String,
-    pub reason: String,
-    /// The messages of the policy rules that sent the call to review (as in
-    /// the decision record's `detail.rules`); empty when none did.
-    pub rules: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reviewer: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    #[serde(
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "ser_opt_time"
-    )]
-    pub resolved_at: Option<SystemTime>,
-    pub forward: ForwardView,
-    pub request: RequestView,
-    /// Approvals so far (one per API key), oldest first.
-    pub approvals: Vec<ApprovalView>,
-    /// Distinct approvals the review needs: its action's `approvals`, or
-    /// else the server's `review.approvals`.
-    pub approvals_required: u32,
-    /// The tenant, for the caller's audit records; not part of the JSON.
-    #[serde(skip)]
-    pub owner: String,
-    /// The API keys behind the held call; not part of the JSON.
-    #[serde(skip)]
-    pub requesters: Vec<String>,
-}
-
-/// One approval of a review.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ApprovalView {
-    /// The API key name that approved.
-    pub by: String,
-    pub reviewer: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    #[serde(serialize_with = "ser_time")]
-    pub at: SystemTime,
-}
-
-/// The forward part of a [`ReviewView`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ForwardView {
-    /// `not_started`, `started`, `done` or `outcome_unknown`.
-    pub state: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub upstream_status: Option<u16>,
-}
-
-/// The request part of a [`ReviewView`]: what was held, not its contents.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RequestView {
-    pub method: String,
-    /// The path only: the query string is left out like the headers and
-    /// body, since it may carry secrets too.
-    pub path: String,
-    /// [`HeldRequest::hash`] of the held request: what an approval
-    /// releases, and the `request_hash` of the decision's audit record.
-    pub hash: String,
-}
-
-/// The upstream's answer to a forwarded review, as stored: at most
-/// [`MAX_STORED_UPSTREAM_BODY`] bytes of the body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpstreamResponse {
-    pub status: u16,
-    pub content_type: Option<String>,
-    pub body: Bytes,
-}
-
-/// Facts for `/health/detailed`, from memory (no database IO).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReviewsHealth {
-    pub pending: usize,
-    /// Reviews stored in every state (as of the sweeper's last run).
-    pub stored: u64,
-    pub oldest_pending_age: Option<Duration>,
-    /// The sweeper's last storage error, cleared by its next good run.
-    pub last_error: Option<String>,
-}
-
-/// Why a review operation failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReviewError {
-    /// Unknown id (the Review API answers 404).
-    #[error("review not found")]
-    NotFound,
-    /// A second resolution (the Review API answers 409).
-    #[error("review is already {0}")]
-    AlreadyResolved(ReviewStatus),
-    /// The key behind the held call tried to resolve it (the Review API
-    /// answers 403): four eyes.
-    #[error("the key that made a held call cannot resolve it; another reviewer must")]
-    OwnCall,
-    /// This key approved the review before and more approvers are needed
-    /// (the Review API answers 409).
-    #[error("this key already approved the review; another reviewer must approve it")]
-    AlreadyApprovedBy,
-    /// The review expired before anyone resolved it (the Review API answers
-    /// 409); an expired review counts as rejected.
-    #[error("review expired before it was resolved")]
-    Expired,
-    /// `finish_forward` on a review whose forward is not in flight.
-    #[error("review forward is not in flight (it is {0})")]
-    NotForwarding(&'static str),
-    /// A stored held request no longer matches the hash taken when it was
-    /// held; it is not handed out.
-    #[error("held request of review {0} fails its integrity check")]
-    Corrupt(String),
-    /// The database failed. The text is for logs, not clients.
-    #[error("review storage failed: {0}")]
-    Storage(String),
-    /// The shared store cannot be reached (the Review API answers 503; a
-    /// hold fails closed).
-    #[error("review storage unavailable: {0}")]
-    Unavailable(String),
-    /// [`Reviews::open`] was called outside a Tokio runtime.
-    #[error("the review store must be opened inside a tokio runtime")]
-    NoRuntime,
-}
 
 /// The review subsystem: cheap to clone, one per process.
 #[derive(Clone)]
@@ -470,118 +170,6 @@ struct Metrics {
 // === impl Reviews ===
 
 impl Reviews {
-    /// Opens the review tables in the SQLite file at `db_path` (shared with
-    /// other subsystems), turns any forward left `started` into
-    /// `outcome_unknown`, and starts the expiry sweeper, which stops when the
-    /// last clone is dropped. Blocking file IO: call it at start-up.
-    ///
-    /// `seal_key` seals the held requests' credentials at rest (see
-    /// `seal`); it must be the same on every start, or pending reviews
-    /// cannot be forwarded.
-    pub fn open(db_path: &Path, ttl: Duration, seal_key: [u8; 32]) -> Result<Reviews, ReviewError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ReviewError::NoRuntime)?;
-        let (store, recovered) = SqliteStore::open(db_path, sealer(&seal_key)?)?;
-        Self::start(
-            runtime,
-            vec![Box::new(store)],
-            None,
-            recovered,
-            ttl,
-            &seal_key,
-        )
-    }
-
-    /// Opens the review tables of a shared store (PostgreSQL), where
-    /// several replicas hold, list and resolve the same reviews. Every
-    /// replica must have the same `seal_key` (the data dir's secret, shared
-    /// as a Kubernetes secret), or another replica's held credentials do
-    /// not open. Blocking: call it at start-up, on a blocking thread or
-    /// with `block_in_place`.
-    pub fn open_shared(
-        shared: crate::store::postgres::Shared,
-        ttl: Duration,
-        seal_key: [u8; 32],
-    ) -> Result<Reviews, ReviewError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ReviewError::NoRuntime)?;
-        let mut stores: Vec<Box<dyn Backend>> = Vec::new();
-        // Half the pool at most: the turn, the jobs, the lease and the
-        // checkpoints need connections too.
-        for _ in 0..(shared.pool().status().max_size / 2).clamp(1, MAX_SHARED_STORE_CALLS) {
-            stores.push(Box::new(pg::PgStore::new(
-                shared.clone(),
-                sealer(&seal_key)?,
-            )));
-        }
-        let recovered = match stores.first_mut() {
-            Some(store) => store.recover_lapsed()?,
-            None => Vec::new(),
-        };
-        let reviews = Self::start(
-            runtime.clone(),
-            stores,
-            Some(shared.clone()),
-            recovered,
-            ttl,
-            &seal_key,
-        )?;
-        runtime.spawn(follow_shared(
-            Arc::downgrade(&reviews.inner),
-            shared.listen(crate::store::postgres::REVIEWS_CHANNEL),
-            shared.lease(),
-        ));
-        Ok(reviews)
-    }
-
-    fn start(
-        runtime: tokio::runtime::Handle,
-        mut stores: Vec<Box<dyn Backend>>,
-        shared: Option<crate::store::postgres::Shared>,
-        recovered: Vec<String>,
-        ttl: Duration,
-        seal_key: &[u8; 32],
-    ) -> Result<Reviews, ReviewError> {
-        for review_id in &recovered {
-            tracing::warn!(
-                review_id,
-                "forward was in flight when the process stopped: outcome unknown, not retried"
-            );
-        }
-        let pending: BTreeSet<(SystemTime, String)> = match stores.first_mut() {
-            Some(store) => store.pending()?.into_iter().collect(),
-            None => return Err(ReviewError::Storage("no review store".into())),
-        };
-        let slots = stores.len();
-        let metrics = Metrics::new();
-        metrics.held.set(gauge_value(pending.len()));
-        let (unattended_tx, unattended_rx) = mpsc::unbounded_channel();
-        let inner = Arc::new(Inner {
-            stores: Mutex::new(stores),
-            store_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
-            shared,
-            ttl,
-            retention_ms: AtomicU64::new(duration_ms(DEFAULT_RETENTION)),
-            approvals_required: std::sync::atomic::AtomicU32::new(1),
-            stored: AtomicU64::new(0),
-            waiters: Mutex::new(HashMap::new()),
-            taken: Mutex::new(std::collections::HashSet::new()),
-            pending: Mutex::new(pending),
-            last_sweep_error: Mutex::new(None),
-            unattended_tx,
-            unattended_rx: Mutex::new(Some(unattended_rx)),
-            metrics,
-            sweeper: Arc::new(Notify::new()),
-            resolving: Arc::new(tokio::sync::Mutex::new(())),
-            result_key: {
-                let base = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, seal_key);
-                let derived = ring::hmac::sign(&base, RESULT_KEY_LABEL);
-                ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref())
-            },
-            observer: std::sync::OnceLock::new(),
-        });
-        runtime.spawn(sweep(Arc::downgrade(&inner), Arc::clone(&inner.sweeper)));
-        Ok(Reviews { inner })
-    }
-
     /// The capability token of a review's result link: an HMAC of its id
     /// under a key derived from the data dir's secret, so every 202 for the
     /// same review (a retried call joins it) carries the same link, and
@@ -801,7 +389,7 @@ impl Reviews {
         let (review_id, reviewer_name, by) = (id.to_string(), reviewer.to_string(), by.to_string());
         let required = self.approvals_required();
         let resolved = on_store(&self.inner, move |s, inner| {
-            let who = store::Resolver {
+            let who = backend::Resolver {
                 by: &by,
                 reviewer: &reviewer_name,
                 note: note.as_deref(),
@@ -867,91 +455,6 @@ impl Reviews {
             s.finish(&review_id, &outcome, SystemTime::now())
         })
         .await
-    }
-
-    /// One review, or `None` when it is unknown or not `viewer`'s.
-    pub async fn get(&self, id: &str, viewer: &Viewer) -> Result<Option<ReviewView>, ReviewError> {
-        self.get_at(id, viewer, SystemTime::now()).await
-    }
-
-    /// [`Reviews::get`] with the status as of `now`.
-    pub async fn get_at(
-        &self,
-        id: &str,
-        viewer: &Viewer,
-        now: SystemTime,
-    ) -> Result<Option<ReviewView>, ReviewError> {
-        let row = self.load(id).await?;
-        Ok(row
-            .filter(|r| viewer.sees(&r.owner))
-            .map(|r| view(&r, now, self.approvals_required())))
-    }
-
-    /// The decision snapshots of the reviews in `views` (which the caller
-    /// was allowed to see), by review id; without the held requests, so a
-    /// list page never reads held bodies.
-    pub async fn details(
-        &self,
-        views: &[ReviewView],
-    ) -> Result<HashMap<String, serde_json::Value>, ReviewError> {
-        let ids: Vec<String> = views.iter().map(|v| v.review_id.clone()).collect();
-        let found = on_store(&self.inner, move |s, _| s.details(&ids)).await?;
-        Ok(found.into_iter().collect())
-    }
-
-    /// One review with its held request and decision snapshot, for a
-    /// reviewer; `None` when unknown or not `viewer`'s.
-    pub async fn inspect(
-        &self,
-        id: &str,
-        viewer: &Viewer,
-    ) -> Result<Option<Inspection>, ReviewError> {
-        let Some(view) = self.get(id, viewer).await? else {
-            return Ok(None);
-        };
-        let review_id = id.to_string();
-        let found = on_store(&self.inner, move |s, _| s.inspect(&review_id)).await?;
-        Ok(found.map(|i| Inspection {
-            view,
-            path: i.path,
-            headers: i.headers,
-            body: i.body,
-            detail: i.detail,
-            upstream: i.upstream,
-        }))
-    }
-
-    /// The stored upstream answer of a review whose forward is done, so an
-    /// app that got `202` can fetch the result of its held call; `None` when
-    /// unknown, not `viewer`'s, or not forwarded (yet).
-    pub async fn upstream_response(
-        &self,
-        id: &str,
-        viewer: &Viewer,
-    ) -> Result<Option<UpstreamResponse>, ReviewError> {
-        let review_id = id.to_string();
-        let found = on_store(&self.inner, move |s, _| s.upstream(&review_id)).await?;
-        Ok(found.and_then(|(owner, response)| viewer.sees(&owner).then_some(response)))
-    }
-
-    /// Reviews `viewer` may see, with the given status (as of now) or any.
-    /// Pending ones come oldest first, all others newest first; at most
-    /// `limit` (capped at [`MAX_LIST_LIMIT`]).
-    pub async fn list(
-        &self,
-        status: Option<ReviewStatus>,
-        viewer: &Viewer,
-        limit: usize,
-    ) -> Result<Vec<ReviewView>, ReviewError> {
-        let owner = (!viewer.sees_all).then(|| viewer.name.clone());
-        let limit = limit.min(MAX_LIST_LIMIT);
-        let now = SystemTime::now();
-        let required = self.approvals_required();
-        let rows = on_store(&self.inner, move |s, _| {
-            s.list(status, owner.as_deref(), now, limit)
-        })
-        .await?;
-        Ok(rows.iter().map(|r| view(r, now, required)).collect())
     }
 
     /// Pending count and the age of the oldest, from memory.
@@ -1046,111 +549,6 @@ impl crate::runtime::health::Component for Reviews {
     }
 }
 
-// === impl Inner ===
-
-impl Inner {
-    /// Bookkeeping after a new review is stored.
-    fn created(&self, row: &Row) {
-        {
-            let mut pending = lock(&self.pending);
-            pending.insert((row.created_at, row.review_id.clone()));
-            self.metrics.held.set(gauge_value(pending.len()));
-        }
-        // The new deadline may be the next one.
-        self.sweeper.notify_one();
-        tracing::info!(review_id = %row.review_id, owner = %row.owner, route = %row.route, "request held for review");
-        self.tell(ReviewEvent::Held, row);
-    }
-
-    /// Bookkeeping after a review left `pending` (resolved or expired):
-    /// health, metrics, and waking its waiters.
-    fn resolved(&self, row: &Row) {
-        let Some(resolution) = Resolution::of(row.status) else {
-            return;
-        };
-        let (attended, was_pending) = self.deliver(row, resolution);
-        self.metrics
-            .resolutions
-            .get_or_create(&OutcomeLabels {
-                outcome: row.status.as_str().to_string(),
-            })
-            .inc();
-        if let Some(at) = row.resolved_at {
-            let held = at.duration_since(row.created_at).unwrap_or_default();
-            self.metrics.hold_duration.observe(held.as_secs_f64());
-        }
-        // Another replica's held call is that replica's to forward (it is
-        // told by NOTIFY); the claim would refuse this one anyway. And only
-        // the first bookkeeping of a resolution here decides: this
-        // replica's own NOTIFY can reach `resolved_elsewhere` before this
-        // runs, which then delivered it already.
-        if resolution.is_approved() && !attended && was_pending && self.holds(row) {
-            self.unattended(&row.review_id);
-        }
-        self.tell(ReviewEvent::Resolved, row);
-    }
-
-    /// Takes a resolved review out of the pending ones and sends the
-    /// resolution to its waiters, as one step under the `waiters` lock (a
-    /// waiter that reads the store checks both under it too, see
-    /// `Subscription::read_from_store`). Returns whether a waiter owns the
-    /// resolution (it got it, or read it from the store first), and
-    /// whether the review was pending here.
-    fn deliver(&self, row: &Row, resolution: Resolution) -> (bool, bool) {
-        // Lock order: `waiters`, then `pending`, then `taken`.
-        let waiters = lock(&self.waiters);
-        let was_pending = {
-            let mut pending = lock(&self.pending);
-            let was = pending.remove(&(row.created_at, row.review_id.clone()));
-            self.metrics.held.set(gauge_value(pending.len()));
-            was
-        };
-        let attended = match waiters.get(&row.review_id) {
-            Some(tx) if tx.receiver_count() > 0 => {
-                tx.send_replace(Some(resolution));
-                // A mark left by a waiter that read the store is spent.
-                lock(&self.taken).remove(&row.review_id);
-                true
-            }
-            _ => lock(&self.taken).remove(&row.review_id),
-        };
-        (attended, was_pending)
-    }
-
-    /// Bookkeeping after a review this replica holds was resolved on
-    /// another replica: the same as [`Inner::resolved`] but for the webhook
-    /// and the resolution metrics, which the resolving replica did.
-    fn resolved_elsewhere(&self, row: &Row) {
-        let Some(resolution) = Resolution::of(row.status) else {
-            return;
-        };
-        let (attended, was_pending) = self.deliver(row, resolution);
-        if was_pending && resolution.is_approved() && !attended && self.holds(row) {
-            self.unattended(&row.review_id);
-        }
-    }
-
-    /// Whether this replica holds the review's call (always, without a
-    /// shared store).
-    fn holds(&self, row: &Row) -> bool {
-        match (&self.shared, &row.replica) {
-            (Some(shared), Some(replica)) => replica == shared.replica(),
-            _ => true,
-        }
-    }
-
-    /// Queues an approval that no held connection will forward.
-    fn unattended(&self, review_id: &str) {
-        tracing::debug!(
-            review_id,
-            "approved with no held connection waiting: queued for the background forwarder"
-        );
-        // Fails only when the receiver was dropped: then nobody forwards in
-        // the background, and `approved_unforwarded` still lists it.
-        let _ = self.unattended_tx.send(review_id.to_string());
-    }
-}
-
 impl Drop for Inner {
     fn drop(&mut self) {
         // Lets the sweeper see that it is alone and stop.
@@ -1186,167 +584,6 @@ where
     })
     .await
     .map_err(|e| ReviewError::Storage(format!("storage task failed: {e}")))?
-}
-
-/// The expiry sweeper: expires every pending review at its deadline and
-/// wakes its waiters, then sleeps until the next deadline (or a new review).
-/// Holds only a `Weak`, so it stops once every [`Reviews`] is dropped.
-async fn sweep(inner: Weak<Inner>, wake: Arc<Notify>) {
-    loop {
-        let Some(strong) = inner.upgrade() else {
-            return;
-        };
-        // Not in the middle of a resolution (see `resolution_turn`), on
-        // any replica.
-        let turn = match Turn::take(&strong).await {
-            Ok(turn) => Some(turn),
-            Err(e) => {
-                tracing::warn!(error = %e, "review expiry sweep cannot take its turn");
-                *lock(&strong.last_sweep_error) = Some(e.to_string());
-                None
-            }
-        };
-        let Some(turn) = turn else {
-            drop(strong);
-            tokio::select! {
-                () = tokio::time::sleep(SWEEP_RETRY) => {}
-                () = wake.notified() => {}
-            }
-            continue;
-        };
-        let swept = on_store(&strong, |s, inner| {
-            let now = SystemTime::now();
-            let (expired, next) = s.expire_due(now)?;
-            for row in &expired {
-                tracing::info!(review_id = %row.review_id, "review expired");
-                inner.resolved(row);
-            }
-            // Retention, in bounded batches so a large backlog never holds
-            // the store for long; what is left goes on the next run.
-            let retention = Duration::from_millis(inner.retention_ms.load(Ordering::Relaxed));
-            let mut purged = 0;
-            if let Some(before) = now.checked_sub(retention) {
-                purged = s.purge_resolved(before, PURGE_BATCH)?;
-                if purged > 0 {
-                    tracing::info!(purged, "deleted reviews past review.retention");
-                }
-            }
-            inner.stored.store(s.count()?, Ordering::Relaxed);
-            // A full batch: come back soon for the rest.
-            Ok(if purged == PURGE_BATCH {
-                Some(now)
-            } else {
-                next
-            })
-        })
-        .await;
-        drop(turn);
-        let pause = match swept {
-            Ok(next) => {
-                *lock(&strong.last_sweep_error) = None;
-                next.map_or(MAX_SWEEP_INTERVAL, |t| {
-                    t.duration_since(SystemTime::now())
-                        .unwrap_or_default()
-                        .min(MAX_SWEEP_INTERVAL)
-                })
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "review expiry sweep failed");
-                *lock(&strong.last_sweep_error) = Some(e.to_string());
-                SWEEP_RETRY
-            }
-        };
-        // Resolved reviews wait for their retention: with a short one, come
-        // back within it (never more often than every 100 ms).
-        let resolved_stored = strong.stored.load(Ordering::Relaxed)
-            > u64::try_from(lock(&strong.pending).len()).unwrap_or(u64::MAX);
-        let retention = Duration::from_millis(strong.retention_ms.load(Ordering::Relaxed));
-        let pause = if resolved_stored {
-            pause.min(retention.max(Duration::from_millis(100)))
-        } else {
-            pause
-        };
-        drop(strong);
-        tokio::select! {
-            () = tokio::time::sleep(pause) => {}
-            () = wake.notified() => {}
-        }
-    }
-}
-
-/// With a shared store: learns of resolutions made on other replicas (by
-/// `NOTIFY`, and by polling this replica's pending reviews every second in
-/// case a notification was lost), and every third of the lease takes over
-/// what replicas that are gone left: their forwards in flight become
-/// `outcome_unknown`, and their approved reviews go to this replica's
-/// background forwarder (the claim lets only one replica have each).
-async fn follow_shared(
-    inner: Weak<Inner>,
-    mut notified: mpsc::UnboundedReceiver<String>,
-    lease: Duration,
-) {
-    let mut poll = tokio::time::interval(Duration::from_secs(1));
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut takeover = tokio::time::interval(lease / 3);
-    takeover.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        // Only reviews this replica holds (pending in its memory) or waits
-        // on: the rest are other replicas' business.
-        let ids: Vec<String> = tokio::select! {
-            id = notified.recv() => {
-                let Some(id) = id else { return };
-                let Some(strong) = inner.upgrade() else { return };
-                let waiters = lock(&strong.waiters);
-                let ours = waiters.contains_key(&id)
-                    || lock(&strong.pending).iter().any(|(_, p)| *p == id);
-                if !ours {
-                    continue;
-                }
-                vec![id]
-            }
-            _ = poll.tick() => {
-                let Some(strong) = inner.upgrade() else { return };
-                let waiters = lock(&strong.waiters);
-                let mut ids: BTreeSet<String> =
-                    lock(&strong.pending).iter().map(|(_, id)| id.clone()).collect();
-                ids.extend(waiters.keys().cloned());
-                ids.into_iter().collect()
-            }
-            _ = takeover.tick() => {
-                let Some(strong) = inner.upgrade() else { return };
-                let taken = on_store(&strong, |s, inner| {
-                    for review_id in s.recover_lapsed()? {
-                        tracing::warn!(review_id, "forward was in flight on a replica that is gone: outcome unknown, not retried");
-                    }
-                    for review_id in s.orphaned_approvals()? {
-                        inner.unattended(&review_id);
-                    }
-                    Ok(())
-                })
-                .await;
-                if let Err(e) = taken {
-                    tracing::warn!(error = %e, "cannot take over the reviews of replicas that are gone");
-                }
-                continue;
-            }
-        };
-        let Some(strong) = inner.upgrade() else {
-            return;
-        };
-        if ids.is_empty() {
-            continue;
-        }
-        let followed = on_store(&strong, move |s, inner| {
-            for row in s.resolved_among(&ids)? {
-                inner.resolved_elsewhere(&row);
-            }
-            Ok(())
-        })
-        .await;
-        if let Err(e) = followed {
-            tracing::warn!(error = %e, "cannot read reviews resolved on another replica");
-        }
-    }
 }
 
 /// The most PostgreSQL review calls one replica runs at once.
@@ -1504,33 +741,6 @@ impl Drop for Subscription {
     }
 }
 
-// === impl Resolution ===
-
-impl Resolution {
-    /// The resolution a status stands for; `None` while pending.
-    pub fn of(status: ReviewStatus) -> Option<Resolution> {
-        match status {
-            ReviewStatus::Pending => None,
-            ReviewStatus::Approved => Some(Resolution::Approved),
-            ReviewStatus::Rejected => Some(Resolution::Rejected),
-            ReviewStatus::Expired => Some(Resolution::Expired),
-        }
-    }
-
-    pub fn is_approved(self) -> bool {
-        self == Resolution::Approved
-    }
-}
-
-// === impl Viewer ===
-
-impl Viewer {
-    /// Whether this viewer may see a review held for `owner`.
-    pub fn sees(&self, owner: &str) -> bool {
-        self.sees_all || self.name == owner
-    }
-}
-
 // === impl Metrics ===
 
 impl Metrics {
@@ -1541,89 +751,6 @@ impl Metrics {
             // 1 s to about 18 h, by factors of 4.
             hold_duration: Histogram::new(exponential_buckets(1.0, 4.0, 9)),
         }
-    }
-}
-
-// === impl ReviewError ===
-
-impl From<rusqlite::Error> for ReviewError {
-    fn from(e: rusqlite::Error) -> ReviewError {
-        ReviewError::Storage(e.to_string())
-    }
-}
-
-/// The view of a stored row at `now`: a pending review past its deadline
-/// reads as expired (at its deadline) before the sweeper writes it down.
-fn view(row: &Row, now: SystemTime, approvals_required: u32) -> ReviewView {
-    let status = state::effective_status(row.status, row.expires_at, now);
-    let resolved_at = match (row.resolved_at, status) {
-        (None, ReviewStatus::Expired) => Some(row.expires_at),
-        (at, _) => at,
-    };
-    ReviewView {
-        review_id: row.review_id.clone(),
-        status,
-        created_at: row.created_at,
-        expires_at: row.expires_at,
-        route: row.route.clone(),
-        action: row.action.clone(),
-        reason: row.reason.clone(),
-        rules: row.rules.clone(),
-        record_id: row.record_id.clone(),
-        reviewer: row.reviewer.clone(),
-        note: row.note.clone(),
-        resolved_at,
-        forward: ForwardView {
-            state: row.forward.as_str(),
-            upstream_status: match row.forward {
-                ForwardState::Done { status } => Some(status),
-                _ => None,
-            },
-        },
-        request: RequestView {
-            method: row.method.clone(),
-            // INVARIANT: no query string, which may carry secrets too.
-            path: row.path.split('?').next().unwrap_or_default().to_string(),
-            hash: row.request_hash.clone(),
-        },
-        approvals: row
-            .approvals
-            .iter()
-            .map(|a| ApprovalView {
-                by: a.by.clone(),
-                reviewer: a.reviewer.clone(),
-                note: a.note.clone(),
-                at: store::from_micros(a.at),
-            })
-            .collect(),
-        approvals_required: row.approvals_required.unwrap_or(approvals_required),
-        owner: row.owner.clone(),
-        requesters: row.requesters.clone(),
-    }
-}
-
-/// RFC 3339 UTC, e.g. `2026-11-22T21:30:00.123456Z`. An error (not the
-/// panic of `OffsetDateTime::from`) for times outside years 1..=9999.
-fn rfc3339(t: SystemTime) -> Result<String, String> {
-    let nanos = match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => i128::try_from(d.as_nanos()).unwrap_or(i128::MAX),
-        Err(before) => i128::try_from(before.duration().as_nanos()).map_or(i128::MIN, |n| -n),
-    };
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .map_err(|e| e.to_string())?
-        .format(&time::format_description::well_known::Rfc3339)
-        .map_err(|e| e.to_string())
-}
-
-fn ser_time<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    let text = rfc3339(*t).map_err(serde::ser::Error::custom)?;
-    s.serialize_str(&text)
-}
-
-fn ser_opt_time<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
-    match t {
-        Some(t) => ser_time(t, s),
-        None => s.serialize_none(),
     }
 }
 

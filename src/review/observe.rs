@@ -10,7 +10,7 @@
 
 use std::time::SystemTime;
 
-use super::{store::Row, view, Inner, ReviewView, Reviews};
+use super::{backend::Row, view, Inner, ReviewView, Reviews};
 
 /// What happened to a review.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,11 +22,11 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use tokio_postgres::types::ToSql;
 
-use super::state::{self, ForwardState, ReviewStatus, Verdict};
-use super::store::{
+use super::backend::{
     from_micros, micros, open_held, plan_finish, plan_resolve, Backend, Cells, Inspected,
     ResolvePlan, Resolver, Row, COLUMNS,
 };
+use super::state::{self, ForwardState, ReviewStatus, Verdict};
 use super::{ForwardOutcome, HeldRequest, NewReview, ReviewError, UpstreamResponse};
 use crate::store::postgres::{error_text, Shared, NOW_MICROS, REVIEWS_CHANNEL};
 
@@ -208,7 +208,7 @@ impl Backend for PgStore {
                     &creds,
                     &rules,
                     &detail,
-                    &super::store::encode_requesters(&new.requesters),
+                    &super::backend::encode_requesters(&new.requesters),
                     &me,
                     &new.approvals_required.map(|n| n as i32),
                 ],
@@ -548,7 +548,7 @@ impl Backend for PgStore {
             let headers = held_headers(&client, review_id)
                 .await?
                 .into_iter()
-                .map(super::store::shown_header)
+                .map(super::backend::shown_header)
                 .collect();
             Ok(Some(Inspected {
                 path,
@@ -687,7 +687,7 @@ impl Backend for PgStore {
     }
 }
 
-use super::store::Resolved;
+use super::backend::Resolved;
 
 /// One review, locked for the rest of the transaction with `lock`.
 async fn load<C: deadpool_postgres::GenericClient>(

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use tempfile::TempDir;
 
+use super::view::rfc3339;
 use super::*;
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -1113,8 +1114,8 @@ async fn a_database_without_rule_messages_is_upgraded() {
 async fn the_review_store_keeps_temp_data_in_memory() {
     sqlite_only!();
     let dir = place();
-    let (store, _) = store::SqliteStore::open(&db(&dir), sealer(&TEST_SEAL).unwrap()).unwrap();
-    assert_eq!(store::tests_support::temp_store(&store), 2);
+    let (store, _) = sqlite::SqliteStore::open(&db(&dir), sealer(&TEST_SEAL).unwrap()).unwrap();
+    assert_eq!(sqlite::tests_support::temp_store(&store), 2);
 }
 
 /// Resolved and expired reviews go after `review.retention`, with their
