@@ -1,6 +1,7 @@
 //! Unit tests of the parent module, kept in their own file so that the
 //! module itself reads as code.
 
+use super::sentences::{is_stop, next_stop};
 use super::*;
 
 fn sents(text: &str) -> Vec<&str> {

@@ -1,6 +1,7 @@
 //! Unit tests of the parent module, kept in their own file so that the
 //! module itself reads as code.
 
+use super::scoring::qty_score;
 use super::*;
 
 /// The value window in [`qty_score`] finds exactly the units a scan of
