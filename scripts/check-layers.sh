@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks which parts of src/ may import which (`crate::<module>` paths in
-# their .rs files, test files excepted), so that the layering stays true,
+# their .rs files, test files and folders excepted), so that the layering stays true,
 # and that the pure core, crates/verdict-engine, depends on no crate that
 # does IO, async, HTTP or JSON.
 #
@@ -84,7 +84,7 @@ files_of() {
         *::*) echo "src/${1%%::*}/${1#*::}.rs" ;;
         *)
             [ -f "src/$1.rs" ] && echo "src/$1.rs"
-            [ -d "src/$1" ] && find "src/$1" -name '*.rs' ! -name tests.rs
+            [ -d "src/$1" ] && find "src/$1" -name '*.rs' ! -name tests.rs ! -path '*/tests/*'
             ;;
     esac
     return 0
