@@ -12,10 +12,10 @@
 #   decide            audit, config, engine, evidence, policy:
 #                     the one decision path; never api, proxy or app
 #   policy            config, engine
-#   audit             config, store
+#   audit             config, store::sqlite
 #   evidence          config, engine
-#   jobs              config, store, runtime::health, runtime::metrics
-#   review            store, runtime::health, runtime::metrics (its
+#   jobs              config, store::postgres, store::sqlite, runtime::health, runtime::metrics
+#   review            store::postgres, store::sqlite, runtime::health, runtime::metrics (its
 #                     errors become HTTP in src/api/error.rs)
 #   store             config, runtime::health, runtime::metrics: the PostgreSQL connection
 #                     side of the shared store, SQLite's busy handlers and the
@@ -23,7 +23,7 @@
 #   webhook           config, evidence, api::http_util, review: the review webhook
 #   cli::reviews      config, api::http_util: `verdict reviews` talks to the API over HTTP only
 #   cli::backup       audit: `verdict backup`, a copy of the data dir
-#   witness           audit, api::http_util, server, store (remote: checkpoints published to the shared store)
+#   witness           audit, api::http_util, server, store::postgres (remote: checkpoints published to the shared store)
 #   runtime           audit, api::auth, config, decide, evidence, jobs, policy,
 #                     review (src/runtime/mod.rs: the shared state under the doors)
 #   api::auth         config
@@ -54,15 +54,15 @@ ENGINE_DEPS="ahash rust-stemmers"
 declare -A ALLOWED=(
     [decide]="audit config engine evidence policy"
     [policy]="config engine"
-    [audit]="config store"
+    [audit]="config store::sqlite"
     [evidence]="config engine"
     [store]="config runtime::health runtime::metrics"
-    [jobs]="config store runtime::health runtime::metrics"
-    [review]="store runtime::health runtime::metrics"
+    [jobs]="config store::postgres store::sqlite runtime::health runtime::metrics"
+    [review]="store::postgres store::sqlite runtime::health runtime::metrics"
     [webhook]="config evidence api::http_util review"
     [cli::reviews]="config api::http_util"
     [cli::backup]="audit"
-    [witness]="audit api::http_util server store"
+    [witness]="audit api::http_util server store::postgres"
     [runtime]="audit api::auth config decide evidence jobs policy review runtime::health runtime::metrics runtime::telemetry"
     [api::auth]="config"
     [api::error]="api::http_util audit decide jobs review"
@@ -81,7 +81,11 @@ declare -A FORBIDDEN=(
 files_of() {
     case "$1" in
         runtime) echo src/runtime/mod.rs ;;
-        *::*) echo "src/${1%%::*}/${1#*::}.rs" ;;
+        *::*)
+            local leaf="src/${1%%::*}/${1#*::}"
+            [ -f "$leaf.rs" ] && echo "$leaf.rs"
+            [ -d "$leaf" ] && find "$leaf" -name '*.rs' ! -name tests.rs ! -path '*/tests/*'
+            ;;
         *)
             [ -f "src/$1.rs" ] && echo "src/$1.rs"
             [ -d "src/$1" ] && find "src/$1" -name '*.rs' ! -name tests.rs ! -path '*/tests/*'
@@ -91,10 +95,11 @@ files_of() {
 }
 
 # `file:line:module` for every `crate::` path in the files; the leaf
-# modules of runtime and of api count as themselves.
+# modules of runtime, api and store count as themselves, and any other
+# `crate::x::y` as `x`.
 imports() {
-    grep -Hno 'crate::[a-z_]*\(::\(health\|metrics\|telemetry\|auth\|error\|http_util\)\b\)\?' "$@" \
-        | sed -E 's/crate::runtime::(health|metrics|telemetry)$/runtime::\1/; s/crate::api::(auth|error|http_util)$/api::\1/; s/crate:://' || true
+    grep -Hno 'crate::[a-z_]*\(::\(health\|metrics\|telemetry\|auth\|error\|http_util\|postgres\|sqlite\|datalock\)\b\)\?' "$@" \
+        | sed -E 's/crate::runtime::(health|metrics|telemetry)$/runtime::\1/; s/crate::api::(auth|error|http_util)$/api::\1/; s/crate::store::(postgres|sqlite|datalock)$/store::\1/; s/crate::([a-z_]*)(::[a-z_]*)?$/\1/' || true
 }
 
 status=0

@@ -15,7 +15,7 @@
 //! engine still gets wrong are listed in `data/adversarial_known_wrong.txt`,
 //! and the test fails when any other case goes wrong, or when a listed case
 //! comes out right and the list should shrink. Run it with
-//! `cargo test --test adversarial -- --nocapture` to see the table.
+//! `cargo test --test files -- adversarial:: --nocapture` to see the table.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
 use crate::support;

@@ -1,5 +1,5 @@
 //! Batch jobs through the public API only: a 100 000-item job is stored and
-//! processed, with timings printed (`cargo test --test jobs_store -- --nocapture`),
+//! processed, with timings printed (`cargo test --test processes -- jobs_store:: --nocapture`),
 //! and a job survives a `kill -9` of the process that runs it.
 
 use crate::support;

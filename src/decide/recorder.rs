@@ -11,7 +11,7 @@
 //! [`Recorder::Discard`], which builds and canonicalizes the record exactly
 //! as the log would (so a record the log would refuse fails the same way)
 //! and then drops it. `scripts/check-layers.sh` refuses `Recorder::Discard`
-//! anywhere but here and in the offline door (`src/cases`).
+//! anywhere but here and in the offline door (`src/offline`).
 
 use crate::audit::record::{hash_string, record_hash};
 use crate::audit::{AuditError, AuditLog, AuditRecord, CapturedInput, Receipt};

@@ -6,7 +6,7 @@
 //! body (and the policy set and proxy config): no IO, no audit record.
 //! `Proxy::route` and `Proxy::gated` call them on a live request and then
 //! record, forward, block or hold; `verdict test` and `verdict explain`
-//! (`src/cases`) call them on a test case's request, so that a case
+//! (`src/offline`) call them on a test case's request, so that a case
 //! decides exactly what the proxy would, refusals included, without a
 //! second copy of the extraction rules.
 

@@ -1,16 +1,10 @@
 //! Storage for reviews and their held requests: the [`Backend`] interface
 //! the async shell in [`super`] calls (synchronously, from blocking
-//! threads), and its SQLite implementation, the zero-config default. The
-//! PostgreSQL one, for several replicas, is `super::pg`.
-//!
-//! The exactly-once forward promise rests on this file. Every change runs in
-//! an `IMMEDIATE` transaction (the write lock is taken before the row is read,
-//! so two claims can never both see `not_started`), the pure transition in
-//! [`super::state`] decides whether the change is allowed, and the connection
-//! runs with `synchronous=FULL` so a commit is on disk before the caller is
-//! answered. The database file is shared with other subsystems, so every
-//! table here is prefixed `review_` and nothing outside those tables is
-//! touched (not even `user_version`).
+//! threads), and what both implementations share: the row mapping
+//! ([`Row::read_from`] over [`Cells`]) and the pure plans of a resolution
+//! and of a forward's end. The SQLite implementation, the zero-config
+//! default, is `super::sqlite`; the PostgreSQL one, for several replicas,
+//! is `super::pg`.
 
 use std::time::{Duration, SystemTime};
 
@@ -131,7 +125,7 @@ pub(super) trait Backend: Send {
         join: bool,
     ) -> Result<(Row, bool), ReviewError>;
     fn get(&mut self, review_id: &str) -> Result<Option<Row>, ReviewError>;
-    /// See [`SqliteStore::list`].
+    /// See [`super::sqlite::SqliteStore::list`].
     fn list(
         &mut self,
         status: Option<ReviewStatus>,
@@ -139,7 +133,7 @@ pub(super) trait Backend: Send {
         now: SystemTime,
         limit: usize,
     ) -> Result<Vec<Row>, ReviewError>;
-    /// See [`SqliteStore::resolve`].
+    /// See [`super::sqlite::SqliteStore::resolve`].
     fn resolve(
         &mut self,
         review_id: &str,

@@ -13,10 +13,11 @@
 //! It does not forward anything itself; the proxy does, and reports back with
 //! [`Reviews::finish_forward`]. The rules live in pure transitions
 //! (`state`), the storage behind one interface (`backend::Backend`: SQLite by
-//! default, PostgreSQL in `pg` when several replicas share reviews), and
-//! this file is the thin async shell: database work runs on blocking
-//! threads, waiters are woken by a per-review `watch` channel, and a sweeper
-//! task expires reviews at their deadline.
+//! default in `sqlite`, PostgreSQL in `pg` when several replicas share
+//! reviews), and this module is the thin async shell (this file, with
+//! `open`, `read`, `inner` and `background` beside it): database work runs
+//! on blocking threads, waiters are woken by a per-review `watch` channel,
+//! and a sweeper task expires reviews at their deadline.
 //!
 //! With a shared store, the replica that holds a call (its client
 //! connection) keeps the first right to forward it: a resolution made on

@@ -1,5 +1,15 @@
-//! The SQLite backend of reviews: the review tables in the data dir's
-//! database file, behind the same Backend trait as the PostgreSQL one.
+//! The SQLite backend of reviews, the zero-config default: the review tables
+//! in the data dir's database file, behind the same [`Backend`] trait as the
+//! PostgreSQL one.
+//!
+//! The exactly-once forward promise rests on this file. Every change runs in
+//! an `IMMEDIATE` transaction (the write lock is taken before the row is read,
+//! so two claims can never both see `not_started`), the pure transition in
+//! [`super::state`] decides whether the change is allowed, and the connection
+//! runs with `synchronous=FULL` so a commit is on disk before the caller is
+//! answered. The database file is shared with other subsystems, so every
+//! table here is prefixed `review_` and nothing outside those tables is
+//! touched (not even `user_version`).
 
 use std::path::Path;
 use std::time::SystemTime;
