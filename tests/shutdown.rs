@@ -78,6 +78,50 @@ fn sigterm_drains_and_exits_zero() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// A request refused during the drain whose body comes after its head
+/// still gets its 503: the server reads the body before it closes, so the
+/// close is not a reset that takes the answer with it.
+#[tokio::test]
+async fn a_refused_request_whose_body_comes_late_still_gets_its_answer() {
+    let s = support::TestServer::start().await;
+    let addr = s.addr;
+    // A request in flight keeps the drain (and the listener) going.
+    let in_flight = half_sent(addr, &head(support::APP_KEY)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let shutdown = tokio::spawn(s.shutdown());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let mut late = tokio::net::TcpStream::connect(addr).await.unwrap();
+    late.write_all(head(support::APP_KEY).as_bytes())
+        .await
+        .unwrap();
+    // The head alone is enough to refuse, but an answer before the body is
+    // read means a close with the body still arriving, which the kernel
+    // turns into a reset (the client then loses the answer, as a client
+    // whose body was a packet behind its head did). So no answer yet.
+    let mut first = [0u8; 1];
+    let early = tokio::time::timeout(Duration::from_millis(300), late.read(&mut first)).await;
+    assert!(
+        early.is_err(),
+        "answered before the body was read: {early:?}"
+    );
+    late.write_all(BODY.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(10), late.read_to_string(&mut out))
+        .await
+        .expect("answer before timeout")
+        .expect("the answer, not a reset");
+    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+    assert!(out.to_ascii_lowercase().contains("retry-after: 1"), "{out}");
+
+    let out = finish(in_flight).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    tokio::time::timeout(Duration::from_secs(10), shutdown)
+        .await
+        .expect("drain completes")
+        .unwrap();
+}
+
 /// Sends `head` and half of a body of `len` bytes on a new connection to
 /// `addr`: a request in flight that the drain must wait for.
 async fn half_sent(addr: std::net::SocketAddr, head: &str) -> tokio::net::TcpStream {

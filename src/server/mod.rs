@@ -71,6 +71,12 @@ const RESERVED_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// second.
 const RESERVED_LIFETIME: Duration = Duration::from_secs(5);
 
+/// How much of a refused request's body is read, and for how long, before
+/// the 503: a connection closed with unread bytes in its receive buffer is
+/// reset by the kernel, and the client may then lose the answer to a reset.
+const REFUSED_BODY_LIMIT: usize = 64 * 1024;
+const REFUSED_BODY_WAIT: Duration = Duration::from_secs(1);
+
 /// Pending connections per listener (tokio's default for `TcpListener::bind`).
 const LISTEN_BACKLOG: u32 = 1024;
 
@@ -491,7 +497,7 @@ async fn serve_shared<H: Handler>(
                     }
                     let req = req.map(|b| ReqBody::new(b, body_timeout, body_min_rate));
                     if reserved && !handler.essential(&req) {
-                        return Ok(refuse_reserved(&req, refusal));
+                        return Ok(refuse_reserved(req, refusal).await);
                     }
                     let resp = handler.handle(req, conn, &state).await;
                     let (parts, body) = resp.into_parts();
@@ -624,9 +630,13 @@ fn refuse_ambiguous(req: &Request<Incoming>, peer: SocketAddr) -> Response<RespB
 /// The answer to a request other than a probe on a connection accepted
 /// past the cap, or during a drain: 503 saying `why`. An HTTP/1 reserved
 /// connection is closed after its one request; an HTTP/2 one after
-/// `RESERVED_LIFETIME`.
-fn refuse_reserved(req: &Request<ReqBody>, why: &str) -> Response<RespBody> {
+/// `RESERVED_LIFETIME`. A small body is read first (see
+/// `REFUSED_BODY_LIMIT`), so that the close after the answer is not a reset.
+async fn refuse_reserved(req: Request<ReqBody>, why: &str) -> Response<RespBody> {
+    use http_body_util::BodyExt;
     let request_id = crate::api::http_util::request_id(req.headers());
+    let body = http_body_util::Limited::new(req.into_body(), REFUSED_BODY_LIMIT);
+    let _ = tokio::time::timeout(REFUSED_BODY_WAIT, body.collect()).await;
     let mut resp = ApiError::Unavailable(why.into()).into_response(&request_id);
     resp.headers_mut().insert(
         http::header::RETRY_AFTER,
