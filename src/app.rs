@@ -14,17 +14,17 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::api::auth::{AuthMode, KeyStore, KeysError};
 use crate::api::Api;
 use crate::audit::redaction::Opened;
 use crate::audit::{AuditLog, AuditRecord, RecordKind, RedactionKey, RedactionKeyError};
 use crate::config::Config;
 use crate::evidence::Resolver;
+use crate::http::auth::{AuthMode, KeyStore, KeysError};
 use crate::policy::{self, PolicyStore, ReloadOutcome};
-use crate::runtime::health::{self, Component, Health};
-use crate::runtime::metrics::HttpMetrics;
 pub use crate::runtime::{db_path, App};
 use crate::server::{self, TlsError};
+use crate::telemetry::health::{self, Component, Health};
+use crate::telemetry::metrics::HttpMetrics;
 
 /// Why the sidecar could not start. `main` exits 64 on any of these.
 #[derive(Debug, thiserror::Error)]

@@ -411,10 +411,7 @@ impl Sender {
                 retry: false,
             })?;
         let resp = self.client.request(req).await.map_err(|e| Failure {
-            reason: format!(
-                "cannot reach the webhook: {}",
-                crate::api::http_util::error_chain(&e)
-            ),
+            reason: format!("cannot reach the webhook: {}", crate::http::error_chain(&e)),
             retry: true,
         })?;
         let status = resp.status();

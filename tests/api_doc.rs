@@ -27,6 +27,9 @@ use std::time::{Duration, Instant};
 use http::Method;
 use serde_json::Value;
 use support::{TestServer, APP_KEY, VERIFY_ONLY_KEY};
+use verdict::engine::decide::DecisionReason;
+use verdict::engine::{ClaimStatus, Reason};
+use verdict::http::error::ApiError;
 
 /// Keys whose documented value must equal the actual one wherever they
 /// appear: the decision, its reasons, statuses and error codes. Everything
@@ -561,7 +564,7 @@ async fn every_example_answers_with_the_documented_shape() {
         // request_hash: RFC 8785, and the doc's snippet agrees.
         if let Some(h) = actual.get("request_hash").and_then(Value::as_str) {
             let sent: Value = serde_json::from_str(&body).expect("a JSON body");
-            let want = verdict::api::http_util::canonical_hash(&sent).expect("canonical");
+            let want = verdict::http::canonical_hash(&sent).expect("canonical");
             if h != want {
                 errors.push(format!("request_hash {h} is not {want}"));
             }
@@ -696,24 +699,20 @@ fn the_shape_check_catches_drift() {
     assert!(!e.is_empty());
 }
 
-/// The string literals of a region of a source file: from the line that
-/// contains `start` up to the next line that contains `end`.
-fn literals_between(file: &str, start: &str, end: &str) -> Vec<String> {
-    let text = read(file);
-    let from = text
-        .find(start)
-        .unwrap_or_else(|| panic!("{file}: no {start:?}"));
-    let rest = &text[from..];
-    let to = rest[start.len()..]
-        .find(end)
-        .map(|i| i + start.len())
-        .unwrap_or_else(|| panic!("{file}: no {end:?} after {start:?}"));
-    let region = &rest[..to];
-    region
-        .split('"')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_string)
+/// The values of the first flow-style `enum: [...]` after the line `marker`
+/// in docs/openapi.yaml.
+fn openapi_enum(marker: &str) -> BTreeSet<String> {
+    let text = read("docs/openapi.yaml");
+    let at = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("docs/openapi.yaml: no {marker:?}"));
+    let rest = &text[at..];
+    let from = rest.find("enum: [").expect("an enum after the marker") + "enum: [".len();
+    let to = from + rest[from..].find(']').expect("the enum's end");
+    rest[from..to]
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
         .collect()
 }
 
@@ -759,13 +758,10 @@ fn assert_same(what: &str, code: BTreeSet<String>, doc: BTreeSet<String>) {
 }
 
 fn decision_reasons() -> BTreeSet<String> {
-    literals_between(
-        "crates/verdict-engine/src/decide.rs",
-        "impl DecisionReason {",
-        "/// Everything the table looks at.",
-    )
-    .into_iter()
-    .collect()
+    DecisionReason::ALL
+        .iter()
+        .map(|r| r.as_str().to_string())
+        .collect()
 }
 
 #[test]
@@ -778,43 +774,36 @@ fn every_reason_and_error_code_has_its_row() {
         reasons,
         table_keys(&doc, "decision-reasons").into_iter().collect(),
     );
-    let claim_reasons: BTreeSet<String> = literals_between(
-        "crates/verdict-engine/src/lib.rs",
-        "impl Reason {",
-        "/// Contradictions force",
-    )
-    .into_iter()
-    .collect();
+    let claim_reasons: BTreeSet<String> = Reason::ALL
+        .iter()
+        .map(|r| r.as_str().to_string())
+        .collect();
     assert!(claim_reasons.contains("amount_mismatch"));
     assert_same(
         "claim reasons",
         claim_reasons,
         table_keys(&doc, "claim-reasons").into_iter().collect(),
     );
-    let statuses: BTreeSet<String> = literals_between(
-        "crates/verdict-engine/src/lib.rs",
-        "impl ClaimStatus {",
-        "/// The result for one claim.",
-    )
-    .into_iter()
-    .collect();
+    let statuses: BTreeSet<String> = ClaimStatus::ALL
+        .iter()
+        .map(|s| s.as_str().to_string())
+        .collect();
     assert_same(
         "claim statuses",
         statuses,
         table_keys(&doc, "claim-statuses").into_iter().collect(),
     );
-    let codes: BTreeSet<String> = literals_between(
-        "src/api/error.rs",
-        "pub fn code(&self)",
-        "pub fn public_message",
-    )
-    .into_iter()
-    .collect();
+    let codes: BTreeSet<String> = ApiError::CODES.iter().map(|c| c.to_string()).collect();
     assert!(codes.contains("invalid_request"));
     assert_same(
         "error codes",
-        codes,
+        codes.clone(),
         table_keys(&doc, "error-codes").into_iter().collect(),
+    );
+    assert_eq!(
+        openapi_enum("    Error:"),
+        codes,
+        "docs/openapi.yaml's error codes are not the server's"
     );
 }
 
@@ -822,21 +811,10 @@ fn every_reason_and_error_code_has_its_row() {
 /// `Reason::is_contradiction` names.
 #[test]
 fn the_contradiction_column_follows_the_engine() {
-    let text = read("crates/verdict-engine/src/lib.rs");
-    let from = text
-        .find("pub fn is_contradiction")
-        .expect("is_contradiction()");
-    let to = from + text[from..].find("\n    }\n").expect("its end");
-    let code: BTreeSet<String> = text[from..to]
-        .split("Reason::")
-        .skip(1)
-        .map(|s| {
-            snake(
-                &s.chars()
-                    .take_while(|c| c.is_ascii_alphanumeric())
-                    .collect::<String>(),
-            )
-        })
+    let code: BTreeSet<String> = Reason::ALL
+        .iter()
+        .filter(|r| r.is_contradiction())
+        .map(|r| r.as_str().to_string())
         .collect();
     assert!(code.contains("amount_mismatch") && !code.contains("low_coverage"));
     let doc: BTreeSet<String> = table_rows(&doc(), "claim-reasons")

@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use verdict::api::auth::{KeySet, Scope};
 use verdict::config::{Config, Overrides, Unmatched};
+use verdict::http::auth::{KeySet, Scope};
 use verdict::policy::PolicySet;
 
 fn repo(p: &str) -> PathBuf {

@@ -230,7 +230,7 @@ async fn shutdown_does_not_wait_for_a_retrying_notification() {
     let t0 = Instant::now();
     e.s.shutdown().await;
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-    let text = verdict::runtime::metrics::encode(&app.registry).unwrap();
+    let text = verdict::telemetry::metrics::encode(&app.registry).unwrap();
     assert!(
         text.contains(r#"verdict_review_notifications_total{outcome="dropped"} 1"#),
         "{text}"

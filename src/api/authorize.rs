@@ -12,12 +12,12 @@ use serde::Serialize;
 use serde::Deserialize;
 
 use super::wire::{self, CheckOut, MetricsOut, Mode, OptionsIn, RequirementsIn, ResponseIn};
-use crate::api::error::ApiError;
 use crate::decide::explain::{self, Explanation};
 use crate::decide::input::{AnswerIn, Claims, SourceIn};
 use crate::decide::{Decided, Input};
 use crate::engine::decide::{self, Requested};
 use crate::engine::{Citations, DecisionMode};
+use crate::http::error::ApiError;
 
 /// `action: {type, params?}`.
 #[derive(Debug, Clone, Deserialize)]

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::verify::{self, VerifyRequest};
-use crate::api::error::ApiError;
-use crate::api::http_util::JsonBody;
 use crate::evidence::Resolver;
+use crate::http::error::ApiError;
+use crate::http::JsonBody;
 use crate::jobs::{ItemFn, JobsError, Page, Submitted};
 
 /// The longest `Idempotency-Key` accepted.
@@ -37,7 +37,7 @@ pub struct Batch {
 /// Validates a batch body: shape (400 with `jobs[i]...` paths), item count
 /// (422 over `max_items`), and each item's values (422 naming the item).
 pub fn validate(body: JsonBody, max_items: usize) -> Result<Batch, ApiError> {
-    let typed: BatchRequest = crate::api::http_util::typed(&body.value)?;
+    let typed: BatchRequest = crate::http::typed(&body.value)?;
     if typed.jobs.is_empty() {
         return Err(ApiError::Unprocessable("jobs: must not be empty".into()));
     }
@@ -106,7 +106,7 @@ struct PageQuery {
 /// `?offset=&limit=` for job results.
 pub fn page(query: Option<&str>) -> Result<Page, ApiError> {
     let mut q = PageQuery::default();
-    for (k, v) in crate::api::http_util::query_params(query)? {
+    for (k, v) in crate::http::query_params(query)? {
         let n = || {
             v.parse::<usize>()
                 .map_err(|_| ApiError::BadRequest(format!("{k}: expected a non-negative integer")))
@@ -135,8 +135,8 @@ pub fn item_fn(resolver: Resolver, rt: tokio::runtime::Handle) -> ItemFn {
     Arc::new(move |index: usize, item: &serde_json::Value| {
         let started = std::time::Instant::now();
         let result = (|| {
-            let hash = crate::api::http_util::canonical_hash(item)?;
-            let req: VerifyRequest = crate::api::http_util::typed(item)?;
+            let hash = crate::http::canonical_hash(item)?;
+            let req: VerifyRequest = crate::http::typed(item)?;
             let prepared = verify::prepare(req, "")?;
             let request_id = format!("item-{index}");
             rt.block_on(verify::run(prepared, &resolver, &request_id, hash, started))
@@ -165,21 +165,19 @@ mod tests {
 
     #[test]
     fn items_are_validated_with_their_index() {
-        let body = crate::api::http_util::parse_json(
+        let body = crate::http::parse_json(
             br#"{"jobs":[{"claims":["a"],"sources":[]},{"claims":[],"sources":[]}]}"#,
         )
         .unwrap();
         let err = validate(body, 10).err().unwrap();
         assert!(err.to_string().starts_with("jobs[1].claims"), "{err}");
-        let body = crate::api::http_util::parse_json(
-            br#"{"jobs":[{"claims":["a"]},{"claims":[{"id":"x"}]}]}"#,
-        )
-        .unwrap();
+        let body =
+            crate::http::parse_json(br#"{"jobs":[{"claims":["a"]},{"claims":[{"id":"x"}]}]}"#)
+                .unwrap();
         let err = validate(body, 10).err().unwrap();
         assert!(err.to_string().starts_with("jobs[1].claims[0]"), "{err}");
         let body =
-            crate::api::http_util::parse_json(br#"{"jobs":[{"claims":["a"]},{"claims":["b"]}]}"#)
-                .unwrap();
+            crate::http::parse_json(br#"{"jobs":[{"claims":["a"]},{"claims":["b"]}]}"#).unwrap();
         assert!(matches!(validate(body, 1), Err(ApiError::Unprocessable(_))));
     }
 }

@@ -22,9 +22,9 @@ use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKI
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use maud::Markup;
 
-use crate::api::auth::{AuthMode, Principal, Scope};
-use crate::api::error::ApiError;
-use crate::api::http_util::{full, RespBody};
+use crate::http::auth::{AuthMode, Principal, Scope};
+use crate::http::error::ApiError;
+use crate::http::{full, RespBody};
 use crate::review::{ReviewStatus, Viewer};
 use crate::runtime::App;
 use pages::{Filter, Flash, Nav, QueueRow, Tab};
@@ -217,11 +217,11 @@ impl Console {
                 );
                 resp
             }
-            Err(crate::api::auth::AuthFailure::MissingScope(_)) => self.signin_form(
+            Err(crate::http::auth::AuthFailure::MissingScope(_)) => self.signin_form(
                 Some("This key does not have the review scope."),
                 StatusCode::FORBIDDEN,
             ),
-            Err(crate::api::auth::AuthFailure::Unauthenticated) => {
+            Err(crate::http::auth::AuthFailure::Unauthenticated) => {
                 self.signin_form(Some("Unknown key."), StatusCode::UNAUTHORIZED)
             }
         }
@@ -388,7 +388,7 @@ impl Console {
                 )
                 .await;
         }
-        let request_hash = crate::api::http_util::canonical_hash(&serde_json::json!({
+        let request_hash = crate::http::canonical_hash(&serde_json::json!({
             "decision": if approve { "approve" } else { "reject" },
             "note": note,
             "review_id": id,
@@ -505,8 +505,7 @@ async fn read_form(req: Request<ReqBody>) -> Result<Query, ApiError> {
     if !form {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let bytes: Bytes =
-        crate::api::http_util::read_body(&parts.headers, body, MAX_FORM_BYTES).await?;
+    let bytes: Bytes = crate::http::read_body(&parts.headers, body, MAX_FORM_BYTES).await?;
     Ok(Query::from_bytes(&bytes))
 }
 

@@ -16,19 +16,16 @@ use http::header::AUTHORIZATION;
 use http::{Method, Request, Response, StatusCode};
 use tracing::Instrument;
 
-use crate::api::auth::{AuthFailure, Principal, Scope};
-use crate::api::error::ApiError;
-use crate::api::http_util::{bytes_response, json_response, JsonBody, RespBody};
-use crate::runtime::health::Liveness;
+use crate::http::auth::{AuthFailure, Principal, Scope};
+use crate::http::error::ApiError;
+use crate::http::{bytes_response, json_response, JsonBody, RespBody};
 use crate::runtime::App;
 use crate::server::{ConnInfo, Handler};
+use crate::telemetry::health::Liveness;
 
-pub mod auth;
 pub mod authorize;
 mod batch;
 pub mod console;
-pub mod error;
-pub mod http_util;
 mod reviews;
 mod verify;
 pub mod wire;
@@ -317,7 +314,7 @@ impl Api {
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
         if def.access == Access::Scope(Scope::Review)
-            && self.app.keys.mode() == crate::api::auth::AuthMode::Open
+            && self.app.keys.mode() == crate::http::auth::AuthMode::Open
         {
             return (def.template, Err(ApiError::ReviewsNeedKeys));
         }
@@ -377,15 +374,15 @@ impl Api {
     /// Reads and parses a JSON body under `limit` bytes.
     async fn json_body(&self, req: Request<ReqBody>, limit: usize) -> Result<JsonBody, ApiError> {
         let (parts, body) = req.into_parts();
-        http_util::require_json(&parts.headers)?;
-        let bytes = http_util::read_body(&parts.headers, body, limit).await?;
+        crate::http::require_json(&parts.headers)?;
+        let bytes = crate::http::read_body(&parts.headers, body, limit).await?;
         // Parsing and canonicalising a large body is CPU work: keep it off
         // the async workers so one big upload cannot stall other requests.
         const INLINE_PARSE: usize = 64 * 1024;
         if bytes.len() <= INLINE_PARSE {
-            http_util::parse_json(&bytes)
+            crate::http::parse_json(&bytes)
         } else {
-            tokio::task::spawn_blocking(move || http_util::parse_json(&bytes))
+            tokio::task::spawn_blocking(move || crate::http::parse_json(&bytes))
                 .await
                 .map_err(|e| ApiError::Internal(format!("body parse task failed: {e}")))?
         }
@@ -411,7 +408,7 @@ impl Api {
         let body = self
             .json_body(req, self.app.config.limits.max_body_bytes)
             .await?;
-        let typed: authorize::AuthorizeRequest = http_util::typed(&body.value)?;
+        let typed: authorize::AuthorizeRequest = crate::http::typed(&body.value)?;
         let (mode, input) = typed.into_input()?;
         let explain = authorize::ExplainInput::capture(mode, &input);
         let set = self.app.policies.load_full();
@@ -598,7 +595,7 @@ impl Api {
     /// sizes, `0 < N <= M <=` the newest checkpoint's size.
     async fn audit_consistency(&self, query: Option<&str>) -> Result<Response<RespBody>, ApiError> {
         let (mut first, mut second) = (None, None);
-        for (k, v) in crate::api::http_util::query_params(query)? {
+        for (k, v) in crate::http::query_params(query)? {
             let n = v
                 .parse::<u64>()
                 .map_err(|_| ApiError::BadRequest(format!("{k}: expected a tree size, got {v:?}")));
@@ -641,7 +638,7 @@ impl Api {
     async fn audit_records(&self, query: Option<&str>) -> Result<Response<RespBody>, ApiError> {
         let mut filter = crate::audit::export::Filter::default();
         let (mut cursor, mut limit) = (0u64, 100usize);
-        for (k, v) in crate::api::http_util::query_params(query)? {
+        for (k, v) in crate::http::query_params(query)? {
             match k.as_str() {
                 "cursor" => {
                     cursor = v.parse().map_err(|_| {
@@ -729,7 +726,7 @@ impl Api {
     }
 
     fn metrics(&self) -> Result<Response<RespBody>, ApiError> {
-        let text = crate::runtime::metrics::encode(&self.app.registry)
+        let text = crate::telemetry::metrics::encode(&self.app.registry)
             .map_err(|e| ApiError::Internal(format!("encode metrics: {e}")))?;
         Ok(bytes_response(
             StatusCode::OK,
@@ -752,14 +749,14 @@ impl Handler for Api {
 
     async fn handle(&self, req: Request<ReqBody>, conn: ConnInfo, _: &()) -> Response<RespBody> {
         let started = Instant::now();
-        let request_id = http_util::request_id(req.headers());
+        let request_id = crate::http::request_id(req.headers());
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let span = tracing::info_span!("request", request_id = %request_id, %method, %path, peer = %conn.peer);
         async move {
             let (endpoint, result) = self.dispatch(req, &request_id, started).await;
             let mut resp = result.unwrap_or_else(|e| e.into_response(&request_id));
-            http_util::stamp_request_id(&mut resp, &request_id);
+            crate::http::stamp_request_id(&mut resp, &request_id);
             let status = resp.status().as_u16();
             let elapsed = started.elapsed();
             self.app
@@ -769,7 +766,7 @@ impl Handler for Api {
             tracing::info!(
                 request_id = %request_id,
                 status,
-                latency_ms = http_util::latency_ms(elapsed),
+                latency_ms = crate::http::latency_ms(elapsed),
                 "request done"
             );
             resp

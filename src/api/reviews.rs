@@ -7,10 +7,10 @@
 
 use serde::Deserialize;
 
-use crate::api::auth::Principal;
-use crate::api::error::ApiError;
-use crate::api::http_util::JsonBody;
 use crate::audit::{AuditLog, AuditRecord, RecordKind};
+use crate::http::auth::Principal;
+use crate::http::error::ApiError;
+use crate::http::JsonBody;
 use crate::review::{ReviewError, ReviewStatus, ReviewView, Reviews, UpstreamResponse, Viewer};
 
 /// The most reviews one list call returns.
@@ -26,7 +26,7 @@ struct ResolveBody {
 pub fn viewer(p: &Principal) -> Viewer {
     Viewer {
         name: p.name.clone(),
-        sees_all: p.has(crate::api::auth::Scope::Review),
+        sees_all: p.has(crate::http::auth::Scope::Review),
     }
 }
 
@@ -34,7 +34,7 @@ pub fn viewer(p: &Principal) -> Viewer {
 pub fn list_query(query: Option<&str>) -> Result<(Option<ReviewStatus>, usize), ApiError> {
     let mut status = None;
     let mut limit = 100;
-    for (k, v) in crate::api::http_util::query_params(query)? {
+    for (k, v) in crate::http::query_params(query)? {
         match k.as_str() {
             "status" => {
                 status = Some(ReviewStatus::parse(&v).ok_or_else(|| {
@@ -84,7 +84,7 @@ pub async fn resolve_json(
     approve: bool,
     body: JsonBody,
 ) -> Result<ReviewView, ApiError> {
-    let req: ResolveBody = crate::api::http_util::typed(&body.value)?;
+    let req: ResolveBody = crate::http::typed(&body.value)?;
     let reviewer = req.reviewer.trim();
     if reviewer.is_empty() || reviewer.len() > 200 {
         return Err(ApiError::Unprocessable(

@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 use super::wire::{
     self, CheckOut, Claims, MetricsOut, Mode, OptionsIn, RequirementsIn, ResponseIn, SourceIn,
 };
-use crate::api::error::ApiError;
-use crate::api::http_util::JsonBody;
 use crate::engine;
 use crate::evidence::Resolver;
+use crate::http::error::ApiError;
+use crate::http::JsonBody;
 
 #[derive(Debug, Deserialize)]
 pub struct VerifyRequest {
@@ -119,7 +119,7 @@ pub async fn handle(
     request_id: &str,
     started: std::time::Instant,
 ) -> Result<VerifyResponse, ApiError> {
-    let req: VerifyRequest = crate::api::http_util::typed(&body.value)?;
+    let req: VerifyRequest = crate::http::typed(&body.value)?;
     let prepared = prepare(req, "")?;
     run(prepared, resolver, request_id, body.hash, started).await
 }

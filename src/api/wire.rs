@@ -11,11 +11,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::error::ApiError;
 pub use crate::decide::input::{
     engine_claims, engine_sources, run_engine, source_refs, CitationIn, ClaimIn, Claims, SourceIn,
 };
 use crate::engine;
+use crate::http::error::ApiError;
 
 /// Upper bound for `evidence_limit`: more snippets than this per claim is a
 /// mistake, not a need.
@@ -258,15 +258,15 @@ mod tests {
             claims: Claims,
         }
         let v = serde_json::json!({"claims": ["a", {"text": "b", "id": "x"}]});
-        let r: R = crate::api::http_util::typed(&v).unwrap();
+        let r: R = crate::http::typed(&v).unwrap();
         assert_eq!(r.claims.0.len(), 2);
         assert_eq!(r.claims.0[1].id.as_deref(), Some("x"));
         let v = serde_json::json!({"claims": ["a", {"text": "b"}, {"id": "x"}]});
-        let err = crate::api::http_util::typed::<R>(&v).err().unwrap();
+        let err = crate::http::typed::<R>(&v).err().unwrap();
         assert!(err.to_string().starts_with("claims[2]"), "{err}");
         assert!(err.to_string().contains("text"), "{err}");
         let v = serde_json::json!({"claims": "nope"});
-        assert!(crate::api::http_util::typed::<R>(&v)
+        assert!(crate::http::typed::<R>(&v)
             .err()
             .unwrap()
             .to_string()

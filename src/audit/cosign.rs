@@ -14,7 +14,7 @@ use ring::signature::{Ed25519KeyPair, KeyPair as _};
 use super::note::{self, NoteError};
 
 /// Signature type byte of a timestamped Ed25519 cosignature.
-const ALG_COSIGNATURE: u8 = 0x04;
+const ALG_COSIGNATURE: u8 = crate::config::vkey::COSIGNATURE_KEY_TYPE;
 
 /// `SHA-256(name ‖ 0x0A ‖ 0x04 ‖ public key)[:4]`.
 pub fn key_hash(name: &str, public_key: &[u8]) -> [u8; 4] {

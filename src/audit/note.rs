@@ -9,7 +9,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use ring::signature::{Ed25519KeyPair, KeyPair as _, UnparsedPublicKey, ED25519};
 
-use super::merkle::{sha256, Hash};
+use super::merkle::Hash;
+use crate::config::vkey;
 
 /// Signature type byte for Ed25519 in signed notes.
 const ALG_ED25519: u8 = 0x01;
@@ -33,13 +34,7 @@ pub fn key_hash(name: &str, public_key: &[u8]) -> [u8; 4] {
 /// `SHA-256(name ‖ 0x0A ‖ alg ‖ public key)[:4]`: the key id of a signed
 /// note's signature of type `alg`.
 pub(super) fn typed_key_hash(name: &str, alg: u8, public_key: &[u8]) -> [u8; 4] {
-    let mut buf = Vec::with_capacity(name.len() + 2 + public_key.len());
-    buf.extend_from_slice(name.as_bytes());
-    buf.push(b'\n');
-    buf.push(alg);
-    buf.extend_from_slice(public_key);
-    let h = sha256(&buf);
-    [h[0], h[1], h[2], h[3]]
+    vkey::typed_key_hash(name, alg, public_key)
 }
 
 /// The verifier key string `<name>+<hex key hash>+base64(0x01 ‖ public key)`.
@@ -49,14 +44,7 @@ pub fn verifier_key(name: &str, public_key: &[u8]) -> String {
 
 /// `<name>+<hex key hash>+base64(alg ‖ public key)`.
 pub(super) fn typed_verifier_key(name: &str, alg: u8, public_key: &[u8]) -> String {
-    let mut raw = Vec::with_capacity(33);
-    raw.push(alg);
-    raw.extend_from_slice(public_key);
-    format!(
-        "{name}+{}+{}",
-        hex::encode(typed_key_hash(name, alg, public_key)),
-        B64.encode(raw)
-    )
+    vkey::typed_verifier_key(name, alg, public_key)
 }
 
 /// Parses a verifier key into `(name, public key)`.
@@ -69,36 +57,12 @@ pub(super) fn parse_typed_verifier_key(
     vkey: &str,
     alg: u8,
 ) -> Result<(String, [u8; 32]), NoteError> {
-    // The base64 key may itself hold '+': split at the first two only.
-    let mut parts = vkey.splitn(3, '+');
-    let (Some(name), Some(id), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
-        return err("verifier key: expected name+id+key");
-    };
-    if !valid_name(name) {
-        return err("verifier key: bad name");
-    }
-    let raw = B64
-        .decode(key)
-        .map_err(|_| NoteError("verifier key: bad base64".into()))?;
-    if raw.len() != 33 || raw[0] != alg {
-        return err(format!(
-            "verifier key: not an Ed25519 key of type {alg:#04x}"
-        ));
-    }
-    let mut pk = [0u8; 32];
-    pk.copy_from_slice(&raw[1..]);
-    if hex::encode(typed_key_hash(name, alg, &pk)) != id {
-        return err("verifier key: key hash does not match");
-    }
-    Ok((name.to_string(), pk))
+    vkey::parse_typed_verifier_key(vkey, alg).map_err(NoteError)
 }
 
 /// Checks a key name: non-empty, no whitespace, no `+`.
 pub fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || c == '+')
+    vkey::valid_key_name(name)
 }
 
 /// One signer of a note: its key name and key pair.

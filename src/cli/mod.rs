@@ -10,8 +10,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::api::auth::Scope;
 use crate::config::{Config, Overrides};
+use crate::http::auth::Scope;
 
 mod audit;
 pub mod backup;
@@ -220,7 +220,7 @@ fn parse_scope(s: &str) -> Result<Scope, String> {
 
 /// A reserved or empty name is a usage error (exit 2), like a bad scope.
 fn parse_key_name(s: &str) -> Result<String, String> {
-    crate::api::auth::check_key_name(s).map(|()| s.to_string())
+    crate::http::auth::check_key_name(s).map(|()| s.to_string())
 }
 
 /// Parses the command line and runs the subcommand; the exit code is the
@@ -283,7 +283,7 @@ pub fn main() -> ExitCode {
         Command::Backup { data_dir, to } => backup::command(&data_dir, &to),
         Command::Reviews(args) => reviews::command(args),
         Command::Keys(KeysCommand::New { name, scopes }) => {
-            match crate::api::auth::new_key(&name, &scopes) {
+            match crate::http::auth::new_key(&name, &scopes) {
                 Ok(k) => {
                     println!("API key (shown once, store it now):\n  {}\n", k.token);
                     println!("Add this entry to the keys file:\n\n{}", k.entry);

@@ -247,7 +247,7 @@ async fn send(
         let resp = client
             .request(req)
             .await
-            .map_err(|e| unreachable(crate::api::http_util::error_chain(&e)))?;
+            .map_err(|e| unreachable(crate::http::error_chain(&e)))?;
         let status = resp.status();
         let body = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
             .collect()

@@ -70,7 +70,7 @@ pub(crate) fn command(args: ServeArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    crate::runtime::telemetry::init(config.log_format);
+    crate::telemetry::init(config.log_format);
     let runtime = match start_runtime(tokio::runtime::Builder::new_multi_thread()) {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -84,7 +84,7 @@ pub(crate) fn command(args: ServeArgs) -> ExitCode {
                 return ExitCode::from(EXIT_CONFIG);
             }
         };
-        crate::runtime::telemetry::shutdown_signal().await;
+        crate::telemetry::shutdown_signal().await;
         tracing::info!("signal received; draining");
         running.shutdown().await;
         ExitCode::SUCCESS

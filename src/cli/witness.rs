@@ -83,7 +83,7 @@ pub(crate) fn command(cmd: WitnessCommand) -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
-            crate::runtime::telemetry::init(LogFormat::Json);
+            crate::telemetry::init(LogFormat::Json);
             let runtime = match start_runtime(tokio::runtime::Builder::new_multi_thread()) {
                 Ok(rt) => rt,
                 Err(code) => return code,
@@ -107,7 +107,7 @@ pub(crate) fn command(cmd: WitnessCommand) -> ExitCode {
                     crate::config::ServerConfig::witness_defaults(),
                     stopped,
                 ));
-                crate::runtime::telemetry::shutdown_signal().await;
+                crate::telemetry::shutdown_signal().await;
                 stop.send_replace(true);
                 let _ = server.await;
                 ExitCode::SUCCESS

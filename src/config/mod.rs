@@ -20,6 +20,7 @@ pub use notify::{origin_only, NotifyConfig, NotifySecret};
 mod origin;
 pub use origin::{bare_origin, normalize_origin, uri_origin};
 mod store;
+pub mod vkey;
 pub use store::{redact as redact_url, PostgresConfig, StoreConfig};
 
 /// Default API listener address.
@@ -131,9 +132,9 @@ pub struct Config {
 /// policy said them. Unset keys set no floor.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DefaultFloors {
-    pub decision_mode: Option<crate::policy::DecisionMode>,
+    pub decision_mode: Option<crate::engine::DecisionMode>,
     pub min_coverage: Option<f64>,
-    pub citations: Option<crate::policy::Citations>,
+    pub citations: Option<crate::engine::Citations>,
     pub deny_if_any_unsupported: Option<bool>,
 }
 
@@ -155,7 +156,7 @@ pub enum UnknownAction {
     Review,
     /// An undeclared type that reads as a declared one misspelt
     /// (`refund.crate` for `refund.create`; see
-    /// [`PolicySet::near_miss`](crate::policy::PolicySet::near_miss)) is
+    /// `PolicySet::near_miss` in `policy`) is
     /// refused in every mode; any other is decided under the `[defaults]`
     /// floors. The default whenever a keys file is configured.
     #[serde(rename = "near_miss")]

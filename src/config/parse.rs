@@ -102,8 +102,9 @@ pub(super) fn witnesses(list: Vec<FileWitness>) -> Result<Vec<WitnessConfig>, Co
                 w.url
             )));
         }
-        let (name, key) = crate::audit::cosign::parse_verifier_key(&w.vkey)
-            .map_err(|e| ConfigError::Invalid(format!("{at}.vkey: {e}")))?;
+        let (name, key) =
+            super::vkey::parse_typed_verifier_key(&w.vkey, super::vkey::COSIGNATURE_KEY_TYPE)
+                .map_err(|e| ConfigError::Invalid(format!("{at}.vkey: {e}")))?;
         if out.iter().any(|o| o.name == name) {
             return Err(ConfigError::Invalid(format!(
                 "{at}: a second witness named {name:?}"

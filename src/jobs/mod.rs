@@ -30,7 +30,7 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use crate::config::JobsConfig;
-use crate::runtime::health::{Component, Report, Status};
+use crate::telemetry::health::{Component, Report, Status};
 
 mod pg;
 mod queue;

@@ -534,13 +534,13 @@ async fn metrics_are_registered() {
     // last commit, so a reader may see them a moment behind.
     let start = Instant::now();
     while start.elapsed() < DEADLINE {
-        let text = crate::runtime::metrics::encode(&registry).unwrap();
+        let text = crate::telemetry::metrics::encode(&registry).unwrap();
         if lines.iter().all(|l| text.contains(l)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    crate::runtime::metrics::assert_encodes(&registry, &lines);
+    crate::telemetry::metrics::assert_encodes(&registry, &lines);
     let report = Component::report(&jobs);
     assert_eq!(report.status, Status::Ok);
     jobs.shutdown().await;

@@ -61,7 +61,7 @@ impl JobsMetrics {
             queue_depth: Gauge::default(),
             running: Gauge::default(),
             items: Counter::default(),
-            item_duration: crate::runtime::metrics::latency_histogram(),
+            item_duration: crate::telemetry::metrics::latency_histogram(),
             finished: Family::default(),
         }
     }

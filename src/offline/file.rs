@@ -238,7 +238,7 @@ fn authorize(cx: &mut Cx<'_>, a: &Spanned<toml::Value>) -> Option<Request> {
         cx.err(at, "authorize: must be a table (the /v2/authorize body)");
         return None;
     }
-    let typed: AuthorizeRequest = match crate::api::http_util::typed(&body) {
+    let typed: AuthorizeRequest = match crate::http::typed(&body) {
         Ok(t) => t,
         Err(e) => {
             cx.err(at, format!("authorize: {e}"));
@@ -388,8 +388,7 @@ pub fn authorize_json(file: &str, text: &str) -> Result<Case, Vec<FileError>> {
     };
     let body: Value =
         serde_json::from_str(text).map_err(|e| at(e.line(), e.column(), e.to_string()))?;
-    let typed: AuthorizeRequest =
-        crate::api::http_util::typed(&body).map_err(|e| at(1, 1, e.to_string()))?;
+    let typed: AuthorizeRequest = crate::http::typed(&body).map_err(|e| at(1, 1, e.to_string()))?;
     let (_, input) = typed.into_input().map_err(|e| at(1, 1, e.to_string()))?;
     let file_name = std::path::Path::new(file)
         .file_name()

@@ -132,7 +132,7 @@ pub async fn run(env: &Env, case: &Case, explain: bool) -> Actual {
     let request_id = format!("{}::{}", case.file_name, case.name);
     match &case.request {
         Request::Authorize { input, body } => {
-            let hash = match crate::api::http_util::canonical_hash(body) {
+            let hash = match crate::http::canonical_hash(body) {
                 Ok(h) => h,
                 Err(e) => return Actual::error(e.to_string()),
             };
@@ -146,7 +146,7 @@ pub async fn run(env: &Env, case: &Case, explain: bool) -> Actual {
                 Ok(d) => decided(env, &d, input, None, explain),
                 Err(e) => Actual::error(format!(
                     "the API would answer {}: {e}",
-                    crate::api::error::ApiError::from(e.clone()).status()
+                    crate::http::error::ApiError::from(e.clone()).status()
                 )),
             }
         }
@@ -213,7 +213,7 @@ async fn http(env: &Env, h: &HttpRequest, request_id: &str, explain: bool) -> Ac
             Actual::refused(RefuseWith {
                 route: Some(route),
                 reason: crate::engine::decide::DecisionReason::PolicyViolation,
-                status: crate::api::error::ApiError::from(e.clone()).status(),
+                status: crate::http::error::ApiError::from(e.clone()).status(),
                 message: e.to_string(),
             })
         }

@@ -28,7 +28,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
 use super::upstream::UpstreamError;
-use crate::api::http_util::RespBody;
+use crate::http::RespBody;
 
 type Connector = HttpsConnector<HttpConnector>;
 type Io = <Connector as Service<Uri>>::Response;
@@ -284,7 +284,7 @@ mod tests {
     use hyper::service::service_fn;
     use hyper_util::rt::TokioIo;
 
-    use crate::api::http_util::BoxError;
+    use crate::http::BoxError;
 
     fn connector() -> Connector {
         hyper_rustls::HttpsConnectorBuilder::new()

@@ -15,10 +15,10 @@ use serde_json::{json, Value};
 use super::read::{self, RefuseWith};
 use super::upstream::Outbound;
 use super::{forward_headers, Downstream, Proxy, PROXY_PRINCIPAL};
-use crate::api::error::ApiError;
-use crate::api::http_util::{self, full, RespBody};
 use crate::decide::{self, DecideError, Refusal};
 use crate::engine::decide::{DecisionReason, Outcome};
+use crate::http::error::ApiError;
+use crate::http::{full, RespBody};
 use crate::policy::{FailureMode, OnReview, PathParams, PolicySet, RequestParts, Route};
 use crate::review::HeldRequest;
 
@@ -195,7 +195,7 @@ impl Proxy {
                 "target": req.uri().path_and_query().map(|pq| pq.as_str()).unwrap_or("/"),
             }
         });
-        let request_hash = match http_util::canonical_hash(&target) {
+        let request_hash = match crate::http::canonical_hash(&target) {
             Ok(h) => h,
             Err(e) => return e.into_response(request_id),
         };
@@ -266,7 +266,7 @@ impl Proxy {
             join_cookie_crumbs(&mut parts.headers);
         }
         let limit = self.app.config.limits.max_body_bytes;
-        let bytes = http_util::read_body(&parts.headers, body, limit).await?;
+        let bytes = crate::http::read_body(&parts.headers, body, limit).await?;
         let read = Instant::now();
         self.stats.stage("body", read - started);
         let refuse = |reason, status, message: String| RefuseWith {

@@ -10,9 +10,9 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 
 use super::{blocked, strip_hop_by_hop, Proxy, UpstreamClient, PROXY_PRINCIPAL};
-use crate::api::error::ApiError;
-use crate::api::http_util::{full, RespBody};
 use crate::decide::Decided;
+use crate::http::error::ApiError;
+use crate::http::{full, RespBody};
 use crate::policy::Route;
 use crate::review::{ForwardOutcome, HeldRequest, NewReview, Resolution, Viewer};
 use crate::runtime::App;

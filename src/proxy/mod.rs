@@ -54,14 +54,14 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use tracing::Instrument;
 
-use crate::api::http_util::{self, RespBody};
 use crate::config::{ProxyConfig, Unmatched};
+use crate::http::RespBody;
 use crate::runtime::App;
 use crate::server::{ConnInfo, Handler};
 
 /// The principal a proxied decision is recorded under; reserved, so no API
-/// key can be named after it (see `crate::api::auth`).
-pub use crate::api::auth::PROXY_PRINCIPAL;
+/// key can be named after it (see `crate::http::auth`).
+pub use crate::http::auth::PROXY_PRINCIPAL;
 
 type Connector = HttpsConnector<HttpConnector>;
 type UpstreamClient = Client<Connector, RespBody>;
@@ -187,7 +187,7 @@ impl Handler for Proxy {
         affinity: &Affinity,
     ) -> Response<RespBody> {
         let started = Instant::now();
-        let request_id = http_util::request_id(req.headers());
+        let request_id = crate::http::request_id(req.headers());
         let from = Downstream {
             conn,
             // An HTTP/2 connection carries many requests at once: those go
@@ -217,11 +217,11 @@ impl Handler for Proxy {
             // no log line at the default level (an upstream failure is
             // still a warning naming the request id).
             let mut resp = self.unmatched(req, from).await;
-            http_util::stamp_request_id(&mut resp, &request_id);
+            crate::http::stamp_request_id(&mut resp, &request_id);
             tracing::debug!(
                 request_id = %request_id,
                 status = resp.status().as_u16(),
-                latency_ms = http_util::latency_ms(started.elapsed()),
+                latency_ms = crate::http::latency_ms(started.elapsed()),
                 "passed through"
             );
             return resp;
@@ -235,13 +235,13 @@ impl Handler for Proxy {
         );
         async {
             let mut resp = self.route(req, from, &set, routed).await;
-            http_util::stamp_request_id(&mut resp, &request_id);
+            crate::http::stamp_request_id(&mut resp, &request_id);
             // The request id on the line itself, not only in its span, so
             // that a log query on the line's own fields finds it.
             tracing::info!(
                 request_id = %request_id,
                 status = resp.status().as_u16(),
-                latency_ms = http_util::latency_ms(started.elapsed()),
+                latency_ms = crate::http::latency_ms(started.elapsed()),
                 "proxied"
             );
             resp

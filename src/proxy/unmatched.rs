@@ -15,9 +15,9 @@ use http_body_util::BodyExt;
 
 use super::upstream::Outbound;
 use super::{blocked, guard, read, Downstream, Proxy};
-use crate::api::error::ApiError;
-use crate::api::http_util::{self, full, BoxError, RespBody};
 use crate::config::Unmatched;
+use crate::http::error::ApiError;
+use crate::http::{full, BoxError, RespBody};
 use crate::policy::{PolicySet, Route};
 
 impl Proxy {
@@ -100,7 +100,7 @@ impl Proxy {
                         }
                     }
                     Some(Err(e)) => {
-                        return http_util::body_error(e.as_ref()).into_response(request_id)
+                        return crate::http::body_error(e.as_ref()).into_response(request_id)
                     }
                 }
             }
@@ -113,7 +113,7 @@ impl Proxy {
                 head: Some(head.freeze()),
                 rest: body,
             };
-            match http_util::read_body(&parts.headers, rest, limit).await {
+            match crate::http::read_body(&parts.headers, rest, limit).await {
                 Ok(b) => b,
                 Err(e) => return e.into_response(request_id),
             }

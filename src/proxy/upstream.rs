@@ -17,9 +17,9 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::affinity::Affinity;
 use super::{Connector, Proxy, UpstreamClient};
-use crate::api::error::ApiError;
-use crate::api::http_util::{BoxError, RespBody, REQUEST_ID};
 use crate::config::ProxyConfig;
+use crate::http::error::ApiError;
+use crate::http::{BoxError, RespBody, REQUEST_ID};
 use crate::server::ConnInfo;
 
 /// Headers that describe one hop and are never forwarded (RFC 9110 §7.6.1).
@@ -145,7 +145,7 @@ impl UpstreamError {
                     if cause.is::<hyper::Error>() {
                         return UpstreamError::RequestBody(cause.to_string());
                     }
-                    if cause.is::<crate::api::http_util::BodyTooSlow>() {
+                    if cause.is::<crate::http::BodyTooSlow>() {
                         return UpstreamError::RequestBodyTimeout(cause.to_string());
                     }
                 }

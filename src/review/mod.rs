@@ -524,13 +524,13 @@ impl std::fmt::Debug for Reviews {
     }
 }
 
-impl crate::runtime::health::Component for Reviews {
+impl crate::telemetry::health::Component for Reviews {
     fn name(&self) -> &'static str {
         "reviews"
     }
 
-    fn report(&self) -> crate::runtime::health::Report {
-        use crate::runtime::health::{Report, Status};
+    fn report(&self) -> crate::telemetry::health::Report {
+        use crate::telemetry::health::{Report, Status};
         let h = self.health();
         let status = if h.last_error.is_some() {
             Status::Degraded

@@ -19,7 +19,7 @@
 //! When hyper cannot parse a request head it answers by itself, before any
 //! handler runs, with a bodiless `400` (or `414`, `431`, `505`) carrying only
 //! `connection`, `content-length: 0` and `date`. Every error must carry the
-//! JSON error body (`src/api/error.rs`), so that exact response is swapped for the JSON one of
+//! JSON error body (`src/http/error.rs`), so that exact response is swapped for the JSON one of
 //! [`ApiError::MalformedHttp`] (same status, a fresh request id). A handler's
 //! response always carries `x-request-id`, so it never matches.
 
@@ -32,7 +32,7 @@ use std::task::{Context, Poll};
 use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::api::error::ApiError;
+use crate::http::error::ApiError;
 
 /// The longest request head or chunk line followed; longer ones stop the
 /// tracking (hyper refuses heads this large anyway).

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 
-use crate::api::http_util::{BoxError, RespBody};
+use crate::http::{BoxError, RespBody};
 
 /// Requests in flight on one connection, and when it was last busy.
 #[derive(Debug)]
@@ -134,7 +134,7 @@ pub fn guard_body(body: RespBody, guard: InFlight) -> RespBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::http_util::full;
+    use crate::http::full;
 
     /// On a paused clock: the timings are exact, and the test takes no
     /// real time.

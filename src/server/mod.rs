@@ -43,9 +43,9 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{oneshot, watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
-use crate::api::error::ApiError;
-use crate::api::http_util::RespBody;
 use crate::config::ServerConfig;
+use crate::http::error::ApiError;
+use crate::http::RespBody;
 
 mod framing;
 mod idle;
@@ -610,7 +610,7 @@ where
 /// The answer to a request with both `Content-Length` and
 /// `Transfer-Encoding`: a 400, and the connection is closed after it.
 fn refuse_ambiguous(req: &Request<Incoming>, peer: SocketAddr) -> Response<RespBody> {
-    let request_id = crate::api::http_util::request_id(req.headers());
+    let request_id = crate::http::request_id(req.headers());
     tracing::warn!(%peer, request_id, "request with both content-length and transfer-encoding refused");
     let mut resp = ApiError::BadRequest(
         "a request must not carry both content-length and transfer-encoding".into(),
@@ -621,8 +621,7 @@ fn refuse_ambiguous(req: &Request<Incoming>, peer: SocketAddr) -> Response<RespB
         http::HeaderValue::from_static("close"),
     );
     if let Ok(v) = http::HeaderValue::from_str(&request_id) {
-        resp.headers_mut()
-            .insert(crate::api::http_util::REQUEST_ID, v);
+        resp.headers_mut().insert(crate::http::REQUEST_ID, v);
     }
     resp
 }
@@ -634,7 +633,7 @@ fn refuse_ambiguous(req: &Request<Incoming>, peer: SocketAddr) -> Response<RespB
 /// `REFUSED_BODY_LIMIT`), so that the close after the answer is not a reset.
 async fn refuse_reserved(req: Request<ReqBody>, why: &str) -> Response<RespBody> {
     use http_body_util::BodyExt;
-    let request_id = crate::api::http_util::request_id(req.headers());
+    let request_id = crate::http::request_id(req.headers());
     let body = http_body_util::Limited::new(req.into_body(), REFUSED_BODY_LIMIT);
     let _ = tokio::time::timeout(REFUSED_BODY_WAIT, body.collect()).await;
     let mut resp = ApiError::Unavailable(why.into()).into_response(&request_id);

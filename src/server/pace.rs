@@ -24,7 +24,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
-use crate::api::http_util::{BodyTooSlow, BoxError};
+use crate::http::{BodyTooSlow, BoxError};
 
 /// A request body as handlers receive it: hyper's, with a deadline.
 #[derive(Debug)]

@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 
 use super::TlsError;
 use crate::config::TlsFiles;
-use crate::runtime::health::{self, Component};
+use crate::telemetry::health::{self, Component};
 
 /// A listener's certificate and key, read from their files and read again
 /// on [`ReloadingCert::reload`]. Serves as the rustls certificate resolver

@@ -486,7 +486,7 @@ struct Metrics {
 impl Default for Metrics {
     fn default() -> Metrics {
         Metrics {
-            pool_wait: crate::runtime::metrics::latency_histogram(),
+            pool_wait: crate::telemetry::metrics::latency_histogram(),
             errors: Default::default(),
             connections: Default::default(),
         }
@@ -621,13 +621,13 @@ fn hostname() -> String {
         .unwrap_or_else(|| "replica".to_string())
 }
 
-impl crate::runtime::health::Component for Shared {
+impl crate::telemetry::health::Component for Shared {
     fn name(&self) -> &'static str {
         "shared_store"
     }
 
-    fn report(&self) -> crate::runtime::health::Report {
-        use crate::runtime::health::{Report, Status};
+    fn report(&self) -> crate::telemetry::health::Report {
+        use crate::telemetry::health::{Report, Status};
         let last_error = self.inner.last_error.lock().ok().and_then(|e| e.clone());
         let status = if last_error.is_some() {
             Status::Degraded

@@ -50,10 +50,10 @@ use ring::rand::SystemRandom;
 use ring::signature::{Ed25519KeyPair, KeyPair as _};
 use rusqlite::{params, Connection, OptionalExtension as _, TransactionBehavior};
 
-use crate::api::http_util::{bytes_response, RespBody};
 use crate::audit::cosign;
 use crate::audit::merkle::{self, Hash};
 use crate::audit::note::{self, Checkpoint};
+use crate::http::{bytes_response, RespBody};
 use crate::server::{ConnInfo, Handler};
 
 /// The largest request body accepted: 63 proof lines and a checkpoint with

@@ -106,6 +106,14 @@ pub enum ClaimStatus {
 }
 
 impl ClaimStatus {
+    /// Every status, in the order they are declared: what docs and tests
+    /// enumerate instead of reading this file.
+    pub const ALL: [ClaimStatus; 3] = [
+        ClaimStatus::Supported,
+        ClaimStatus::Ambiguous,
+        ClaimStatus::Unsupported,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ClaimStatus::Supported => "supported",
@@ -245,6 +253,26 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in the order they are declared: what docs and tests
+    /// enumerate instead of reading this file.
+    pub const ALL: [Reason; 15] = [
+        Reason::NumberMismatch,
+        Reason::DateMismatch,
+        Reason::AmountMismatch,
+        Reason::NumberNotFound,
+        Reason::NegationConflict,
+        Reason::StatusConflict,
+        Reason::HedgedEvidence,
+        Reason::ScopeConflict,
+        Reason::PartyConflict,
+        Reason::NameMissing,
+        Reason::NoEvidence,
+        Reason::CitationNotFound,
+        Reason::SourceUnavailable,
+        Reason::LowCoverage,
+        Reason::EmptyClaim,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::NumberMismatch => "number_mismatch",

@@ -184,8 +184,8 @@ async fn health_counts_pending_reviews() {
     assert_eq!(r.health().pending, 2);
     approve(&r, &a).await.unwrap();
     assert_eq!(r.health().pending, 1);
-    let report = crate::runtime::health::Component::report(&r);
-    assert_eq!(report.status, crate::runtime::health::Status::Ok);
+    let report = crate::telemetry::health::Component::report(&r);
+    assert_eq!(report.status, crate::telemetry::health::Status::Ok);
     assert_eq!(report.facts["pending"], 1);
 }
 

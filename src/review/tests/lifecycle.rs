@@ -108,7 +108,7 @@ async fn second_resolution_is_a_conflict() {
         .unwrap_err();
     assert_eq!(reject, ReviewError::AlreadyResolved(ReviewStatus::Approved));
     assert_eq!(
-        crate::api::error::ApiError::from(reject).status(),
+        crate::http::error::ApiError::from(reject).status(),
         http::StatusCode::CONFLICT
     );
     // The first resolution stands.
@@ -123,7 +123,7 @@ async fn second_resolution_is_a_conflict() {
         .unwrap_err();
     assert_eq!(missing, ReviewError::NotFound);
     assert_eq!(
-        crate::api::error::ApiError::from(missing).status(),
+        crate::http::error::ApiError::from(missing).status(),
         http::StatusCode::NOT_FOUND
     );
     assert_eq!(
@@ -214,7 +214,7 @@ async fn sweeper_expires_and_wakes_waiters() {
     let h = r.health();
     assert_eq!((h.pending, h.oldest_pending_age), (0, None));
 
-    crate::runtime::metrics::assert_encodes(
+    crate::telemetry::metrics::assert_encodes(
         &registry,
         &[
             "verdict_review_held_requests 0",

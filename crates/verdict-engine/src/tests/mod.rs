@@ -94,3 +94,4 @@ fn sample() -> (Vec<Claim>, Vec<Source>) {
 mod forms;
 mod properties;
 mod statuses;
+mod vocabulary;

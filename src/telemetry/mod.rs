@@ -1,8 +1,13 @@
-//! Logging set-up and the shutdown signal.
+//! What a running sidecar tells its operator: the logging set-up and the
+//! shutdown signal here, the health registry in [`health`], the HTTP
+//! metrics in [`metrics`]. A leaf: every part may report through it.
 //!
 //! Logs are JSON lines by default (one object per event, with the request's
 //! span fields so every line of a request carries its `request_id`), or a
 //! human-readable format with `--log-format pretty`. `RUST_LOG` filters them.
+
+pub mod health;
+pub mod metrics;
 
 use tracing_subscriber::EnvFilter;
 

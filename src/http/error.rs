@@ -12,7 +12,7 @@ use http::header::{HeaderValue, ALLOW, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{Method, Response, StatusCode};
 use serde::Serialize;
 
-use crate::api::http_util::{full, RespBody};
+use crate::http::{full, RespBody};
 
 /// An error that ends a request with a 4xx or 5xx answer.
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +126,27 @@ impl ApiError {
     }
 
     /// The stable machine-readable code (docs/openapi.yaml, `Error`).
+    /// Every code an error body can carry, in the order of `docs/api.md`'s
+    /// table: what docs and tests enumerate instead of reading this file.
+    pub const CODES: [&'static str; 16] = [
+        "invalid_json",
+        "invalid_request",
+        "unauthorized",
+        "forbidden",
+        "not_found",
+        "method_not_allowed",
+        "idempotency_conflict",
+        "conflict",
+        "payload_too_large",
+        "request_timeout",
+        "unsupported_media_type",
+        "unavailable",
+        "internal",
+        "denied",
+        "upstream_unavailable",
+        "upstream_timeout",
+    ];
+
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::InvalidJson(_) => "invalid_json",
@@ -387,18 +408,25 @@ mod tests {
                 "invalid_request",
             ),
             (ApiError::Internal("secret cause".into()), 500, "internal"),
+            (ApiError::Conflict("x".into()), 409, "conflict"),
+            (ApiError::Refused("x".into()), 403, "forbidden"),
         ];
+        let mut seen = std::collections::BTreeSet::new();
         for (err, status, code) in cases {
             assert_eq!(err.status().as_u16(), status, "{err:?}");
             assert_eq!(err.code(), code, "{err:?}");
+            seen.insert(code);
         }
+        let listed: std::collections::BTreeSet<_> = ApiError::CODES.into_iter().collect();
+        assert_eq!(seen, listed, "ApiError::CODES is not the codes of the variants");
+        assert_eq!(listed.len(), ApiError::CODES.len(), "a code listed twice");
     }
 
     #[test]
     fn internal_errors_do_not_leak() {
         let resp = ApiError::Internal("db password=hunter2".into()).into_response("r1");
         assert_eq!(resp.status(), 500);
-        let body = crate::api::http_util::test_body_string(resp);
+        let body = crate::http::test_body_string(resp);
         assert!(!body.contains("hunter2"), "{body}");
         assert!(body.contains("\"request_id\":\"r1\""), "{body}");
     }

@@ -1,25 +1,20 @@
 //! What a running sidecar is made of, below its doors: the shared state
-//! ([`App`]) that the API, the proxy and the background tasks read, the
-//! health registry, the metrics and the logging set-up.
+//! ([`App`]) that the API, the proxy and the background tasks read.
 //!
 //! It sits under the doors (`api`, `proxy`) and under start-up (`app`), and
 //! imports none of them, so that they can all use it without a cycle.
-
-pub mod health;
-pub mod metrics;
-pub mod telemetry;
 
 use std::sync::Arc;
 
 use prometheus_client::registry::Registry;
 
-use crate::api::auth::KeyStore;
 use crate::audit::{AuditLog, RedactionKey};
 use crate::config::Config;
 use crate::evidence::Resolver;
+use crate::http::auth::KeyStore;
 use crate::policy::PolicyStore;
-use health::Health;
-use metrics::HttpMetrics;
+use crate::telemetry::health::Health;
+use crate::telemetry::metrics::HttpMetrics;
 
 /// Shared state of a running sidecar. Built once; subsystems hold `Arc`s.
 pub struct App {

@@ -1,9 +1,14 @@
-//! Small HTTP building blocks shared by the API and the proxy: the response
-//! body type, JSON responses, bounded body reading, request ids and the
-//! request hash.
+//! The HTTP vocabulary every door shares: the response body type, JSON
+//! responses, bounded body reading, request ids and the request hash here;
+//! the one error type and its mapping to status codes in [`error`]; API keys
+//! and scopes in [`auth`].
 //!
-//! They live apart from both faces of the sidecar so that the API and the
-//! proxy read bodies, hash requests and name requests in exactly one way.
+//! It lives apart from the API and the proxy so that both (and the listeners,
+//! the webhook, the witness and `verdict reviews`) read bodies, hash
+//! requests, name requests and answer errors in exactly one way.
+
+pub mod auth;
+pub mod error;
 
 use std::convert::Infallible;
 
@@ -16,7 +21,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::api::error::ApiError;
+use crate::http::error::ApiError;
 
 /// Errors a response body may fail with (an upstream body, for the proxy).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
