@@ -8,9 +8,9 @@
 use libfuzzer_sys::fuzz_target;
 use verdict::api::fuzzing::{prepare_verify, validate_batch, VerifyRequest};
 use verdict::api::wire;
-use verdict::api::error::ApiError;
+use verdict::http::error::ApiError;
 use verdict::gate::{self, AuthorizeRequest};
-use verdict::api::http_util::{parse_json, typed};
+use verdict::http::{parse_json, typed};
 
 fn client_error(e: ApiError) {
     let status = e.status();
