@@ -5,7 +5,7 @@
 
 use crate::support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::Method;
 use support::{MockUpstream, Resp, TestServer, APP_KEY, REVIEW_KEY, VERIFY_ONLY_KEY};
@@ -309,13 +309,22 @@ async fn a_reviewer_sees_the_conflict_resolves_once_and_sees_the_upstream_answer
     assert_eq!(r.status, 303, "{}", r.text());
     let back = r.header("location").unwrap().to_string();
     assert_eq!(back, format!("/console/reviews/{id}?resolved=approved"));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let page = loop {
-        let page = b.get(&back).await.text();
-        if page.contains("upstream-status") || Instant::now() > deadline {
-            break page;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let page = {
+        // The browser's cookie jar needs `&mut`; each look borrows it in turn.
+        let browser = tokio::sync::Mutex::new(&mut b);
+        support::eventually(
+            "the approved call's upstream status on the page",
+            Duration::from_secs(5),
+            || async {
+                let page = browser.lock().await.get(&back).await.text();
+                if page.contains("upstream-status") {
+                    Ok(page)
+                } else {
+                    Err("no upstream status yet")
+                }
+            },
+        )
+        .await
     };
     assert!(page.contains("You approved this review."), "{page}");
     assert!(

@@ -265,18 +265,16 @@ async fn assert_inert(c: &Client, page: &str) {
 
 /// Waits for the current page's path to become `path`.
 async fn wait_for_path(c: &Client, path: &str) {
-    let deadline = Instant::now() + PAGE_WAIT;
-    loop {
+    let what = format!("the page at {path}");
+    support::eventually_every(&what, PAGE_WAIT, Duration::from_millis(100), || async {
         let url = c.current_url().await.unwrap();
         if url.path() == path {
-            return;
+            Ok(())
+        } else {
+            Err(format!("still at {url}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "still at {url}, waited for {path}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -164,14 +164,15 @@ fn a_killed_process_resumes_without_duplicates() {
     // Let it store some results, then SIGKILL it mid-job.
     let conn = rusqlite::Connection::open(&db).unwrap();
     conn.busy_timeout(Duration::from_secs(10)).unwrap();
-    let start = Instant::now();
-    while stored_results(&conn) < 300 {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "child made no progress"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    support::eventually_blocking(
+        "the child to store 300 results",
+        Duration::from_secs(60),
+        Duration::from_millis(10),
+        || match stored_results(&conn) {
+            n if n >= 300 => Ok(()),
+            n => Err(format!("{n} stored")),
+        },
+    );
     // SIGKILL on Unix: no destructor, no flush, no shutdown.
     child.0.kill().unwrap();
     child.0.wait().unwrap();

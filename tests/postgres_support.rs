@@ -45,7 +45,7 @@ fn with_database_replaces_only_the_path() {
 #[test]
 fn an_unused_test_cluster_stops_by_itself() {
     use std::process::Command;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh");
     let parent = tempfile::tempdir().unwrap();
     let dir = parent.path().join("pg");
@@ -84,13 +84,14 @@ fn an_unused_test_cluster_stops_by_itself() {
     std::thread::sleep(Duration::from_secs(5));
     assert!(running(), "stopped while a process used it");
     drop(user);
-    let deadline = Instant::now() + Duration::from_secs(30);
     // Stopped, and its directory removed (the stop's last step).
-    while running() || dir.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "still there 30 s after its last user left"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    support::eventually_blocking(
+        "the server to stop after its last user left",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || match (running(), dir.exists()) {
+            (false, false) => Ok(()),
+            (up, there) => Err(format!("running: {up}, directory there: {there}")),
+        },
+    );
 }

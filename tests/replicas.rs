@@ -186,23 +186,21 @@ impl Drop for Replica {
 
 /// The address in the first log line holding `message`.
 fn logged_addr(log: &Arc<Mutex<Vec<u8>>>, message: &str) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
-        let found = text.lines().filter(|l| l.contains(message)).find_map(|l| {
-            serde_json::from_str::<Value>(l).ok()?["addr"]
-                .as_str()
-                .map(str::to_string)
-        });
-        if let Some(addr) = found {
-            return addr;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no {message:?} line:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let what = format!("a {message:?} log line");
+    support::eventually_blocking(
+        &what,
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || {
+            let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+            let found = text.lines().filter(|l| l.contains(message)).find_map(|l| {
+                serde_json::from_str::<Value>(l).ok()?["addr"]
+                    .as_str()
+                    .map(str::to_string)
+            });
+            found.ok_or(text)
+        },
+    )
 }
 
 /// Two replicas on a fresh database, each in front of its own upstream.

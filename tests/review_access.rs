@@ -118,12 +118,8 @@ async fn resolve(s: &TestServer, id: &str, verb: &str, key: &str) -> Resp {
     .await
 }
 
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+async fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    support::wait_for(what, Duration::from_secs(5), cond).await;
 }
 
 #[tokio::test]
@@ -289,14 +285,15 @@ async fn the_held_caller_polls_its_result_without_a_key() {
 
     assert_eq!(resolve(&s, id, "approve", REVIEW_KEY).await.status, 200);
     wait_until("the forward", || up.count() == 1).await;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let j = loop {
+    let j = support::eventually("the stored response", Duration::from_secs(5), || async {
         let j = s.get(&url, None).await.json();
-        if !j["response"].is_null() || Instant::now() > deadline {
-            break j;
+        if j["response"].is_null() {
+            Err(j)
+        } else {
+            Ok(j)
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     assert_eq!(j["status"], "approved", "{j}");
     assert_eq!(j["forward"]["state"], "done", "{j}");
     assert_eq!(j["response"]["status"], 200, "{j}");
@@ -331,18 +328,17 @@ async fn an_approval_within_the_hold_timeout_carries_the_decision_headers() {
         )
         .await
     });
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let id = loop {
+    let id = support::eventually("a held review", Duration::from_secs(5), || async {
         let list = s
             .get("/v2/reviews?status=pending", Some(REVIEW_KEY))
             .await
             .json();
-        if let Some(id) = list["reviews"][0]["review_id"].as_str() {
-            break id.to_string();
+        match list["reviews"][0]["review_id"].as_str() {
+            Some(id) => Ok(id.to_string()),
+            None => Err(list),
         }
-        assert!(Instant::now() < deadline, "no review held");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     assert_eq!(resolve(&s, &id, "approve", REVIEW_KEY).await.status, 200);
     let r = call.await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());

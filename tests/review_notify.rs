@@ -9,7 +9,7 @@ use crate::support;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use held::{env_with, metric, refund, Receiver};
+use held::{env_with, metric, metric_reaches, refund, Receiver};
 use ring::hmac;
 use support::REVIEW_KEY;
 use verdict::config::{NotifyConfig, NotifySecret};
@@ -150,12 +150,15 @@ async fn a_failing_webhook_is_retried_with_the_same_delivery_id() {
         second.header("x-verdict-delivery")
     );
     assert_signed(&second, SECRET);
-    let deadline = Instant::now() + Duration::from_secs(5);
     let sent = r#"verdict_review_notifications_total{outcome="sent"}"#;
-    while metric(&e.s, sent).await != Some(1.0) {
-        assert!(Instant::now() < deadline, "the retry is counted as sent");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    metric_reaches(
+        &e.s,
+        sent,
+        1.0,
+        "the retry counted as sent",
+        Duration::from_secs(5),
+    )
+    .await;
     let failed_attempts = "verdict_review_notification_failed_attempts_total";
     assert_eq!(metric(&e.s, failed_attempts).await, Some(1.0));
     let failed = r#"verdict_review_notifications_total{outcome="failed"}"#;
@@ -185,20 +188,15 @@ async fn a_dead_webhook_delays_no_hold_and_is_counted_in_metrics() {
         )
         .await;
     assert_eq!(a.status, 200, "{}", a.text());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while e.up.count() < 1 {
-        assert!(Instant::now() < deadline, "the approval is forwarded");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    support::wait_for(
+        "the approval to be forwarded",
+        Duration::from_secs(10),
+        || e.up.count() >= 1,
+    )
+    .await;
     let failed = r#"verdict_review_notifications_total{outcome="failed"}"#;
-    while metric(&e.s, failed).await != Some(2.0) {
-        assert!(
-            Instant::now() < deadline,
-            "both notifications counted as failed: {}",
-            e.s.get("/metrics", None).await.text()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = "both notifications counted as failed";
+    metric_reaches(&e.s, failed, 2.0, what, Duration::from_secs(10)).await;
     let attempts = "verdict_review_notification_failed_attempts_total";
     assert_eq!(metric(&e.s, attempts).await, Some(4.0));
     let sent = r#"verdict_review_notifications_total{outcome="sent"}"#;
@@ -221,11 +219,14 @@ async fn shutdown_does_not_wait_for_a_retrying_notification() {
     .await;
     assert_eq!(refund(&e, 900).await.status, 202);
     let attempts = "verdict_review_notification_failed_attempts_total";
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while metric(&e.s, attempts).await != Some(1.0) {
-        assert!(Instant::now() < deadline, "the first try fails");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    metric_reaches(
+        &e.s,
+        attempts,
+        1.0,
+        "the first try to fail",
+        Duration::from_secs(5),
+    )
+    .await;
     let app = e.s.running.as_ref().unwrap().app.clone();
     let t0 = Instant::now();
     e.s.shutdown().await;

@@ -155,6 +155,23 @@ pub async fn dead_url() -> String {
     format!("http://{addr}/hooks/verdict")
 }
 
+/// Waits until the metric line `series` reads `value`.
+pub async fn metric_reaches(
+    s: &TestServer,
+    series: &str,
+    value: f64,
+    what: &str,
+    within: std::time::Duration,
+) {
+    crate::support::eventually(what, within, || async {
+        match metric(s, series).await {
+            Some(v) if v == value => Ok(()),
+            other => Err(format!("{series} is {other:?}")),
+        }
+    })
+    .await;
+}
+
 /// The value of a metric line `name{labels} value` in `/metrics`.
 pub async fn metric(s: &TestServer, series: &str) -> Option<f64> {
     let text = s.get("/metrics", None).await.text();

@@ -729,6 +729,27 @@ pub async fn eventually_every<T, E: Display, Fut: Future<Output = Result<T, E>>>
     }
 }
 
+/// [`eventually_every`] for a test that waits without a runtime: runs
+/// `check` every `every` on this thread.
+pub fn eventually_blocking<T, E: Display>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> Result<T, E>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(last) => assert!(
+                Instant::now() < deadline,
+                "timed out after {within:?} waiting for {what}: {last}"
+            ),
+        }
+        std::thread::sleep(every);
+    }
+}
+
 /// [`eventually`] for a plain condition.
 pub async fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
     eventually(what, within, || {

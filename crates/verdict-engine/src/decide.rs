@@ -4,8 +4,8 @@
 //!
 //! Pure like the rest of the engine: it takes the checks the verifier made and
 //! the rule hits the policy produced, and returns one [`Decision`] with its
-//! reason. The table lives in [`decide`] as one ordered `if` chain so that it
-//! can be read against the design row by row.
+//! reason. The table lives behind [`decide`], in `table_row`, as one ordered
+//! `if` chain so that it can be read against the design row by row.
 
 use super::model::{Citations, DecisionMode, Effect, Floor, RuleHit};
 
@@ -306,6 +306,26 @@ impl DecisionReason {
         DecisionReason::AmbiguousCredentials,
     ];
 
+    /// The decision table's rows in the order they are tried (the first
+    /// that holds decides), by reason: an unknown action is refused before
+    /// the table, and `coverage_sufficient` is the row when none other
+    /// holds. Consecutive rows with one reason are listed once. The engine's
+    /// tests check the table against it; docs read it from here.
+    pub const TABLE_ORDER: [DecisionReason; 12] = [
+        DecisionReason::UnknownAction,
+        DecisionReason::ParamTypeMismatch,
+        DecisionReason::PolicyViolation,
+        DecisionReason::UntrustedSource,
+        DecisionReason::FetchFailed,
+        DecisionReason::MissingCitations,
+        DecisionReason::UnsupportedClaims,
+        DecisionReason::AmbiguousClaims,
+        DecisionReason::UnboundParam,
+        DecisionReason::ReviewRequired,
+        DecisionReason::NoClaims,
+        DecisionReason::CoverageSufficient,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             DecisionReason::CoverageSufficient => "coverage_sufficient",
@@ -386,33 +406,49 @@ pub fn decide(f: &Facts<'_>) -> Decision {
 
 /// [`decide`], and the row that decided.
 pub fn decide_traced(f: &Facts<'_>) -> (Decision, Row) {
-    use DecisionMode::{Audit, Balanced, Strict};
+    if let Some(outcome @ (Outcome::Deny | Outcome::NeedsReview)) = f.unknown_action {
+        return refuse_unknown_action(outcome);
+    }
+    let (strict, balanced, reason, condition) = table_row(f);
+    let row = Row {
+        condition,
+        reason,
+        strict,
+        balanced,
+        audit_would: audit_would(reason),
+        audit_allows: true,
+    };
+    (decision_in_mode(f.requirements.decision_mode, &row), row)
+}
+
+/// The decision and row when `[authorize] unknown_action` refuses an action no policy names.
+fn refuse_unknown_action(outcome: Outcome) -> (Decision, Row) {
+    // No policy to apply, and the operator said what that means; a
+    // caller's `decision_mode = "audit"` cannot turn it into an allow.
+    let row = Row {
+        condition: "no policy names the action type, and [authorize] unknown_action refuses it",
+        reason: DecisionReason::UnknownAction,
+        strict: outcome,
+        balanced: outcome,
+        audit_would: outcome,
+        audit_allows: false,
+    };
+    let decision = Decision {
+        outcome,
+        reason: DecisionReason::UnknownAction,
+        enforced: true,
+        would_decide: None,
+    };
+    (decision, row)
+}
+
+/// The first matching row of the table, as (strict, balanced, reason, condition).
+fn table_row(f: &Facts<'_>) -> (Outcome, Outcome, DecisionReason, &'static str) {
     use DecisionReason as R;
     use Outcome::{Allow, Deny, NeedsReview};
-    let mode = f.requirements.decision_mode;
     let any = |s: ClaimStatus| f.checks.iter().any(|c| c.status == s);
     let rule = |e: Effect| f.rule_hits.iter().any(|h| h.effect == e);
-    if let Some(outcome @ (Deny | NeedsReview)) = f.unknown_action {
-        // No policy to apply, and the operator said what that means; a
-        // caller's `decision_mode = "audit"` cannot turn it into an allow.
-        let row = Row {
-            condition: "no policy names the action type, and [authorize] unknown_action refuses it",
-            reason: R::UnknownAction,
-            strict: outcome,
-            balanced: outcome,
-            audit_would: outcome,
-            audit_allows: false,
-        };
-        let decision = Decision {
-            outcome,
-            reason: R::UnknownAction,
-            enforced: true,
-            would_decide: None,
-        };
-        return (decision, row);
-    }
-    // (strict, balanced, reason, condition) for each row; audit always allows.
-    let row = if f.param_mismatches > 0 {
+    if f.param_mismatches > 0 {
         (
             Deny,
             Deny,
@@ -458,7 +494,7 @@ pub fn decide_traced(f: &Facts<'_>) -> (Decision, Row) {
         )
     } else if any(ClaimStatus::Ambiguous) {
         // Strict treats an ambiguous claim as unsupported.
-        let strict_reason = if mode == Strict {
+        let strict_reason = if f.requirements.decision_mode == DecisionMode::Strict {
             R::UnsupportedClaims
         } else {
             R::AmbiguousClaims
@@ -494,44 +530,40 @@ pub fn decide_traced(f: &Facts<'_>) -> (Decision, Row) {
             R::CoverageSufficient,
             "otherwise: every claim supported, no rule hit",
         )
-    };
-    let (strict, balanced, reason, condition) = row;
-    // The audit column: "allow (would deny)", except a review rule, which
-    // "would review".
-    let audit_would = match reason {
-        R::CoverageSufficient => Allow,
-        R::ReviewRequired => NeedsReview,
-        _ => Deny,
-    };
-    let row = Row {
-        condition,
-        reason,
-        strict,
-        balanced,
-        audit_would,
-        audit_allows: true,
-    };
-    let decision = match mode {
-        Strict => Decision {
-            outcome: strict,
-            reason,
+    }
+}
+
+/// The audit column: "allow (would deny)", except a review rule's "would review".
+fn audit_would(reason: DecisionReason) -> Outcome {
+    match reason {
+        DecisionReason::CoverageSufficient => Outcome::Allow,
+        DecisionReason::ReviewRequired => Outcome::NeedsReview,
+        _ => Outcome::Deny,
+    }
+}
+
+/// What `row` decides in `mode`; audit allows and records what it would have decided.
+fn decision_in_mode(mode: DecisionMode, row: &Row) -> Decision {
+    match mode {
+        DecisionMode::Strict => Decision {
+            outcome: row.strict,
+            reason: row.reason,
             enforced: true,
             would_decide: None,
         },
-        Balanced => Decision {
-            outcome: balanced,
-            reason,
+        DecisionMode::Balanced => Decision {
+            outcome: row.balanced,
+            reason: row.reason,
             enforced: true,
             would_decide: None,
         },
-        Audit => Decision {
-            outcome: Allow,
-            reason,
+        DecisionMode::Audit => Decision {
+            outcome: Outcome::Allow,
+            reason: row.reason,
             enforced: false,
-            would_decide: Some(audit_would),
+            would_decide: Some(row.audit_would),
         },
-    };
-    (decision, row)
+    }
 }
 
 /// How many of `checks` are separate claims: claims whose words differ

@@ -54,28 +54,40 @@ fn reqs(mode: DecisionMode, citations: Citations, deny_any: bool) -> Effective {
 /// (strict, balanced, audit-would) outcome and reason.
 #[test]
 fn every_row_in_every_mode() {
-    use ClaimStatus::{Ambiguous, Supported, Unsupported};
-    struct Row {
-        name: &'static str,
-        hits: Vec<RuleHit>,
-        checks: Vec<Check>,
-        uncited: usize,
-        unavailable: usize,
-        untrusted: usize,
-        mismatches: usize,
-        unbound: usize,
-        citations: Citations,
-        deny_any: bool,
-        require_claims: bool,
-        min_claims: usize,
-        strict: (Outcome, R),
-        balanced: (Outcome, R),
-        audit_would: Outcome,
+    let rows = param_rule_and_source_cases()
+        .into_iter()
+        .chain(claim_status_cases())
+        .chain(claim_count_cases());
+    for row in rows {
+        assert_in_every_mode(&row);
     }
-    let base = || Row {
+}
+
+/// One situation for the decision table and the outcomes it expects per mode.
+struct Case {
+    name: &'static str,
+    hits: Vec<RuleHit>,
+    checks: Vec<Check>,
+    uncited: usize,
+    unavailable: usize,
+    untrusted: usize,
+    mismatches: usize,
+    unbound: usize,
+    citations: Citations,
+    deny_any: bool,
+    require_claims: bool,
+    min_claims: usize,
+    strict: (Outcome, R),
+    balanced: (Outcome, R),
+    audit_would: Outcome,
+}
+
+/// The situation every case starts from: one supported claim and nothing else wrong.
+fn base_case() -> Case {
+    Case {
         name: "",
         hits: vec![],
-        checks: vec![check(Supported, 1.0)],
+        checks: vec![check(ClaimStatus::Supported, 1.0)],
         uncited: 0,
         unavailable: 0,
         untrusted: 0,
@@ -88,9 +100,14 @@ fn every_row_in_every_mode() {
         strict: (Allow, R::CoverageSufficient),
         balanced: (Allow, R::CoverageSufficient),
         audit_would: Allow,
-    };
-    let rows = vec![
-        Row {
+    }
+}
+
+/// Cases for rows 0 to 3: param types, deny rules, sources and citations.
+fn param_rule_and_source_cases() -> Vec<Case> {
+    use ClaimStatus::Unsupported;
+    vec![
+        Case {
             name: "0 param type mismatch",
             hits: vec![hit(Effect::Deny)],
             mismatches: 1,
@@ -98,18 +115,18 @@ fn every_row_in_every_mode() {
             strict: (Deny, R::ParamTypeMismatch),
             balanced: (Deny, R::ParamTypeMismatch),
             audit_would: Deny,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "1 deny rule",
             hits: vec![hit(Effect::Review), hit(Effect::Deny)],
             unavailable: 1,
             strict: (Deny, R::PolicyViolation),
             balanced: (Deny, R::PolicyViolation),
             audit_would: Deny,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "2 untrusted source",
             untrusted: 1,
             unavailable: 1,
@@ -117,92 +134,106 @@ fn every_row_in_every_mode() {
             strict: (Deny, R::UntrustedSource),
             balanced: (NeedsReview, R::UntrustedSource),
             audit_would: Deny,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "2 fetch failed",
             unavailable: 1,
             uncited: 1,
             strict: (Deny, R::FetchFailed),
             balanced: (NeedsReview, R::FetchFailed),
             audit_would: Deny,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "3 missing citations",
             uncited: 1,
             checks: vec![check(Unsupported, 0.0)],
             strict: (Deny, R::MissingCitations),
             balanced: (NeedsReview, R::MissingCitations),
             audit_would: Deny,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "3 optional citations skip the row",
             uncited: 1,
             citations: Citations::Optional,
-            ..base()
+            ..base_case()
         },
-        Row {
+    ]
+}
+
+/// Cases for rows 4 to 7: unsupported and ambiguous claims, bind params and review rules.
+fn claim_status_cases() -> Vec<Case> {
+    use ClaimStatus::{Ambiguous, Supported, Unsupported};
+    vec![
+        Case {
             name: "4 unsupported + deny_if_any_unsupported",
             checks: vec![check(Supported, 1.0), check(Unsupported, 0.2)],
             deny_any: true,
             strict: (Deny, R::UnsupportedClaims),
             balanced: (Deny, R::UnsupportedClaims),
             audit_would: Deny,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "5 unsupported",
             checks: vec![check(Unsupported, 0.2), check(Ambiguous, 0.6)],
             hits: vec![hit(Effect::Review)],
             strict: (Deny, R::UnsupportedClaims),
             balanced: (NeedsReview, R::UnsupportedClaims),
             audit_would: Deny,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "6 ambiguous",
             checks: vec![check(Ambiguous, 0.6)],
             strict: (Deny, R::UnsupportedClaims),
             balanced: (NeedsReview, R::AmbiguousClaims),
             audit_would: Deny,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "6b unbound param",
             unbound: 1,
             hits: vec![hit(Effect::Review)],
             strict: (Deny, R::UnboundParam),
             balanced: (NeedsReview, R::UnboundParam),
             audit_would: Deny,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "7 review rule",
             hits: vec![hit(Effect::Review)],
             strict: (NeedsReview, R::ReviewRequired),
             balanced: (NeedsReview, R::ReviewRequired),
             audit_would: NeedsReview,
-            ..base()
+            ..base_case()
         },
-        Row {
+    ]
+}
+
+/// Cases for rows 8 and 9: how many separate claims there are, and the final allow.
+fn claim_count_cases() -> Vec<Case> {
+    use ClaimStatus::Supported;
+    vec![
+        Case {
             name: "8 no claims",
             checks: vec![],
             strict: (Deny, R::NoClaims),
             balanced: (NeedsReview, R::NoClaims),
             audit_would: Deny,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "8 one claim where min_claims asks for two",
             min_claims: 2,
             strict: (Deny, R::NoClaims),
             balanced: (NeedsReview, R::NoClaims),
             audit_would: Deny,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "8 the same claim twice is one claim",
             checks: vec![
                 Check {
@@ -219,9 +250,9 @@ fn every_row_in_every_mode() {
             strict: (Deny, R::NoClaims),
             balanced: (NeedsReview, R::NoClaims),
             audit_would: Deny,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "9 two separate claims meet min_claims = 2",
             checks: vec![
                 Check {
@@ -235,44 +266,46 @@ fn every_row_in_every_mode() {
                 },
             ],
             min_claims: 2,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "8 require_claims = false lets rules decide",
             checks: vec![],
             require_claims: false,
-            ..base()
+            ..base_case()
         },
-        Row {
+        Case {
             name: "9 otherwise",
-            ..base()
+            ..base_case()
         },
-    ];
-    for row in rows {
-        for mode in [Strict, Balanced, Audit] {
-            let mut r = reqs(mode, row.citations, row.deny_any);
-            r.require_claims = row.require_claims;
-            r.min_claims = row.min_claims;
-            let d = decide(&Facts {
-                unavailable_sources: row.unavailable,
-                untrusted_sources: row.untrusted,
-                param_mismatches: row.mismatches,
-                unbound_params: row.unbound,
-                ..facts(&r, &row.hits, &row.checks, row.uncited)
-            });
-            match mode {
-                Strict => {
-                    assert_eq!((d.outcome, d.reason), row.strict, "{} strict", row.name);
-                    assert!(d.enforced && d.would_decide.is_none());
-                }
-                Balanced => {
-                    assert_eq!((d.outcome, d.reason), row.balanced, "{} balanced", row.name)
-                }
-                Audit => {
-                    assert_eq!(d.outcome, Allow, "{} audit", row.name);
-                    assert!(!d.enforced, "{}", row.name);
-                    assert_eq!(d.would_decide, Some(row.audit_would), "{} audit", row.name);
-                }
+    ]
+}
+
+/// Asserts what `row` expects in strict, balanced and audit mode.
+fn assert_in_every_mode(row: &Case) {
+    for mode in [Strict, Balanced, Audit] {
+        let mut r = reqs(mode, row.citations, row.deny_any);
+        r.require_claims = row.require_claims;
+        r.min_claims = row.min_claims;
+        let d = decide(&Facts {
+            unavailable_sources: row.unavailable,
+            untrusted_sources: row.untrusted,
+            param_mismatches: row.mismatches,
+            unbound_params: row.unbound,
+            ..facts(&r, &row.hits, &row.checks, row.uncited)
+        });
+        match mode {
+            Strict => {
+                assert_eq!((d.outcome, d.reason), row.strict, "{} strict", row.name);
+                assert!(d.enforced && d.would_decide.is_none());
+            }
+            Balanced => {
+                assert_eq!((d.outcome, d.reason), row.balanced, "{} balanced", row.name)
+            }
+            Audit => {
+                assert_eq!(d.outcome, Allow, "{} audit", row.name);
+                assert!(!d.enforced, "{}", row.name);
+                assert_eq!(d.would_decide, Some(row.audit_would), "{} audit", row.name);
             }
         }
     }
@@ -517,5 +550,64 @@ fn an_unknown_action_is_refused_in_every_mode() {
         }
         let d = decide_unknown(mode, Allow);
         assert_eq!(d.reason, R::CoverageSufficient, "{mode:?}");
+    }
+}
+
+/// Sets what makes the row of `reason` hold (balanced mode), on top of
+/// whatever the case already has.
+fn trigger(case: &mut Case, reason: R) -> Option<Outcome> {
+    match reason {
+        R::UnknownAction => return Some(Deny),
+        R::ParamTypeMismatch => case.mismatches = 1,
+        R::PolicyViolation => case.hits.push(hit(Effect::Deny)),
+        R::UntrustedSource => case.untrusted = 1,
+        R::FetchFailed => case.unavailable = 1,
+        R::MissingCitations => case.uncited = 1,
+        R::UnsupportedClaims => case.checks.push(check(ClaimStatus::Unsupported, 0.2)),
+        R::AmbiguousClaims => case.checks.push(check(ClaimStatus::Ambiguous, 0.6)),
+        R::UnboundParam => case.unbound = 1,
+        R::ReviewRequired => case.hits.push(hit(Effect::Review)),
+        R::NoClaims => case.min_claims = 99,
+        R::CoverageSufficient => {}
+        other => panic!("{other:?} is not a row of the table"),
+    }
+    None
+}
+
+/// The reason balanced mode gives a case, with `unknown` as the action's
+/// `[authorize] unknown_action` outcome.
+fn balanced_reason(case: &Case, unknown: Option<Outcome>) -> R {
+    let r = Effective {
+        min_claims: case.min_claims,
+        ..reqs(Balanced, case.citations, case.deny_any)
+    };
+    let mut f = facts(&r, &case.hits, &case.checks, case.uncited);
+    f.unavailable_sources = case.unavailable;
+    f.untrusted_sources = case.untrusted;
+    f.param_mismatches = case.mismatches;
+    f.unbound_params = case.unbound;
+    f.unknown_action = unknown;
+    decide(&f).reason
+}
+
+/// `TABLE_ORDER` is the table's order: each row's situation alone gives
+/// its reason, and with any row below it as well, still its own.
+#[test]
+fn the_table_order_is_the_order_rows_are_tried() {
+    let order = DecisionReason::TABLE_ORDER;
+    for (i, &upper) in order.iter().enumerate() {
+        let mut alone = base_case();
+        let unknown = trigger(&mut alone, upper);
+        assert_eq!(balanced_reason(&alone, unknown), upper, "{upper:?} alone");
+        for &lower in &order[i + 1..] {
+            let mut both = base_case();
+            let mut unknown = trigger(&mut both, lower);
+            unknown = trigger(&mut both, upper).or(unknown);
+            assert_eq!(
+                balanced_reason(&both, unknown),
+                upper,
+                "{upper:?} with {lower:?}: the upper row must decide"
+            );
+        }
     }
 }

@@ -168,93 +168,123 @@ pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> 
             break;
         };
         if c == '\n' {
-            let rest = &text[b + 1..];
-            let blank = rest.trim_start_matches([' ', '\t', '\r']).starts_with('\n');
-            let this_line = &text[line_start..b];
-            line_start = b + 1;
-            if newline_breaks
-                || blank
-                || is_block_start(rest)
-                || this_line.trim_start().starts_with('#')
-                || this_line.trim_end().ends_with(':')
-            {
+            if newline_breaks || newline_ends_sentence(text, line_start, b) {
                 cuts.push(b + 1);
             }
+            line_start = b + 1;
             i += 1;
             continue;
         }
         if matches!(c, '.' | '!' | '?' | '…' | '。' | '！' | '？') {
-            // swallow runs of terminators and closing quotes/brackets
-            let mut j = b + c.len_utf8();
-            while let Some(cj) = char_at(text, j).filter(|&cj| {
-                matches!(
-                    cj,
-                    '.' | '!' | '?' | '…' | '"' | '\'' | ')' | ']' | '”' | '’' | '*'
-                )
-            }) {
-                j += cj.len_utf8();
-            }
-            let next = char_at(text, j);
-            if matches!(c, '。' | '！' | '？') {
-                cuts.push(j);
-                i = j;
-                continue;
-            }
-            // "diet.These": a period glued between a lowercase letter and an
-            // uppercase one is a missing space, not an abbreviation.
-            let single = j == b + 1; // nothing swallowed after a one-byte '.'
-            if c == '.' && single && next.is_some_and(char::is_uppercase) {
-                let mut back = text[..b].chars().rev();
-                if back.next().is_some_and(char::is_lowercase)
-                    && back.next().is_some_and(char::is_lowercase)
-                {
-                    cuts.push(j);
-                    i = j;
-                    continue;
-                }
-            }
-            // need whitespace next
-            if next.is_some_and(char::is_whitespace) {
-                let mut k = j;
-                while let Some(ck) = char_at(text, k).filter(|ck| ck.is_whitespace()) {
-                    k += ck.len_utf8();
-                }
-                let Some(nextc) = char_at(text, k) else {
-                    i = k;
-                    continue;
-                };
-                let starts_ok = nextc.is_uppercase()
-                    || nextc.is_ascii_digit()
-                    || matches!(
-                        nextc,
-                        '"' | '\'' | '(' | '[' | '“' | '‘' | '*' | '#' | '-' | '•'
-                    )
-                    || !nextc.is_alphabetic() && !nextc.is_ascii_punctuation();
-                // Only a short prefix can be a list marker; never rescan a
-                // long line (that would be quadratic on hostile input).
-                let marker = if b - line_start < 8 {
-                    text[line_start..b].trim()
-                } else {
-                    ""
-                };
-                let list_marker = !marker.is_empty()
-                    && marker.len() < 4
-                    && marker.bytes().all(|x| x.is_ascii_digit());
-                if starts_ok
-                    && !list_marker
-                    && !(c == '.' && single && is_abbreviation_before(text, b))
-                {
-                    cuts.push(k);
-                }
-                i = k;
-                continue;
-            }
-            i = j;
+            i = cut_after_terminator(text, b, c, line_start, &mut cuts);
             continue;
         }
         // A lead byte E2/E3/EF of some other character.
         i += c.len_utf8();
     }
+    trimmed_ranges(text, cuts)
+}
+
+/// Whether the newline at byte `b` (its line starting at `line_start`) ends a sentence by itself.
+#[inline]
+fn newline_ends_sentence(text: &str, line_start: usize, b: usize) -> bool {
+    let rest = &text[b + 1..];
+    let blank = rest.trim_start_matches([' ', '\t', '\r']).starts_with('\n');
+    let this_line = &text[line_start..b];
+    blank
+        || is_block_start(rest)
+        || this_line.trim_start().starts_with('#')
+        || this_line.trim_end().ends_with(':')
+}
+
+/// Pushes the cut the terminator `c` at byte `b` makes, if any; returns the byte to go on from.
+#[inline]
+fn cut_after_terminator(
+    text: &str,
+    b: usize,
+    c: char,
+    line_start: usize,
+    cuts: &mut Vec<usize>,
+) -> usize {
+    let j = after_terminator_run(text, b + c.len_utf8());
+    let next = char_at(text, j);
+    if matches!(c, '。' | '！' | '？') {
+        cuts.push(j);
+        return j;
+    }
+    // "diet.These": a period glued between a lowercase letter and an
+    // uppercase one is a missing space, not an abbreviation.
+    let single = j == b + 1; // nothing swallowed after a one-byte '.'
+    if c == '.' && single && next.is_some_and(char::is_uppercase) && two_lowercase_before(text, b) {
+        cuts.push(j);
+        return j;
+    }
+    // need whitespace next
+    if !next.is_some_and(char::is_whitespace) {
+        return j;
+    }
+    let mut k = j;
+    while let Some(ck) = char_at(text, k).filter(|ck| ck.is_whitespace()) {
+        k += ck.len_utf8();
+    }
+    let Some(nextc) = char_at(text, k) else {
+        return k;
+    };
+    if can_start_sentence(nextc)
+        && !after_list_marker(text, line_start, b)
+        && !(c == '.' && single && is_abbreviation_before(text, b))
+    {
+        cuts.push(k);
+    }
+    k
+}
+
+/// The byte after the run of terminators and closing quotes or brackets that starts at `j`.
+#[inline]
+fn after_terminator_run(text: &str, mut j: usize) -> usize {
+    // swallow runs of terminators and closing quotes/brackets
+    while let Some(cj) = char_at(text, j).filter(|&cj| {
+        matches!(
+            cj,
+            '.' | '!' | '?' | '…' | '"' | '\'' | ')' | ']' | '”' | '’' | '*'
+        )
+    }) {
+        j += cj.len_utf8();
+    }
+    j
+}
+
+/// Whether the two characters before byte `b` are lowercase letters.
+fn two_lowercase_before(text: &str, b: usize) -> bool {
+    let mut back = text[..b].chars().rev();
+    back.next().is_some_and(char::is_lowercase) && back.next().is_some_and(char::is_lowercase)
+}
+
+/// Whether `c`, the first character after a terminator and whitespace, can start a sentence.
+fn can_start_sentence(c: char) -> bool {
+    c.is_uppercase()
+        || c.is_ascii_digit()
+        || matches!(
+            c,
+            '"' | '\'' | '(' | '[' | '“' | '‘' | '*' | '#' | '-' | '•'
+        )
+        || !c.is_alphabetic() && !c.is_ascii_punctuation()
+}
+
+/// Whether the text from `line_start` to the terminator at `b` is a list number ("1.", "12)").
+fn after_list_marker(text: &str, line_start: usize, b: usize) -> bool {
+    // Only a short prefix can be a list marker; never rescan a
+    // long line (that would be quadratic on hostile input).
+    let marker = if b - line_start < 8 {
+        text[line_start..b].trim()
+    } else {
+        ""
+    };
+    !marker.is_empty() && marker.len() < 4 && marker.bytes().all(|x| x.is_ascii_digit())
+}
+
+/// The trimmed, non-empty ranges between consecutive `cuts` (and the end of `text`).
+fn trimmed_ranges(text: &str, mut cuts: Vec<usize>) -> Vec<(usize, usize)> {
     let mut out = Vec::with_capacity(cuts.len() + 1);
     let mut prev = 0;
     cuts.push(text.len());

@@ -4,162 +4,29 @@
 
 use super::*;
 
+/// Reads `claim` once against the request's index: everything the checks ask of it.
 pub(super) fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     let tokens = text::tokenize(claim, &idx.stemmer);
     let vocab = idx.stemmer.vocab();
     let mut qty = numbers::extract(&tokens, &vocab);
     numbers::resolve_dates(&mut qty, idx.date_order);
-    let mut in_qty = vec![false; tokens.len()];
-    for q in &qty {
-        for flag in in_qty.iter_mut().take(q.tok_end).skip(q.tok_start) {
-            *flag = true;
-        }
-        // "roughly 7 million": the approximator belongs to the number,
-        // which is compared with tolerance, not to the words to align.
-        let before = q.tok_start.checked_sub(1);
-        if let Some(k) = before.filter(|&k| numbers::is_approx(vocab.norm(tokens[k].norm_id))) {
-            in_qty[k] = true;
-        }
-    }
+    let in_qty = quantity_tokens(&qty, &tokens, &vocab);
     let max_idf = idx.idf(None);
     let not_name = name_exemptions(claim, &tokens, &vocab);
-    // Sized up front (at most one term and one polarity per token): these
-    // grew by doubling for every claim.
-    let mut terms: Vec<Term> = Vec::with_capacity(tokens.len());
-    let mut negated = false;
-    let mut polarity: Vec<(u32, bool)> = Vec::with_capacity(tokens.len());
-    // Long claims (caller input, possibly huge) use hash maps so analysis
-    // stays linear; short ones scan small vectors, which avoids allocating
-    // maps for the common 10-30 word claim. `HashMap::new` does not allocate
-    // until the first insert, and short claims never insert.
-    let long = tokens.len() > 48;
-    let mut polarity_at: HashMap<u32, usize> = HashMap::default();
-    let mut mixed: HashSet<u32> = HashSet::default();
-    let mut mixed_short: Vec<u32> = Vec::new();
-    let mut seen: HashSet<u32> = HashSet::default();
-    // Each term's form, for its derivational relatives.
-    let mut forms: Vec<String> = Vec::with_capacity(tokens.len());
-    for (i, tok) in tokens.iter().enumerate() {
-        if negates(&tokens, &vocab, i) {
-            negated |= tokens.get(i + 1).is_none_or(|n| !n.lex.only);
-            continue;
-        }
-        let stop = tok.lex.stopword;
-        if !stop {
-            let pol = polarity_of(claim, &tokens, &vocab, i);
-            let neg = pol == Polarity::Negated;
-            let at = if long {
-                polarity_at.get(&tok.stem_id).copied()
-            } else {
-                polarity.iter().position(|&(s, _)| s == tok.stem_id)
-            };
-            match at {
-                // After an implicit negator, or mentioned with both
-                // polarities: no single polarity to compare.
-                _ if pol == Polarity::Unclear => {
-                    if long {
-                        mixed.insert(tok.stem_id);
-                    } else {
-                        mixed_short.push(tok.stem_id);
-                    }
-                }
-                None => {
-                    if long {
-                        polarity_at.insert(tok.stem_id, polarity.len());
-                    }
-                    polarity.push((tok.stem_id, neg));
-                }
-                Some(k) if polarity[k].1 != neg => {
-                    if long {
-                        mixed.insert(tok.stem_id);
-                    } else {
-                        mixed_short.push(tok.stem_id);
-                    }
-                }
-                Some(_) => {}
-            }
-        }
-        if in_qty[i] || stop {
-            continue;
-        }
-        let dup = if long {
-            !seen.insert(tok.stem_id)
-        } else {
-            terms.iter().any(|t| t.stem == Some(tok.stem_id))
-        };
-        if dup {
-            continue;
-        }
-        // Ids of words no source contains match nothing: no postings, in
-        // no unit's sorted id lists.
-        let stem = Some(tok.stem_id);
-        let surf = Some(tok.norm_id);
-        // A capitalised first word is a name only when it is possessive
-        // ("Jordan's account"): otherwise the capital is the sentence's.
-        let possessive = conflict::possessive(claim, tok);
-        let name = (i > 0 || possessive || first_word_name(&tokens, &vocab, idx))
-            && tok.capitalized
-            && tok.kind == TokenKind::Word
-            && vocab.norm(tok.norm_id).chars().count() > 1
-            && tok.lex.month.is_none()
-            && !not_name[i];
-        let mut weight = idx.idf(stem);
-        if name {
-            weight *= tune::NAME_WEIGHT;
-        } else if idx.df(stem) == 0 && text::is_party(vocab.norm(tok.norm_id)) && !idx.names_party()
-        {
-            // "The customer was charged $100" against an invoice that
-            // names nobody: the party is implicit in the record, not
-            // missing from it. A source that names a party keeps the word
-            // at full weight, so "customer" against "the merchant" counts.
-            weight *= tune::UNNAMED_PARTY;
-        }
-        forms.push(vocab.norm(tok.norm_id).to_string());
-        terms.push(Term {
-            surf,
-            stem,
-            weight,
-            name,
-            span: (tok.start, tok.end),
-        });
-    }
-    polarity.retain(|(s, _)| !mixed.contains(s) && !mixed_short.contains(s));
-    let qty: Vec<ClaimQty> = qty
-        .into_iter()
-        .map(|q| ClaimQty {
-            weight: if q.soft {
-                max_idf
-            } else {
-                max_idf * tune::QTY_WEIGHT
-            },
-            span: (
-                tokens.get(q.tok_start).map_or(0, |t| t.start),
-                q.tok_end
-                    .checked_sub(1)
-                    .and_then(|k| tokens.get(k))
-                    .map_or(0, |t| t.end),
-            ),
-            q,
-        })
-        .collect();
+    let words = claim_words(claim, &tokens, &vocab, idx, &in_qty, &not_name);
+    let ClaimWords {
+        terms,
+        forms,
+        negated,
+        polarity,
+    } = words;
+    let qty = claim_quantities(qty, &tokens, max_idf);
     let total =
         terms.iter().map(|t| t.weight).sum::<f64>() + qty.iter().map(|q| q.weight).sum::<f64>();
     let hedge = conflict::claim_hedged(&tokens, &vocab);
     let done = conflict::claim_reports_done(&tokens, &vocab);
     let event = conflict::reported_event(&tokens, &vocab);
-    let clauses: Vec<Vec<u32>> = conflict::clauses(claim, &tokens, &vocab)
-        .into_iter()
-        .map(|c| {
-            let mut v: Vec<u32> = c
-                .iter()
-                .filter(|t| !t.lex.stopword)
-                .map(|t| t.stem_id)
-                .collect();
-            v.sort_unstable();
-            v.dedup();
-            v
-        })
-        .collect();
+    let clauses = clause_stems(claim, &tokens, &vocab);
     let parts = conjuncts(claim, &tokens, &vocab);
     let qty_stems: Vec<u32> = tokens
         .iter()
@@ -173,12 +40,7 @@ pub(super) fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
     let universal = tokens
         .iter()
         .any(|t| conflict::is_universal(vocab.norm(t.norm_id)));
-    let excepts = tokens.iter().any(|t| {
-        matches!(
-            vocab.norm(t.norm_id),
-            "except" | "excluding" | "exclude" | "excludes" | "only" | "excepting"
-        )
-    });
+    let excepts = has_exception(&tokens, &vocab);
     drop(vocab);
     let related = related_stems(&terms, &forms, idx);
     Analysis {
@@ -199,6 +61,268 @@ pub(super) fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         total,
         related,
     }
+}
+
+/// Per token: inside a quantity, or the approximator just before one.
+fn quantity_tokens(qty: &[Quantity], tokens: &[Token], vocab: &text::Vocab) -> Vec<bool> {
+    let mut in_qty = vec![false; tokens.len()];
+    for q in qty {
+        for flag in in_qty.iter_mut().take(q.tok_end).skip(q.tok_start) {
+            *flag = true;
+        }
+        // "roughly 7 million": the approximator belongs to the number,
+        // which is compared with tolerance, not to the words to align.
+        let before = q.tok_start.checked_sub(1);
+        if let Some(k) = before.filter(|&k| numbers::is_approx(vocab.norm(tokens[k].norm_id))) {
+            in_qty[k] = true;
+        }
+    }
+    in_qty
+}
+
+/// What the claim's words give [`Analysis`]: terms, their forms, negation and polarity.
+struct ClaimWords {
+    terms: Vec<Term>,
+    /// Each term's form, for its derivational relatives.
+    forms: Vec<String>,
+    negated: bool,
+    polarity: Vec<(u32, bool)>,
+}
+
+/// Reads the claim's words: one weighted term per content stem, and each stem's polarity.
+fn claim_words(
+    claim: &str,
+    tokens: &[Token],
+    vocab: &text::Vocab,
+    idx: &Index<'_>,
+    in_qty: &[bool],
+    not_name: &[bool],
+) -> ClaimWords {
+    // Long claims (caller input, possibly huge) use hash maps so analysis
+    // stays linear; short ones scan small vectors, which avoids allocating
+    // maps for the common 10-30 word claim. `HashMap::new` does not allocate
+    // until the first insert, and short claims never insert.
+    let long = tokens.len() > 48;
+    let mut polarity = Polarities::new(long, tokens.len());
+    let mut terms = Terms::new(long, tokens.len());
+    let mut negated = false;
+    for (i, tok) in tokens.iter().enumerate() {
+        if negates(tokens, vocab, i) {
+            negated |= tokens.get(i + 1).is_none_or(|n| !n.lex.only);
+            continue;
+        }
+        let stop = tok.lex.stopword;
+        if !stop {
+            polarity.record(tok.stem_id, polarity_of(claim, tokens, vocab, i));
+        }
+        if in_qty[i] || stop || terms.has(tok.stem_id) {
+            continue;
+        }
+        let name = is_name(claim, tokens, vocab, idx, i) && !not_name[i];
+        // Ids of words no source contains match nothing: no postings, in
+        // no unit's sorted id lists.
+        let term = Term {
+            surf: Some(tok.norm_id),
+            stem: Some(tok.stem_id),
+            weight: term_weight(tok, name, vocab, idx),
+            name,
+            span: (tok.start, tok.end),
+        };
+        terms.push(vocab.norm(tok.norm_id), term);
+    }
+    ClaimWords {
+        terms: terms.terms,
+        forms: terms.forms,
+        negated,
+        polarity: polarity.single(),
+    }
+}
+
+/// Whether token `i` is checked as a name (before quote and acronym exemptions).
+#[inline]
+fn is_name(claim: &str, tokens: &[Token], vocab: &text::Vocab, idx: &Index<'_>, i: usize) -> bool {
+    let tok = &tokens[i];
+    // A capitalised first word is a name only when it is possessive
+    // ("Jordan's account"): otherwise the capital is the sentence's.
+    let possessive = conflict::possessive(claim, tok);
+    (i > 0 || possessive || first_word_name(tokens, vocab, idx))
+        && tok.capitalized
+        && tok.kind == TokenKind::Word
+        && vocab.norm(tok.norm_id).chars().count() > 1
+        && tok.lex.month.is_none()
+}
+
+/// A term's weight: its IDF, raised for a name, lowered for a party the evidence leaves implicit.
+#[inline]
+fn term_weight(tok: &Token, name: bool, vocab: &text::Vocab, idx: &Index<'_>) -> f64 {
+    let stem = Some(tok.stem_id);
+    let mut weight = idx.idf(stem);
+    if name {
+        weight *= tune::NAME_WEIGHT;
+    } else if idx.df(stem) == 0 && text::is_party(vocab.norm(tok.norm_id)) && !idx.names_party() {
+        // "The customer was charged $100" against an invoice that
+        // names nobody: the party is implicit in the record, not
+        // missing from it. A source that names a party keeps the word
+        // at full weight, so "customer" against "the merchant" counts.
+        weight *= tune::UNNAMED_PARTY;
+    }
+    weight
+}
+
+/// The claim's terms so far (one per stem) and each term's form.
+struct Terms {
+    long: bool,
+    /// The stems of `terms`, for long claims.
+    seen: HashSet<u32>,
+    terms: Vec<Term>,
+    forms: Vec<String>,
+}
+
+impl Terms {
+    /// No terms yet, with room for `cap`; `long` claims look stems up in a set.
+    fn new(long: bool, cap: usize) -> Self {
+        // Sized up front (at most one term per token): these grew by
+        // doubling for every claim.
+        Terms {
+            long,
+            seen: HashSet::default(),
+            terms: Vec::with_capacity(cap),
+            forms: Vec::with_capacity(cap),
+        }
+    }
+
+    /// Whether a term has `stem` already; a long claim records it as seen.
+    #[inline]
+    fn has(&mut self, stem: u32) -> bool {
+        if self.long {
+            !self.seen.insert(stem)
+        } else {
+            self.terms.iter().any(|t| t.stem == Some(stem))
+        }
+    }
+
+    /// Adds `term`, whose form is `form`.
+    #[inline]
+    fn push(&mut self, form: &str, term: Term) {
+        self.forms.push(form.to_string());
+        self.terms.push(term);
+    }
+}
+
+/// Each content stem's polarity in the claim, and the stems with no single polarity.
+struct Polarities {
+    long: bool,
+    /// (stem, negated), in order of first mention.
+    polarity: Vec<(u32, bool)>,
+    /// Stem → its index in `polarity`, for long claims.
+    polarity_at: HashMap<u32, usize>,
+    /// Stems with no single polarity: a set for long claims, a list for short.
+    mixed: HashSet<u32>,
+    mixed_short: Vec<u32>,
+}
+
+impl Polarities {
+    /// No stems yet, with room for `cap`; `long` claims look stems up in maps.
+    fn new(long: bool, cap: usize) -> Self {
+        // Sized up front (at most one polarity per token).
+        Polarities {
+            long,
+            polarity: Vec::with_capacity(cap),
+            polarity_at: HashMap::default(),
+            mixed: HashSet::default(),
+            mixed_short: Vec::new(),
+        }
+    }
+
+    /// Records one mention of `stem` with polarity `pol`.
+    #[inline]
+    fn record(&mut self, stem: u32, pol: Polarity) {
+        let neg = pol == Polarity::Negated;
+        let at = if self.long {
+            self.polarity_at.get(&stem).copied()
+        } else {
+            self.polarity.iter().position(|&(s, _)| s == stem)
+        };
+        match at {
+            // After an implicit negator, or mentioned with both
+            // polarities: no single polarity to compare.
+            _ if pol == Polarity::Unclear => self.mark_mixed(stem),
+            None => {
+                if self.long {
+                    self.polarity_at.insert(stem, self.polarity.len());
+                }
+                self.polarity.push((stem, neg));
+            }
+            Some(k) if self.polarity[k].1 != neg => self.mark_mixed(stem),
+            Some(_) => {}
+        }
+    }
+
+    /// Marks `stem` as having no single polarity.
+    #[inline]
+    fn mark_mixed(&mut self, stem: u32) {
+        if self.long {
+            self.mixed.insert(stem);
+        } else {
+            self.mixed_short.push(stem);
+        }
+    }
+
+    /// (stem, negated) for the stems with one polarity throughout.
+    fn single(mut self) -> Vec<(u32, bool)> {
+        let (mixed, mixed_short) = (&self.mixed, &self.mixed_short);
+        self.polarity
+            .retain(|(s, _)| !mixed.contains(s) && !mixed_short.contains(s));
+        self.polarity
+    }
+}
+
+/// The claim's quantities, weighted against the rarest word, with their byte spans.
+fn claim_quantities(qty: Vec<Quantity>, tokens: &[Token], max_idf: f64) -> Vec<ClaimQty> {
+    qty.into_iter()
+        .map(|q| ClaimQty {
+            weight: if q.soft {
+                max_idf
+            } else {
+                max_idf * tune::QTY_WEIGHT
+            },
+            span: (
+                tokens.get(q.tok_start).map_or(0, |t| t.start),
+                q.tok_end
+                    .checked_sub(1)
+                    .and_then(|k| tokens.get(k))
+                    .map_or(0, |t| t.end),
+            ),
+            q,
+        })
+        .collect()
+}
+
+/// Each clause's content stems, sorted and deduplicated.
+fn clause_stems(claim: &str, tokens: &[Token], vocab: &text::Vocab) -> Vec<Vec<u32>> {
+    conflict::clauses(claim, tokens, vocab)
+        .into_iter()
+        .map(|c| {
+            let mut v: Vec<u32> = c
+                .iter()
+                .filter(|t| !t.lex.stopword)
+                .map(|t| t.stem_id)
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        })
+        .collect()
+}
+
+/// Whether the claim has an exception of its own ("except", "excluding", "only").
+fn has_exception(tokens: &[Token], vocab: &text::Vocab) -> bool {
+    tokens.iter().any(|t| {
+        matches!(
+            vocab.norm(t.norm_id),
+            "except" | "excluding" | "exclude" | "excludes" | "only" | "excepting"
+        )
+    })
 }
 
 /// (stem id, term index) for each derivational form ([`derive::related`])
