@@ -5,7 +5,7 @@
 //! pages with plain forms (no JavaScript), behind a sign-in with an API key
 //! that has the `review` scope. It is a second door onto the same review
 //! path as the Review API: the same single-use resolution, audited before it
-//! takes effect ([`super::reviews::resolve`]), and the same refusal without a
+//! takes effect (`super::reviews::resolve`), and the same refusal without a
 //! keys file. Every response carries a strict Content-Security-Policy and
 //! `no-store`; every form carries a CSRF token; held bodies are hostile input
 //! and are only ever rendered as escaped text.

@@ -19,7 +19,7 @@
 //! remembered as long as its job.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::registry::Registry;
@@ -27,22 +27,21 @@ use serde::ser::SerializeSeq;
 use serde::{Serialize, Serializer};
 use time::macros::format_description;
 use time::OffsetDateTime;
-use tokio::sync::watch;
 
 use crate::config::JobsConfig;
 use crate::telemetry::health::{Component, Report, Status};
 
+mod backend;
 mod pg;
 mod queue;
-mod store;
+mod sqlite;
 mod worker;
 
 #[cfg(test)]
 mod tests;
 
-use queue::{Queue, Queued};
-use store::{Durability, Inserted, JobRow, Store};
-use worker::{JobsMetrics, Shared};
+use backend::{Backend, Inserted, JobRow};
+use sqlite::SqliteJobs;
 
 /// The work for one item: its index in the job and the item document in,
 /// the result document out. Runs on a worker thread; it may block and may
@@ -206,39 +205,15 @@ pub struct JobsHealth {
 
 /// Handle to the batch-job subsystem; cheap to clone.
 #[derive(Clone)]
-pub struct Jobs(Kind);
-
-#[derive(Clone)]
-enum Kind {
-    /// The data dir's SQLite file: one replica.
-    Sqlite(SqliteJobs),
-    /// The shared store: every replica's jobs, run by every replica.
-    Postgres(Arc<pg::PgJobs>),
-}
-
-/// Jobs in the data dir's SQLite file.
-#[derive(Clone)]
-struct SqliteJobs {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    shared: Arc<Shared>,
-    retention: Duration,
-    workers: usize,
-    /// std `Mutex`: taken once, by shutdown, to move the handles out.
-    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
-    sweeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    stop_sweeper: watch::Sender<bool>,
-}
+pub struct Jobs(Arc<dyn Backend>);
 
 // === impl Jobs ===
 
 impl Jobs {
     /// Opens the jobs in the SQLite file at `db_path`; see
-    /// [`SqliteJobs::open`].
+    /// `SqliteJobs::open` in `jobs::sqlite`.
     pub fn open(db_path: &Path, cfg: &JobsConfig, work: ItemFn) -> Result<Jobs, JobsError> {
-        SqliteJobs::open(db_path, cfg, work).map(|j| Jobs(Kind::Sqlite(j)))
+        SqliteJobs::open(db_path, cfg, work).map(|j| Jobs(Arc::new(j)))
     }
 
     /// Jobs on the shared store: submitted through any replica, visible
@@ -249,7 +224,7 @@ impl Jobs {
         cfg: &JobsConfig,
         work: ItemFn,
     ) -> Result<Jobs, JobsError> {
-        pg::PgJobs::open(shared, cfg.retention, cfg.workers, work).map(|j| Jobs(Kind::Postgres(j)))
+        pg::PgJobs::open(shared, cfg.retention, cfg.workers, work).map(|j| Jobs(j))
     }
 
     /// Stores a job and queues it; with an `Idempotency-Key`, a repeat of
@@ -262,16 +237,10 @@ impl Jobs {
         request_hash: &str,
         items: Vec<serde_json::Value>,
     ) -> Result<Submitted, JobsError> {
-        let inserted = match &self.0 {
-            Kind::Sqlite(j) => {
-                j.submit(owner, idempotency_key, request_hash, items)
-                    .await?
-            }
-            Kind::Postgres(j) => {
-                j.submit(owner, idempotency_key, request_hash, items)
-                    .await?
-            }
-        };
+        let inserted = self
+            .0
+            .submit(owner, idempotency_key, request_hash, items)
+            .await?;
         Ok(match inserted {
             Inserted::New(job) => Submitted::Created(summary(&job)),
             Inserted::Existing(job) => Submitted::Existing(summary(&job)),
@@ -287,247 +256,29 @@ impl Jobs {
         admin: bool,
         page: Page,
     ) -> Result<Option<JobView>, JobsError> {
-        match &self.0 {
-            Kind::Sqlite(j) => j.get(job_id, owner, admin, page).await,
-            Kind::Postgres(j) => j.get(job_id, owner, admin, page).await,
-        }
+        self.0.get(job_id, owner, admin, page).await
     }
 
     /// Queued and running jobs (of every replica, on the shared store).
     pub fn health(&self) -> JobsHealth {
-        match &self.0 {
-            Kind::Sqlite(j) => j.health(),
-            Kind::Postgres(j) => j.health(),
-        }
+        self.0.health()
     }
 
     /// Registers the jobs metrics.
     pub fn register_metrics(&self, registry: &mut Registry) {
-        let m = match &self.0 {
-            Kind::Sqlite(j) => &j.inner.shared.metrics,
-            Kind::Postgres(j) => &j.metrics,
-        };
-        m.register(registry);
+        self.0.metrics().register(registry);
     }
 
     /// Runs one retention sweep now; returns how many jobs it deleted.
     pub async fn sweep(&self) -> Result<usize, JobsError> {
-        match &self.0 {
-            Kind::Sqlite(j) => j.sweep().await,
-            Kind::Postgres(j) => j.sweep().await,
-        }
+        self.0.sweep().await
     }
 
     /// Stops accepting jobs and waits for the workers to stop between
     /// items; unfinished jobs resume at the next start (or, on the shared
     /// store, on another replica).
     pub async fn shutdown(&self) {
-        match &self.0 {
-            Kind::Sqlite(j) => j.shutdown().await,
-            Kind::Postgres(j) => j.shutdown().await,
-        }
-    }
-}
-
-impl SqliteJobs {
-    /// Opens or creates the `jobs_*` tables in the SQLite file at `db_path`
-    /// (shared with other subsystems) in WAL mode, deletes expired jobs,
-    /// queues every queued and running job again (a running one continues
-    /// after its last stored result), and starts `cfg.workers` worker threads
-    /// plus the retention sweeper.
-    ///
-    /// Must be called inside a Tokio runtime. It does its start-up IO
-    /// synchronously, once, before the server accepts requests.
-    fn open(db_path: &Path, cfg: &JobsConfig, work: ItemFn) -> Result<SqliteJobs, JobsError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| JobsError::NoRuntime)?;
-        let db = Store::open(db_path)?;
-        let swept = db.with_conn(|c| store::sweep(c, cutoff_ms(cfg.retention)))?;
-        if swept > 0 {
-            tracing::info!(jobs = swept, "expired batch jobs deleted");
-        }
-        let metrics = JobsMetrics::new();
-        let queue = Queue::new(metrics.queue_depth.clone(), metrics.running.clone());
-        let unfinished = db.with_conn(|c| store::unfinished_jobs(c))?;
-        if !unfinished.is_empty() {
-            tracing::info!(jobs = unfinished.len(), "resuming batch jobs");
-        }
-        for job in &unfinished {
-            queue.push(Queued {
-                seq: job.seq,
-                created_at_ms: job.created_at_ms,
-            });
-        }
-        let workers = cfg.workers.max(1);
-        let conns = (0..workers)
-            .map(|_| db.connect(Durability::Normal))
-            .collect::<Result<Vec<_>, _>>()?;
-        let shared = Arc::new(Shared {
-            store: db,
-            queue,
-            work,
-            metrics,
-        });
-        let mut threads = Vec::with_capacity(workers);
-        for (i, conn) in conns.into_iter().enumerate() {
-            let s = Arc::clone(&shared);
-            let spawned = std::thread::Builder::new()
-                .name(format!("verdict-jobs-{i}"))
-                .spawn(move || worker::run(s, conn));
-            match spawned {
-                Ok(t) => threads.push(t),
-                Err(e) => {
-                    shared.queue.stop();
-                    return Err(JobsError::Spawn(e));
-                }
-            }
-        }
-        let (stop_sweeper, stopped) = watch::channel(false);
-        let sweeper = runtime.spawn(sweep_loop(Arc::clone(&shared), cfg.retention, stopped));
-        Ok(SqliteJobs {
-            inner: Arc::new(Inner {
-                shared,
-                retention: cfg.retention,
-                workers,
-                threads: Mutex::new(threads),
-                sweeper: Mutex::new(Some(sweeper)),
-                stop_sweeper,
-            }),
-        })
-    }
-
-    /// Stores a new job, or finds the one an earlier submit made.
-    ///
-    /// `owner` is the API key name. With an `idempotency_key`, the same
-    /// owner and key with the same `request_hash` answer
-    /// [`Submitted::Existing`], and with a different hash
-    /// [`JobsError::Conflict`]; keys of different owners never meet.
-    /// A replay while the first submit is still storing its items is
-    /// [`JobsError::InProgress`]. Otherwise the items are stored (in short
-    /// transactions, see `store::insert_job`) and the job is queued
-    /// ([`Submitted::Created`]).
-    pub async fn submit(
-        &self,
-        owner: &str,
-        idempotency_key: Option<&str>,
-        request_hash: &str,
-        items: Vec<serde_json::Value>,
-    ) -> Result<Inserted, JobsError> {
-        let shared = &self.inner.shared;
-        if shared.queue.is_stopping() {
-            return Err(JobsError::ShuttingDown);
-        }
-        let owner = owner.to_string();
-        let key = idempotency_key.map(str::to_string);
-        let hash = request_hash.to_string();
-        let inserted = self
-            .blocking(move |shared| {
-                let items: Vec<String> = items.iter().map(|v| v.to_string()).collect();
-                shared.store.with_conn(|c| {
-                    store::insert_job(c, &owner, key.as_deref(), &hash, &items, now_ms())
-                })
-            })
-            .await?;
-        if let Inserted::New(job) = &inserted {
-            self.inner.shared.queue.push(Queued {
-                seq: job.seq,
-                created_at_ms: job.created_at_ms,
-            });
-        }
-        Ok(inserted)
-    }
-
-    /// The job as `owner` may see it, or `None` for an unknown id and for
-    /// another owner's job alike (both are a 404). `admin` sees every job.
-    /// Results come only with `succeeded`, limited to `page`.
-    pub async fn get(
-        &self,
-        job_id: &str,
-        owner: &str,
-        admin: bool,
-        page: Page,
-    ) -> Result<Option<JobView>, JobsError> {
-        let job_id = job_id.to_string();
-        let owner = owner.to_string();
-        self.blocking(move |shared| {
-            shared.store.with_conn(|c| {
-                // One read transaction: the row and its results are one
-                // snapshot even if the sweeper runs in between.
-                let tx = c.transaction()?;
-                let Some(job) = store::job_by_id(&tx, &job_id)? else {
-                    return Ok(None);
-                };
-                if !admin && job.owner != owner {
-                    return Ok(None);
-                }
-                let results = if job.status == JobStatus::Succeeded {
-                    let rows = store::results_page(&tx, job.seq, page.offset, page.limit)?;
-                    let mut out = Vec::with_capacity(rows.len());
-                    for (idx, text) in rows {
-                        let value = serde_json::from_str(&text).map_err(|e| {
-                            JobsError::Corrupt(format!("job {job_id} result {idx}: {e}"))
-                        })?;
-                        out.push((idx, value));
-                    }
-                    Some(out)
-                } else {
-                    None
-                };
-                tx.commit()?;
-                Ok(Some(view(job, results)))
-            })
-        })
-        .await
-    }
-
-    /// Queue depth and age, from memory (no IO).
-    pub fn health(&self) -> JobsHealth {
-        let (queued, running, oldest) = self.inner.shared.queue.snapshot();
-        JobsHealth {
-            queued,
-            running,
-            oldest_queued_age_s: oldest
-                .map(|created| (now_ms().saturating_sub(created).max(0) / 1000) as u64),
-        }
-    }
-
-    /// Deletes jobs finished more than the retention ago now, instead of
-    /// waiting for the sweeper. Returns how many went.
-    pub async fn sweep(&self) -> Result<usize, JobsError> {
-        let retention = self.inner.retention;
-        self.blocking(move |shared| sweep_once(shared, retention))
-            .await
-    }
-
-    /// Stops the workers between two items (the current item finishes and
-    /// its result is written) and the sweeper, and returns once the threads
-    /// have stopped. Unfinished jobs stay stored and resume at the next
-    /// [`Jobs::open`]. Polls still work afterwards; submits do not.
-    pub async fn shutdown(&self) {
-        let inner = &self.inner;
-        inner.shared.queue.stop();
-        let _ = inner.stop_sweeper.send(true);
-        let threads =
-            std::mem::take(&mut *inner.threads.lock().unwrap_or_else(PoisonError::into_inner));
-        let sweeper = inner
-            .sweeper
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        join_workers(threads).await;
-        if let Some(s) = sweeper {
-            let _ = s.await;
-        }
-    }
-
-    /// Runs `f` on the blocking pool, never on the runtime.
-    async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Shared) -> Result<T, JobsError> + Send + 'static,
-    ) -> Result<T, JobsError> {
-        let shared = Arc::clone(&self.inner.shared);
-        tokio::task::spawn_blocking(move || f(&shared))
-            .await
-            .map_err(|e| JobsError::Task(e.to_string()))?
+        self.0.shutdown().await
     }
 }
 
@@ -538,15 +289,7 @@ impl Component for Jobs {
 
     fn report(&self) -> Report {
         let h = self.health();
-        let (stopping, workers, store) = match &self.0 {
-            Kind::Sqlite(j) => (
-                j.inner.shared.queue.is_stopping(),
-                j.inner.workers,
-                "sqlite",
-            ),
-            Kind::Postgres(j) => (j.is_stopping(), j.workers, "postgres"),
-        };
-        let status = if stopping {
+        let status = if self.0.is_stopping() {
             Status::Degraded
         } else {
             Status::Ok
@@ -555,19 +298,12 @@ impl Component for Jobs {
             .fact("queued", h.queued)
             .fact("running", h.running)
             .fact("oldest_queued_age_s", h.oldest_queued_age_s)
-            .fact("workers", workers)
-            .fact("store", store)
+            .fact("workers", self.0.workers())
+            .fact("store", self.0.store_name())
     }
 }
 
-impl Drop for Inner {
-    /// A handle dropped without [`Jobs::shutdown`] still stops the workers
-    /// (after their current item) and the sweeper; it just does not wait.
-    fn drop(&mut self) {
-        self.shared.queue.stop();
-        let _ = self.stop_sweeper.send(true);
-    }
-}
+// === helpers ===
 
 /// Waits (on the blocking pool) for worker threads to end, logging any
 /// that panicked.
@@ -585,37 +321,10 @@ async fn join_workers(threads: Vec<std::thread::JoinHandle<()>>) {
     }
 }
 
-// === retention ===
-
-async fn sweep_loop(shared: Arc<Shared>, retention: Duration, mut stop: watch::Receiver<bool>) {
-    let every = (retention / 2).clamp(SWEEP_EVERY_MIN, SWEEP_EVERY_MAX);
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            // A stop signal, or the handle is gone.
-            _ = stop.changed() => return,
-        }
-        let s = Arc::clone(&shared);
-        match tokio::task::spawn_blocking(move || sweep_once(&s, retention)).await {
-            Ok(Ok(0)) => {}
-            Ok(Ok(n)) => tracing::info!(jobs = n, "expired batch jobs deleted"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "batch job retention sweep failed"),
-            Err(e) => tracing::warn!(error = %e, "batch job retention sweep panicked"),
-        }
-    }
-}
-
-fn sweep_once(shared: &Shared, retention: Duration) -> Result<usize, JobsError> {
-    shared
-        .store
-        .with_conn(|c| store::sweep(c, cutoff_ms(retention)))
-}
-
+/// The finish time before which a job is past its retention, in ms.
 fn cutoff_ms(retention: Duration) -> i64 {
     now_ms().saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX))
 }
-
-// === helpers ===
 
 /// Wall-clock milliseconds since the Unix epoch.
 fn now_ms() -> i64 {

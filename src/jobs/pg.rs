@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::store::{Inserted, JobRow};
+use super::backend::{Backend, BoxFuture, Inserted, JobRow};
 use super::worker::{run_item, JobsMetrics, FLUSH_INTERVAL};
 use super::{cutoff_ms, now_ms, view, ItemFn, JobStatus, JobView, JobsError, JobsHealth, Page};
 use crate::store::postgres::{error_kind, error_text, Shared, JOBS_CHANNEL, NOW_MICROS};
@@ -736,4 +736,60 @@ fn job_row(r: &tokio_postgres::Row) -> Result<JobRow, JobsError> {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Backend for PgJobs {
+    fn submit<'a>(
+        &'a self,
+        owner: &'a str,
+        idempotency_key: Option<&'a str>,
+        request_hash: &'a str,
+        items: Vec<serde_json::Value>,
+    ) -> BoxFuture<'a, Result<Inserted, JobsError>> {
+        Box::pin(PgJobs::submit(
+            self,
+            owner,
+            idempotency_key,
+            request_hash,
+            items,
+        ))
+    }
+
+    fn get<'a>(
+        &'a self,
+        job_id: &'a str,
+        owner: &'a str,
+        admin: bool,
+        page: Page,
+    ) -> BoxFuture<'a, Result<Option<JobView>, JobsError>> {
+        Box::pin(PgJobs::get(self, job_id, owner, admin, page))
+    }
+
+    fn health(&self) -> JobsHealth {
+        PgJobs::health(self)
+    }
+
+    fn sweep(&self) -> BoxFuture<'_, Result<usize, JobsError>> {
+        Box::pin(PgJobs::sweep(self))
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(PgJobs::shutdown(self))
+    }
+
+    fn is_stopping(&self) -> bool {
+        PgJobs::is_stopping(self)
+    }
+
+    fn workers(&self) -> usize {
+        self.workers
+    }
+
+    fn store_name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn metrics(&self) -> &JobsMetrics {
+        &self.metrics
+    }
 }

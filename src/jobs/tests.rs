@@ -549,7 +549,7 @@ async fn metrics_are_registered() {
 #[tokio::test]
 async fn a_large_job_is_stored_in_chunks_and_runs_in_order() {
     let (_dir, _, jobs) = open_temp(1, day(), echo()).await;
-    let n = store::ITEM_CHUNK * 2 + 7;
+    let n = sqlite::ITEM_CHUNK * 2 + 7;
     let input = items(n);
     let s = submit_new(&jobs, "app", Some("k"), "sha256:big", input.clone()).await;
     assert_eq!((s.status, s.items_total), (JobStatus::Queued, n as u64));
@@ -627,7 +627,7 @@ fn another_writer_gets_the_lock_between_the_chunks_of_a_submit() {
     sqlite_only!();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("verdict.db");
-    let store = store::Store::open(&db).unwrap();
+    let store = sqlite::Store::open(&db).unwrap();
     let other = rusqlite::Connection::open(&db).unwrap();
     other
         .execute_batch("CREATE TABLE other_writes (saw_staging INTEGER NOT NULL)")
@@ -636,7 +636,7 @@ fn another_writer_gets_the_lock_between_the_chunks_of_a_submit() {
     other
         .busy_handler(Some(crate::store::sqlite::busy_decision_path))
         .unwrap();
-    let items: Vec<String> = (0..store::ITEM_CHUNK * 24)
+    let items: Vec<String> = (0..sqlite::ITEM_CHUNK * 24)
         .map(|i| format!("{{\"claims\":[\"claim {i} {}\"]}}", "x".repeat(400)))
         .collect();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -658,11 +658,11 @@ fn another_writer_gets_the_lock_between_the_chunks_of_a_submit() {
         })
     };
     let inserted = store
-        .with_conn(|c| store::insert_job(c, "app", None, "sha256:x", &items, 0))
+        .with_conn(|c| sqlite::insert_job(c, "app", None, "sha256:x", &items, 0))
         .unwrap();
     done.store(true, Ordering::Release);
     writer.join().unwrap();
-    assert!(matches!(inserted, store::Inserted::New(ref j) if j.status == JobStatus::Queued));
+    assert!(matches!(inserted, backend::Inserted::New(ref j) if j.status == JobStatus::Queued));
     // The other writer committed while the job was still staging, which one
     // transaction for the whole submit would not allow.
     let c = rusqlite::Connection::open(&db).unwrap();
@@ -682,8 +682,8 @@ fn another_writer_gets_the_lock_between_the_chunks_of_a_submit() {
 fn job_connections_keep_temp_data_in_memory() {
     sqlite_only!();
     let dir = tempfile::tempdir().unwrap();
-    let s = store::Store::open(&dir.path().join("verdict.db")).unwrap();
-    for d in [store::Durability::Full, store::Durability::Normal] {
+    let s = sqlite::Store::open(&dir.path().join("verdict.db")).unwrap();
+    for d in [sqlite::Durability::Full, sqlite::Durability::Normal] {
         let conn = s.connect(d).unwrap();
         let mode: i64 = conn
             .query_row("PRAGMA temp_store", [], |r| r.get(0))

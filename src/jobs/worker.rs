@@ -22,7 +22,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::Connection;
 
 use super::queue::Queue;
-use super::store::{self, Store};
+use super::sqlite::{self as tables, Store};
 use super::{now_ms, ItemFn, JobStatus, JobsError};
 
 /// Results are written at least every this many items...
@@ -142,7 +142,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
                 // forever; if even that cannot be written the job stays
                 // unfinished and resumes at the next start.
                 tracing::error!(error = %e, "batch job storage error");
-                match store::finish_job(
+                match tables::finish_job(
                     &mut conn,
                     job.seq,
                     Some("internal storage error"),
@@ -167,7 +167,7 @@ struct Pending {
 
 impl Pending {
     fn flush(&mut self, conn: &mut Connection) -> Result<(), JobsError> {
-        store::write_results(conn, self.seq, &self.rows)?;
+        tables::write_results(conn, self.seq, &self.rows)?;
         self.rows.clear();
         self.last_flush = Instant::now();
         Ok(())
@@ -184,7 +184,7 @@ impl Pending {
 }
 
 fn run_job(shared: &Shared, conn: &mut Connection, seq: i64) -> Result<Outcome, JobsError> {
-    let Some(job) = store::job_by_seq(conn, seq)? else {
+    let Some(job) = tables::job_by_seq(conn, seq)? else {
         return Ok(Outcome::Gone);
     };
     tracing::Span::current().record("job_id", job.job_id.as_str());
@@ -196,7 +196,7 @@ fn run_job(shared: &Shared, conn: &mut Connection, seq: i64) -> Result<Outcome, 
         done = job.items_done,
         "batch job started"
     );
-    store::mark_running(conn, seq, now_ms())?;
+    tables::mark_running(conn, seq, now_ms())?;
     let mut pending = Pending {
         seq,
         rows: Vec::with_capacity(FLUSH_ITEMS),
@@ -204,7 +204,7 @@ fn run_job(shared: &Shared, conn: &mut Connection, seq: i64) -> Result<Outcome, 
     };
     let mut after = -1i64;
     loop {
-        let page = store::pending_items(conn, seq, after, PAGE)?;
+        let page = tables::pending_items(conn, seq, after, PAGE)?;
         if page.is_empty() {
             break;
         }
@@ -225,10 +225,10 @@ fn run_job(shared: &Shared, conn: &mut Connection, seq: i64) -> Result<Outcome, 
         }
     }
     pending.flush(conn)?;
-    let done = store::job_by_seq(conn, seq)?.map(|j| (j.items_done, j.items_total));
+    let done = tables::job_by_seq(conn, seq)?.map(|j| (j.items_done, j.items_total));
     match done {
         Some((done, total)) if done >= total => {
-            store::finish_job(conn, seq, None, now_ms())?;
+            tables::finish_job(conn, seq, None, now_ms())?;
             Ok(Outcome::Finished(JobStatus::Succeeded))
         }
         Some((done, total)) => fail(
@@ -246,7 +246,7 @@ fn run_job(shared: &Shared, conn: &mut Connection, seq: i64) -> Result<Outcome, 
 /// Keeps the results already computed, then fails the job.
 fn fail(conn: &mut Connection, pending: &mut Pending, message: &str) -> Result<Outcome, JobsError> {
     pending.flush(conn)?;
-    store::finish_job(conn, pending.seq, Some(message), now_ms())?;
+    tables::finish_job(conn, pending.seq, Some(message), now_ms())?;
     Ok(Outcome::Finished(JobStatus::Failed))
 }
 

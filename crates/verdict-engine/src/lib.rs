@@ -12,7 +12,7 @@
 //!
 //! - [`text`]: tokens and sentences with offsets into the original text.
 //! - [`numbers`]: numbers, amounts, percentages and dates as canonical values.
-//! - [`verify`]: the per-request index and the per-claim scoring and gates.
+//! - [`verify`](mod@verify): the per-request index and the per-claim scoring and gates.
 //! - [`extract`]: output mode, an LLM answer split into claims.
 //! - [`decide`]: effective requirements and the decision table.
 

@@ -27,7 +27,8 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
-use super::{JobStatus, JobsError};
+use crate::jobs::backend::{Inserted, JobRow};
+use crate::jobs::{JobStatus, JobsError};
 
 /// Items stored per transaction at submit (about 0.3 MB of items at the
 /// largest allowed body, a millisecond or two of write lock).
@@ -73,30 +74,6 @@ CREATE TABLE IF NOT EXISTS jobs_results (
     PRIMARY KEY (job_seq, idx)
 ) WITHOUT ROWID;
 ";
-
-/// A job row as stored.
-#[derive(Debug, Clone)]
-pub(crate) struct JobRow {
-    pub seq: i64,
-    pub job_id: String,
-    pub owner: String,
-    pub status: JobStatus,
-    pub items_total: u64,
-    pub items_done: u64,
-    pub created_at_ms: i64,
-    pub started_at_ms: Option<i64>,
-    pub finished_at_ms: Option<i64>,
-    pub error: Option<String>,
-    pub request_hash: String,
-}
-
-/// What [`insert_job`] did.
-#[derive(Debug)]
-pub(crate) enum Inserted {
-    New(JobRow),
-    /// Same owner, key and request hash: the job submitted earlier.
-    Existing(JobRow),
-}
 
 /// The database path plus a small pool of connections for the async API.
 pub(crate) struct Store {
