@@ -240,9 +240,8 @@ fn match_template<'p>(template: &str, path: &'p str) -> Option<Vec<&'p str>> {
 }
 
 /// A routed request: the route and its path parameters.
-struct Routed<'p> {
+struct Matched<'p> {
     def: &'static RouteDef,
-    #[allow(dead_code)] // used by the endpoints with ids
     params: Vec<&'p str>,
 }
 
@@ -251,13 +250,13 @@ struct Routed<'p> {
 fn resolve<'p>(
     method: &Method,
     path: &'p str,
-) -> Result<Routed<'p>, (Option<&'static str>, ApiError)> {
+) -> Result<Matched<'p>, (Option<&'static str>, ApiError)> {
     let mut allowed = Vec::new();
     let mut template = None;
     for def in ROUTES {
         if let Some(params) = match_template(def.template, path) {
             if def.method == *method || (*method == Method::HEAD && def.method == Method::GET) {
-                return Ok(Routed { def, params });
+                return Ok(Matched { def, params });
             }
             template = Some(def.template);
             allowed.push(def.method.clone());
@@ -274,7 +273,7 @@ fn resolve<'p>(
 }
 
 /// What a handler knows about the request it serves.
-pub struct Ctx {
+pub struct Call {
     pub request_id: String,
     pub principal: Principal,
     pub started: Instant,
@@ -338,7 +337,7 @@ impl Api {
                 return (def.template, Err(ApiError::Forbidden(s.as_str())))
             }
         };
-        let ctx = Ctx {
+        let ctx = Call {
             request_id: request_id.to_string(),
             principal,
             started,
@@ -391,7 +390,7 @@ impl Api {
     async fn verify(
         &self,
         req: Request<ReqBody>,
-        ctx: &Ctx,
+        ctx: &Call,
     ) -> Result<Response<RespBody>, ApiError> {
         let body = self
             .json_body(req, self.app.config.limits.max_body_bytes)
@@ -403,7 +402,7 @@ impl Api {
     async fn authorize(
         &self,
         req: Request<ReqBody>,
-        ctx: &Ctx,
+        ctx: &Call,
     ) -> Result<Response<RespBody>, ApiError> {
         let body = self
             .json_body(req, self.app.config.limits.max_body_bytes)
@@ -431,7 +430,7 @@ impl Api {
     async fn batch_submit(
         &self,
         req: Request<ReqBody>,
-        ctx: &Ctx,
+        ctx: &Call,
     ) -> Result<Response<RespBody>, ApiError> {
         let key = batch::idempotency_key(req.headers())?;
         let limits = &self.app.config.limits;
@@ -453,7 +452,7 @@ impl Api {
         &self,
         id: &str,
         query: Option<&str>,
-        ctx: &Ctx,
+        ctx: &Call,
     ) -> Result<Response<RespBody>, ApiError> {
         let page = batch::page(query)?;
         let admin = ctx.principal.has(Scope::Audit);
@@ -470,7 +469,7 @@ impl Api {
     async fn review_list(
         &self,
         query: Option<&str>,
-        ctx: &Ctx,
+        ctx: &Call,
     ) -> Result<Response<RespBody>, ApiError> {
         let (status, limit) = reviews::list_query(query)?;
         let list = self
@@ -481,7 +480,7 @@ impl Api {
         json_response(StatusCode::OK, &serde_json::json!({ "reviews": list }))
     }
 
-    async fn review_get(&self, id: &str, ctx: &Ctx) -> Result<Response<RespBody>, ApiError> {
+    async fn review_get(&self, id: &str, ctx: &Call) -> Result<Response<RespBody>, ApiError> {
         let view = self
             .app
             .reviews
@@ -524,7 +523,7 @@ impl Api {
         req: Request<ReqBody>,
         id: &str,
         approve: bool,
-        ctx: &Ctx,
+        ctx: &Call,
     ) -> Result<Response<RespBody>, ApiError> {
         let body = self
             .json_body(req, self.app.config.limits.max_body_bytes)

@@ -218,7 +218,7 @@ impl Metrics {
 }
 
 /// State the writer publishes and the handle reads.
-struct Shared {
+struct Published {
     /// std Mutex: held for a field copy, never across an await.
     health: Mutex<AuditHealth>,
     keys: RwLock<Vec<KeyDocument>>,
@@ -235,7 +235,7 @@ struct Inner {
     /// Bounds the records queued for the writer; callers wait here (async)
     /// when the writer falls behind.
     slots: Arc<Semaphore>,
-    shared: Arc<Shared>,
+    shared: Arc<Published>,
     db_path: PathBuf,
     /// Idle read connections, reused across `spawn_blocking` reads.
     readers: Mutex<Vec<Connection>>,
@@ -250,8 +250,8 @@ pub struct AuditLog {
     inner: Arc<Inner>,
 }
 
-fn new_shared() -> Arc<Shared> {
-    Arc::new(Shared {
+fn new_shared() -> Arc<Published> {
+    Arc::new(Published {
         health: Mutex::new(AuditHealth::default()),
         keys: RwLock::new(Vec::new()),
         inject_failure: AtomicBool::new(false),
@@ -417,7 +417,7 @@ impl AuditLog {
     /// Runs `f` with a read connection on the blocking pool.
     async fn read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Connection, &Shared) -> Result<T, AuditError> + Send + 'static,
+        f: impl FnOnce(&Connection, &Published) -> Result<T, AuditError> + Send + 'static,
     ) -> Result<T, AuditError> {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {

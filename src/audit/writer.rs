@@ -28,7 +28,7 @@ use super::merkle::{
 use super::note::{self, Checkpoint, Signer};
 use super::record::{format_at, hash_string, record_hash, AuditRecord, RecordKind};
 use super::store::{self, SqlHashes};
-use super::{AuditError, CapturedInput, ProofStep, Receipt, Shared};
+use super::{AuditError, CapturedInput, ProofStep, Published, Receipt};
 
 /// One record waiting for its group commit.
 pub(crate) struct Pending {
@@ -117,7 +117,7 @@ pub(crate) struct Writer {
     frontier: Frontier,
     ring: KeyRing,
     origin: String,
-    shared: Arc<Shared>,
+    shared: Arc<Published>,
     max_wait: Duration,
     max_batch: usize,
     /// A rotation whose `key_change` record and two-key checkpoint are not
@@ -205,7 +205,7 @@ impl Writer {
         db_path: &std::path::Path,
         key_dir: &std::path::Path,
         cfg: &crate::config::AuditConfig,
-        shared: Arc<Shared>,
+        shared: Arc<Published>,
     ) -> Result<Writer, AuditError> {
         if cfg.max_batch == 0 {
             return Err(AuditError::Config(

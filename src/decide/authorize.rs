@@ -305,7 +305,7 @@ fn evaluate(
         .shadow
         .map(crate::policy::PolicyStore::load_full)
         .and_then(|shadow_set| {
-            let shared = shadow::Shared {
+            let shared = shadow::SameRequest {
                 action_type: &read.action_type,
                 requested: &read.requested,
                 lookup: &lookup,

@@ -35,7 +35,7 @@ pub struct ShadowLabels {
 pub type Disagreements = Family<ShadowLabels, Counter>;
 
 /// What the enforced decision read, which the shadow decision reads too.
-pub(super) struct Shared<'a> {
+pub(super) struct SameRequest<'a> {
     pub action_type: &'a str,
     pub requested: &'a Requested,
     pub lookup: &'a ParamLookup,
@@ -50,7 +50,7 @@ pub(super) struct Shared<'a> {
 }
 
 /// The shadow set's decision for the same request.
-pub(super) fn decide(set: &PolicySet, s: &Shared<'_>) -> Decision {
+pub(super) fn decide(set: &PolicySet, s: &SameRequest<'_>) -> Decision {
     let policy = set.action(s.action_type);
     let defaults = policy
         .is_none()

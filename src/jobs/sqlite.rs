@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::backend::{Backend, BoxFuture, Inserted};
 use super::queue::{Queue, Queued};
-use super::worker::{self, JobsMetrics, Shared};
+use super::worker::{self, JobsMetrics, JobsState};
 use super::{
     cutoff_ms, join_workers, now_ms, view, ItemFn, JobStatus, JobView, JobsError, JobsHealth, Page,
     SWEEP_EVERY_MAX, SWEEP_EVERY_MIN,
@@ -24,7 +24,7 @@ use crate::config::JobsConfig;
 
 /// Jobs in the data dir's SQLite file.
 pub(super) struct SqliteJobs {
-    shared: Arc<Shared>,
+    shared: Arc<JobsState>,
     retention: Duration,
     workers: usize,
     /// std `Mutex`: taken once, by shutdown, to move the handles out.
@@ -69,7 +69,7 @@ impl SqliteJobs {
         let conns = (0..workers)
             .map(|_| db.connect(Durability::Normal))
             .collect::<Result<Vec<_>, _>>()?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(JobsState {
             store: db,
             queue,
             work,
@@ -228,7 +228,7 @@ impl SqliteJobs {
     /// Runs `f` on the blocking pool, never on the runtime.
     async fn blocking<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Shared) -> Result<T, JobsError> + Send + 'static,
+        f: impl FnOnce(&JobsState) -> Result<T, JobsError> + Send + 'static,
     ) -> Result<T, JobsError> {
         let shared = Arc::clone(&self.shared);
         tokio::task::spawn_blocking(move || f(&shared))
@@ -302,7 +302,7 @@ impl Drop for SqliteJobs {
     }
 }
 
-async fn sweep_loop(shared: Arc<Shared>, retention: Duration, mut stop: watch::Receiver<bool>) {
+async fn sweep_loop(shared: Arc<JobsState>, retention: Duration, mut stop: watch::Receiver<bool>) {
     let every = (retention / 2).clamp(SWEEP_EVERY_MIN, SWEEP_EVERY_MAX);
     loop {
         tokio::select! {
@@ -320,7 +320,7 @@ async fn sweep_loop(shared: Arc<Shared>, retention: Duration, mut stop: watch::R
     }
 }
 
-fn sweep_once(shared: &Shared, retention: Duration) -> Result<usize, JobsError> {
+fn sweep_once(shared: &JobsState, retention: Duration) -> Result<usize, JobsError> {
     shared
         .store
         .with_conn(|c| tables::sweep(c, cutoff_ms(retention)))

@@ -33,7 +33,7 @@ pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 const PAGE: usize = 256;
 
 /// State shared by the handle, the workers and the sweeper.
-pub(crate) struct Shared {
+pub(crate) struct JobsState {
     pub store: Store,
     pub queue: Queue,
     pub work: ItemFn,
@@ -117,7 +117,7 @@ enum Outcome {
 }
 
 /// A worker thread's body: take jobs until the queue stops.
-pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
+pub(crate) fn run(shared: Arc<JobsState>, mut conn: Connection) {
     while let Some(job) = shared.queue.next() {
         // Every log line of the job carries its id (recorded by `run_job`).
         let span = tracing::info_span!(
@@ -183,7 +183,7 @@ impl Pending {
     }
 }
 
-fn run_job(shared: &Shared, conn: &mut Connection, seq: i64) -> Result<Outcome, JobsError> {
+fn run_job(shared: &JobsState, conn: &mut Connection, seq: i64) -> Result<Outcome, JobsError> {
     let Some(job) = tables::job_by_seq(conn, seq)? else {
         return Ok(Outcome::Gone);
     };

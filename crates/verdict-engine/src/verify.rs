@@ -420,7 +420,6 @@ struct Analysis {
     terms: Vec<Term>,
     qty: Vec<ClaimQty>,
     /// Any negator in the claim (kept for diagnostics and tests).
-    #[allow(dead_code)]
     negated: bool,
     /// (stem id, negated in the claim) for each content word.
     polarity: Vec<(u32, bool)>,
