@@ -21,6 +21,9 @@
 //!
 //! Every loop is bounded in count and in time; everything is on 127.0.0.1.
 
+// A harness reads as one run, top to bottom; the 100-line limit is for src/.
+#![allow(clippy::too_many_lines)]
+
 mod bench_support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
