@@ -638,26 +638,15 @@ mod tests {
         let n = Notifier::new(cfg(1), &mut registry);
         assert!(n.attach(&reviews));
         for i in 0..3 {
-            let new = crate::review::NewReview {
-                review_id: None,
-                detail: None,
-                requesters: vec![],
-                join_key: String::new(),
-                credential_headers: vec![],
-                approvals_required: None,
-                owner: "app".into(),
-                route: "r".into(),
-                action: "a".into(),
-                reason: "review_required".into(),
-                rules: vec![],
-                record_id: None,
-                request: crate::review::HeldRequest {
+            let new = crate::review::NewReview::for_test(
+                "app",
+                crate::review::HeldRequest {
                     method: "POST".into(),
                     path: format!("/x/{i}"),
                     headers: vec![],
                     body: Bytes::new(),
                 },
-            };
+            );
             reviews.create(new).await.unwrap();
         }
         let mut text = String::new();

@@ -98,109 +98,30 @@ const fn route(
 }
 
 /// The routing table: the only place that names paths.
+#[rustfmt::skip]
 static ROUTES: &[RouteDef] = &[
     route("/health", Method::GET, Endpoint::Health, Access::Public),
     route("/ready", Method::GET, Endpoint::Ready, Access::Public),
-    route(
-        "/health/detailed",
-        Method::GET,
-        Endpoint::HealthDetailed,
-        Access::Public,
-    ),
+    route("/health/detailed", Method::GET, Endpoint::HealthDetailed, Access::Public),
     route("/metrics", Method::GET, Endpoint::Metrics, Access::Public),
-    route(
-        "/v2/verify",
-        Method::POST,
-        Endpoint::Verify,
-        Access::Scope(Scope::Verify),
-    ),
-    route(
-        "/v2/authorize",
-        Method::POST,
-        Endpoint::Authorize,
-        Access::Scope(Scope::Authorize),
-    ),
-    route(
-        "/v1/verify-claims-batch",
-        Method::POST,
-        Endpoint::BatchSubmit,
-        Access::Scope(Scope::Batch),
-    ),
-    route(
-        "/v2/jobs/{job_id}",
-        Method::GET,
-        Endpoint::JobGet,
-        // An `audit` key reads any tenant's job; a `batch` key its own.
-        Access::Either(Scope::Batch, Scope::Audit),
-    ),
-    route(
-        "/v2/reviews",
-        Method::GET,
-        Endpoint::ReviewList,
-        Access::Scope(Scope::Review),
-    ),
-    route(
-        "/v2/reviews/{review_id}",
-        Method::GET,
-        Endpoint::ReviewGet,
-        Access::Scope(Scope::Review),
-    ),
-    route(
-        "/v2/reviews/{review_id}/approve",
-        Method::POST,
-        Endpoint::ReviewApprove,
-        Access::Scope(Scope::Review),
-    ),
-    route(
-        "/v2/reviews/{review_id}/reject",
-        Method::POST,
-        Endpoint::ReviewReject,
-        Access::Scope(Scope::Review),
-    ),
+    route("/v2/verify", Method::POST, Endpoint::Verify, Access::Scope(Scope::Verify)),
+    route("/v2/authorize", Method::POST, Endpoint::Authorize, Access::Scope(Scope::Authorize)),
+    route("/v1/verify-claims-batch", Method::POST, Endpoint::BatchSubmit, Access::Scope(Scope::Batch)),
+    // An `audit` key reads any tenant's job; a `batch` key its own.
+    route("/v2/jobs/{job_id}", Method::GET, Endpoint::JobGet, Access::Either(Scope::Batch, Scope::Audit)),
+    route("/v2/reviews", Method::GET, Endpoint::ReviewList, Access::Scope(Scope::Review)),
+    route("/v2/reviews/{review_id}", Method::GET, Endpoint::ReviewGet, Access::Scope(Scope::Review)),
+    route("/v2/reviews/{review_id}/approve", Method::POST, Endpoint::ReviewApprove, Access::Scope(Scope::Review)),
+    route("/v2/reviews/{review_id}/reject", Method::POST, Endpoint::ReviewReject, Access::Scope(Scope::Review)),
     // The held caller's own link: the token in the path is the capability.
-    route(
-        "/v2/reviews/{review_id}/result/{token}",
-        Method::GET,
-        Endpoint::ReviewResult,
-        Access::Public,
-    ),
+    route("/v2/reviews/{review_id}/result/{token}", Method::GET, Endpoint::ReviewResult, Access::Public),
     // Before `/v2/audit/{record_id}`: the first matching route wins.
-    route(
-        "/v2/audit/checkpoint",
-        Method::GET,
-        Endpoint::AuditCheckpoint,
-        Access::Public,
-    ),
-    route(
-        "/v2/audit/consistency",
-        Method::GET,
-        Endpoint::AuditConsistency,
-        Access::Public,
-    ),
-    route(
-        "/v2/audit/records",
-        Method::GET,
-        Endpoint::AuditRecords,
-        Access::Scope(Scope::Audit),
-    ),
-    route(
-        "/v2/audit/{record_id}",
-        Method::GET,
-        Endpoint::AuditRecord,
-        Access::Scope(Scope::Audit),
-    ),
-    route(
-        "/v2/audit/{record_id}/proof",
-        Method::GET,
-        Endpoint::AuditProof,
-        Access::Scope(Scope::Audit),
-    ),
-    route(
-        "/v2/audit/keys/{key_id}",
-        Method::GET,
-        Endpoint::AuditKey,
-        Access::Public,
-    ),
+    route("/v2/audit/checkpoint", Method::GET, Endpoint::AuditCheckpoint, Access::Public),
+    route("/v2/audit/consistency", Method::GET, Endpoint::AuditConsistency, Access::Public),
+    route("/v2/audit/records", Method::GET, Endpoint::AuditRecords, Access::Scope(Scope::Audit)),
+    route("/v2/audit/{record_id}", Method::GET, Endpoint::AuditRecord, Access::Scope(Scope::Audit)),
+    route("/v2/audit/{record_id}/proof", Method::GET, Endpoint::AuditProof, Access::Scope(Scope::Audit)),
+    route("/v2/audit/keys/{key_id}", Method::GET, Endpoint::AuditKey, Access::Public),
 ];
 
 /// The batch item function (a `/v2/verify` per item), for start-up.

@@ -66,26 +66,15 @@ mod tests {
     use crate::review::{HeldRequest, NewReview, ReviewStatus};
 
     fn new_review() -> NewReview {
-        NewReview {
-            review_id: None,
-            detail: None,
-            requesters: vec![],
-            join_key: String::new(),
-            credential_headers: vec![],
-            approvals_required: None,
-            owner: "app".into(),
-            route: "create-refund".into(),
-            action: "refund.create".into(),
-            reason: "review_required".into(),
-            rules: vec!["refunds above 500".into()],
-            record_id: Some("rec-1".into()),
-            request: HeldRequest {
+        NewReview::for_test(
+            "app",
+            HeldRequest {
                 method: "POST".into(),
                 path: "/api/orders/7/refunds".into(),
                 headers: vec![],
                 body: Bytes::from_static(b"{\"amount\":900}"),
             },
-        }
+        )
     }
 
     type Seen = Arc<Mutex<Vec<(ReviewEvent, String, ReviewStatus)>>>;

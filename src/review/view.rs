@@ -19,6 +19,14 @@ pub struct HeldRequest {
 
 // === impl HeldRequest ===
 
+/// Hashes `bytes` after their length (8 bytes, big-endian), so that no two
+/// sequences of fields hash alike.
+fn length_prefixed(h: &mut sha2::Sha256, bytes: &[u8]) {
+    use sha2::Digest;
+    h.update(u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_be_bytes());
+    h.update(bytes);
+}
+
 impl HeldRequest {
     /// `sha256:<hex>` of the request's retry identity: the method, the
     /// path and query, the body and every header (name lowercased, value,
@@ -32,22 +40,18 @@ impl HeldRequest {
     /// length-prefixed, so no two requests encode alike.
     pub fn join_key(&self, skip: impl Fn(&str) -> bool) -> String {
         use sha2::{Digest, Sha256};
-        fn field(h: &mut Sha256, bytes: &[u8]) {
-            h.update(u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_be_bytes());
-            h.update(bytes);
-        }
         let mut h = Sha256::new();
-        field(&mut h, self.method.as_bytes());
-        field(&mut h, self.path.as_bytes());
+        length_prefixed(&mut h, self.method.as_bytes());
+        length_prefixed(&mut h, self.path.as_bytes());
         for (name, value) in &self.headers {
             let name = name.to_ascii_lowercase();
             if skip(&name) {
                 continue;
             }
-            field(&mut h, name.as_bytes());
-            field(&mut h, value);
+            length_prefixed(&mut h, name.as_bytes());
+            length_prefixed(&mut h, value);
         }
-        field(&mut h, &self.body);
+        length_prefixed(&mut h, &self.body);
         format!("sha256:{}", hex::encode(h.finalize()))
     }
 
@@ -67,23 +71,19 @@ impl HeldRequest {
     /// out.
     pub fn hash(&self) -> String {
         use sha2::{Digest, Sha256};
-        fn field(h: &mut Sha256, bytes: &[u8]) {
-            h.update(u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_be_bytes());
-            h.update(bytes);
-        }
         let mut h = Sha256::new();
-        field(&mut h, self.method.as_bytes());
-        field(&mut h, self.path.as_bytes());
+        length_prefixed(&mut h, self.method.as_bytes());
+        length_prefixed(&mut h, self.path.as_bytes());
         h.update(
             u64::try_from(self.headers.len())
                 .unwrap_or(u64::MAX)
                 .to_be_bytes(),
         );
         for (name, value) in &self.headers {
-            field(&mut h, name.as_bytes());
-            field(&mut h, value);
+            length_prefixed(&mut h, name.as_bytes());
+            length_prefixed(&mut h, value);
         }
-        field(&mut h, &self.body);
+        length_prefixed(&mut h, &self.body);
         format!("sha256:{}", hex::encode(h.finalize()))
     }
 }
@@ -126,6 +126,29 @@ pub struct NewReview {
 }
 
 // === impl NewReview ===
+
+#[cfg(test)]
+impl NewReview {
+    /// A refund review of `request` by `owner`, for tests: one rule, a
+    /// record, no detail, no requesters, one approval.
+    pub(crate) fn for_test(owner: &str, request: HeldRequest) -> NewReview {
+        NewReview {
+            review_id: None,
+            owner: owner.into(),
+            route: "create-refund".into(),
+            action: "refund.create".into(),
+            reason: "review_required".into(),
+            rules: vec!["refunds above 500".into()],
+            record_id: Some("rec-1".into()),
+            request,
+            detail: None,
+            requesters: vec![],
+            join_key: String::new(),
+            credential_headers: vec![],
+            approvals_required: None,
+        }
+    }
+}
 
 impl NewReview {
     /// Whether the value of header `name` (lowercase) is sealed at rest.

@@ -105,19 +105,9 @@ fn held() -> HeldRequest {
 
 fn new_review(owner: &str) -> NewReview {
     NewReview {
-        review_id: None,
-        owner: owner.into(),
-        route: "create-refund".into(),
-        action: "refund.create".into(),
-        reason: "review_required".into(),
         rules: vec!["refunds above 500 need a second pair of eyes".into()],
-        record_id: Some("rec-1".into()),
-        request: held(),
-        detail: None,
-        requesters: vec![],
         join_key: held().join_key(|_| false),
-        credential_headers: vec![],
-        approvals_required: None,
+        ..NewReview::for_test(owner, held())
     }
 }
 
