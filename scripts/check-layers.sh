@@ -9,8 +9,8 @@
 # part itself (`store`) or one of its children (`store::sqlite`, which covers
 # src/store/sqlite.rs and src/store/sqlite/). A child may have a list of its
 # own, which then replaces its parent's. From the bottom up:
-#   leaves      config (only the pure core), telemetry (logs, health,
-#               metrics), store (where state lives)
+#   leaves      config (only the pure core), support (time formats),
+#               telemetry (logs, health, metrics), store (where state lives)
 #   state       audit, review, jobs; policy and evidence
 #   the path    decide: policy, evidence, the engine and the audit log in,
 #               a durably audited decision out; never a door
@@ -34,23 +34,24 @@ ENGINE_DEPS="ahash rust-stemmers"
 
 declare -A ALLOWED=(
     [config]="engine"
+    [support]=""
     [telemetry]="config"
     [store]="config telemetry"
     [audit]="config store::sqlite"
-    [review]="store telemetry"
-    [jobs]="config store telemetry"
+    [review]="store support telemetry"
+    [jobs]="config store support telemetry"
     [policy]="config engine"
     [evidence]="config engine"
-    [decide]="audit config engine evidence policy"
+    [decide]="audit config engine evidence policy support"
     [http]="audit config decide jobs review"
-    [server]="config decide http telemetry"
+    [server]="config http support telemetry"
     [runtime]="audit config decide evidence http jobs policy review telemetry"
-    [webhook]="config evidence http review"
+    [webhook]="config evidence http review support"
     [witness]="audit http server store::postgres"
-    [api]="audit config decide engine evidence http jobs policy review runtime server telemetry"
+    [api]="audit config decide engine evidence http jobs policy review runtime server support telemetry"
     [proxy]="config decide engine http policy review runtime server telemetry"
     [offline]="api audit config decide engine evidence http policy proxy"
-    [app]="api audit config decide evidence http jobs policy proxy review runtime server store telemetry webhook witness"
+    [app]="api audit config decide evidence http jobs policy proxy review runtime server store support telemetry webhook witness"
     [cli]="app audit config http offline policy server store telemetry witness"
     [cli::reviews]="config http"
     [cli::backup]="audit"

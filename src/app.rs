@@ -149,7 +149,7 @@ impl Component for PoliciesComponent {
             r = r.fact("removed_routes", st.unacknowledged_removals.clone());
         }
         if let Some(at) = st.last_reload_at {
-            r = r.fact("last_reload", crate::decide::rfc3339(at));
+            r = r.fact("last_reload", crate::support::time::rfc3339(at));
         }
         if let Some(e) = st.last_error {
             r = r.fact("last_error", e);

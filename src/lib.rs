@@ -11,8 +11,8 @@
 //! ([`engine`], its own crate with no IO); state ([`audit`], [`review`],
 //! [`jobs`], [`witness`], [`webhook`]) lives underneath; [`http`] is the
 //! doors' shared vocabulary and maps every domain error to a status in one
-//! place; the leaves ([`telemetry`], [`store`], [`config`]) import no part
-//! above them. [`runtime`] is the shared state the doors read.
+//! place; the leaves ([`telemetry`], [`store`], [`config`], [`support`])
+//! import no part above them. [`runtime`] is the shared state the doors read.
 //!
 //! What each part may import is checked by `scripts/check-layers.sh` in CI;
 //! docs/architecture.md walks one gated proxy request and one `/v2/authorize`
@@ -35,6 +35,7 @@ pub mod review;
 pub mod runtime;
 pub mod server;
 pub mod store;
+pub mod support;
 pub mod telemetry;
 pub mod webhook;
 pub mod witness;

@@ -25,6 +25,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+
+use crate::support::time::try_rfc3339;
 use http::header::{HeaderValue, CONTENT_TYPE, USER_AGENT};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -107,9 +109,9 @@ pub fn payload(event: ReviewEvent, view: &ReviewView, console_base: &str) -> Vec
         reason: &view.reason,
         rules: &view.rules,
         record_id: view.record_id.as_deref(),
-        created_at: rfc3339(view.created_at),
-        expires_at: rfc3339(view.expires_at),
-        resolved_at: view.resolved_at.and_then(rfc3339),
+        created_at: try_rfc3339(view.created_at),
+        expires_at: try_rfc3339(view.expires_at),
+        resolved_at: view.resolved_at.and_then(try_rfc3339),
         reviewer: view.reviewer.as_deref(),
         note: view.note.as_deref(),
         console_url: console_link(console_base, &view.review_id),
@@ -488,18 +490,6 @@ impl tower_service::Service<Name> for Fenced {
             Ok(addrs.into_iter())
         })
     }
-}
-
-/// RFC 3339 UTC; `None` outside years 1..=9999 (never for a stored review).
-fn rfc3339(t: SystemTime) -> Option<String> {
-    let nanos = match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => i128::try_from(d.as_nanos()).ok()?,
-        Err(before) => -i128::try_from(before.duration().as_nanos()).ok()?,
-    };
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()?
-        .format(&time::format_description::well_known::Rfc3339)
-        .ok()
 }
 
 #[cfg(test)]

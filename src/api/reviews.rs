@@ -213,7 +213,7 @@ pub fn result_body(view: &ReviewView, upstream: Option<&UpstreamResponse>) -> se
     serde_json::json!({
         "review_id": view.review_id,
         "status": view.status,
-        "expires_at": crate::decide::rfc3339(view.expires_at),
+        "expires_at": crate::support::time::rfc3339(view.expires_at),
         "forward": view.forward,
         "response": response,
     })

@@ -390,7 +390,7 @@ async fn record(
     e: Evaluated,
     started: Instant,
 ) -> Result<Decided, DecideError> {
-    let evaluated_at = rfc3339((h.clock)());
+    let evaluated_at = crate::support::time::rfc3339((h.clock)());
     let record = audit_record(set, ctx, &read, &evidence, &e);
     let captured = evidence
         .captured

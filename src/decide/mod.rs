@@ -163,13 +163,6 @@ pub struct Decided {
     pub trace: explain::Trace,
 }
 
-/// RFC 3339 UTC, e.g. `2026-11-22T21:14:45.296332Z`.
-pub fn rfc3339(t: std::time::SystemTime) -> String {
-    let t = time::OffsetDateTime::from(t);
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| t.unix_timestamp().to_string())
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
     /// `api` or `proxy`.

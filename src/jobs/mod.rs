@@ -25,10 +25,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use prometheus_client::registry::Registry;
 use serde::ser::SerializeSeq;
 use serde::{Serialize, Serializer};
-use time::macros::format_description;
-use time::OffsetDateTime;
 
 use crate::config::JobsConfig;
+use crate::support::time::rfc3339_millis;
 use crate::telemetry::health::{Component, Report, Status};
 
 mod backend;
@@ -334,16 +333,6 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// `2026-11-22T21:26:13.123Z`.
-fn rfc3339(ms: i64) -> String {
-    let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    t.format(format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    ))
-    .unwrap_or_default()
-}
-
 fn summary(job: &JobRow) -> JobSummary {
     JobSummary {
         job_id: job.job_id.clone(),
@@ -356,9 +345,9 @@ fn view(job: JobRow, results: Option<Vec<(usize, serde_json::Value)>>) -> JobVie
     JobView {
         job_id: job.job_id,
         status: job.status,
-        created_at: rfc3339(job.created_at_ms),
-        started_at: job.started_at_ms.map(rfc3339),
-        finished_at: job.finished_at_ms.map(rfc3339),
+        created_at: rfc3339_millis(job.created_at_ms),
+        started_at: job.started_at_ms.map(rfc3339_millis),
+        finished_at: job.finished_at_ms.map(rfc3339_millis),
         progress: Progress {
             total: job.items_total,
             done: job.items_done,

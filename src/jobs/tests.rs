@@ -190,7 +190,7 @@ async fn queued_view_omits_optional_fields() {
     let v = JobView {
         job_id: "j".into(),
         status: JobStatus::Queued,
-        created_at: rfc3339(0),
+        created_at: rfc3339_millis(0),
         started_at: None,
         finished_at: None,
         progress: Progress { total: 2, done: 0 },

@@ -425,21 +425,9 @@ pub(super) fn view(row: &Row, now: SystemTime, approvals_required: u32) -> Revie
     }
 }
 
-/// RFC 3339 UTC, e.g. `2026-11-22T21:30:00.123456Z`. An error (not the
-/// panic of `OffsetDateTime::from`) for times outside years 1..=9999.
-pub(super) fn rfc3339(t: SystemTime) -> Result<String, String> {
-    let nanos = match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => i128::try_from(d.as_nanos()).unwrap_or(i128::MAX),
-        Err(before) => i128::try_from(before.duration().as_nanos()).map_or(i128::MIN, |n| -n),
-    };
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .map_err(|e| e.to_string())?
-        .format(&time::format_description::well_known::Rfc3339)
-        .map_err(|e| e.to_string())
-}
-
 fn ser_time<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    let text = rfc3339(*t).map_err(serde::ser::Error::custom)?;
+    let text = crate::support::time::try_rfc3339(*t)
+        .ok_or_else(|| serde::ser::Error::custom("a time outside years 1..=9999"))?;
     s.serialize_str(&text)
 }
 

@@ -164,7 +164,7 @@ impl Component for ReloadingCert {
             .fact("reloads_ok", st.reloads_ok)
             .fact("reloads_failed", st.reloads_failed);
         if let Some(at) = st.last_reload {
-            r = r.fact("last_reload", crate::decide::rfc3339(at));
+            r = r.fact("last_reload", crate::support::time::rfc3339(at));
         }
         if let Some(e) = st.last_error {
             r = r.fact("last_error", e);

@@ -177,7 +177,7 @@ pub fn queue(
                             } @else {
                                 td { span class={ "status " (v.status.as_str()) } { (v.status.as_str()) } }
                                 td { (v.reviewer.as_deref().unwrap_or("—")) }
-                                td { (v.resolved_at.map(crate::decide::rfc3339).unwrap_or_default()) }
+                                td { (v.resolved_at.map(crate::support::time::rfc3339).unwrap_or_default()) }
                                 td.note { (v.note.as_deref().unwrap_or("")) }
                                 td { (forward_text(v)) }
                             }
@@ -236,19 +236,19 @@ pub fn detail(
             dt { "Route" } dd { (v.route) }
             dt { "Action" } dd { code { (v.action) } }
             dt { "Why held" } dd { (reasons(v)) }
-            dt { "Held at" } dd { (crate::decide::rfc3339(v.created_at)) " (" (age(v.created_at, now)) " ago)" }
+            dt { "Held at" } dd { (crate::support::time::rfc3339(v.created_at)) " (" (age(v.created_at, now)) " ago)" }
             @if v.status == ReviewStatus::Pending {
-                dt { "Expires" } dd { (crate::decide::rfc3339(v.expires_at)) " (in " (left(v.expires_at, now)) ")" }
+                dt { "Expires" } dd { (crate::support::time::rfc3339(v.expires_at)) " (in " (left(v.expires_at, now)) ")" }
             }
             @if let Some(r) = &v.reviewer {
-                dt { "Resolved by" } dd { (r) " at " (v.resolved_at.map(crate::decide::rfc3339).unwrap_or_default()) }
+                dt { "Resolved by" } dd { (r) " at " (v.resolved_at.map(crate::support::time::rfc3339).unwrap_or_default()) }
                 dt { "Note" } dd.note { (v.note.as_deref().unwrap_or("")) }
             }
             @if v.approvals_required > 1 || !v.approvals.is_empty() {
                 dt { "Approvals" } dd {
                     (v.approvals.len()) " of " (v.approvals_required)
                     @for a in &v.approvals {
-                        br; (a.by) " (" (a.reviewer) ") at " (crate::decide::rfc3339(a.at))
+                        br; (a.by) " (" (a.reviewer) ") at " (crate::support::time::rfc3339(a.at))
                         @if let Some(n) = &a.note { ": " (n) }
                     }
                 }

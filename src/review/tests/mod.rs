@@ -12,8 +12,6 @@ use bytes::Bytes;
 
 use tempfile::TempDir;
 
-use super::view::rfc3339;
-
 use super::*;
 
 const HOUR: Duration = Duration::from_secs(3600);
