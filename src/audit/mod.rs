@@ -7,21 +7,6 @@
 //! `verify_log` re-checks a whole log. This module is the async-facing handle;
 //! the work happens on one writer thread (see `writer`).
 //!
-//! # Layout
-//! - [`record`]: the record and its RFC 8785 canonical bytes, redaction.
-//! - [`redaction`]: the data dir's HMAC key that redacted params are tagged with.
-//! - [`merkle`]: RFC 6962 hashes, proofs, Go `tlog` stored-hash layout.
-//! - [`note`]: C2SP signed notes and checkpoints.
-//! - [`cosign`]: C2SP cosignatures, which witnesses sign and the log collects.
-//! - [`keys`]: Ed25519 keys on disk, key documents, rotation.
-//! - [`store`]: the `audit_*` SQLite tables.
-//! - `writer`: the single writer thread and the group commit.
-//! - `checkpointer`: background WAL checkpoints beside the writer.
-//! - [`verify`]: proof documents, offline proof check, whole-log check.
-//! - [`export`]: search by filter, export with proofs, offline check of an export.
-//! - `witnessing`: sending checkpoints to witnesses, keeping their cosignatures.
-//! - [`inputs`]: captured decision inputs for `verdict replay`, and their retention.
-//!
 //! # Use
 //! - Startup: [`AuditLog::open`]`(data_dir/verdict.db, data_dir, &cfg.audit)`;
 //!   an `Err` is fatal (a corrupt log or a lost key must stop the server).

@@ -7,15 +7,8 @@
 //! `file` is the serde shape, `validate` turns it into domain types while
 //! collecting *every* error as `file:line:col: message`, and the rest of the
 //! crate only sees [`PolicySet`]. A set is built whole or not at all, which is
-//! what lets [`store::PolicyStore`] swap it in atomically on hot reload and keep
+//! what lets [`live::PolicyStore`] swap it in atomically on hot reload and keep
 //! the last good one when an edit is broken.
-//!
-//! # Layout
-//! - [`rules`]: action policies, floors and the pure rule evaluator.
-//! - [`route`]: route patterns and the most-specific-wins matcher.
-//! - [`extract`]: extractors (`path:`, `query:`, `header:`, `body:`, literals).
-//! - [`store`]: `ArcSwap` store with reload status.
-//! - [`watch`]: debounced directory watcher that reloads the store.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -27,19 +20,19 @@ mod near_miss;
 mod validate;
 
 pub mod extract;
+pub mod live;
 pub mod route;
 pub mod rules;
-pub mod store;
 pub mod watch;
 
 pub use extract::{Extracted, Extractor, RequestParts};
+pub use live::{PolicyStore, ReloadOutcome, ReloadStatus};
 pub use route::{FailureMode, OnReview, PathParams, Route, RouteMatch};
 pub use rules::{
     parse_decimal, provenance_origin, ActionPolicy, Citations, DecisionMode, Effect, Evaluation,
     Op, Options, ParamLookup, ParamMismatch, ParamType, ParamValue, Provenance, Requirements, Rule,
     RuleHit, RuleResult, Scalar,
 };
-pub use store::{PolicyStore, ReloadOutcome, ReloadStatus};
 pub use validate::{DEFAULT_CONTENT_TYPE, DEFAULT_HOLD_TIMEOUT};
 pub use watch::{spawn_watcher, watch_path, Change, WatchError, WatchHandle, DEFAULT_DEBOUNCE};
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind};
 use notify::{Event, EventKind, RecursiveMode, Watcher};
 
-use super::store::{PolicyStore, ReloadOutcome};
+use super::live::{PolicyStore, ReloadOutcome};
 
 /// The quiet time that ends a burst of events.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(5);
