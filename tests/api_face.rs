@@ -6,9 +6,9 @@
 //! One test binary of a few (see Cargo.toml): each module is one file of
 //! tests/, named as before, so `cargo test --test api_face -- MODULE::` runs one.
 
-#![allow(clippy::unwrap_used)] // tests may panic on setup failures
-// A test reads as one scenario, top to bottom; the 100-line limit is for src/.
-#![allow(clippy::too_many_lines)]
+// Tests may panic on setup failures, and a test reads as one scenario, top
+// to bottom: the unwrap and 100-line limits are for src/.
+#![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
 mod held;
 mod support;
