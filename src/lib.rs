@@ -4,15 +4,17 @@
 //! forwards, blocks or holds each call after checking the claims it carries
 //! against its evidence. Apps can also call the native JSON API directly.
 //!
-//! The modules stand in layers, each importing only the layers below it.
-//! The doors ([`cli`], [`app`], [`api`], [`proxy`], [`offline`], [`server`])
-//! read requests; the decision path ([`decide`], [`policy`], [`evidence`])
-//! turns one into a typed, durably audited decision with the pure core
-//! ([`engine`], its own crate with no IO); state ([`audit`], [`review`],
-//! [`jobs`], [`witness`], [`webhook`]) lives underneath; [`http`] is the
-//! doors' shared vocabulary and maps every domain error to a status in one
-//! place; the leaves ([`telemetry`], [`store`], [`config`], [`support`])
-//! import no part above them. [`runtime`] is the shared state the doors read.
+//! The modules stand in layers, each importing only layers below it. The
+//! doors ([`cli`], [`app`], [`api`], [`proxy`], [`offline`]) read requests.
+//! Below them is what the doors share: [`server`] (the listeners),
+//! [`runtime`] (the state the doors read), [`http`] (bodies, API keys, and
+//! the one mapping of every domain error to a status), [`webhook`] and
+//! [`witness`]. Then the decision path ([`decide`], [`policy`],
+//! [`evidence`]) turns a request into a typed, durably audited decision
+//! with the pure core ([`engine`], its own crate with no IO); under it lies
+//! state ([`audit`], [`review`], [`jobs`]), and last the leaves ([`store`],
+//! [`telemetry`], [`support`], [`config`]), which import no part above
+//! them.
 //!
 //! What each part may import is checked by `scripts/check-layers.sh` in CI;
 //! docs/architecture.md walks one gated proxy request and one `/v2/authorize`

@@ -59,7 +59,8 @@ impl App {
     }
 }
 
-/// The SQLite file that holds every durable table (audit, reviews, jobs).
+/// The data dir's SQLite file: the audit log's tables, and the reviews' and
+/// jobs' unless `[store] url` puts those in PostgreSQL.
 pub fn db_path(config: &Config) -> std::path::PathBuf {
     config.data_dir.join("verdict.db")
 }

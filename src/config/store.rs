@@ -1,8 +1,8 @@
 //! `[store]`: where the state that people share lives. Reviews (and their
-//! held requests) stay in the data dir's SQLite file by default; with a
-//! `postgres://` URL they live in a PostgreSQL database that several
-//! replicas share, so a reviewer sees every replica's held calls in one
-//! queue.
+//! held requests) and batch jobs stay in the data dir's SQLite file by
+//! default; with a `postgres://` URL they live in a PostgreSQL database
+//! that several replicas share, so a reviewer sees every replica's held
+//! calls in one queue and any replica runs and answers for any job.
 //!
 //! The keys live in their own file because the password is read
 //! differently from the rest: from the URL, from an environment variable or

@@ -2,9 +2,10 @@
 //! the C2SP signed-note form `<name>+<hex key hash>+base64(type ‖ key)`.
 //!
 //! It lives here so that a bad key is a config error, named with its field,
-//! while config imports nothing of the crate; the audit log's notes and
-//! cosignatures (`audit::note`, `audit::cosign`) build on the same three
-//! functions, so the log and its config read a key in one way.
+//! while config imports no part of the crate but the engine's vocabulary;
+//! the audit log's notes and cosignatures (`audit::note`, `audit::cosign`)
+//! build on these functions, so the log and its config read a key in one
+//! way.
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;

@@ -2,7 +2,7 @@
 //! ([`read_policy`]), the evidence ([`gather`]), the claims checked
 //! ([`check_claims`]), the decision table and the shadow set ([`evaluate`],
 //! pure), and the durable audit record ([`record`], the only step that
-//! writes). [`authorize`] runs them in that order on one policy snapshot.
+//! writes). [`authorize()`] runs them in that order on one policy snapshot.
 
 use std::time::Instant;
 

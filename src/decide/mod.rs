@@ -1,6 +1,6 @@
 //! The one-way decision path: one authorize decision, end to end, for every
-//! door (the API's `/v2/authorize`, the proxy's gated routes, and what
-//! comes next: the review console, `verdict test`, explain, replay).
+//! door (the API's `/v2/authorize`, the proxy's gated routes, and the
+//! offline door's `verdict test`, `verdict explain` and `verdict replay`).
 //!
 //! It takes validated domain input ([`Input`]: the action, its claims or an
 //! answer, its sources, what the request asked for) and narrow handles

@@ -1,7 +1,7 @@
 //! Where a decision's audit record goes: the durable log, or nowhere.
 //!
-//! A server decides only with its durable log: every door it runs (the API,
-//! the proxy, the review console) gets its handles from
+//! A server decides only with its durable log: every door it runs that
+//! decides (the API, the proxy) gets its handles from
 //! `runtime::App::decide_handles`, which always records to
 //! [`Recorder::Durable`], and a decision is not returned before its record is
 //! durable (an append that fails is a `DecideError::Unavailable`, and the
@@ -20,7 +20,7 @@ use crate::audit::{AuditError, AuditLog, AuditRecord, CapturedInput, Receipt};
 /// nothing.
 pub const UNRECORDED: &str = "unrecorded";
 
-/// Where [`super::authorize`] and [`super::refuse`] put the record of a
+/// Where [`super::authorize()`] and [`super::refuse`] put the record of a
 /// decision before they return it.
 #[derive(Clone, Copy)]
 pub enum Recorder<'a> {

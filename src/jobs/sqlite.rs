@@ -105,12 +105,12 @@ impl SqliteJobs {
     ///
     /// `owner` is the API key name. With an `idempotency_key`, the same
     /// owner and key with the same `request_hash` answer
-    /// [`Submitted::Existing`], and with a different hash
+    /// [`Inserted::Existing`], and with a different hash
     /// [`JobsError::Conflict`]; keys of different owners never meet.
     /// A replay while the first submit is still storing its items is
     /// [`JobsError::InProgress`]. Otherwise the items are stored (in short
     /// transactions, see `tables::insert_job`) and the job is queued
-    /// ([`Submitted::Created`]).
+    /// ([`Inserted::New`]).
     pub async fn submit(
         &self,
         owner: &str,
@@ -207,7 +207,7 @@ impl SqliteJobs {
     /// Stops the workers between two items (the current item finishes and
     /// its result is written) and the sweeper, and returns once the threads
     /// have stopped. Unfinished jobs stay stored and resume at the next
-    /// [`Jobs::open`]. Polls still work afterwards; submits do not.
+    /// [`SqliteJobs::open`]. Polls still work afterwards; submits do not.
     pub async fn shutdown(&self) {
         let inner = self;
         inner.shared.queue.stop();
@@ -294,7 +294,7 @@ impl Backend for SqliteJobs {
 }
 
 impl Drop for SqliteJobs {
-    /// A handle dropped without [`Jobs::shutdown`] still stops the workers
+    /// A handle dropped without [`SqliteJobs::shutdown`] still stops the workers
     /// (after their current item) and the sweeper; it just does not wait.
     fn drop(&mut self) {
         self.shared.queue.stop();

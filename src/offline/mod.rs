@@ -10,7 +10,7 @@
 //! is read by the API's own reader (`api::authorize::AuthorizeRequest`), an
 //! HTTP case by the proxy's (`proxy::read`: the refusals, the route, the
 //! body checks, the extractors), and both are decided by the one decision
-//! path, [`crate::decide::authorize`], on the policy set loaded from the
+//! path, [`crate::decide::authorize()`], on the policy set loaded from the
 //! directory. It decides offline: the handles it passes record to
 //! [`crate::decide::Recorder::Discard`], since nothing is enforced and
 //! there is no log to write; a server never gets those handles (see
@@ -21,7 +21,7 @@
 //! readers and decides with `decide`, and it never calls their handlers or
 //! touches a running server's state (`scripts/check-layers.sh`).
 //!
-//! - [`file`]: the test file format and its `file:line:col` errors.
+//! - [`file`](mod@file): the test file format and its `file:line:col` errors.
 //! - [`run`]: one case, decided, and compared with what it expects.
 //! - [`report`]: the text and JSON reports, and explanations.
 //! - [`replay`]: `verdict replay`, a draft set decided on captured traffic.

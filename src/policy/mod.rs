@@ -126,7 +126,7 @@ impl PolicySet {
 
     /// The declared action type that an undeclared `type_` reads as,
     /// misspelt (`refund.crate`, `Refund_Create`, `create.refund` for
-    /// `refund.create`); see [`near_miss::near_miss`].
+    /// `refund.create`); see `near_miss::near_miss`.
     pub fn near_miss(&self, type_: &str) -> Option<&str> {
         if self.actions.contains_key(type_) {
             return None;

@@ -36,7 +36,8 @@ pub struct ActionPolicy {
     /// `None`: the server's `review.approvals`.
     pub approvals: Option<u32>,
     /// Param paths such as `params.card_number` that the audit log stores as
-    /// their sha256 instead of their value.
+    /// `hmac-sha256:<hex>` under the data dir's redaction key instead of
+    /// their value.
     pub redact: Vec<String>,
     /// In file order; [`RuleHit::rule`] indexes this list.
     pub rules: Vec<Rule>,

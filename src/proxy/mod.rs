@@ -4,11 +4,11 @@
 //! A request runs through a fixed order on one policy snapshot, one phase
 //! per file:
 //! - `guard`: refuse paths, method overrides and bodies some upstream
-//!   could read differently from us (here, in `Proxy::route`, before any
-//!   route is matched).
-//! - route classification (`Proxy::route`, reading with `read::route`): a
-//!   strict match, and a lenient one that catches what a forgiving upstream
-//!   would still route to a gated handler.
+//!   could read differently from us (in `read::route`, which
+//!   `Proxy::handle` calls, before any route is matched).
+//! - route classification (`read::route`; `Proxy::route` dispatches what it
+//!   found): a strict match, and a lenient one that catches what a
+//!   forgiving upstream would still route to a gated handler.
 //! - `read`: the pure part of reading a request (the refusals before
 //!   routing, the route, the decision's input from the extractors), which
 //!   `verdict test` shares.

@@ -81,7 +81,7 @@ pub(super) struct Resolver<'a> {
     pub required: u32,
 }
 
-/// What [`Store::inspect`] reads.
+/// What [`Backend::inspect`] reads.
 #[derive(Debug, Clone)]
 pub(super) struct Inspected {
     pub path: String,

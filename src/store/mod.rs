@@ -3,7 +3,7 @@
 //! busy handlers that let the audit log, reviews and jobs share one
 //! database file, and the OS lock that makes one process the owner of a
 //! data dir. What goes into the tables belongs to the parts that write them
-//! (`audit`, `review`, `jobs`).
+//! (`audit`, `review`, `jobs`, `witness`).
 
 pub mod datalock;
 pub mod postgres;

@@ -1,7 +1,8 @@
 //! The shared store: a PostgreSQL database that several replicas of the
 //! sidecar use for the state people share (reviews and their held
-//! requests), so that a reviewer finds every replica's held calls in one
-//! queue and a pod that dies does not take its pending reviews with it.
+//! requests, batch jobs, the checkpoints each replica publishes), so that a
+//! reviewer finds every replica's held calls in one queue and a pod that
+//! dies does not take its pending reviews or jobs with it.
 //!
 //! This module owns the connection side, not the data: the pool, the
 //! versioned schema (applied at start-up by one replica at a time under an
@@ -10,11 +11,11 @@
 //! with the database's clock so replicas' clocks need not agree), and a
 //! `LISTEN` connection that tells the replica at once when another one
 //! resolved a review or submitted a job. The tables of each subsystem are
-//! written by that subsystem (`review::pg`, `jobs::pg`).
+//! written by that subsystem (`review::pg`, `jobs::pg`, `witness::remote`).
 //!
-//! The review store runs on blocking threads (it is synchronous, like the
-//! SQLite one); [`Shared::block_on`] lets it drive this async client from
-//! there.
+//! The review store and the job workers run on blocking threads (they are
+//! synchronous, like the SQLite ones); [`Shared::block_on`] lets them drive
+//! this async client from there.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -323,7 +324,7 @@ impl Shared {
         }
     }
 
-    /// Review ids from `NOTIFY` on `channel`, as they arrive, for as long
+    /// Payloads (review or job ids) of `NOTIFY` on `channel`, as they arrive, for as long
     /// as the receiver lives. The connection is made again after a failure
     /// (a notification sent while it was down is lost; the caller polls as
     /// a fallback).

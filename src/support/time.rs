@@ -1,7 +1,8 @@
-//! The time formats verdict writes: RFC 3339 in UTC, with microseconds for
-//! decisions, reviews and the webhook, and with milliseconds for batch jobs.
-//! One place, so that no path can panic on a time outside years 1..=9999
-//! (`OffsetDateTime::from` would).
+//! The time formats of verdict's answers: RFC 3339 in UTC, with microseconds
+//! for decisions, reviews and the webhook, and with milliseconds for batch
+//! jobs. One place, so that no path can panic on a time outside years
+//! 1..=9999 (`OffsetDateTime::from` would). Audit records keep their own
+//! fixed-width form (`audit::record`), which their hashes cover.
 
 use std::time::SystemTime;
 

@@ -1,11 +1,11 @@
 //! The engine's vocabulary for decisions: modes, citation policy, rule
 //! effects and hits, and the floors an action policy sets.
 //!
-//! It lives here, not in `policy`, so that the pure core depends on nothing
-//! else in the crate: the policy loader maps its file format onto these
-//! types, and the decision table reads only them.
+//! It lives here, not in the sidecar's policy loader, so that the pure core
+//! depends on nothing outside this crate: the loader maps its file format
+//! onto these types, and the decision table reads only them.
 
-/// How strictly the engine treats a decision (§5). Ordered loosest first so
+/// How strictly the engine treats a decision. Ordered loosest first so
 /// that `max` picks the tighter of two modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DecisionMode {

@@ -130,7 +130,7 @@ struct Index<'a> {
     by_value: Vec<(f64, u32, u32)>,
     /// All those values are finite. When one is not, ranking tests every
     /// quantity instead of the window (a non-finite value backs nothing, see
-    /// `numbers::close`, so both give the same answer; the scan does not
+    /// `numbers::compare::close`, so both give the same answer; the scan does not
     /// depend on how infinities sort).
     values_finite: bool,
     /// Some source holds the stem of a party word (`text::PARTIES`);
