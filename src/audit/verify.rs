@@ -417,7 +417,7 @@ fn open_err(e: impl std::fmt::Display) -> VerifyError {
 pub fn verify_log(
     db_path: &std::path::Path,
     key_dir: &std::path::Path,
-    mut progress: impl FnMut(u64, u64),
+    progress: impl FnMut(u64, u64),
 ) -> Result<VerifyReport, VerifyError> {
     let conn = store::open_reader(db_path).map_err(open_err)?;
     let docs = keys::load_docs(key_dir).map_err(open_err)?;
@@ -427,7 +427,29 @@ pub fn verify_log(
             key_dir.display()
         )));
     }
-    let rows = store::all_checkpoints(&conn).map_err(open_err)?;
+    let checkpoints = signed_checkpoints(&conn, &docs)?;
+    let total = store::record_count(&conn).map_err(open_err)?;
+    check_witness_sizes(&conn, total)?;
+    let layout = store::layout(&conn).map_err(open_err)?;
+    let rows_sql = record_rows_query(&conn, layout, total)?;
+    let f = replay_records(&conn, rows_sql, &checkpoints, total, progress)?;
+    check_consistency(&conn, layout, &checkpoints)?;
+    Ok(VerifyReport {
+        records: f.size(),
+        checkpoints: checkpoints.len() as u64,
+        tree_size: f.size(),
+        root: hash_string(&f.root()),
+        keys: docs.len(),
+    })
+}
+
+/// Every stored checkpoint, parsed and checked: one origin, growing sizes,
+/// and signed by at least one published key (and by none that fails).
+fn signed_checkpoints(
+    conn: &Connection,
+    docs: &[KeyDocument],
+) -> Result<Vec<Checkpoint>, VerifyError> {
+    let rows = store::all_checkpoints(conn).map_err(open_err)?;
     let mut checkpoints: Vec<Checkpoint> = Vec::with_capacity(rows.len());
     for row in &rows {
         let bad = |reason: String| VerifyError::Checkpoint {
@@ -451,7 +473,7 @@ pub fn verify_log(
             return Err(bad("tree size does not grow".into()));
         }
         let mut signed = 0;
-        for d in &docs {
+        for d in docs {
             let pk = d.public_key().map_err(open_err)?;
             match n.verified_by(&c.origin, &pk) {
                 Ok(Some(_)) => signed += 1,
@@ -467,9 +489,13 @@ pub fn verify_log(
         }
         checkpoints.push(c);
     }
+    Ok(checkpoints)
+}
 
-    let total = store::record_count(&conn).map_err(open_err)?;
-    for (witness, cosigned) in store::cosigned_sizes(&conn).map_err(open_err)? {
+/// No witness's stored cosignature may cover more than the log's `total`
+/// records (the log was rolled back under it).
+fn check_witness_sizes(conn: &Connection, total: u64) -> Result<(), VerifyError> {
+    for (witness, cosigned) in store::cosigned_sizes(conn).map_err(open_err)? {
         if cosigned > total {
             return Err(VerifyError::RolledBack(
                 super::witnessing::WitnessFailure::RolledBack {
@@ -480,7 +506,16 @@ pub fn verify_log(
             ));
         }
     }
-    let layout = store::layout(&conn).map_err(open_err)?;
+    Ok(())
+}
+
+/// The query that reads every record with its stored hashes in leaf order,
+/// after checking that there is one record row (and one hash row) per leaf.
+fn record_rows_query(
+    conn: &Connection,
+    layout: store::Layout,
+    total: u64,
+) -> Result<&'static str, VerifyError> {
     let record_rows: i64 = conn
         .query_row("SELECT COUNT(*) FROM audit_records", [], |r| r.get(0))
         .map_err(open_err)?;
@@ -491,7 +526,7 @@ pub fn verify_log(
             reason: format!("{record_rows} record rows for {total} leaves"),
         });
     }
-    let rows_sql = match layout {
+    Ok(match layout {
         store::Layout::Merged => {
             "SELECT leaf, record_id, canonical, hashes FROM audit_records ORDER BY leaf"
         }
@@ -509,81 +544,39 @@ pub fn verify_log(
              FROM audit_records r LEFT JOIN audit_hashes h ON h.leaf = r.leaf
              ORDER BY r.leaf"
         }
-    };
+    })
+}
+
+/// Rebuilds the tree from the records read by `rows_sql`, checking each
+/// signed root as it is reached and that the signed checkpoints cover
+/// exactly the stored records; returns the rebuilt tree.
+fn replay_records(
+    conn: &Connection,
+    rows_sql: &str,
+    checkpoints: &[Checkpoint],
+    total: u64,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<Frontier, VerifyError> {
     let mut stmt = conn.prepare(rows_sql).map_err(open_err)?;
     let mut it = stmt.query([]).map_err(open_err)?;
-    let mut f = Frontier::empty();
+    let mut replay = Replay {
+        f: Frontier::empty(),
+        leaf_mismatch: None,
+        stored_mismatch: None,
+    };
     let mut next_cp = checkpoints.iter().skip_while(|c| c.size == 0).peekable();
-    // First mismatches seen since the last checkpoint; blamed once the next
-    // signed root says whether the records or the stored hashes are wrong.
-    let mut leaf_mismatch: Option<(u64, String)> = None;
-    let mut stored_mismatch: Option<(u64, u32)> = None;
     while let Some(row) = it.next().map_err(open_err)? {
-        let leaf: i64 = row.get(0).map_err(open_err)?;
-        let id_bytes: Vec<u8> = row.get(1).map_err(open_err)?;
-        let canonical: String = row.get(2).map_err(open_err)?;
-        let stored: Option<Vec<u8>> = row.get(3).map_err(open_err)?;
-        let expected = f.size();
-        let id = Uuid::from_slice(&id_bytes)
-            .map(|u| u.to_string())
-            .unwrap_or_else(|_| hex::encode(&id_bytes));
-        let bad_record = |reason: &str| VerifyError::Record {
-            leaf: expected,
-            record_id: id.clone(),
-            reason: reason.to_string(),
-        };
-        if u64::try_from(leaf).ok() != Some(expected) {
-            return Err(bad_record("leaf index out of sequence"));
+        replay.append(row)?;
+        if let Some(c) = next_cp.next_if(|c| c.size == replay.f.size()) {
+            replay.check_signed_root(c)?;
         }
-        check_record_text(&canonical, &id_bytes).map_err(|r| bad_record(&r))?;
-        let lh = leaf_hash(&record_hash(&canonical));
-        let hashes = f.append(lh);
-        let Some(stored) = stored else {
-            return Err(VerifyError::StoredHash {
-                leaf: expected,
-                level: 0,
-            });
-        };
-        let fresh = hashes.concat();
-        if stored != fresh {
-            if stored.get(..32) != Some(&lh[..]) {
-                leaf_mismatch.get_or_insert((expected, id.clone()));
-            } else {
-                let level = (0..hashes.len())
-                    .find(|&l| stored.get(l * 32..l * 32 + 32) != fresh.get(l * 32..l * 32 + 32))
-                    .unwrap_or(hashes.len());
-                stored_mismatch.get_or_insert((expected, level as u32));
-            }
-        }
-        if let Some(c) = next_cp.next_if(|c| c.size == f.size()) {
-            if f.root() != c.root {
-                return Err(match leaf_mismatch.take() {
-                    Some((leaf, record_id)) => VerifyError::Record {
-                        leaf,
-                        record_id,
-                        reason: "record hash does not match the signed tree".into(),
-                    },
-                    None => VerifyError::Checkpoint {
-                        tree_size: c.size,
-                        reason: "the records do not hash to the signed root".into(),
-                    },
-                });
-            }
-            // The records are authentic up to here: any mismatch is in the
-            // stored hashes.
-            if let Some((leaf, _)) = leaf_mismatch.take() {
-                return Err(VerifyError::StoredHash { leaf, level: 0 });
-            }
-            if let Some((leaf, level)) = stored_mismatch.take() {
-                return Err(VerifyError::StoredHash { leaf, level });
-            }
-        }
-        if f.size().is_multiple_of(4096) {
-            progress(f.size(), total);
+        if replay.f.size().is_multiple_of(4096) {
+            progress(replay.f.size(), total);
         }
     }
     drop(it);
     drop(stmt);
+    let f = replay.f;
     progress(f.size(), total);
     if let Some(c) = next_cp.next() {
         return Err(VerifyError::Checkpoint {
@@ -599,8 +592,99 @@ pub fn verify_log(
             reason: "record is not covered by any signed checkpoint".into(),
         });
     }
+    Ok(f)
+}
 
-    let mut reader = SqlHashes::with_layout(&conn, layout);
+/// The tree rebuilt so far from the records, and the mismatches not yet
+/// blamed.
+struct Replay {
+    f: Frontier,
+    // First mismatches seen since the last checkpoint; blamed once the next
+    // signed root says whether the records or the stored hashes are wrong.
+    leaf_mismatch: Option<(u64, String)>,
+    stored_mismatch: Option<(u64, u32)>,
+}
+
+impl Replay {
+    /// Checks one record row and appends it to the tree, noting (not yet
+    /// blaming) stored hashes that differ from the recomputed ones.
+    fn append(&mut self, row: &rusqlite::Row<'_>) -> Result<(), VerifyError> {
+        let leaf: i64 = row.get(0).map_err(open_err)?;
+        let id_bytes: Vec<u8> = row.get(1).map_err(open_err)?;
+        let canonical: String = row.get(2).map_err(open_err)?;
+        let stored: Option<Vec<u8>> = row.get(3).map_err(open_err)?;
+        let expected = self.f.size();
+        let id = Uuid::from_slice(&id_bytes)
+            .map(|u| u.to_string())
+            .unwrap_or_else(|_| hex::encode(&id_bytes));
+        let bad_record = |reason: &str| VerifyError::Record {
+            leaf: expected,
+            record_id: id.clone(),
+            reason: reason.to_string(),
+        };
+        if u64::try_from(leaf).ok() != Some(expected) {
+            return Err(bad_record("leaf index out of sequence"));
+        }
+        check_record_text(&canonical, &id_bytes).map_err(|r| bad_record(&r))?;
+        let lh = leaf_hash(&record_hash(&canonical));
+        let hashes = self.f.append(lh);
+        let Some(stored) = stored else {
+            return Err(VerifyError::StoredHash {
+                leaf: expected,
+                level: 0,
+            });
+        };
+        let fresh = hashes.concat();
+        if stored != fresh {
+            if stored.get(..32) != Some(&lh[..]) {
+                self.leaf_mismatch.get_or_insert((expected, id.clone()));
+            } else {
+                let level = (0..hashes.len())
+                    .find(|&l| stored.get(l * 32..l * 32 + 32) != fresh.get(l * 32..l * 32 + 32))
+                    .unwrap_or(hashes.len());
+                self.stored_mismatch.get_or_insert((expected, level as u32));
+            }
+        }
+        Ok(())
+    }
+
+    /// At a signed checkpoint: the rebuilt root must be the signed one, and
+    /// any mismatch noted since the last one is blamed on the records or on
+    /// the stored hashes.
+    fn check_signed_root(&mut self, c: &Checkpoint) -> Result<(), VerifyError> {
+        if self.f.root() != c.root {
+            return Err(match self.leaf_mismatch.take() {
+                Some((leaf, record_id)) => VerifyError::Record {
+                    leaf,
+                    record_id,
+                    reason: "record hash does not match the signed tree".into(),
+                },
+                None => VerifyError::Checkpoint {
+                    tree_size: c.size,
+                    reason: "the records do not hash to the signed root".into(),
+                },
+            });
+        }
+        // The records are authentic up to here: any mismatch is in the
+        // stored hashes.
+        if let Some((leaf, _)) = self.leaf_mismatch.take() {
+            return Err(VerifyError::StoredHash { leaf, level: 0 });
+        }
+        if let Some((leaf, level)) = self.stored_mismatch.take() {
+            return Err(VerifyError::StoredHash { leaf, level });
+        }
+        Ok(())
+    }
+}
+
+/// Each signed checkpoint (after the empty tree) extends the one before, by
+/// a consistency proof built from the stored hashes.
+fn check_consistency(
+    conn: &Connection,
+    layout: store::Layout,
+    checkpoints: &[Checkpoint],
+) -> Result<(), VerifyError> {
+    let mut reader = SqlHashes::with_layout(conn, layout);
     for pair in checkpoints.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
         if a.size == 0 {
@@ -615,13 +699,7 @@ pub fn verify_log(
             return Err(bad());
         }
     }
-    Ok(VerifyReport {
-        records: f.size(),
-        checkpoints: checkpoints.len() as u64,
-        tree_size: f.size(),
-        root: hash_string(&f.root()),
-        keys: docs.len(),
-    })
+    Ok(())
 }
 
 /// A stored record must be a valid record whose canonical form is itself and

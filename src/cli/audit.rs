@@ -2,7 +2,7 @@
 //! consistency checked offline, records exported and shown, the signing key
 //! rotated, and the checkpoints replicas publish to a shared store checked.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
@@ -162,278 +162,302 @@ impl FilterArgs {
     }
 }
 
+/// Runs one `verdict audit` subcommand.
 pub(crate) fn command(cmd: AuditCommand) -> ExitCode {
     match cmd {
         AuditCommand::VerifyRemote { store } => verify_remote(&store),
-        AuditCommand::Verify { data_dir, config } => {
-            let cfg = match Config::load(config.as_deref(), &Overrides::default()) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("verdict: config: {e}");
-                    return ExitCode::from(EXIT_CONFIG);
-                }
-            };
-            let data_dir = data_dir.unwrap_or(cfg.data_dir);
-            let db = data_dir.join("verdict.db");
-            if !db.exists() {
-                eprintln!("verdict: no audit log at {}", db.display());
-                return ExitCode::from(2);
-            }
-            let mut last_print = std::time::Instant::now();
-            let progress = |done: u64, total: u64| {
-                if last_print.elapsed() >= std::time::Duration::from_secs(1) || done == total {
-                    eprintln!("verified {done}/{total} records");
-                    last_print = std::time::Instant::now();
-                }
-            };
-            match crate::audit::verify_log(&db, &data_dir, progress) {
-                Ok(r) => {
-                    println!(
-                        "ok: {} records, {} checkpoints, tree size {}, root {}, {} key(s)",
-                        r.records, r.checkpoints, r.tree_size, r.root, r.keys
-                    );
-                    ask_witnesses(&db, &cfg.audit.witnesses)
-                }
-                Err(e) => {
-                    eprintln!("verdict: audit log INVALID: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        AuditCommand::Verify { data_dir, config } => verify(data_dir, config.as_deref()),
         AuditCommand::VerifyConsistency {
             old,
             new,
             proof,
             key,
-        } => {
-            let read = |p: &PathBuf| {
-                std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
-            };
-            let files =
-                (|| Ok::<_, String>((read(&old)?, read(&new)?, read(&proof)?, read(&key)?)))();
-            let (old, new, proof, key) = match files {
-                Ok(f) => f,
-                Err(e) => {
-                    eprintln!("verdict: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            match crate::audit::verify_consistency_documents(&old, &new, &proof, &key) {
-                Ok(summary) => {
-                    println!("{summary}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("verdict: INVALID: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        } => verify_consistency(&old, &new, &proof, &key),
         AuditCommand::Export {
             data_dir,
             output,
             filter,
-        } => {
-            let filter = match filter.filter() {
-                Ok(f) => f,
-                Err(e) => {
-                    eprintln!("verdict: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let db = data_dir.join("verdict.db");
-            if !db.exists() {
-                eprintln!("verdict: no audit log at {}", db.display());
-                return ExitCode::from(2);
-            }
-            let mut sink: Box<dyn std::io::Write> = match &output {
-                Some(p) => match std::fs::File::create(p) {
-                    Ok(f) => Box::new(std::io::BufWriter::new(f)),
-                    Err(e) => {
-                        eprintln!("verdict: {}: {e}", p.display());
-                        return ExitCode::from(2);
-                    }
-                },
-                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
-            };
-            let started = std::time::Instant::now();
-            let mut last = started;
-            let progress = |done: u64, total: u64| {
-                if last.elapsed() >= std::time::Duration::from_secs(1) {
-                    eprintln!("read {done}/{total} records");
-                    last = std::time::Instant::now();
-                }
-            };
-            match crate::audit::export::export(&db, &data_dir, &filter, &mut sink, progress) {
-                Ok(r) => {
-                    eprintln!(
-                        "exported {} of {} records against the checkpoint of size {} in {:.1} s",
-                        r.exported,
-                        r.scanned,
-                        r.tree_size,
-                        started.elapsed().as_secs_f64()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("verdict: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        AuditCommand::VerifyExport { export, key } => {
-            let key = match std::fs::read_to_string(&key) {
-                Ok(k) => k,
-                Err(e) => {
-                    eprintln!("verdict: {}: {e}", key.display());
-                    return ExitCode::from(2);
-                }
-            };
-            let file = match std::fs::File::open(&export) {
-                Ok(f) => std::io::BufReader::new(f),
-                Err(e) => {
-                    eprintln!("verdict: {}: {e}", export.display());
-                    return ExitCode::from(2);
-                }
-            };
-            let mut last = std::time::Instant::now();
-            let progress = |n: u64| {
-                if last.elapsed() >= std::time::Duration::from_secs(1) {
-                    eprintln!("verified {n} lines");
-                    last = std::time::Instant::now();
-                }
-            };
-            match crate::audit::export::verify_export(file, &key, progress) {
-                Ok(n) => {
-                    println!(
-                        "ok: {n} records, each proven against a checkpoint signed by the given key"
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("verdict: INVALID: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        } => export(&data_dir, output.as_deref(), &filter),
+        AuditCommand::VerifyExport { export, key } => verify_export(&export, &key),
         AuditCommand::Show {
             record_id,
             data_dir,
-        } => {
-            let Ok(id) = uuid::Uuid::parse_str(&record_id) else {
-                eprintln!("verdict: {record_id:?} is not a record id (a UUID)");
-                return ExitCode::from(2);
-            };
-            match crate::audit::export::show(&data_dir.join("verdict.db"), id) {
-                Ok(Some(text)) => {
-                    println!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Ok(None) => {
-                    eprintln!("verdict: no record {id}");
-                    ExitCode::FAILURE
-                }
-                Err(e) => {
-                    eprintln!("verdict: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+        } => show(&record_id, &data_dir),
+        AuditCommand::Vkey { data_dir } => vkey(&data_dir),
+        AuditCommand::VerifyProof { proof, key, record } => {
+            verify_proof(&proof, &key, record.as_deref())
         }
-        AuditCommand::Vkey { data_dir } => match crate::audit::keys::load_docs(&data_dir) {
-            Ok(docs) if !docs.is_empty() => {
-                let mut docs = docs;
-                docs.sort_by_key(|d| d.status != crate::audit::KeyStatus::Active);
-                for d in &docs {
-                    match (d.note_name(), d.public_key()) {
-                        (Some(name), Ok(pk)) => {
-                            println!("{}", crate::audit::note::verifier_key(name, &pk));
-                        }
-                        _ => {
-                            eprintln!("verdict: key {} has no origin or key", d.kid);
-                            return ExitCode::FAILURE;
-                        }
-                    }
-                }
-                ExitCode::SUCCESS
-            }
-            Ok(_) => {
-                eprintln!("verdict: no audit keys in {}", data_dir.display());
-                ExitCode::from(2)
-            }
+        AuditCommand::RotateKey { data_dir, config } => rotate_key(&data_dir, config.as_deref()),
+    }
+}
+
+/// `verdict audit verify`: re-verifies the local log whole, then asks the
+/// config's witnesses.
+fn verify(data_dir: Option<PathBuf>, config: Option<&Path>) -> ExitCode {
+    let cfg = match Config::load(config, &Overrides::default()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("verdict: config: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let data_dir = data_dir.unwrap_or(cfg.data_dir);
+    let db = data_dir.join("verdict.db");
+    if !db.exists() {
+        eprintln!("verdict: no audit log at {}", db.display());
+        return ExitCode::from(2);
+    }
+    let mut last_print = std::time::Instant::now();
+    let progress = |done: u64, total: u64| {
+        if last_print.elapsed() >= std::time::Duration::from_secs(1) || done == total {
+            eprintln!("verified {done}/{total} records");
+            last_print = std::time::Instant::now();
+        }
+    };
+    match crate::audit::verify_log(&db, &data_dir, progress) {
+        Ok(r) => {
+            println!(
+                "ok: {} records, {} checkpoints, tree size {}, root {}, {} key(s)",
+                r.records, r.checkpoints, r.tree_size, r.root, r.keys
+            );
+            ask_witnesses(&db, &cfg.audit.witnesses)
+        }
+        Err(e) => {
+            eprintln!("verdict: audit log INVALID: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `verdict audit verify-consistency`: checks offline that the newer
+/// checkpoint extends the older one.
+fn verify_consistency(old: &Path, new: &Path, proof: &Path, key: &Path) -> ExitCode {
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
+    let files = (|| Ok::<_, String>((read(old)?, read(new)?, read(proof)?, read(key)?)))();
+    let (old, new, proof, key) = match files {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("verdict: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match crate::audit::verify_consistency_documents(&old, &new, &proof, &key) {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("verdict: INVALID: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `verdict audit export`: writes the matching records, each with its
+/// proof, as JSON lines to `output` or stdout.
+fn export(data_dir: &Path, output: Option<&Path>, filter: &FilterArgs) -> ExitCode {
+    let filter = match filter.filter() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("verdict: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let db = data_dir.join("verdict.db");
+    if !db.exists() {
+        eprintln!("verdict: no audit log at {}", db.display());
+        return ExitCode::from(2);
+    }
+    let mut sink: Box<dyn std::io::Write> = match output {
+        Some(p) => match std::fs::File::create(p) {
+            Ok(f) => Box::new(std::io::BufWriter::new(f)),
             Err(e) => {
-                eprintln!("verdict: {e}");
-                ExitCode::FAILURE
+                eprintln!("verdict: {}: {e}", p.display());
+                return ExitCode::from(2);
             }
         },
-        AuditCommand::VerifyProof { proof, key, record } => {
-            let read = |p: &PathBuf| {
-                std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
-            };
-            let (proof_text, key_text) = match (read(&proof), read(&key)) {
-                (Ok(p), Ok(k)) => (p, k),
-                (Err(e), _) | (_, Err(e)) => {
-                    eprintln!("verdict: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let record_text = match record.as_ref().map(read).transpose() {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("verdict: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let checked =
-                crate::audit::verify_proof(&proof_text, &key_text).and_then(
-                    |()| match &record_text {
-                        Some(r) => crate::audit::verify_record(&proof_text, r),
-                        None => Ok(()),
-                    },
-                );
-            match checked {
-                Ok(()) if record_text.is_some() => {
-                    println!(
-                        "ok: the proof is valid, signed by the given key, and proves this record"
-                    );
-                    ExitCode::SUCCESS
-                }
-                Ok(()) => {
-                    println!("ok: the proof is valid and signed by the given key (only the proof was checked; pass --record RECORD.json to check that it proves that record)");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("verdict: proof INVALID: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let started = std::time::Instant::now();
+    let mut last = started;
+    let progress = |done: u64, total: u64| {
+        if last.elapsed() >= std::time::Duration::from_secs(1) {
+            eprintln!("read {done}/{total} records");
+            last = std::time::Instant::now();
         }
-        AuditCommand::RotateKey { data_dir, config } => {
-            let cfg = match Config::load(config.as_deref(), &Overrides::default()) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("verdict: config: {e}");
-                    return ExitCode::from(EXIT_CONFIG);
-                }
-            };
-            // The running server owns the log: rotating under it would fork
-            // the log and leave it answering 503 until a restart.
-            let _lock = match crate::store::datalock::acquire(&data_dir) {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("verdict: cannot rotate the key now: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match crate::audit::rotate_key(&data_dir.join("verdict.db"), &data_dir, &cfg.audit) {
-                Ok(doc) => {
-                    println!("new active key: {}", doc.kid);
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("verdict: {e}");
-                    ExitCode::FAILURE
+    };
+    match crate::audit::export::export(&db, data_dir, &filter, &mut sink, progress) {
+        Ok(r) => {
+            eprintln!(
+                "exported {} of {} records against the checkpoint of size {} in {:.1} s",
+                r.exported,
+                r.scanned,
+                r.tree_size,
+                started.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("verdict: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `verdict audit verify-export`: checks every line of an export against
+/// the log's public key.
+fn verify_export(export: &Path, key: &Path) -> ExitCode {
+    let key = match std::fs::read_to_string(key) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("verdict: {}: {e}", key.display());
+            return ExitCode::from(2);
+        }
+    };
+    let file = match std::fs::File::open(export) {
+        Ok(f) => std::io::BufReader::new(f),
+        Err(e) => {
+            eprintln!("verdict: {}: {e}", export.display());
+            return ExitCode::from(2);
+        }
+    };
+    let mut last = std::time::Instant::now();
+    let progress = |n: u64| {
+        if last.elapsed() >= std::time::Duration::from_secs(1) {
+            eprintln!("verified {n} lines");
+            last = std::time::Instant::now();
+        }
+    };
+    match crate::audit::export::verify_export(file, &key, progress) {
+        Ok(n) => {
+            println!("ok: {n} records, each proven against a checkpoint signed by the given key");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("verdict: INVALID: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `verdict audit show`: prints one record and where it sits in the tree.
+fn show(record_id: &str, data_dir: &Path) -> ExitCode {
+    let Ok(id) = uuid::Uuid::parse_str(record_id) else {
+        eprintln!("verdict: {record_id:?} is not a record id (a UUID)");
+        return ExitCode::from(2);
+    };
+    match crate::audit::export::show(&data_dir.join("verdict.db"), id) {
+        Ok(Some(text)) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            eprintln!("verdict: no record {id}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("verdict: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `verdict audit vkey`: prints the log's verifier keys, active first.
+fn vkey(data_dir: &Path) -> ExitCode {
+    match crate::audit::keys::load_docs(data_dir) {
+        Ok(docs) if !docs.is_empty() => {
+            let mut docs = docs;
+            docs.sort_by_key(|d| d.status != crate::audit::KeyStatus::Active);
+            for d in &docs {
+                match (d.note_name(), d.public_key()) {
+                    (Some(name), Ok(pk)) => {
+                        println!("{}", crate::audit::note::verifier_key(name, &pk));
+                    }
+                    _ => {
+                        eprintln!("verdict: key {} has no origin or key", d.kid);
+                        return ExitCode::FAILURE;
+                    }
                 }
             }
+            ExitCode::SUCCESS
+        }
+        Ok(_) => {
+            eprintln!("verdict: no audit keys in {}", data_dir.display());
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("verdict: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `verdict audit verify-proof`: checks a proof against a trusted key, and
+/// that it proves `record` when one is given.
+fn verify_proof(proof: &Path, key: &Path, record: Option<&Path>) -> ExitCode {
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
+    let (proof_text, key_text) = match (read(proof), read(key)) {
+        (Ok(p), Ok(k)) => (p, k),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("verdict: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let record_text = match record.map(read).transpose() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("verdict: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let checked =
+        crate::audit::verify_proof(&proof_text, &key_text).and_then(|()| match &record_text {
+            Some(r) => crate::audit::verify_record(&proof_text, r),
+            None => Ok(()),
+        });
+    match checked {
+        Ok(()) if record_text.is_some() => {
+            println!("ok: the proof is valid, signed by the given key, and proves this record");
+            ExitCode::SUCCESS
+        }
+        Ok(()) => {
+            println!("ok: the proof is valid and signed by the given key (only the proof was checked; pass --record RECORD.json to check that it proves that record)");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("verdict: proof INVALID: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `verdict audit rotate-key`: publishes a new signing key and retires the
+/// old one, with the server stopped.
+fn rotate_key(data_dir: &Path, config: Option<&Path>) -> ExitCode {
+    let cfg = match Config::load(config, &Overrides::default()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("verdict: config: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    // The running server owns the log: rotating under it would fork
+    // the log and leave it answering 503 until a restart.
+    let _lock = match crate::store::datalock::acquire(data_dir) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("verdict: cannot rotate the key now: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match crate::audit::rotate_key(&data_dir.join("verdict.db"), data_dir, &cfg.audit) {
+        Ok(doc) => {
+            println!("new active key: {}", doc.kid);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("verdict: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -17,9 +17,11 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::Decided;
-use crate::engine::decide::{citations_str, mode_str, Origins, Outcome, Requested, Row, Won};
-use crate::engine::{Citations, ClaimStatus, Options, Requirements};
-use crate::policy::{Effect, ParamLookup, PolicySet, RuleResult};
+use crate::engine::decide::{
+    citations_str, mode_str, Decision, Effective, Origins, Outcome, Requested, Row, Won,
+};
+use crate::engine::{Check, Citations, ClaimStatus, Options, Requirements};
+use crate::policy::{ActionPolicy, Effect, ParamLookup, PolicySet, RuleResult};
 
 /// Which policy a decision applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,50 +212,9 @@ pub fn explain(
     let t = &decided.trace;
     let policy = set.action(action_type);
     let lookup = ParamLookup::from(params);
-    let action = ActionOut {
-        type_: action_type.to_string(),
-        policy: match t.policy {
-            PolicyUsed::Declared => "declared",
-            PolicyUsed::Defaults => "defaults",
-            PolicyUsed::Refused { .. } => "unknown_action",
-        },
-        unknown_action: match t.policy {
-            PolicyUsed::Refused { outcome, .. } => Some(outcome.as_str()),
-            _ => None,
-        },
-        near_miss: match &t.policy {
-            PolicyUsed::Refused { near_miss, .. } => near_miss.clone(),
-            _ => None,
-        },
-    };
+    let action = action_out(&t.policy, action_type);
     let rules = policy
-        .map(|p| {
-            p.rules
-                .iter()
-                .zip(&t.rules)
-                .enumerate()
-                .map(|(index, (rule, result))| RuleOut {
-                    index,
-                    param: rule.param.clone(),
-                    op: rule.op.describe(),
-                    effect: effect_str(rule.effect),
-                    message: rule.message.clone(),
-                    value: lookup
-                        .get(&rule.param)
-                        .filter(|v| !matches!(v, crate::policy::ParamValue::Null))
-                        .map(|v| v.describe()),
-                    result: match result {
-                        RuleResult::Hit => "hit",
-                        RuleResult::Miss => "miss",
-                        RuleResult::Mismatch(_) => "mismatch",
-                    },
-                    mismatch: match result {
-                        RuleResult::Mismatch(m) => Some(m.clone()),
-                        _ => None,
-                    },
-                })
-                .collect()
-        })
+        .map(|p| rules_out(p, &t.rules, &lookup))
         .unwrap_or_default();
     let bind = policy
         .map(|p| {
@@ -270,50 +231,8 @@ pub fn explain(
     let claims = decided
         .checks
         .iter()
-        .map(|c| {
-            let cited = !t.uncited.contains(&c.claim_id);
-            ClaimOut {
-                claim_id: c.claim_id.clone(),
-                text: c.claim_text.clone(),
-                status: c.status.as_str(),
-                coverage: c.coverage,
-                cited,
-                counted: c.status == ClaimStatus::Supported
-                    && (cited || e.citations == Citations::Optional),
-                reasons: c.reasons.iter().map(|r| r.as_str()).collect(),
-                citations: c
-                    .citations
-                    .iter()
-                    .map(|x| {
-                        json!({"source_id": x.source_id, "start": x.start, "end": x.end, "quote": x.quote})
-                    })
-                    .collect(),
-                conflicts: c
-                    .conflicts
-                    .iter()
-                    .map(|x| {
-                        json!({
-                            "reason": x.reason.as_str(),
-                            "claim": {"start": x.claim_start, "end": x.claim_end, "text": x.claim_quote},
-                            "evidence": {
-                                "source_id": x.source_id,
-                                "start": x.evidence_start,
-                                "end": x.evidence_end,
-                                "text": x.evidence_quote,
-                            },
-                        })
-                    })
-                    .collect(),
-                evidence: c
-                    .evidence
-                    .iter()
-                    .map(|x| json!({"source_id": x.source_id, "snippet": x.snippet}))
-                    .collect(),
-            }
-        })
+        .map(|c| claim_out(c, !t.uncited.contains(&c.claim_id), e.citations))
         .collect();
-    let d = &decided.decision;
-    let row = &t.row;
     Explanation {
         route,
         action,
@@ -340,23 +259,123 @@ pub fn explain(
             })
             .collect(),
         coverage_score: decided.coverage_score,
-        decision_table: TableOut {
-            condition: row.condition,
-            reason: row.reason.as_str(),
-            outcomes: OutcomesOut {
-                strict: row.strict.as_str(),
-                balanced: row.balanced.as_str(),
-                audit: if row.audit_allows {
-                    Outcome::Allow.as_str()
-                } else {
-                    row.audit_would.as_str()
-                },
-            },
-            audit_would_decide: row.audit_allows.then(|| row.audit_would.as_str()),
-            mode: mode_str(e.decision_mode),
-            outcome: d.outcome.as_str(),
-            enforced: d.enforced,
+        decision_table: table_out(&t.row, e, &decided.decision),
+    }
+}
+
+/// The action type and which policy (declared, `[defaults]` or the
+/// `unknown_action` refusal) applied to it.
+fn action_out(policy: &PolicyUsed, action_type: &str) -> ActionOut {
+    ActionOut {
+        type_: action_type.to_string(),
+        policy: match policy {
+            PolicyUsed::Declared => "declared",
+            PolicyUsed::Defaults => "defaults",
+            PolicyUsed::Refused { .. } => "unknown_action",
         },
+        unknown_action: match policy {
+            PolicyUsed::Refused { outcome, .. } => Some(outcome.as_str()),
+            _ => None,
+        },
+        near_miss: match policy {
+            PolicyUsed::Refused { near_miss, .. } => near_miss.clone(),
+            _ => None,
+        },
+    }
+}
+
+/// Each rule of `policy` with the value it read and its result, in rule
+/// order.
+fn rules_out(policy: &ActionPolicy, results: &[RuleResult], lookup: &ParamLookup) -> Vec<RuleOut> {
+    policy
+        .rules
+        .iter()
+        .zip(results)
+        .enumerate()
+        .map(|(index, (rule, result))| RuleOut {
+            index,
+            param: rule.param.clone(),
+            op: rule.op.describe(),
+            effect: effect_str(rule.effect),
+            message: rule.message.clone(),
+            value: lookup
+                .get(&rule.param)
+                .filter(|v| !matches!(v, crate::policy::ParamValue::Null))
+                .map(|v| v.describe()),
+            result: match result {
+                RuleResult::Hit => "hit",
+                RuleResult::Miss => "miss",
+                RuleResult::Mismatch(_) => "mismatch",
+            },
+            mismatch: match result {
+                RuleResult::Mismatch(m) => Some(m.clone()),
+                _ => None,
+            },
+        })
+        .collect()
+}
+
+/// One claim as the verifier judged it, and whether it counts under the
+/// effective `citations`.
+fn claim_out(c: &Check, cited: bool, citations: Citations) -> ClaimOut {
+    ClaimOut {
+        claim_id: c.claim_id.clone(),
+        text: c.claim_text.clone(),
+        status: c.status.as_str(),
+        coverage: c.coverage,
+        cited,
+        counted: c.status == ClaimStatus::Supported && (cited || citations == Citations::Optional),
+        reasons: c.reasons.iter().map(|r| r.as_str()).collect(),
+        citations: c
+            .citations
+            .iter()
+            .map(|x| {
+                json!({"source_id": x.source_id, "start": x.start, "end": x.end, "quote": x.quote})
+            })
+            .collect(),
+        conflicts: c
+            .conflicts
+            .iter()
+            .map(|x| {
+                json!({
+                    "reason": x.reason.as_str(),
+                    "claim": {"start": x.claim_start, "end": x.claim_end, "text": x.claim_quote},
+                    "evidence": {
+                        "source_id": x.source_id,
+                        "start": x.evidence_start,
+                        "end": x.evidence_end,
+                        "text": x.evidence_quote,
+                    },
+                })
+            })
+            .collect(),
+        evidence: c
+            .evidence
+            .iter()
+            .map(|x| json!({"source_id": x.source_id, "snippet": x.snippet}))
+            .collect(),
+    }
+}
+
+/// The decision table's row that decided, its outcome in each mode, and
+/// what the effective mode made of it.
+fn table_out(row: &Row, e: &Effective, d: &Decision) -> TableOut {
+    TableOut {
+        condition: row.condition,
+        reason: row.reason.as_str(),
+        outcomes: OutcomesOut {
+            strict: row.strict.as_str(),
+            balanced: row.balanced.as_str(),
+            audit: if row.audit_allows {
+                Outcome::Allow.as_str()
+            } else {
+                row.audit_would.as_str()
+            },
+        },
+        audit_would_decide: row.audit_allows.then(|| row.audit_would.as_str()),
+        mode: mode_str(e.decision_mode),
+        outcome: d.outcome.as_str(),
+        enforced: d.enforced,
     }
 }
 
@@ -368,7 +387,7 @@ fn effect_str(e: Effect) -> &'static str {
 }
 
 /// Each effective requirement with its default, floor, request and winner.
-fn requirements(t: &Trace, e: &crate::engine::decide::Effective) -> Vec<FieldOut> {
+fn requirements(t: &Trace, e: &Effective) -> Vec<FieldOut> {
     use crate::engine::decide::{
         DEFAULT_CITATIONS, DEFAULT_EVIDENCE_LIMIT, DEFAULT_MIN_COVERAGE, DEFAULT_MODE,
     };

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::file::Case;
 use super::run::{Actual, Diff};
-use crate::decide::explain::{Explanation, FieldOut};
+use crate::decide::explain::{Explanation, FieldOut, RouteOut, RuleOut, TableOut};
 
 /// One case's result.
 pub struct Ran<'a> {
@@ -192,8 +192,20 @@ pub fn explain_text(case: &Case, actual: &Actual, diffs: Option<&[Diff]>) -> Str
     out
 }
 
+/// An explanation for a person, one section after another.
 fn explanation(out: &mut String, e: &Explanation) {
-    match &e.route {
+    route_section(out, e.route.as_ref());
+    action_section(out, e);
+    requirements_section(out, &e.requirements);
+    rules_section(out, &e.rules);
+    param_checks_section(out, e);
+    claims_section(out, e);
+    table_section(out, &e.decision_table);
+}
+
+/// The route the request matched, with its path params, or that there is none.
+fn route_section(out: &mut String, route: Option<&RouteOut>) {
+    match route {
         Some(r) => {
             let _ = writeln!(
                 out,
@@ -213,6 +225,10 @@ fn explanation(out: &mut String, e: &Explanation) {
             let _ = writeln!(out, "route     none (an authorize request)");
         }
     }
+}
+
+/// The action type and which policy applied to it, then the params the rules read.
+fn action_section(out: &mut String, e: &Explanation) {
     let a = &e.action;
     let _ = match a.policy {
         "declared" => writeln!(out, "action    {}: its action policy applies", a.type_),
@@ -237,12 +253,15 @@ fn explanation(out: &mut String, e: &Explanation) {
         let params: Vec<String> = e.params.iter().map(|(k, v)| format!("{k} = {v}")).collect();
         let _ = writeln!(out, "params    {}", params.join(", "));
     }
+}
 
+/// Each effective requirement, its value and which side set it.
+fn requirements_section(out: &mut String, requirements: &[FieldOut]) {
     let _ = writeln!(
         out,
         "\nrequirements (the default, then the policy's floor, then the request: a request may tighten a floor, never loosen it)"
     );
-    for f in &e.requirements {
+    for f in requirements {
         let _ = writeln!(
             out,
             "  {:<24} {:<10} {}",
@@ -251,12 +270,15 @@ fn explanation(out: &mut String, e: &Explanation) {
             origin(f)
         );
     }
+}
 
+/// Each rule with the value it read and whether it hit.
+fn rules_section(out: &mut String, rules: &[RuleOut]) {
     let _ = writeln!(out, "\nrules");
-    if e.rules.is_empty() {
+    if rules.is_empty() {
         let _ = writeln!(out, "  (none)");
     }
-    for r in &e.rules {
+    for r in rules {
         let value = r
             .value
             .as_deref()
@@ -278,6 +300,10 @@ fn explanation(out: &mut String, e: &Explanation) {
             let _ = writeln!(out, "          {m}");
         }
     }
+}
+
+/// The params whose type did not match, and whether each bound param was stated.
+fn param_checks_section(out: &mut String, e: &Explanation) {
     if !e.param_mismatches.is_empty() {
         let _ = writeln!(out, "\nparam type mismatches");
         for m in &e.param_mismatches {
@@ -295,7 +321,10 @@ fn explanation(out: &mut String, e: &Explanation) {
             );
         }
     }
+}
 
+/// Each claim as the verifier judged it, then the sources that could not be read.
+fn claims_section(out: &mut String, e: &Explanation) {
     let _ = writeln!(out, "\nclaims (coverage score {})", e.coverage_score);
     if e.claims.is_empty() {
         let _ = writeln!(out, "  (none)");
@@ -345,8 +374,10 @@ fn explanation(out: &mut String, e: &Explanation) {
             let _ = writeln!(out, "  {}: {}", s.source_id, s.detail);
         }
     }
+}
 
-    let t = &e.decision_table;
+/// The decision table's row that decided and what the mode made of it.
+fn table_section(out: &mut String, t: &TableOut) {
     let _ = writeln!(out, "\ndecision table (the first row that matches decides)");
     let _ = writeln!(out, "  row       {}", t.condition);
     let _ = writeln!(out, "  reason    {}", t.reason);

@@ -91,12 +91,42 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
     sources.sort_by(|a, b| a.name.cmp(&b.name));
     let revision = revision(&sources);
     let mut errors = Vec::new();
+    let parsed = parse_files(&sources, &mut errors);
+    let set = set_tables(&parsed.files);
+    let actions = actions(&parsed.files, &mut errors);
+    let routes = routes(&parsed, &actions, &mut errors);
+    if !errors.is_empty() {
+        errors.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+        return Err(errors);
+    }
+    let table = RouteTable::build(&routes);
+    Ok(PolicySet {
+        revision,
+        files: sources.iter().map(|s| s.name.clone()).collect(),
+        actions: actions.policies,
+        routes,
+        table,
+        allow_empty: set.allow_empty,
+        removed_routes: set.removed_routes,
+    })
+}
 
-    // Parse every file first; keep going past broken ones. `incomplete`
-    // says some table could not be read, so an action may be missing.
-    let mut parsed = Vec::new();
+/// A file that parsed, with its source and text.
+type ParsedFile<'a> = (&'a Source, &'a str, file::FileDoc);
+
+/// The files that parsed.
+struct ParsedFiles<'a> {
+    files: Vec<ParsedFile<'a>>,
+    /// Some table could not be read, so an action may be missing.
+    incomplete: bool,
+}
+
+/// Parses every file, keeping going past broken ones and collecting their
+/// errors.
+fn parse_files<'a>(sources: &'a [Source], errors: &mut Vec<PolicyError>) -> ParsedFiles<'a> {
+    let mut files = Vec::new();
     let mut incomplete = false;
-    for src in &sources {
+    for src in sources {
         let display = src.display.as_str();
         let text = match whole_text(&src.bytes) {
             Ok(text) => text,
@@ -117,59 +147,90 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
         } = file::parse(text);
         if !file_errors.is_empty() {
             incomplete = true;
-            let mut cx = FileCtx::new(display, text, &mut errors);
+            let mut cx = FileCtx::new(display, text, errors);
             for (byte, message) in file_errors {
                 cx.err(byte, message);
             }
         }
         if let Some(doc) = doc {
-            parsed.push((src, text, doc));
+            files.push((src, text, doc));
         }
     }
+    ParsedFiles { files, incomplete }
+}
 
-    // `[set]`, in any file.
+/// What the `[set]` tables say, merged across files.
+struct SetTables {
+    allow_empty: bool,
+    removed_routes: Vec<String>,
+}
+
+/// Merges `[set]`, in any file.
+fn set_tables(files: &[ParsedFile<'_>]) -> SetTables {
     let mut allow_empty = false;
     let mut removed_routes = Vec::new();
-    for (_, _, doc) in &parsed {
+    for (_, _, doc) in files {
         if let Some(set) = &doc.set {
             allow_empty |= set.allow_empty;
             removed_routes.extend(set.removed_routes.iter().map(|r| r.get_ref().clone()));
         }
     }
+    SetTables {
+        allow_empty,
+        removed_routes,
+    }
+}
 
-    // Actions, across all files: type → (where first defined, policy).
-    let mut actions: BTreeMap<String, ActionPolicy> = BTreeMap::new();
-    let mut action_at: BTreeMap<String, String> = BTreeMap::new();
-    for (src, text, doc) in &parsed {
-        let mut cx = FileCtx::new(&src.display, text, &mut errors);
+/// The valid action policies, and where each type was first defined.
+struct Actions {
+    policies: BTreeMap<String, ActionPolicy>,
+    /// Every type defined, valid or not: type → `file:line:col`.
+    defined_at: BTreeMap<String, String>,
+}
+
+/// Validates the actions across all files, refusing a type defined twice.
+fn actions(files: &[ParsedFile<'_>], errors: &mut Vec<PolicyError>) -> Actions {
+    let mut policies: BTreeMap<String, ActionPolicy> = BTreeMap::new();
+    let mut defined_at: BTreeMap<String, String> = BTreeMap::new();
+    for (src, text, doc) in files {
+        let mut cx = FileCtx::new(&src.display, text, errors);
         for fa in &doc.action {
             let type_ = fa.type_.get_ref();
             let start = fa.type_.span().start;
-            if let Some(first) = action_at.get(type_) {
+            if let Some(first) = defined_at.get(type_) {
                 cx.err(
                     start,
                     format!("duplicate action type {type_:?} (first defined at {first})"),
                 );
                 continue;
             }
-            action_at.insert(type_.clone(), cx.at(start));
+            defined_at.insert(type_.clone(), cx.at(start));
             if let Some(policy) = action(&mut cx, fa) {
-                actions.insert(type_.clone(), policy);
+                policies.insert(type_.clone(), policy);
             }
         }
     }
+    Actions {
+        policies,
+        defined_at,
+    }
+}
 
-    // Routes, across all files.
-    let mut routes: Vec<Route> = Vec::new();
-    // Where each accepted route's name and path were written.
-    let mut route_at: Vec<(String, String)> = Vec::new();
-    for (src, text, doc) in &parsed {
-        let mut cx = FileCtx::new(&src.display, text, &mut errors);
+/// Validates the routes across all files: each against its action, and
+/// against the routes accepted before it.
+fn routes(
+    parsed: &ParsedFiles<'_>,
+    actions: &Actions,
+    errors: &mut Vec<PolicyError>,
+) -> Vec<Route> {
+    let mut accepted = AcceptedRoutes::default();
+    for (src, text, doc) in &parsed.files {
+        let mut cx = FileCtx::new(&src.display, text, errors);
         for fr in &doc.route {
             // A table that could not be read may define the action; do not
             // pile a misleading "unknown action" on top of its real error.
             let action = fr.action.get_ref();
-            if !incomplete && !action_at.contains_key(action) {
+            if !parsed.incomplete && !actions.defined_at.contains_key(action) {
                 cx.err(
                     fr.action.span().start,
                     format!(
@@ -181,71 +242,78 @@ pub(super) fn build(mut sources: Vec<Source>) -> Result<PolicySet, Vec<PolicyErr
             let Some(r) = route(&mut cx, fr, &src.name) else {
                 continue;
             };
-            // A source id the route and its action both read would be two
-            // documents under one name.
-            if let Some(a) = actions.get(&r.action) {
-                for t in r
-                    .sources_from
-                    .iter()
-                    .filter(|t| a.sources_from.iter().any(|u| u.id == t.id))
-                {
-                    cx.err(
-                        fr.name.span().start,
-                        format!(
-                            "route {:?}: sources_from id {:?} is also read by its action {:?}",
-                            r.name, t.id, r.action
-                        ),
-                    );
-                }
+            if let Some(a) = actions.policies.get(&r.action) {
+                shared_source_ids(&mut cx, fr, &r, a);
             }
-            let name_start = fr.name.span().start;
-            let path_start = fr.path.span().start;
-            if let Some(i) = routes.iter().position(|o| o.name == r.name) {
-                cx.err(
-                    name_start,
-                    format!(
-                        "duplicate route name {:?} (first defined at {})",
-                        r.name, route_at[i].0
-                    ),
-                );
-                continue;
-            }
-            // Equal specificity and an overlap mean the same literals in
-            // the same places: both patterns match exactly the same paths,
-            // and nothing could say which route a request gets.
-            if let Some(i) = routes.iter().position(|o| {
-                o.method == r.method
-                    && o.pattern.specificity() == r.pattern.specificity()
-                    && o.pattern.overlaps(&r.pattern)
-            }) {
-                cx.err(
-                    path_start,
-                    format!(
-                        "route {:?} ({} {}) matches exactly the paths of route {:?} ({} {}, {}): one of them could never be reached",
-                        r.name, r.method, r.path, routes[i].name, routes[i].method, routes[i].path, route_at[i].1
-                    ),
-                );
-                continue;
-            }
-            route_at.push((cx.at(name_start), cx.at(path_start)));
-            routes.push(r);
+            accepted.admit(&mut cx, fr, r);
         }
     }
+    accepted.routes
+}
 
-    if !errors.is_empty() {
-        errors.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
-        return Err(errors);
+/// A source id the route and its action both read would be two documents
+/// under one name: one error per such id.
+fn shared_source_ids(cx: &mut FileCtx<'_>, fr: &FileRoute, r: &Route, a: &ActionPolicy) {
+    for t in r
+        .sources_from
+        .iter()
+        .filter(|t| a.sources_from.iter().any(|u| u.id == t.id))
+    {
+        cx.err(
+            fr.name.span().start,
+            format!(
+                "route {:?}: sources_from id {:?} is also read by its action {:?}",
+                r.name, t.id, r.action
+            ),
+        );
     }
-    let table = RouteTable::build(&routes);
-    Ok(PolicySet {
-        revision,
-        files: sources.iter().map(|s| s.name.clone()).collect(),
-        actions,
-        routes,
-        table,
-        allow_empty,
-        removed_routes,
-    })
+}
+
+/// The routes accepted so far, in file order.
+#[derive(Default)]
+struct AcceptedRoutes {
+    routes: Vec<Route>,
+    /// Where each accepted route's name and path were written.
+    route_at: Vec<(String, String)>,
+}
+
+impl AcceptedRoutes {
+    /// Accepts `r` unless its name is taken or it matches exactly the paths
+    /// of a route accepted before it.
+    fn admit(&mut self, cx: &mut FileCtx<'_>, fr: &FileRoute, r: Route) {
+        let (routes, route_at) = (&self.routes, &self.route_at);
+        let name_start = fr.name.span().start;
+        let path_start = fr.path.span().start;
+        if let Some(i) = routes.iter().position(|o| o.name == r.name) {
+            cx.err(
+                name_start,
+                format!(
+                    "duplicate route name {:?} (first defined at {})",
+                    r.name, route_at[i].0
+                ),
+            );
+            return;
+        }
+        // Equal specificity and an overlap mean the same literals in
+        // the same places: both patterns match exactly the same paths,
+        // and nothing could say which route a request gets.
+        if let Some(i) = routes.iter().position(|o| {
+            o.method == r.method
+                && o.pattern.specificity() == r.pattern.specificity()
+                && o.pattern.overlaps(&r.pattern)
+        }) {
+            cx.err(
+                path_start,
+                format!(
+                    "route {:?} ({} {}) matches exactly the paths of route {:?} ({} {}, {}): one of them could never be reached",
+                    r.name, r.method, r.path, routes[i].name, routes[i].method, routes[i].path, route_at[i].1
+                ),
+            );
+            return;
+        }
+        self.route_at.push((cx.at(name_start), cx.at(path_start)));
+        self.routes.push(r);
+    }
 }
 
 /// `sha256:<hex>` over every file's name and bytes in name order, each
@@ -264,89 +332,29 @@ fn revision(sorted: &[Source]) -> String {
 
 // === actions ===
 
+/// Validates one action table into a policy, or `None` after reporting
+/// each of its errors.
 fn action(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<ActionPolicy> {
     let before = cx.errors.len();
     if fa.type_.get_ref().trim().is_empty() {
         cx.err(fa.type_.span().start, "action type must not be empty");
     }
-    let req_cov = coverage(
-        cx,
-        "requirements.min_coverage",
-        fa.requirements.min_coverage.as_ref(),
-    );
-    let opt_cov = coverage(cx, "options.min_coverage", fa.options.min_coverage.as_ref());
-    if let (Some(r), Some(o), Some(span)) = (req_cov, opt_cov, fa.options.min_coverage.as_ref()) {
-        if r != o {
-            cx.err(
-                span.span().start,
-                format!(
-                    "options.min_coverage {o} conflicts with requirements.min_coverage {r}; set it once"
-                ),
-            );
-        }
-    }
+    let (req_cov, opt_cov) = min_coverages(cx, fa);
     for r in &fa.redact {
         if r.get_ref().trim().is_empty() {
             cx.err(r.span().start, "redact entries must not be empty");
         }
     }
     let rules: Vec<Rule> = fa.rule.iter().filter_map(|fr| rule(cx, fr)).collect();
-    let mut param_types = BTreeMap::new();
-    for (name, ty) in &fa.param_types {
-        let parsed = match ty.get_ref().as_str() {
-            "number" => ParamType::Number,
-            "integer" => ParamType::Integer,
-            "string" => ParamType::String,
-            "decimal_string" => ParamType::DecimalString,
-            other => {
-                cx.err(
-                    ty.span().start,
-                    format!(
-                        "param_types.{name}: unknown type {other:?} (number, integer, string, decimal_string)"
-                    ),
-                );
-                continue;
-            }
-        };
-        param_types.insert(name.clone(), parsed);
-    }
+    let param_types = param_types(cx, fa);
     for b in &fa.bind {
         let name = b.get_ref();
         if name.trim().is_empty() || name.split('.').any(str::is_empty) {
             cx.err(b.span().start, format!("invalid bind param {name:?}"));
         }
     }
-    let min_claims = match &fa.min_claims {
-        None => 1,
-        Some(n) => {
-            let v = *n.get_ref();
-            if !(1..=MAX_MIN_CLAIMS).contains(&v) {
-                cx.err(
-                    n.span().start,
-                    format!("min_claims: must be 1 to {MAX_MIN_CLAIMS}, got {v}"),
-                );
-            } else if v > 1 && fa.require_claims == Some(false) {
-                cx.err(
-                    n.span().start,
-                    format!("min_claims = {v} needs require_claims = true (the default)"),
-                );
-            }
-            v
-        }
-    };
-    let approvals = fa.approvals.as_ref().map(|n| {
-        let v = *n.get_ref();
-        if !(1..=crate::config::MAX_REVIEW_APPROVALS).contains(&v) {
-            cx.err(
-                n.span().start,
-                format!(
-                    "approvals: must be 1 to {} (distinct reviewers per held call), got {v}",
-                    crate::config::MAX_REVIEW_APPROVALS
-                ),
-            );
-        }
-        v
-    });
+    let min_claims = min_claims(cx, fa);
+    let approvals = approvals(cx, fa);
     let provenance = fa
         .evidence
         .as_ref()
@@ -394,6 +402,93 @@ fn action(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<ActionPolicy> {
         bind: fa.bind.iter().map(|b| b.get_ref().clone()).collect(),
         provenance,
         sources_from,
+    })
+}
+
+/// The `min_coverage` of `requirements` and of `options`, each in range;
+/// when both are set they must agree.
+fn min_coverages(cx: &mut FileCtx<'_>, fa: &FileAction) -> (Option<f64>, Option<f64>) {
+    let req_cov = coverage(
+        cx,
+        "requirements.min_coverage",
+        fa.requirements.min_coverage.as_ref(),
+    );
+    let opt_cov = coverage(cx, "options.min_coverage", fa.options.min_coverage.as_ref());
+    if let (Some(r), Some(o), Some(span)) = (req_cov, opt_cov, fa.options.min_coverage.as_ref()) {
+        if r != o {
+            cx.err(
+                span.span().start,
+                format!(
+                    "options.min_coverage {o} conflicts with requirements.min_coverage {r}; set it once"
+                ),
+            );
+        }
+    }
+    (req_cov, opt_cov)
+}
+
+/// The action's `param_types`, each a known type name.
+fn param_types(cx: &mut FileCtx<'_>, fa: &FileAction) -> BTreeMap<String, ParamType> {
+    let mut param_types = BTreeMap::new();
+    for (name, ty) in &fa.param_types {
+        let parsed = match ty.get_ref().as_str() {
+            "number" => ParamType::Number,
+            "integer" => ParamType::Integer,
+            "string" => ParamType::String,
+            "decimal_string" => ParamType::DecimalString,
+            other => {
+                cx.err(
+                    ty.span().start,
+                    format!(
+                        "param_types.{name}: unknown type {other:?} (number, integer, string, decimal_string)"
+                    ),
+                );
+                continue;
+            }
+        };
+        param_types.insert(name.clone(), parsed);
+    }
+    param_types
+}
+
+/// The action's `min_claims` (1 when unset): in range, and above 1 only
+/// when claims are required.
+fn min_claims(cx: &mut FileCtx<'_>, fa: &FileAction) -> u32 {
+    match &fa.min_claims {
+        None => 1,
+        Some(n) => {
+            let v = *n.get_ref();
+            if !(1..=MAX_MIN_CLAIMS).contains(&v) {
+                cx.err(
+                    n.span().start,
+                    format!("min_claims: must be 1 to {MAX_MIN_CLAIMS}, got {v}"),
+                );
+            } else if v > 1 && fa.require_claims == Some(false) {
+                cx.err(
+                    n.span().start,
+                    format!("min_claims = {v} needs require_claims = true (the default)"),
+                );
+            }
+            v
+        }
+    }
+}
+
+/// The action's `approvals`, when set: distinct reviewers per held call, in
+/// range.
+fn approvals(cx: &mut FileCtx<'_>, fa: &FileAction) -> Option<u32> {
+    fa.approvals.as_ref().map(|n| {
+        let v = *n.get_ref();
+        if !(1..=crate::config::MAX_REVIEW_APPROVALS).contains(&v) {
+            cx.err(
+                n.span().start,
+                format!(
+                    "approvals: must be 1 to {} (distinct reviewers per held call), got {v}",
+                    crate::config::MAX_REVIEW_APPROVALS
+                ),
+            );
+        }
+        v
     })
 }
 
