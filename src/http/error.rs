@@ -418,7 +418,10 @@ mod tests {
             seen.insert(code);
         }
         let listed: std::collections::BTreeSet<_> = ApiError::CODES.into_iter().collect();
-        assert_eq!(seen, listed, "ApiError::CODES is not the codes of the variants");
+        assert_eq!(
+            seen, listed,
+            "ApiError::CODES is not the codes of the variants"
+        );
         assert_eq!(listed.len(), ApiError::CODES.len(), "a code listed twice");
     }
 
