@@ -16,15 +16,18 @@ use tokio::task::JoinHandle;
 
 use crate::api::Api;
 use crate::audit::redaction::Opened;
-use crate::audit::{AuditLog, AuditRecord, RecordKind, RedactionKey, RedactionKeyError};
+use crate::audit::{AuditLog, RedactionKey, RedactionKeyError};
 use crate::config::Config;
 use crate::evidence::Resolver;
 use crate::http::auth::{AuthMode, KeyStore, KeysError};
-use crate::policy::{self, PolicyStore, ReloadOutcome};
+use crate::policy::{self, PolicyStore};
 pub use crate::runtime::{db_path, App};
 use crate::server::{self, TlsError};
 use crate::telemetry::health::{self, Component, Health};
 use crate::telemetry::metrics::HttpMetrics;
+
+mod watches;
+use watches::Watches;
 
 /// Why the sidecar could not start. `main` exits 64 on any of these.
 #[derive(Debug, thiserror::Error)]
@@ -208,17 +211,6 @@ impl Component for AuditComponent {
     }
 }
 
-/// Appends a record off the request path (reloads, key changes), logging a
-/// failure: there is no caller to answer with a 503.
-fn audit_in_background(audit: &AuditLog, rt: &tokio::runtime::Handle, record: AuditRecord) {
-    let audit = audit.clone();
-    rt.spawn(async move {
-        if let Err(e) = audit.append(record).await {
-            tracing::error!(error = %e, "could not write an audit record");
-        }
-    });
-}
-
 fn data_err(config: &Config, error: String) -> StartError {
     StartError::DataDir {
         path: config.data_dir.display().to_string(),
@@ -321,46 +313,6 @@ fn open_policies(config: &Config) -> Result<PolicyStore, StartError> {
     })
 }
 
-/// The audit record of a policy reload; `None` when nothing changed.
-fn reload_record(outcome: &ReloadOutcome) -> Option<AuditRecord> {
-    let mut record = AuditRecord::new(RecordKind::PolicyReload);
-    match outcome {
-        ReloadOutcome::Unchanged { .. } => return None,
-        ReloadOutcome::Applied {
-            previous_revision,
-            revision,
-            files,
-            actions,
-            routes,
-            removed_routes,
-        } => {
-            record.policy_revision = Some(revision.clone());
-            let mut detail = serde_json::json!({
-                "applied": true,
-                "previous_revision": previous_revision,
-                "files": files,
-                "actions": actions,
-                "routes": routes,
-            });
-            if !removed_routes.is_empty() {
-                detail["removed_routes"] = serde_json::json!(removed_routes);
-            }
-            record.detail = Some(detail);
-        }
-        ReloadOutcome::Rejected {
-            kept_revision,
-            errors,
-        } => {
-            record.policy_revision = Some(kept_revision.clone());
-            record.detail = Some(serde_json::json!({
-                "applied": false,
-                "errors": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-            }));
-        }
-    }
-    Some(record)
-}
-
 /// Builds the shared state and starts the listeners.
 pub async fn start(config: Config) -> Result<Running, StartError> {
     start_inner(config, None).await
@@ -377,260 +329,26 @@ pub async fn start_with_audit_for_benchmarks(
     start_inner(config, Some(audit)).await
 }
 
+/// [`start`], with `audit` instead of the data dir's log when given: builds
+/// the shared state, watches its files, binds the listeners and serves.
 async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running, StartError> {
-    let config = Arc::new(config);
-    let api_is_loopback = config.api.listen.ip().is_loopback();
-    let keys = Arc::new(KeyStore::open(
-        config.keys_file.as_deref(),
-        api_is_loopback,
-    )?);
-    if keys.mode() == AuthMode::Open {
-        tracing::warn!(
-            listen = %config.api.listen,
-            "no API keys configured: authentication is OFF because the API listens on loopback only"
-        );
-    }
-    let (api_cert, api_tls) = open_tls("api_tls", config.api.tls.as_ref())?;
-    let policies = Arc::new(open_policies(&config)?);
-    let shadow_policies = match &config.shadow_policies_dir {
-        Some(dir) => {
-            let store = PolicyStore::open(dir.clone()).map_err(|errors| {
-                StartError::Policies(
-                    errors
-                        .iter()
-                        .map(|e| format!("policies.shadow_dir: {e}"))
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                )
-            })?;
-            let set = store.load_full();
-            tracing::info!(revision = %set.revision, actions = set.actions.len(), "shadow policies loaded (decided beside, never enforced)");
-            Some(Arc::new(store))
-        }
-        None => None,
-    };
-    {
-        let set = policies.load_full();
-        tracing::info!(revision = %set.revision, actions = set.actions.len(), routes = set.routes.len(), "policies loaded");
-    }
-
-    // The shared store first: a replica that cannot reach it (a wrong
-    // password, an untrusted certificate) refuses to start before it
-    // creates anything in its data dir (a redaction key, an audit log).
-    let shared = match &config.store {
-        crate::config::StoreConfig::Sqlite => None,
-        crate::config::StoreConfig::Postgres(pg) => {
-            Some(crate::store::postgres::Shared::connect(pg).await?)
-        }
-    };
-    prepare_data_dir(&config)?;
-    let data_lock = crate::store::datalock::acquire(&config.data_dir)?;
-    let redaction = open_redaction_key(&config).await?;
-    let audit = match audit {
-        Some(a) => a,
-        None => open_audit(&config).await?,
-    };
-    let mut registry = Registry::default();
-    let http_metrics = HttpMetrics::register(&mut registry);
-    let decision_metrics = crate::decide::DecisionMetrics::register(&mut registry);
-    audit.register_metrics(&mut registry);
-    let resolver = Resolver::new(&config.evidence);
-
-    // Before this replica takes part in the shared store (reviews, jobs).
-    if let Some(shared) = &shared {
-        crate::witness::remote::check_not_behind(&audit, shared)
-            .await
-            .map_err(StartError::LogBehind)?;
-    }
-    let seal_key = redaction.derive(crate::review::SEAL_KEY_LABEL);
-    let (reviews, shared) = match shared {
-        None => (
-            crate::review::Reviews::open(&db_path(&config), config.review_ttl, seal_key)?,
-            None,
-        ),
-        Some(shared) => {
-            let (s, ttl) = (shared.clone(), config.review_ttl);
-            let reviews = tokio::task::spawn_blocking(move || {
-                crate::review::Reviews::open_shared(s, ttl, seal_key)
-            })
-            .await
-            .map_err(|e| {
-                crate::review::ReviewError::Storage(format!("review store task failed: {e}"))
-            })??;
-            (reviews, Some(shared))
-        }
-    };
-    let work = crate::api::batch_item_fn(resolver.clone(), tokio::runtime::Handle::current());
-    let jobs = match &shared {
-        None => crate::jobs::Jobs::open(&db_path(&config), &config.jobs, work)?,
-        Some(shared) => crate::jobs::Jobs::open_shared(shared.clone(), &config.jobs, work)?,
-    };
-    jobs.register_metrics(&mut registry);
-    if let Some(shared) = &shared {
-        shared.register_metrics(&mut registry);
-    }
-    reviews.set_retention(config.review_retention);
-    reviews.set_approvals(config.review_approvals);
-    reviews.register_metrics(&mut registry);
-    // Attached before anything can hold or resolve a review; it starts
-    // sending once the API's address (for the console links) is known.
-    let notifier = config.review_notify.clone().map(|c| {
-        let n = crate::webhook::Notifier::new(c, &mut registry);
-        n.attach(&reviews);
-        n
-    });
-    let proxy_stats = crate::proxy::ProxyStats::register(&mut registry);
-    let upstream = config
-        .proxy
-        .upstream
-        .as_deref()
-        .map(|u| {
-            u.parse::<http::Uri>()
-                .map_err(|e| StartError::Upstream(format!("{u:?}: {e}")))
-        })
-        .transpose()?;
-    let (proxy_cert, proxy_tls) = open_tls("proxy_tls", config.proxy.tls.as_ref())?;
-    let mut components: Vec<Arc<dyn Component>> = vec![
-        Arc::new(AuthComponent(keys.clone())),
-        Arc::new(PoliciesComponent("policies", policies.clone())),
-        Arc::new(AuditComponent(audit.clone())),
-        Arc::new(jobs.clone()),
-        Arc::new(reviews.clone()),
-        Arc::new(crate::proxy::UpstreamComponent {
-            upstream: config.proxy.upstream.clone(),
-            stats: proxy_stats.clone(),
-        }),
-    ];
-    for cert in [&api_cert, &proxy_cert].into_iter().flatten() {
-        components.push(cert.clone());
-    }
-    if let Some(shared) = &shared {
-        components.push(Arc::new(shared.clone()));
-    }
-    if let Some(shadow) = &shadow_policies {
-        components.push(Arc::new(PoliciesComponent(
-            "shadow_policies",
-            shadow.clone(),
-        )));
-    }
-    let health = Arc::new(Health::new(components));
-
-    let app = Arc::new(App {
-        config: config.clone(),
-        keys,
-        health,
-        registry,
-        http_metrics,
-        decision_metrics,
-        resolver,
-        policies: policies.clone(),
-        shadow_policies: shadow_policies.clone(),
-        audit: audit.clone(),
-        redaction,
-        jobs,
-        reviews,
-    });
-    let rt = tokio::runtime::Handle::current();
-
+    let Built {
+        app,
+        api_tls: (api_cert, api_tls),
+        proxy,
+        notifier,
+        shared,
+        data_lock,
+    } = build(Arc::new(config), audit).await?;
+    let ProxyParts {
+        stats: proxy_stats,
+        upstream,
+        tls: (proxy_cert, proxy_tls),
+    } = proxy;
+    let config = &app.config;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let mut watches = Vec::new();
-    if policies.dir().is_dir() {
-        let (audit, rt) = (audit.clone(), rt.clone());
-        let on_reload = move |outcome: ReloadOutcome| {
-            if let Some(record) = reload_record(&outcome) {
-                audit_in_background(&audit, &rt, record);
-            }
-        };
-        let mut rx = shutdown_rx.clone();
-        let stop = async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        let task = policy::spawn_watcher(policies.clone(), on_reload, stop).map_err(|e| {
-            StartError::Watch {
-                what: "policies",
-                error: e.to_string(),
-            }
-        })?;
-        watches.push(task);
-    }
-    // The shadow set reloads like the enforced one (a broken edit keeps the
-    // last good set); its reloads are logged, not audited, since they
-    // change no decision.
-    if let Some(shadow) = shadow_policies.clone().filter(|s| s.dir().is_dir()) {
-        let on_reload = |outcome: ReloadOutcome| {
-            tracing::info!(outcome = ?outcome, "shadow policies reload");
-        };
-        let mut rx = shutdown_rx.clone();
-        let stop = async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        let task =
-            policy::spawn_watcher(shadow, on_reload, stop).map_err(|e| StartError::Watch {
-                what: "shadow policies",
-                error: e.to_string(),
-            })?;
-        watches.push(task);
-    }
-    let keys_watch = match app.keys.path() {
-        Some(path) => {
-            let keys = app.keys.clone();
-            let (audit, rt) = (audit.clone(), rt.clone());
-            let handle = policy::watch_path(path, policy::DEFAULT_DEBOUNCE, move |_| {
-                let mut record = AuditRecord::new(RecordKind::KeyChange);
-                match keys.reload() {
-                    Ok(n) => {
-                        tracing::info!(keys = n, "keys file reloaded");
-                        record.detail = Some(serde_json::json!({"what": "api_keys", "applied": true, "keys": n}));
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "keys file reload failed; keeping the previous keys");
-                        record.detail = Some(serde_json::json!({"what": "api_keys", "applied": false, "error": e.to_string()}));
-                    }
-                }
-                audit_in_background(&audit, &rt, record);
-            })
-            .map_err(|e| StartError::Watch {
-                what: "keys file",
-                error: e.to_string(),
-            })?;
-            Some(handle)
-        }
-        None => None,
-    };
-    // The certificate and key are watched like the keys file (renames, a
-    // Secret's `..data` swap, writes in place) and read again on change.
-    let mut tls_watches = Vec::new();
-    for cert in [&api_cert, &proxy_cert].into_iter().flatten() {
-        let files = cert.files();
-        let mut paths = vec![files.cert.clone()];
-        if files.key != files.cert {
-            paths.push(files.key.clone());
-        }
-        for path in paths {
-            let cert = cert.clone();
-            let handle = policy::watch_path(&path, policy::DEFAULT_DEBOUNCE, move |_| {
-                cert.reload();
-            })
-            .map_err(|e| StartError::Watch {
-                what: "tls files",
-                error: e.to_string(),
-            })?;
-            tls_watches.push(handle);
-        }
-    }
-
-    let api_listener = TcpListener::bind(config.api.listen)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: config.api.listen,
-            source,
-        })?;
-    let api_addr = api_listener
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            addr: config.api.listen,
-            source,
-        })?;
+    let watches = Watches::start(&app, [&api_cert, &proxy_cert], &shutdown_rx)?;
+    let (api_listener, api_addr) = bind_api(config.api.listen).await?;
 
     let mut tasks = vec![tokio::spawn(server::serve(
         "api",
@@ -642,58 +360,21 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     ))];
     if let Some(shared) = &shared {
         tasks.push(tokio::spawn(crate::witness::remote::publish_until(
-            audit.clone(),
+            app.audit.clone(),
             shared.clone(),
             shutdown_rx.clone(),
         )));
     }
-    tasks.extend(watches);
+    tasks.extend(watches.tasks);
     if let Some(n) = notifier {
         let base = crate::webhook::derived_console_base(api_addr, config.api.tls.is_some());
         tasks.push(n.spawn(base, shutdown_rx.clone()));
     }
     let mut proxy_addr = None;
     if let Some(upstream) = upstream {
-        // One listener, runtime and upstream pool per core (see
-        // `server::serve_per_thread`); the API and everything else stay on
-        // the main runtime, and so does the forwarder of held requests.
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let bind_error = |source| StartError::Bind {
-            addr: config.proxy.listen,
-            source,
-        };
-        let listeners = server::bind_reuseport(config.proxy.listen, threads).map_err(bind_error)?;
-        let addr = listeners
-            .first()
-            .map(|l| l.local_addr())
-            .transpose()
-            .map_err(bind_error)?
-            .unwrap_or(config.proxy.listen);
-        let proxy = Arc::new(
-            crate::proxy::Proxy::new(app.clone(), upstream, config.proxy.clone(), proxy_stats)
-                .map_err(StartError::Upstream)?,
-        );
-        let pairs = listeners
-            .into_iter()
-            .map(|l| Ok((l, Arc::new(proxy.for_thread()?))))
-            .collect::<Result<Vec<_>, String>>()
-            .map_err(StartError::Upstream)?;
-        tasks.push(tokio::spawn(crate::proxy::run_background_forwarder(
-            app.clone(),
-            proxy,
-            shutdown_rx.clone(),
-        )));
-        tasks.push(
-            server::serve_per_thread(
-                "proxy",
-                pairs,
-                proxy_tls,
-                config.server.clone(),
-                shutdown_rx.clone(),
-            )
-            .map_err(bind_error)?,
-        );
-        tracing::info!(addr = %addr, upstream = config.proxy.upstream.as_deref().unwrap_or(""), "proxy listening");
+        let (addr, proxy_tasks) =
+            start_proxy(&app, upstream, proxy_stats, proxy_tls, &shutdown_rx)?;
+        tasks.extend(proxy_tasks);
         proxy_addr = Some(addr);
     }
     tracing::info!(addr = %api_addr, tls = config.api.tls.is_some(), "api listening");
@@ -705,9 +386,349 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         app,
         shutdown: shutdown_tx,
         tasks,
-        _keys_watch: keys_watch,
-        _tls_watches: tls_watches,
+        _keys_watch: watches.keys,
+        _tls_watches: watches.tls,
         _data_lock: data_lock,
         shared,
     })
+}
+
+/// What start-up builds before anything listens: the shared state, and
+/// what the listeners and [`Running`] keep beside it.
+struct Built {
+    app: Arc<App>,
+    api_tls: ListenerTls,
+    proxy: ProxyParts,
+    /// Sends review notifications, once the API's address is known.
+    notifier: Option<crate::webhook::Notifier>,
+    shared: Option<crate::store::postgres::Shared>,
+    data_lock: crate::store::datalock::DataLock,
+}
+
+/// Builds the shared state, failing early: the files it reads first, then
+/// the stores, then what runs on them and the health report of it all.
+async fn build(config: Arc<Config>, audit: Option<AuditLog>) -> Result<Built, StartError> {
+    let files = Files::open(&config)?;
+    let stores = Stores::open(&config, audit).await?;
+    let mut registry = Registry::default();
+    let http_metrics = HttpMetrics::register(&mut registry);
+    let decision_metrics = crate::decide::DecisionMetrics::register(&mut registry);
+    stores.audit.register_metrics(&mut registry);
+    let resolver = Resolver::new(&config.evidence);
+    let (reviews, jobs) = stores
+        .open_reviews_and_jobs(&config, &resolver, &mut registry)
+        .await?;
+    // Attached before anything can hold or resolve a review; it starts
+    // sending once the API's address (for the console links) is known.
+    let notifier = config.review_notify.clone().map(|c| {
+        let n = crate::webhook::Notifier::new(c, &mut registry);
+        n.attach(&reviews);
+        n
+    });
+    let proxy = ProxyParts::open(&config, &mut registry)?;
+    let health = Arc::new(health_of(&config, &files, &stores, &jobs, &reviews, &proxy));
+    let Files {
+        keys,
+        api_tls,
+        policies,
+        shadow_policies,
+    } = files;
+    let Stores {
+        shared,
+        data_lock,
+        redaction,
+        audit,
+    } = stores;
+    let app = Arc::new(App {
+        config,
+        keys,
+        health,
+        registry,
+        http_metrics,
+        decision_metrics,
+        resolver,
+        policies,
+        shadow_policies,
+        audit,
+        redaction,
+        jobs,
+        reviews,
+    });
+    Ok(Built {
+        app,
+        api_tls,
+        proxy,
+        notifier,
+        shared,
+        data_lock,
+    })
+}
+
+/// The files start-up reads before it creates anything: the keys file, the
+/// API's TLS files, the policies and the shadow policies.
+struct Files {
+    keys: Arc<KeyStore>,
+    api_tls: ListenerTls,
+    policies: Arc<PolicyStore>,
+    shadow_policies: Option<Arc<PolicyStore>>,
+}
+
+impl Files {
+    /// Reads them, in that order.
+    fn open(config: &Config) -> Result<Files, StartError> {
+        let api_is_loopback = config.api.listen.ip().is_loopback();
+        let keys = Arc::new(KeyStore::open(
+            config.keys_file.as_deref(),
+            api_is_loopback,
+        )?);
+        if keys.mode() == AuthMode::Open {
+            tracing::warn!(
+                listen = %config.api.listen,
+                "no API keys configured: authentication is OFF because the API listens on loopback only"
+            );
+        }
+        let api_tls = open_tls("api_tls", config.api.tls.as_ref())?;
+        let policies = Arc::new(open_policies(config)?);
+        let shadow_policies = open_shadow_policies(config)?;
+        {
+            let set = policies.load_full();
+            tracing::info!(revision = %set.revision, actions = set.actions.len(), routes = set.routes.len(), "policies loaded");
+        }
+        Ok(Files {
+            keys,
+            api_tls,
+            policies,
+            shadow_policies,
+        })
+    }
+}
+
+/// Opens `policies.shadow_dir`, when it is set: a set decided beside the
+/// enforced one, never enforced.
+fn open_shadow_policies(config: &Config) -> Result<Option<Arc<PolicyStore>>, StartError> {
+    let Some(dir) = &config.shadow_policies_dir else {
+        return Ok(None);
+    };
+    let store = PolicyStore::open(dir.clone()).map_err(|errors| {
+        StartError::Policies(
+            errors
+                .iter()
+                .map(|e| format!("policies.shadow_dir: {e}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
+    })?;
+    let set = store.load_full();
+    tracing::info!(revision = %set.revision, actions = set.actions.len(), "shadow policies loaded (decided beside, never enforced)");
+    Ok(Some(Arc::new(store)))
+}
+
+/// Where the state lives: the shared store (when reviews live in one), the
+/// data dir this process holds, the redaction key in it, and the audit log.
+struct Stores {
+    shared: Option<crate::store::postgres::Shared>,
+    data_lock: crate::store::datalock::DataLock,
+    redaction: RedactionKey,
+    audit: AuditLog,
+}
+
+impl Stores {
+    /// Opens them, in that order; `audit`, when given, is the log instead
+    /// of the one in the data dir.
+    async fn open(config: &Config, audit: Option<AuditLog>) -> Result<Stores, StartError> {
+        // The shared store first: a replica that cannot reach it (a wrong
+        // password, an untrusted certificate) refuses to start before it
+        // creates anything in its data dir (a redaction key, an audit log).
+        let shared = match &config.store {
+            crate::config::StoreConfig::Sqlite => None,
+            crate::config::StoreConfig::Postgres(pg) => {
+                Some(crate::store::postgres::Shared::connect(pg).await?)
+            }
+        };
+        prepare_data_dir(config)?;
+        let data_lock = crate::store::datalock::acquire(&config.data_dir)?;
+        let redaction = open_redaction_key(config).await?;
+        let audit = match audit {
+            Some(a) => a,
+            None => open_audit(config).await?,
+        };
+        Ok(Stores {
+            shared,
+            data_lock,
+            redaction,
+            audit,
+        })
+    }
+
+    /// Opens the reviews and the batch jobs, in the shared store when there
+    /// is one (after checking that the audit log is not behind it), and
+    /// registers their metrics.
+    async fn open_reviews_and_jobs(
+        &self,
+        config: &Config,
+        resolver: &Resolver,
+        registry: &mut Registry,
+    ) -> Result<(crate::review::Reviews, crate::jobs::Jobs), StartError> {
+        // Before this replica takes part in the shared store (reviews, jobs).
+        if let Some(shared) = &self.shared {
+            crate::witness::remote::check_not_behind(&self.audit, shared)
+                .await
+                .map_err(StartError::LogBehind)?;
+        }
+        let seal_key = self.redaction.derive(crate::review::SEAL_KEY_LABEL);
+        let reviews = match &self.shared {
+            None => crate::review::Reviews::open(&db_path(config), config.review_ttl, seal_key)?,
+            Some(shared) => {
+                let (s, ttl) = (shared.clone(), config.review_ttl);
+                tokio::task::spawn_blocking(move || {
+                    crate::review::Reviews::open_shared(s, ttl, seal_key)
+                })
+                .await
+                .map_err(|e| {
+                    crate::review::ReviewError::Storage(format!("review store task failed: {e}"))
+                })??
+            }
+        };
+        let work = crate::api::batch_item_fn(resolver.clone(), tokio::runtime::Handle::current());
+        let jobs = match &self.shared {
+            None => crate::jobs::Jobs::open(&db_path(config), &config.jobs, work)?,
+            Some(shared) => crate::jobs::Jobs::open_shared(shared.clone(), &config.jobs, work)?,
+        };
+        jobs.register_metrics(registry);
+        if let Some(shared) = &self.shared {
+            shared.register_metrics(registry);
+        }
+        reviews.set_retention(config.review_retention);
+        reviews.set_approvals(config.review_approvals);
+        reviews.register_metrics(registry);
+        Ok((reviews, jobs))
+    }
+}
+
+/// The proxy's parts before it listens: its metrics, its upstream (it
+/// listens only when there is one) and its TLS.
+struct ProxyParts {
+    stats: crate::proxy::ProxyStats,
+    upstream: Option<http::Uri>,
+    tls: ListenerTls,
+}
+
+impl ProxyParts {
+    /// Registers the metrics, then reads the upstream and the TLS files.
+    fn open(config: &Config, registry: &mut Registry) -> Result<ProxyParts, StartError> {
+        let stats = crate::proxy::ProxyStats::register(registry);
+        let upstream = config
+            .proxy
+            .upstream
+            .as_deref()
+            .map(|u| {
+                u.parse::<http::Uri>()
+                    .map_err(|e| StartError::Upstream(format!("{u:?}: {e}")))
+            })
+            .transpose()?;
+        let tls = open_tls("proxy_tls", config.proxy.tls.as_ref())?;
+        Ok(ProxyParts {
+            stats,
+            upstream,
+            tls,
+        })
+    }
+}
+
+/// What `/health/detailed` reports on: the keys, the policies, the audit
+/// log, the jobs, the reviews, the upstream, the TLS certificates, the
+/// shared store and the shadow policies.
+fn health_of(
+    config: &Config,
+    files: &Files,
+    stores: &Stores,
+    jobs: &crate::jobs::Jobs,
+    reviews: &crate::review::Reviews,
+    proxy: &ProxyParts,
+) -> Health {
+    let mut components: Vec<Arc<dyn Component>> = vec![
+        Arc::new(AuthComponent(files.keys.clone())),
+        Arc::new(PoliciesComponent("policies", files.policies.clone())),
+        Arc::new(AuditComponent(stores.audit.clone())),
+        Arc::new(jobs.clone()),
+        Arc::new(reviews.clone()),
+        Arc::new(crate::proxy::UpstreamComponent {
+            upstream: config.proxy.upstream.clone(),
+            stats: proxy.stats.clone(),
+        }),
+    ];
+    for cert in [&files.api_tls.0, &proxy.tls.0].into_iter().flatten() {
+        components.push(cert.clone());
+    }
+    if let Some(shared) = &stores.shared {
+        components.push(Arc::new(shared.clone()));
+    }
+    if let Some(shadow) = &files.shadow_policies {
+        components.push(Arc::new(PoliciesComponent(
+            "shadow_policies",
+            shadow.clone(),
+        )));
+    }
+    Health::new(components)
+}
+
+/// Binds the API's listener; returns it with the address it got.
+async fn bind_api(listen: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: listen,
+        source,
+    })?;
+    Ok((listener, addr))
+}
+
+/// Binds the proxy's listeners and serves them, with the forwarder of held
+/// requests; returns the proxy's address and those two tasks.
+fn start_proxy(
+    app: &Arc<App>,
+    upstream: http::Uri,
+    stats: crate::proxy::ProxyStats,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<(SocketAddr, [JoinHandle<()>; 2]), StartError> {
+    let config = &app.config;
+    // One listener, runtime and upstream pool per core (see
+    // `server::serve_per_thread`); the API and everything else stay on
+    // the main runtime, and so does the forwarder of held requests.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let bind_error = |source| StartError::Bind {
+        addr: config.proxy.listen,
+        source,
+    };
+    let listeners = server::bind_reuseport(config.proxy.listen, threads).map_err(bind_error)?;
+    let addr = listeners
+        .first()
+        .map(|l| l.local_addr())
+        .transpose()
+        .map_err(bind_error)?
+        .unwrap_or(config.proxy.listen);
+    let proxy = Arc::new(
+        crate::proxy::Proxy::new(app.clone(), upstream, config.proxy.clone(), stats)
+            .map_err(StartError::Upstream)?,
+    );
+    let pairs = listeners
+        .into_iter()
+        .map(|l| Ok((l, Arc::new(proxy.for_thread()?))))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(StartError::Upstream)?;
+    let forwarder = tokio::spawn(crate::proxy::run_background_forwarder(
+        app.clone(),
+        proxy,
+        shutdown.clone(),
+    ));
+    let listening =
+        server::serve_per_thread("proxy", pairs, tls, config.server.clone(), shutdown.clone())
+            .map_err(bind_error)?;
+    tracing::info!(addr = %addr, upstream = config.proxy.upstream.as_deref().unwrap_or(""), "proxy listening");
+    Ok((addr, [forwarder, listening]))
 }

@@ -121,10 +121,10 @@ pub(super) fn witnesses(list: Vec<FileWitness>) -> Result<Vec<WitnessConfig>, Co
 
 pub(super) fn duration(
     key: &str,
-    value: Option<String>,
+    value: Option<impl AsRef<str>>,
     default: &str,
 ) -> Result<Duration, ConfigError> {
-    let text = value.as_deref().unwrap_or(default);
+    let text = value.as_ref().map_or(default, AsRef::as_ref);
     parse_duration(text).map_err(|e| ConfigError::Invalid(format!("{key}: {e}")))
 }
 

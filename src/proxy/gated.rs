@@ -247,6 +247,9 @@ impl Proxy {
         }
     }
 
+    /// Answers a request to a gated route: reads its body and the
+    /// decision's input, decides (and audits), then forwards, blocks or
+    /// holds it.
     pub(super) async fn gated(
         &self,
         req: Request<ReqBody>,
@@ -255,11 +258,7 @@ impl Proxy {
         route: &Route,
         path_params: &PathParams,
     ) -> Result<Response<RespBody>, ApiError> {
-        let Downstream {
-            conn,
-            affinity,
-            request_id,
-        } = from;
+        let request_id = from.request_id;
         let started = Instant::now();
         let (mut parts, body) = req.into_parts();
         if parts.version == http::Version::HTTP_2 {
@@ -269,42 +268,29 @@ impl Proxy {
         let bytes = crate::http::read_body(&parts.headers, body, limit).await?;
         let read = Instant::now();
         self.stats.stage("body", read - started);
-        let refuse = |reason, status, message: String| RefuseWith {
-            route: Some(route),
-            reason,
-            status,
-            message,
-        };
         let probe = Request::from_parts(parts.clone(), ());
+        let g = Buffered {
+            set,
+            route,
+            parts,
+            bytes,
+            probe,
+            from,
+        };
 
         // The body checked, the extractors run, the decision's input read
         // (`read::gated_input`, which `verdict test` runs too).
         let input = match read::gated_input(
             route,
-            &parts.headers,
-            parts.uri.query(),
-            &bytes,
+            &g.parts.headers,
+            g.parts.uri.query(),
+            &g.bytes,
             path_params,
         ) {
             Ok(input) => input,
-            Err(r) => return Ok(self.refuse(set, &probe, r, request_id).await),
+            Err(r) => return Ok(self.refuse(set, &g.probe, r, request_id).await),
         };
-        // The request as the upstream gets it once allowed (or approved):
-        // its hash is the decision record's request_hash and, when the call
-        // is held, the review's, which an approval is bound to.
-        let held = HeldRequest {
-            method: parts.method.as_str().to_string(),
-            path: parts
-                .uri
-                .path_and_query()
-                .map(|pq| pq.as_str().to_string())
-                .unwrap_or_else(|| "/".into()),
-            headers: forward_headers(parts.headers.clone(), conn, request_id)
-                .iter()
-                .map(|(k, v)| (k.as_str().to_string(), Bytes::copy_from_slice(v.as_bytes())))
-                .collect(),
-            body: bytes.clone(),
-        };
+        let held = g.held();
         let request_hash = held.hash();
         self.stats.stage("input", read.elapsed());
 
@@ -315,30 +301,74 @@ impl Proxy {
             request_hash: &request_hash,
             route: Some(&route.name),
         };
-        let outcome = match decide::authorize(&self.app.decide_handles(), set, input, &ctx).await {
-            Ok(o) => o,
-            Err(e @ (DecideError::Unavailable(_) | DecideError::Internal(_))) => {
+        match decide::authorize(&self.app.decide_handles(), set, input, &ctx).await {
+            Ok(outcome) => self.decided(g, held, outcome).await,
+            Err(e) => self.undecided(g, e).await,
+        }
+    }
+
+    /// Answers a request the gate could not decide: when the gate is
+    /// unavailable, forwarded on a fail-open route and failed closed on any
+    /// other; when its justification cannot be used, refused on record.
+    async fn undecided(
+        &self,
+        g: Buffered<'_>,
+        e: DecideError,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let Buffered {
+            set,
+            route,
+            parts,
+            bytes,
+            probe,
+            from,
+        } = g;
+        match e {
+            e @ (DecideError::Unavailable(_) | DecideError::Internal(_)) => {
                 if route.failure_mode == FailureMode::Open {
                     tracing::warn!(route = %route.name, error = %e, "gate failed; route is fail-open, forwarding");
                     self.stats.count(&route.name, "fail_open");
                     let body = full(bytes);
                     let extra = [("x-verdict-decision", "unavailable".to_string())];
                     return Ok(self
-                        .forward(Outbound::new(parts, body, conn, request_id, &extra))
+                        .forward(Outbound::new(
+                            parts,
+                            body,
+                            from.conn,
+                            from.request_id,
+                            &extra,
+                        ))
                         .await);
                 }
-                return Err(ApiError::Unavailable(format!(
+                Err(ApiError::Unavailable(format!(
                     "the gate cannot decide, failing closed: {e}"
-                )));
+                )))
             }
-            Err(e @ (DecideError::Malformed(_) | DecideError::Invalid(_))) => {
+            e @ (DecideError::Malformed(_) | DecideError::Invalid(_)) => {
                 // A justification the decision cannot use is a refusal like
                 // any other, and on record.
                 let status = ApiError::from(e.clone()).status();
-                let r = refuse(DecisionReason::PolicyViolation, status, e.to_string());
-                return Ok(self.refuse(set, &probe, r, request_id).await);
+                let r = RefuseWith {
+                    route: Some(route),
+                    reason: DecisionReason::PolicyViolation,
+                    status,
+                    message: e.to_string(),
+                };
+                Ok(self.refuse(set, &probe, r, from.request_id).await)
             }
-        };
+        }
+    }
+
+    /// Answers a decided request: forwarded when allowed; blocked when
+    /// denied, or when it needs review on a route that holds no calls;
+    /// held otherwise. Verdict's own 403 or 202 carries the findings.
+    async fn decided(
+        &self,
+        g: Buffered<'_>,
+        held: HeldRequest,
+        outcome: decide::Decided,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let (route, request_id) = (g.route, g.from.request_id);
         let record_id = outcome.receipt.record_id.to_string();
         // The caller (and the reviewer's 202 poller) learn what to fix.
         let findings = Findings::of(&outcome);
@@ -346,23 +376,7 @@ impl Proxy {
         let reason = decision.reason.as_str();
         self.stats.count(&route.name, decision.outcome.as_str());
         match decision.outcome {
-            Outcome::Allow => {
-                let extra = [
-                    ("x-verdict-decision", "allow".to_string()),
-                    ("x-verdict-record-id", record_id.clone()),
-                ];
-                let sent = Instant::now();
-                let out = Outbound::new(parts, full(bytes), conn, request_id, &extra);
-                let mut resp = self.forward(out.on(affinity)).await;
-                self.stats.stage("forward", sent.elapsed());
-                // The caller learns the decision and its record too.
-                resp.headers_mut()
-                    .insert("x-verdict-decision", HeaderValue::from_static("allow"));
-                if let Ok(v) = HeaderValue::from_str(&record_id) {
-                    resp.headers_mut().insert("x-verdict-record-id", v);
-                }
-                Ok(resp)
-            }
+            Outcome::Allow => Ok(self.allowed(g, record_id).await),
             Outcome::Deny => Ok(with_findings(
                 blocked(
                     request_id,
@@ -389,6 +403,71 @@ impl Proxy {
                 let resp = self.hold(route, held, &outcome, request_id).await?;
                 Ok(with_findings(resp, &findings).await)
             }
+        }
+    }
+
+    /// Forwards an allowed request, on its connection's own upstream
+    /// connection when it has one, and tells the caller the decision and
+    /// its record.
+    async fn allowed(&self, g: Buffered<'_>, record_id: String) -> Response<RespBody> {
+        let Downstream {
+            conn,
+            affinity,
+            request_id,
+        } = g.from;
+        let extra = [
+            ("x-verdict-decision", "allow".to_string()),
+            ("x-verdict-record-id", record_id.clone()),
+        ];
+        let sent = Instant::now();
+        let out = Outbound::new(g.parts, full(g.bytes), conn, request_id, &extra);
+        let mut resp = self.forward(out.on(affinity)).await;
+        self.stats.stage("forward", sent.elapsed());
+        // The caller learns the decision and its record too.
+        resp.headers_mut()
+            .insert("x-verdict-decision", HeaderValue::from_static("allow"));
+        if let Ok(v) = HeaderValue::from_str(&record_id) {
+            resp.headers_mut().insert("x-verdict-record-id", v);
+        }
+        resp
+    }
+}
+
+/// A gated request with its body read, carried from the decision to the
+/// answer: its policy set and route, its head and body (moved into the
+/// forward when it goes upstream), a copy of its head for refusals, and
+/// where it came from.
+struct Buffered<'a> {
+    set: &'a PolicySet,
+    route: &'a Route,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    /// The head alone, which [`Proxy::refuse`] reads.
+    probe: Request<()>,
+    from: Downstream<'a>,
+}
+
+impl Buffered<'_> {
+    /// The request as the upstream gets it once allowed (or approved):
+    /// its hash is the decision record's request_hash and, when the call
+    /// is held, the review's, which an approval is bound to.
+    fn held(&self) -> HeldRequest {
+        let Downstream {
+            conn, request_id, ..
+        } = self.from;
+        HeldRequest {
+            method: self.parts.method.as_str().to_string(),
+            path: self
+                .parts
+                .uri
+                .path_and_query()
+                .map(|pq| pq.as_str().to_string())
+                .unwrap_or_else(|| "/".into()),
+            headers: forward_headers(self.parts.headers.clone(), conn, request_id)
+                .iter()
+                .map(|(k, v)| (k.as_str().to_string(), Bytes::copy_from_slice(v.as_bytes())))
+                .collect(),
+            body: self.bytes.clone(),
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::config::{MethodOverride, ProxyConfig};
 use crate::decide::input::{from_json, Claims, SourceIn};
 use crate::decide::{DecideError, Input};
 use crate::engine::decide::DecisionReason;
-use crate::policy::{PathParams, PolicySet, RequestParts, Route, RouteMatch};
+use crate::policy::{Extracted, PathParams, PolicySet, RequestParts, Route, RouteMatch};
 
 /// A refusal before any decision: which route it concerns (when it could
 /// reach one), and what the caller is told.
@@ -217,12 +217,59 @@ pub fn gated_input<'a>(
     bytes: &[u8],
     path_params: &PathParams,
 ) -> Result<Input, RefuseWith<'a>> {
-    let refuse = |reason, status, message: String| RefuseWith {
+    one_credential_each(route, headers)?;
+    gated_media_type(route, headers, bytes)?;
+    let json_body = gated_json_body(route, bytes)?;
+    // A `_method` in the body asks for another route, as the override
+    // headers and query do.
+    if !bytes.is_empty() {
+        if let Some(message) =
+            guard::body_method_override(&route.content_type, bytes, json_body.as_ref())
+        {
+            return Err(refuse(
+                route,
+                DecisionReason::MethodOverride,
+                StatusCode::BAD_REQUEST,
+                message,
+            ));
+        }
+    }
+    let extracted = route.extract(&RequestParts {
+        path_params,
+        query,
+        headers,
+        body: json_body.as_ref(),
+    });
+    let mut input = input_of(route, extracted).map_err(|e| {
+        refuse(
+            route,
+            DecisionReason::PolicyViolation,
+            StatusCode::BAD_REQUEST,
+            format!("the request's justification is malformed: {e}"),
+        )
+    })?;
+    add_route_sources(route, &mut input)?;
+    Ok(input)
+}
+
+/// A refusal of a request to the gated `route`, before any decision.
+fn refuse(
+    route: &Route,
+    reason: DecisionReason,
+    status: StatusCode,
+    message: String,
+) -> RefuseWith<'_> {
+    RefuseWith {
         route: Some(route),
         reason,
         status,
         message,
-    };
+    }
+}
+
+/// Refuses a request that carries one of the route's credential headers
+/// more than once.
+fn one_credential_each<'a>(route: &'a Route, headers: &HeaderMap) -> Result<(), RefuseWith<'a>> {
     // One caller per held call: two of one credential header could name
     // two callers, and the upstream could act for the one the gate did
     // not see. `X_Api_Key` counts as `X-Api-Key` (CGI, WSGI and PHP read
@@ -236,6 +283,7 @@ pub fn gated_input<'a>(
         }
         if seen.contains(&name) {
             return Err(refuse(
+                route,
                 DecisionReason::AmbiguousCredentials,
                 StatusCode::BAD_REQUEST,
                 format!("the request carries more than one {name} header; send one credential"),
@@ -243,11 +291,22 @@ pub fn gated_input<'a>(
         }
         seen.push(name);
     }
+    Ok(())
+}
+
+/// Refuses a body that is compressed, or not of the media type the route
+/// gates (or of it with parameters the gate refuses).
+fn gated_media_type<'a>(
+    route: &'a Route,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<(), RefuseWith<'a>> {
     // The body must be of the media type the route gates, and readable
     // one way only: uncompressed, so that the gate and the upstream read
     // the same bytes.
     if !bytes.is_empty() && encoded(headers) {
         return Err(refuse(
+            route,
             DecisionReason::UnsupportedContentType,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "this route gates uncompressed bodies; send it without Content-Encoding".into(),
@@ -268,89 +327,76 @@ pub fn gated_input<'a>(
         };
         if let Some(message) = problem {
             return Err(refuse(
+                route,
                 DecisionReason::UnsupportedContentType,
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 message,
             ));
         }
     }
-    let json_body = if route.reads_body() {
-        let pointers = body_pointers(route);
-        match guard::parse_json(bytes, &pointers) {
-            Ok(v) => Some(v),
-            Err(guard::BodyError::Invalid(e)) => {
-                return Err(refuse(
-                    DecisionReason::PolicyViolation,
-                    StatusCode::BAD_REQUEST,
-                    format!("this route reads a JSON body and the body is not valid JSON: {e}"),
-                ));
-            }
-            Err(guard::BodyError::Ambiguous(e)) => {
-                return Err(refuse(
-                    DecisionReason::AmbiguousBody,
-                    StatusCode::BAD_REQUEST,
-                    format!("the body is ambiguous: {e}"),
-                ));
-            }
-        }
-    } else {
-        None
-    };
-    // A `_method` in the body asks for another route, as the override
-    // headers and query do.
-    if !bytes.is_empty() {
-        if let Some(message) =
-            guard::body_method_override(&route.content_type, bytes, json_body.as_ref())
-        {
-            return Err(refuse(
-                DecisionReason::MethodOverride,
-                StatusCode::BAD_REQUEST,
-                message,
-            ));
-        }
+    Ok(())
+}
+
+/// The body as JSON when the route reads it (`None` when it does not);
+/// refused when it is not valid JSON or two parsers could read it
+/// differently.
+fn gated_json_body<'a>(route: &'a Route, bytes: &[u8]) -> Result<Option<Value>, RefuseWith<'a>> {
+    if !route.reads_body() {
+        return Ok(None);
     }
-    let extracted = route.extract(&RequestParts {
-        path_params,
-        query,
-        headers,
-        body: json_body.as_ref(),
-    });
-    // The decision's input, read from the parts the extractors found.
-    let input = (|| {
-        Ok::<_, DecideError>(Input {
-            action_type: route.action.clone(),
-            params: extracted.params,
-            // A JSON null is no claims or no answer, as in an API body.
-            claims: extracted
-                .claims
-                .filter(|c| !c.is_null())
-                .map(|c| from_json::<Claims>("claims", c).map(|c| c.0))
-                .transpose()?,
-            answer: extracted
-                .answer
-                .filter(|a: &Value| !a.is_null())
-                .map(|a| from_json("answer", a))
-                .transpose()?,
-            sources: extracted
-                .sources
-                .map(|s| from_json("sources", s))
-                .transpose()?
-                .unwrap_or_default(),
-            requested: Default::default(),
-        })
-    })();
-    let mut input = input.map_err(|e| {
-        refuse(
+    let pointers = body_pointers(route);
+    match guard::parse_json(bytes, &pointers) {
+        Ok(v) => Ok(Some(v)),
+        Err(guard::BodyError::Invalid(e)) => Err(refuse(
+            route,
             DecisionReason::PolicyViolation,
             StatusCode::BAD_REQUEST,
-            format!("the request's justification is malformed: {e}"),
-        )
-    })?;
+            format!("this route reads a JSON body and the body is not valid JSON: {e}"),
+        )),
+        Err(guard::BodyError::Ambiguous(e)) => Err(refuse(
+            route,
+            DecisionReason::AmbiguousBody,
+            StatusCode::BAD_REQUEST,
+            format!("the body is ambiguous: {e}"),
+        )),
+    }
+}
+
+/// The decision's input, read from the parts the extractors found.
+fn input_of(route: &Route, extracted: Extracted) -> Result<Input, DecideError> {
+    Ok(Input {
+        action_type: route.action.clone(),
+        params: extracted.params,
+        // A JSON null is no claims or no answer, as in an API body.
+        claims: extracted
+            .claims
+            .filter(|c| !c.is_null())
+            .map(|c| from_json::<Claims>("claims", c).map(|c| c.0))
+            .transpose()?,
+        answer: extracted
+            .answer
+            .filter(|a: &Value| !a.is_null())
+            .map(|a| from_json("answer", a))
+            .transpose()?,
+        sources: extracted
+            .sources
+            .map(|s| from_json("sources", s))
+            .transpose()?
+            .unwrap_or_default(),
+        requested: Default::default(),
+    })
+}
+
+/// Adds the sources the route reads by uri for this call, refusing a
+/// request that sends one of them itself or whose params cannot fill a
+/// uri.
+fn add_route_sources<'a>(route: &'a Route, input: &mut Input) -> Result<(), RefuseWith<'a>> {
     // The records the route names for this call: read by the service, so
     // a caller may not send a source under one of their ids.
     for t in &route.sources_from {
         if input.sources.iter().any(|s| s.is_named(&t.id)) {
             return Err(refuse(
+                route,
                 DecisionReason::PolicyViolation,
                 StatusCode::BAD_REQUEST,
                 format!(
@@ -361,6 +407,7 @@ pub fn gated_input<'a>(
         }
         let uri = t.fill(&input.params).map_err(|e| {
             refuse(
+                route,
                 DecisionReason::PolicyViolation,
                 StatusCode::BAD_REQUEST,
                 format!("the route reads source {:?} by uri, and {e}", t.id),
@@ -368,7 +415,7 @@ pub fn gated_input<'a>(
         })?;
         input.sources.push(SourceIn::by_uri(&t.id, uri));
     }
-    Ok(input)
+    Ok(())
 }
 
 /// The JSON pointers of a route's `body:` extractors.

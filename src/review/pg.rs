@@ -17,7 +17,10 @@
 //! Like the SQLite store it is synchronous and runs on blocking threads;
 //! each call drives the async client with [`Shared::block_on`].
 mod rows;
-use rows::{held_headers, load, mark_expired, notify, read_row, upstream};
+use rows::{
+    held_headers, insert_headers, insert_review, joinable, load, mark_expired, notify, read_row,
+    upstream, NewRow,
+};
 
 use std::time::SystemTime;
 
@@ -61,6 +64,28 @@ impl PgStore {
 
     fn me(&self) -> &str {
         self.shared.replica()
+    }
+
+    /// The held request's headers as they are stored, in order, each
+    /// credential sealed.
+    fn stored_headers(
+        &self,
+        review_id: &str,
+        new: &NewReview,
+    ) -> Result<Vec<(String, Vec<u8>)>, ReviewError> {
+        let mut headers = Vec::with_capacity(new.request.headers.len());
+        for (name, value) in &new.request.headers {
+            let lower = name.to_ascii_lowercase();
+            let stored = if new.sealed(&lower) {
+                self.sealer
+                    .seal(review_id, &lower, value)
+                    .ok_or_else(|| ReviewError::Storage("cannot seal a held credential".into()))?
+            } else {
+                value.to_vec()
+            };
+            headers.push((name.clone(), stored));
+        }
+        Ok(headers)
     }
 
     /// Test hook: the one number `sql` selects for a review.
@@ -128,108 +153,28 @@ impl Backend for PgStore {
         new: &NewReview,
         join: bool,
     ) -> Result<(Row, bool), ReviewError> {
-        let me = self.me().to_string();
-        let creds = new.join_key.clone();
         let rules = serde_json::to_string(&new.rules)
             .map_err(|e| ReviewError::Storage(format!("rule messages: {e}")))?;
-        let detail = new.detail.as_ref().map(|d| d.to_string());
-        let mut headers = Vec::with_capacity(new.request.headers.len());
-        for (name, value) in &new.request.headers {
-            let lower = name.to_ascii_lowercase();
-            let stored = if new.sealed(&lower) {
-                self.sealer
-                    .seal(review_id, &lower, value)
-                    .ok_or_else(|| ReviewError::Storage("cannot seal a held credential".into()))?
-            } else {
-                value.to_vec()
-            };
-            headers.push((name.clone(), stored));
-        }
+        let headers = self.stored_headers(review_id, new)?;
+        let inserted = NewRow {
+            review_id,
+            created_at,
+            expires_at,
+            new,
+            rules,
+            detail: new.detail.as_ref().map(|d| d.to_string()),
+            replica: self.me().to_string(),
+        };
         self.shared.block_on(async {
             let mut client = self.shared.client().await?;
             let tx = client.transaction().await?;
             if join {
-                // Two replicas holding the same retried call at once take
-                // turns here, so the second one joins the first's review.
-                tx.execute(
-                    &tx.prepare_cached(
-                        "SELECT pg_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, 0))",
-                    )
-                    .await?,
-                    &[&new.owner, &new.route],
-                )
-                .await?;
-                let found = tx
-                    .query_opt(
-                        &tx.prepare_cached(&format!(
-                            "SELECT {} FROM review_reviews WHERE status = 'pending' \
-                             AND expires_at > $1 AND owner = $2 AND route = $3 \
-                             AND req_method = $4 AND req_path = $5 AND req_body = $6 \
-                             AND req_creds = $7 ORDER BY created_at LIMIT 1",
-                            columns()
-                        ))
-                        .await?,
-                        &[
-                            &micros(created_at),
-                            &new.owner,
-                            &new.route,
-                            &new.request.method,
-                            &new.request.path,
-                            &new.request.body.as_ref(),
-                            &creds,
-                        ],
-                    )
-                    .await?;
-                if let Some(r) = found {
-                    return Ok((read_row(&r)?, true));
+                if let Some(row) = joinable(&tx, new, created_at).await? {
+                    return Ok((row, true));
                 }
             }
-            tx.execute(
-                &tx.prepare_cached(
-                "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, \
-                 action, reason, record_id, req_method, req_path, req_body, req_hash, status, \
-                 forward_state, req_creds, rules, detail, requester, replica, \
-                 approvals_required) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', \
-                 'not_started', $13, $14, $15, $16, $17, $18)",
-                )
-                .await?,
-                &[
-                    &review_id,
-                    &micros(created_at),
-                    &micros(expires_at),
-                    &new.owner,
-                    &new.route,
-                    &new.action,
-                    &new.reason,
-                    &new.record_id,
-                    &new.request.method,
-                    &new.request.path,
-                    &new.request.body.as_ref(),
-                    &new.request.hash(),
-                    &creds,
-                    &rules,
-                    &detail,
-                    &super::backend::encode_requesters(&new.requesters),
-                    &me,
-                    &new.approvals_required.map(|n| n as i32),
-                ],
-            )
-            .await?;
-            // Every header in one statement: one round trip, not one each.
-            let positions: Vec<i32> = (0..headers.len())
-                .map(|p| i32::try_from(p).unwrap_or(i32::MAX))
-                .collect();
-            let (names, values): (Vec<String>, Vec<Vec<u8>>) = headers.into_iter().unzip();
-            tx.execute(
-                &tx.prepare_cached(
-                    "INSERT INTO review_request_headers (review_id, position, name, value) \
-                     SELECT $1, p, n, v FROM UNNEST($2::int[], $3::text[], $4::bytea[]) AS h(p, n, v)",
-                )
-                .await?,
-                &[&review_id, &positions, &names, &values],
-            )
-            .await?;
+            insert_review(&tx, &inserted).await?;
+            insert_headers(&tx, review_id, headers).await?;
             let row = load(&tx, review_id, false)
                 .await?
                 .ok_or(ReviewError::NotFound)?;

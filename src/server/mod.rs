@@ -28,14 +28,11 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::AsyncWriteExt;
@@ -47,6 +44,7 @@ use crate::config::ServerConfig;
 use crate::http::error::ApiError;
 use crate::http::RespBody;
 
+mod conn;
 mod framing;
 mod idle;
 pub mod pace;
@@ -54,6 +52,8 @@ pub mod tls;
 
 pub use pace::ReqBody;
 pub use tls::ReloadingCert;
+
+use conn::{ConnLimits, Connection};
 
 /// Connections past `max_connections` that may still be accepted to answer
 /// the handler's essential requests (health, readiness, metrics), one
@@ -70,12 +70,6 @@ const RESERVED_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// An HTTP/2 client could otherwise keep one open with a request every
 /// second.
 const RESERVED_LIFETIME: Duration = Duration::from_secs(5);
-
-/// How much of a refused request's body is read, and for how long, before
-/// the 503: a connection closed with unread bytes in its receive buffer is
-/// reset by the kernel, and the client may then lose the answer to a reset.
-const REFUSED_BODY_LIMIT: usize = 64 * 1024;
-const REFUSED_BODY_WAIT: Duration = Duration::from_secs(1);
 
 /// Pending connections per listener (tokio's default for `TcpListener::bind`).
 const LISTEN_BACKLOG: u32 = 1024;
@@ -349,40 +343,8 @@ async fn serve_shared<H: Handler>(
         }
     };
     let acceptor = tls.map(TlsAcceptor::from);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .keep_alive(true);
-    // Pings find a peer that vanished; the idle watchdog below closes one
-    // that stays connected and asks for nothing.
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(256)
-        .keep_alive_interval(Some(std::time::Duration::from_secs(20)))
-        .keep_alive_timeout(std::time::Duration::from_secs(20));
-    // A reserved connection answers one request, and must send it soon.
-    let mut reserved_builder = auto::Builder::new(TokioExecutor::new());
-    reserved_builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(RESERVED_HEADER_TIMEOUT.min(limits.header_read_timeout))
-        .keep_alive(false);
-    reserved_builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(1);
-    let builder = Arc::new(builder);
-    let reserved_builder = Arc::new(reserved_builder);
-    // The connections accepted before the drain, which it waits for.
-    let mut graceful = Some(GracefulShutdown::new());
-    // Those accepted during the drain: one request each, never waited for.
-    let late = GracefulShutdown::new();
-    // Set when the drain begins: every earlier connection closed, and the
-    // end of `shutdown_grace`.
-    let mut drain: Option<(Draining, std::pin::Pin<Box<tokio::time::Sleep>>)> = None;
+    let builders = Builders::new(&limits);
+    let mut drain = Drain::new();
 
     // Until the drain, connections are served as usual. During it the
     // listener keeps accepting until the earlier connections are done (or
@@ -390,43 +352,11 @@ async fn serve_shared<H: Handler>(
     // probes (`/health`, which then says 503 draining) as usual, anything
     // else 503 with `Retry-After`, so a client learns to go elsewhere
     // instead of finding a closed port.
-    loop {
-        let accepted = match drain.as_mut() {
-            None => tokio::select! {
-                biased;
-                _ = shutdown.wait_for(|s| *s) => {
-                    tracing::info!(
-                        listener = name,
-                        grace = ?limits.shutdown_grace,
-                        "draining connections"
-                    );
-                    let earlier = graceful.take().map(GracefulShutdown::shutdown);
-                    drain = Some((
-                        Box::pin(async move {
-                            if let Some(earlier) = earlier {
-                                earlier.await;
-                            }
-                        }),
-                        Box::pin(tokio::time::sleep(limits.shutdown_grace)),
-                    ));
-                    continue;
-                }
-                a = listener.accept() => a,
-            },
-            Some((earlier, grace)) => tokio::select! {
-                biased;
-                () = earlier => {
-                    tracing::info!(listener = name, "all connections closed");
-                    break;
-                }
-                () = grace => {
-                    tracing::warn!(listener = name, grace = ?limits.shutdown_grace, "grace period over; closing remaining connections");
-                    break;
-                }
-                a = listener.accept() => a,
-            },
-        };
-        let draining = drain.is_some();
+    while let Some(accepted) = drain
+        .accept(name, &listener, &mut shutdown, limits.shutdown_grace)
+        .await
+    {
+        let draining = drain.begun();
         let (stream, peer) = match accepted {
             Ok(x) => x,
             Err(e) => {
@@ -448,201 +378,166 @@ async fn serve_shared<H: Handler>(
             }
         };
         let reserved = admitted.reserved || draining;
-        let refusal = if draining {
-            "this replica is shutting down; retry"
-        } else {
-            "too many connections"
-        };
         let conn = ConnInfo {
             peer,
             local,
             tls: acceptor.is_some(),
         };
-        let handler = handler.clone();
-        let closer = handler.clone();
         let state = Arc::new(handler.open());
-        let builder = if reserved {
-            reserved_builder.clone()
-        } else {
-            builder.clone()
+        let connection = Connection {
+            conn,
+            admitted,
+            state,
+            handler: handler.clone(),
+            builder: builders.pick(reserved),
+            acceptor: acceptor.clone(),
+            watcher: drain.watcher(),
+            limits: ConnLimits::new(&limits, reserved, draining),
         };
-        let acceptor = acceptor.clone();
-        let watcher = graceful.as_ref().unwrap_or(&late).watcher();
-        let (header_timeout, idle_timeout) = if reserved {
-            (
-                RESERVED_HEADER_TIMEOUT.min(limits.header_read_timeout),
-                RESERVED_IDLE_TIMEOUT.min(limits.idle_timeout),
-            )
-        } else {
-            (limits.header_read_timeout, limits.idle_timeout)
-        };
-        let (body_timeout, body_min_rate) = (limits.body_read_timeout, limits.body_min_rate);
-        let lifetime = reserved.then_some(RESERVED_LIFETIME);
-        let activity = idle::Activity::new();
-        let busy = activity.clone();
-        // Raised by the stream wrapper when a request head is ambiguous.
-        let ambiguous = Arc::new(AtomicBool::new(false));
-        let flag = ambiguous.clone();
-        tokio::spawn(async move {
-            let _admitted = admitted;
-            let requests_state = state.clone();
-            let service = service_fn(move |req: Request<Incoming>| {
-                let handler = handler.clone();
-                let state = requests_state.clone();
-                let flag = flag.clone();
-                let in_flight = busy.begin();
-                async move {
-                    if flag.load(Ordering::Acquire) {
-                        return Ok(refuse_ambiguous(&req, peer));
-                    }
-                    let req = req.map(|b| ReqBody::new(b, body_timeout, body_min_rate));
-                    if reserved && !handler.essential(&req) {
-                        return Ok(refuse_reserved(req, refusal).await);
-                    }
-                    let resp = handler.handle(req, conn, &state).await;
-                    let (parts, body) = resp.into_parts();
-                    let body = idle::guard_body(body, in_flight);
-                    Ok::<_, std::convert::Infallible>(Response::from_parts(parts, body))
-                }
-            });
-            let idle = async {
-                activity.idle(idle_timeout).await;
-                tracing::debug!(%peer, timeout = ?idle_timeout, "idle connection closed");
-                Ok(())
-            };
-            let drive = H::drive(&state);
-            let result = match acceptor {
-                Some(acceptor) => {
-                    let tls =
-                        match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
-                            Ok(Ok(s)) => s,
-                            Ok(Err(e)) => {
-                                tracing::debug!(%peer, error = %e, "tls handshake failed");
-                                return;
-                            }
-                            Err(_) => {
-                                tracing::debug!(%peer, "tls handshake timed out");
-                                return;
-                            }
-                        };
-                    serve_until_idle(
-                        &builder, watcher, tls, ambiguous, service, idle, drive, lifetime,
-                    )
-                    .await
-                }
-                None => {
-                    // The auto builder waits for the first bytes to pick
-                    // HTTP/1 or HTTP/2 before any timer runs; a client that
-                    // connects and says nothing is dropped at the header timeout.
-                    let mut first = [0u8; 1];
-                    match tokio::time::timeout(header_timeout, stream.peek(&mut first)).await {
-                        Ok(Ok(n)) if n > 0 => {}
-                        _ => return,
-                    }
-                    serve_until_idle(
-                        &builder, watcher, stream, ambiguous, service, idle, drive, lifetime,
-                    )
-                    .await
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-            // The service and the driver are gone with the connection, so
-            // this is the last reference.
-            if let Ok(state) = Arc::try_unwrap(state) {
-                closer.close(state);
-            }
-        });
+        tokio::spawn(connection.serve(stream));
     }
     drop(listener);
 }
 
-type ConnError = Box<dyn std::error::Error + Send + Sync>;
+/// The HTTP connection builders of one listener: the usual one, and the
+/// one for reserved connections.
+struct Builders {
+    usual: Arc<auto::Builder<TokioExecutor>>,
+    reserved: Arc<auto::Builder<TokioExecutor>>,
+}
+
+impl Builders {
+    /// Both builders, with the listener's header timeout.
+    fn new(limits: &ServerConfig) -> Builders {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .keep_alive(true);
+        // Pings find a peer that vanished; the idle watchdog (see
+        // `conn::Connection::serve`) closes one that stays connected and
+        // asks for nothing.
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(256)
+            .keep_alive_interval(Some(std::time::Duration::from_secs(20)))
+            .keep_alive_timeout(std::time::Duration::from_secs(20));
+        // A reserved connection answers one request, and must send it soon.
+        let mut reserved_builder = auto::Builder::new(TokioExecutor::new());
+        reserved_builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(RESERVED_HEADER_TIMEOUT.min(limits.header_read_timeout))
+            .keep_alive(false);
+        reserved_builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(1);
+        Builders {
+            usual: Arc::new(builder),
+            reserved: Arc::new(reserved_builder),
+        }
+    }
+
+    /// The builder for a connection, reserved or not.
+    fn pick(&self, reserved: bool) -> Arc<auto::Builder<TokioExecutor>> {
+        if reserved {
+            self.reserved.clone()
+        } else {
+            self.usual.clone()
+        }
+    }
+}
+
+/// A listener's drain at shutdown, and the graceful shutdowns its
+/// connections are watched by.
+struct Drain {
+    /// The connections accepted before the drain, which it waits for.
+    graceful: Option<GracefulShutdown>,
+    /// Those accepted during the drain: one request each, never waited for.
+    late: GracefulShutdown,
+    /// Set when the drain begins: every earlier connection closed, and the
+    /// end of `shutdown_grace`.
+    ends: Option<(Draining, std::pin::Pin<Box<tokio::time::Sleep>>)>,
+}
+
+impl Drain {
+    /// No drain yet.
+    fn new() -> Drain {
+        Drain {
+            graceful: Some(GracefulShutdown::new()),
+            late: GracefulShutdown::new(),
+            ends: None,
+        }
+    }
+
+    /// Whether the drain has begun.
+    fn begun(&self) -> bool {
+        self.ends.is_some()
+    }
+
+    /// What a new connection is watched by: waited for when accepted before
+    /// the drain, not when accepted during it.
+    fn watcher(&self) -> Watcher {
+        self.graceful.as_ref().unwrap_or(&self.late).watcher()
+    }
+
+    /// The next connection `listener` accepts, or `None` once the drain is
+    /// over (every earlier connection closed, or the grace period ended).
+    /// The drain begins when `shutdown` turns true.
+    async fn accept(
+        &mut self,
+        name: &'static str,
+        listener: &TcpListener,
+        shutdown: &mut watch::Receiver<bool>,
+        grace: Duration,
+    ) -> Option<std::io::Result<(TcpStream, SocketAddr)>> {
+        loop {
+            return match self.ends.as_mut() {
+                None => tokio::select! {
+                    biased;
+                    _ = shutdown.wait_for(|s| *s) => {
+                        self.begin(name, grace);
+                        continue;
+                    }
+                    a = listener.accept() => Some(a),
+                },
+                Some((earlier, grace_over)) => tokio::select! {
+                    biased;
+                    () = earlier => {
+                        tracing::info!(listener = name, "all connections closed");
+                        None
+                    }
+                    () = grace_over => {
+                        tracing::warn!(listener = name, grace = ?grace, "grace period over; closing remaining connections");
+                        None
+                    }
+                    a = listener.accept() => Some(a),
+                },
+            };
+        }
+    }
+
+    /// Begins the drain: asks every earlier connection to finish, and
+    /// starts the grace period.
+    fn begin(&mut self, name: &'static str, grace: Duration) {
+        tracing::info!(listener = name, grace = ?grace, "draining connections");
+        let earlier = self.graceful.take().map(GracefulShutdown::shutdown);
+        self.ends = Some((
+            Box::pin(async move {
+                if let Some(earlier) = earlier {
+                    earlier.await;
+                }
+            }),
+            Box::pin(tokio::time::sleep(grace)),
+        ));
+    }
+}
 
 /// Resolves when every connection accepted before the drain has closed.
 type Draining = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// Serves HTTP on one accepted stream, plain or after its TLS handshake,
-/// until the connection ends, goes idle, outlives `lifetime` (a reserved
-/// connection) or is drained at shutdown. `drive` (the handler's
-/// per-connection work, see [`Handler::drive`]) is polled in the same task,
-/// before the connection each time the task wakes.
-#[allow(clippy::too_many_arguments)]
-async fn serve_until_idle<T, S>(
-    builder: &auto::Builder<TokioExecutor>,
-    watcher: Watcher,
-    stream: T,
-    ambiguous: Arc<AtomicBool>,
-    service: S,
-    idle: impl Future<Output = Result<(), ConnError>>,
-    drive: impl Future<Output = ()>,
-    lifetime: Option<Duration>,
-) -> Result<(), ConnError>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
-    S: hyper::service::Service<
-        Request<Incoming>,
-        Response = Response<RespBody>,
-        Error = std::convert::Infallible,
-    >,
-    S::Future: Send + 'static,
-{
-    let conn = watcher.watch(builder.serve_connection(
-        TokioIo::new(framing::Watched::new(stream, ambiguous)),
-        service,
-    ));
-    let lifetime = async {
-        match lifetime {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        biased;
-        () = drive => Ok(()),
-        r = conn => r,
-        r = idle => r,
-        () = lifetime => Ok(()),
-    }
-}
-
-/// The answer to a request with both `Content-Length` and
-/// `Transfer-Encoding`: a 400, and the connection is closed after it.
-fn refuse_ambiguous(req: &Request<Incoming>, peer: SocketAddr) -> Response<RespBody> {
-    let request_id = crate::http::request_id(req.headers());
-    tracing::warn!(%peer, request_id, "request with both content-length and transfer-encoding refused");
-    let mut resp = ApiError::BadRequest(
-        "a request must not carry both content-length and transfer-encoding".into(),
-    )
-    .into_response(&request_id);
-    resp.headers_mut().insert(
-        http::header::CONNECTION,
-        http::HeaderValue::from_static("close"),
-    );
-    if let Ok(v) = http::HeaderValue::from_str(&request_id) {
-        resp.headers_mut().insert(crate::http::REQUEST_ID, v);
-    }
-    resp
-}
-
-/// The answer to a request other than a probe on a connection accepted
-/// past the cap, or during a drain: 503 saying `why`. An HTTP/1 reserved
-/// connection is closed after its one request; an HTTP/2 one after
-/// `RESERVED_LIFETIME`. A small body is read first (see
-/// `REFUSED_BODY_LIMIT`), so that the close after the answer is not a reset.
-async fn refuse_reserved(req: Request<ReqBody>, why: &str) -> Response<RespBody> {
-    use http_body_util::BodyExt;
-    let request_id = crate::http::request_id(req.headers());
-    let body = http_body_util::Limited::new(req.into_body(), REFUSED_BODY_LIMIT);
-    let _ = tokio::time::timeout(REFUSED_BODY_WAIT, body.collect()).await;
-    let mut resp = ApiError::Unavailable(why.into()).into_response(&request_id);
-    resp.headers_mut().insert(
-        http::header::RETRY_AFTER,
-        http::HeaderValue::from_static("1"),
-    );
-    resp
-}
 
 /// Answers a connection over the cap with a short 503 and closes it.
 async fn refuse_overloaded(mut stream: TcpStream) {

@@ -1,6 +1,9 @@
 //! Reading and writing one review's rows on PostgreSQL: the row locked for
 //! the rest of a transaction, its held headers and upstream answer, an
 //! expiry, a NOTIFY, and the row mapping.
+//!
+//! A new hold's statements are here too: the pending review a retried call
+//! joins, and the insert of a review and of its held headers.
 
 use super::*;
 
@@ -65,6 +68,125 @@ pub(super) async fn upstream<C: deadpool_postgres::GenericClient>(
             body: Bytes::from(body.unwrap_or_default()),
         },
     )))
+}
+
+/// The oldest pending review of the same call by the same owner, which a
+/// retried hold joins instead of holding the call twice.
+pub(super) async fn joinable(
+    tx: &deadpool_postgres::Transaction<'_>,
+    new: &NewReview,
+    now: SystemTime,
+) -> Result<Option<Row>, ReviewError> {
+    // Two replicas holding the same retried call at once take
+    // turns here, so the second one joins the first's review.
+    tx.execute(
+        &tx.prepare_cached(
+            "SELECT pg_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, 0))",
+        )
+        .await?,
+        &[&new.owner, &new.route],
+    )
+    .await?;
+    let found = tx
+        .query_opt(
+            &tx.prepare_cached(&format!(
+                "SELECT {} FROM review_reviews WHERE status = 'pending' \
+                 AND expires_at > $1 AND owner = $2 AND route = $3 \
+                 AND req_method = $4 AND req_path = $5 AND req_body = $6 \
+                 AND req_creds = $7 ORDER BY created_at LIMIT 1",
+                columns()
+            ))
+            .await?,
+            &[
+                &micros(now),
+                &new.owner,
+                &new.route,
+                &new.request.method,
+                &new.request.path,
+                &new.request.body.as_ref(),
+                &new.join_key,
+            ],
+        )
+        .await?;
+    found.as_ref().map(read_row).transpose()
+}
+
+/// A review's row as `hold` inserts it, with what is worked out before
+/// its transaction begins.
+pub(super) struct NewRow<'a> {
+    pub(super) review_id: &'a str,
+    pub(super) created_at: SystemTime,
+    pub(super) expires_at: SystemTime,
+    pub(super) new: &'a NewReview,
+    /// The rule messages, as JSON.
+    pub(super) rules: String,
+    pub(super) detail: Option<String>,
+    /// The replica that holds the call: this one.
+    pub(super) replica: String,
+}
+
+/// Inserts a pending review whose forward has not started.
+pub(super) async fn insert_review(
+    tx: &deadpool_postgres::Transaction<'_>,
+    row: &NewRow<'_>,
+) -> Result<(), ReviewError> {
+    let new = row.new;
+    tx.execute(
+        &tx.prepare_cached(
+            "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, \
+         action, reason, record_id, req_method, req_path, req_body, req_hash, status, \
+         forward_state, req_creds, rules, detail, requester, replica, \
+         approvals_required) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', \
+         'not_started', $13, $14, $15, $16, $17, $18)",
+        )
+        .await?,
+        &[
+            &row.review_id,
+            &micros(row.created_at),
+            &micros(row.expires_at),
+            &new.owner,
+            &new.route,
+            &new.action,
+            &new.reason,
+            &new.record_id,
+            &new.request.method,
+            &new.request.path,
+            &new.request.body.as_ref(),
+            &new.request.hash(),
+            &new.join_key,
+            &row.rules,
+            &row.detail,
+            &crate::review::backend::encode_requesters(&new.requesters),
+            &row.replica,
+            &new.approvals_required.map(|n| n as i32),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Inserts a review's held headers, in their order.
+pub(super) async fn insert_headers(
+    tx: &deadpool_postgres::Transaction<'_>,
+    review_id: &str,
+    headers: Vec<(String, Vec<u8>)>,
+) -> Result<(), ReviewError> {
+    // Every header in one statement: one round trip, not one each.
+    let positions: Vec<i32> = (0..headers.len())
+        .map(|p| i32::try_from(p).unwrap_or(i32::MAX))
+        .collect();
+    let (names, values): (Vec<String>, Vec<Vec<u8>>) = headers.into_iter().unzip();
+    tx.execute(
+        &tx.prepare_cached(
+            "INSERT INTO review_request_headers (review_id, position, name, value) \
+             SELECT $1, p, n, v FROM UNNEST($2::int[], $3::text[], $4::bytea[]) AS h(p, n, v)",
+        )
+        .await?,
+        &[&review_id, &positions, &names, &values],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Stores pending reviews as expired at their deadline.
