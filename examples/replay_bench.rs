@@ -168,7 +168,7 @@ fn main() -> Result<(), Error> {
     );
     let db_bytes = std::fs::metadata(data.join("verdict.db"))?.len()
         + std::fs::metadata(data.join("verdict.db-wal")).map_or(0, |m| m.len());
-    let conn = verdict::audit::store::open_reader(&data.join("verdict.db"))?;
+    let conn = verdict::audit::sqlite::open_reader(&data.join("verdict.db"))?;
     let (record, input): (f64, f64) = conn.query_row(
         "SELECT (SELECT AVG(LENGTH(canonical)) FROM audit_records),
                 (SELECT AVG(LENGTH(input)) FROM audit_inputs)",

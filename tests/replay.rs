@@ -270,7 +270,7 @@ fn tamper(db: &Path, record_id: &str) {
 }
 
 fn inputs_stored(db: &Path) -> u64 {
-    let conn = verdict::audit::store::open_reader(db).unwrap();
+    let conn = verdict::audit::sqlite::open_reader(db).unwrap();
     verdict::audit::inputs::count(&conn).unwrap()
 }
 

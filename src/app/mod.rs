@@ -81,7 +81,7 @@ pub struct Running {
     /// This process owns the data dir until it is dropped.
     _data_lock: crate::store::datalock::DataLock,
     /// The shared store, when reviews live in one.
-    shared: Option<crate::store::postgres::Shared>,
+    shared: Option<crate::store::postgres::SharedStore>,
 }
 
 impl Running {
@@ -401,7 +401,7 @@ struct Built {
     proxy: ProxyParts,
     /// Sends review notifications, once the API's address is known.
     notifier: Option<crate::webhook::Notifier>,
-    shared: Option<crate::store::postgres::Shared>,
+    shared: Option<crate::store::postgres::SharedStore>,
     data_lock: crate::store::datalock::DataLock,
 }
 
@@ -526,7 +526,7 @@ fn open_shadow_policies(config: &Config) -> Result<Option<Arc<PolicyStore>>, Sta
 /// Where the state lives: the shared store (when reviews live in one), the
 /// data dir this process holds, the redaction key in it, and the audit log.
 struct Stores {
-    shared: Option<crate::store::postgres::Shared>,
+    shared: Option<crate::store::postgres::SharedStore>,
     data_lock: crate::store::datalock::DataLock,
     redaction: RedactionKey,
     audit: AuditLog,
@@ -542,7 +542,7 @@ impl Stores {
         let shared = match &config.store {
             crate::config::StoreConfig::Sqlite => None,
             crate::config::StoreConfig::Postgres(pg) => {
-                Some(crate::store::postgres::Shared::connect(pg).await?)
+                Some(crate::store::postgres::SharedStore::connect(pg).await?)
             }
         };
         prepare_data_dir(config)?;

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use super::{store, AuditError};
+use super::{sqlite, AuditError};
 
 /// How long after the first reported commit a pass starts: frames written in
 /// this window are copied together, and a page rewritten by many groups in a
@@ -39,7 +39,7 @@ pub(crate) struct Checkpointer {
 impl Checkpointer {
     /// Opens a second connection to `path` and starts the thread.
     pub fn start(path: &Path) -> Result<Checkpointer, AuditError> {
-        let conn = store::open_checkpointer(path)?;
+        let conn = sqlite::open_checkpointer(path)?;
         let (nudge, rx) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("audit-checkpoint".into())
@@ -80,7 +80,7 @@ fn run(conn: &Connection, rx: &Receiver<()>) {
         std::thread::sleep(DELAY);
         // Commits reported during the delay are covered by this pass.
         while rx.try_recv().is_ok() {}
-        match store::checkpoint_passive(conn) {
+        match sqlite::checkpoint_passive(conn) {
             Ok(()) if failing => {
                 failing = false;
                 tracing::info!("background WAL checkpoints work again");

@@ -27,7 +27,7 @@ use super::keys::{self, KeyDocument};
 use super::merkle::{inclusion_proof, Hash, MemoryHashes};
 use super::note::{self, Checkpoint};
 use super::record::{hash_string, record_hash};
-use super::store;
+use super::sqlite;
 use super::verify::{verify_document, verify_record, Algorithm, ProofDocument};
 use super::{AuditError, AuditLog, ProofStep};
 
@@ -153,7 +153,7 @@ impl AuditLog {
         limit: usize,
     ) -> Result<Page, AuditError> {
         self.read(move |conn, _| {
-            let size = store::record_count(conn)?;
+            let size = sqlite::record_count(conn)?;
             let mut stmt = conn.prepare_cached(
                 "SELECT leaf, canonical FROM audit_records WHERE leaf >= ?1 ORDER BY leaf LIMIT ?2",
             )?;
@@ -205,11 +205,11 @@ pub fn export(
     out: &mut impl Write,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<ExportReport, AuditError> {
-    let mut conn = store::open_reader(db_path)?;
+    let mut conn = sqlite::open_reader(db_path)?;
     let docs = keys::load_docs(key_dir)?;
     // One read transaction: the checkpoint and the rows are one snapshot.
     let tx = conn.transaction()?;
-    let cp_row = store::newest_checkpoint(&tx)?
+    let cp_row = sqlite::newest_checkpoint(&tx)?
         .ok_or_else(|| AuditError::Corrupt("the log has no checkpoint".into()))?;
     let n = note::parse(&cp_row.note).map_err(|e| AuditError::Corrupt(e.to_string()))?;
     let cp = Checkpoint::parse(n.text).map_err(|e| AuditError::Corrupt(e.to_string()))?;
@@ -354,18 +354,18 @@ pub fn verify_export(
 /// One record for `verdict audit show`: where it sits in the tree, then its
 /// fields, pretty-printed. `None` when there is no such record.
 pub fn show(db_path: &Path, id: uuid::Uuid) -> Result<Option<String>, AuditError> {
-    let conn = store::open_reader(db_path)?;
-    let Some(row) = store::record_by_id(&conn, id)? else {
+    let conn = sqlite::open_reader(db_path)?;
+    let Some(row) = sqlite::record_by_id(&conn, id)? else {
         return Ok(None);
     };
-    let covering = store::covering_checkpoint(&conn, row.leaf)?;
+    let covering = sqlite::covering_checkpoint(&conn, row.leaf)?;
     let v: Value = serde_json::from_str(&row.canonical)
         .map_err(|e| AuditError::Corrupt(format!("record {id}: {e}")))?;
     let pretty = serde_json::to_string_pretty(&v).unwrap_or_default();
     Ok(Some(format!(
         "record {id}\nleaf {} of {}, first covered by the checkpoint of size {}\nhash {}\n\n{pretty}",
         row.leaf,
-        store::record_count(&conn)?,
+        sqlite::record_count(&conn)?,
         covering.map_or_else(|| "(none)".to_string(), |c| c.tree_size.to_string()),
         hash_string(&record_hash(&row.canonical)),
     )))

@@ -71,7 +71,7 @@ pub fn sweep(conn: &Connection, cutoff_ms: i64, limit: usize) -> Result<usize, A
 /// The sweeper's connection: deleted inputs (claims, evidence text) are
 /// overwritten in their pages, not left in free space.
 fn open_sweeper(path: &Path) -> Result<Connection, AuditError> {
-    let conn = super::store::open_side_writer(path)?;
+    let conn = super::sqlite::open_side_writer(path)?;
     conn.pragma_update(None, "secure_delete", "FAST")?;
     Ok(conn)
 }
@@ -133,7 +133,7 @@ pub struct Row {
 
 /// The record `at` of leaf `leaf`, if the leaf exists.
 fn at_of(conn: &Connection, leaf: u64) -> Result<Option<String>, AuditError> {
-    let Some(canonical) = super::store::record_by_leaf(conn, leaf)? else {
+    let Some(canonical) = super::sqlite::record_by_leaf(conn, leaf)? else {
         return Ok(None);
     };
     let v: serde_json::Value = serde_json::from_str(&canonical)
@@ -146,7 +146,7 @@ fn at_of(conn: &Connection, leaf: u64) -> Result<Option<String>, AuditError> {
 /// order, up to the few milliseconds a group commit spans, which callers
 /// absorb by searching a little earlier and filtering on `at`.
 pub fn first_leaf_since(conn: &Connection, since: &str) -> Result<u64, AuditError> {
-    let size = super::store::record_count(conn)?;
+    let size = super::sqlite::record_count(conn)?;
     let (mut lo, mut hi) = (0u64, size);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;

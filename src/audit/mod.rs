@@ -32,7 +32,7 @@ pub mod merkle;
 pub mod note;
 pub mod record;
 pub mod redaction;
-pub mod store;
+pub mod sqlite;
 pub mod verify;
 mod witnessing;
 mod writer;
@@ -409,7 +409,7 @@ impl AuditLog {
             let pooled = inner.readers.lock().ok().and_then(|mut v| v.pop());
             let conn = match pooled {
                 Some(c) => c,
-                None => store::open_reader(&inner.db_path)?,
+                None => sqlite::open_reader(&inner.db_path)?,
             };
             let out = f(&conn, &inner.shared);
             if let Ok(mut v) = inner.readers.lock() {
@@ -426,7 +426,7 @@ impl AuditLog {
     /// The stored record with this id.
     pub async fn record(&self, id: Uuid) -> Result<Option<StoredRecord>, AuditError> {
         self.read(move |conn, _| {
-            Ok(store::record_by_id(conn, id)?.map(|r| StoredRecord {
+            Ok(sqlite::record_by_id(conn, id)?.map(|r| StoredRecord {
                 principal: record::principal_of(&r.canonical),
                 canonical: r.canonical,
             }))

@@ -22,7 +22,7 @@ use super::merkle::{
 };
 use super::note::{self, Checkpoint};
 use super::record::{hash_string, parse_hash_string, record_hash, AuditRecord};
-use super::store::{self, SqlHashes};
+use super::sqlite::{self, SqlHashes};
 use super::{AuditError, ProofStep};
 
 /// The algorithms a proof uses; fixed for this log version.
@@ -331,11 +331,11 @@ pub(crate) fn build_proof(
     keys: &[KeyDocument],
     id: Uuid,
 ) -> Result<Option<ProofDocument>, AuditError> {
-    let Some(row) = store::record_by_id(conn, id)? else {
+    let Some(row) = sqlite::record_by_id(conn, id)? else {
         return Ok(None);
     };
     let corrupt = |m: String| AuditError::Corrupt(format!("proof for {id}: {m}"));
-    let cp = store::covering_checkpoint(conn, row.leaf)?
+    let cp = sqlite::covering_checkpoint(conn, row.leaf)?
         .ok_or_else(|| corrupt("no checkpoint covers it".into()))?;
     let n = note::parse(&cp.note).map_err(|e| corrupt(e.to_string()))?;
     let c = Checkpoint::parse(n.text).map_err(|e| corrupt(e.to_string()))?;
@@ -419,7 +419,7 @@ pub fn verify_log(
     key_dir: &std::path::Path,
     progress: impl FnMut(u64, u64),
 ) -> Result<VerifyReport, VerifyError> {
-    let conn = store::open_reader(db_path).map_err(open_err)?;
+    let conn = sqlite::open_reader(db_path).map_err(open_err)?;
     let docs = keys::load_docs(key_dir).map_err(open_err)?;
     if docs.is_empty() {
         return Err(VerifyError::Open(format!(
@@ -428,9 +428,9 @@ pub fn verify_log(
         )));
     }
     let checkpoints = signed_checkpoints(&conn, &docs)?;
-    let total = store::record_count(&conn).map_err(open_err)?;
+    let total = sqlite::record_count(&conn).map_err(open_err)?;
     check_witness_sizes(&conn, total)?;
-    let layout = store::layout(&conn).map_err(open_err)?;
+    let layout = sqlite::layout(&conn).map_err(open_err)?;
     let rows_sql = record_rows_query(&conn, layout, total)?;
     let f = replay_records(&conn, rows_sql, &checkpoints, total, progress)?;
     check_consistency(&conn, layout, &checkpoints)?;
@@ -449,7 +449,7 @@ fn signed_checkpoints(
     conn: &Connection,
     docs: &[KeyDocument],
 ) -> Result<Vec<Checkpoint>, VerifyError> {
-    let rows = store::all_checkpoints(conn).map_err(open_err)?;
+    let rows = sqlite::all_checkpoints(conn).map_err(open_err)?;
     let mut checkpoints: Vec<Checkpoint> = Vec::with_capacity(rows.len());
     for row in &rows {
         let bad = |reason: String| VerifyError::Checkpoint {
@@ -495,7 +495,7 @@ fn signed_checkpoints(
 /// No witness's stored cosignature may cover more than the log's `total`
 /// records (the log was rolled back under it).
 fn check_witness_sizes(conn: &Connection, total: u64) -> Result<(), VerifyError> {
-    for (witness, cosigned) in store::cosigned_sizes(conn).map_err(open_err)? {
+    for (witness, cosigned) in sqlite::cosigned_sizes(conn).map_err(open_err)? {
         if cosigned > total {
             return Err(VerifyError::RolledBack(
                 super::witnessing::WitnessFailure::RolledBack {
@@ -513,7 +513,7 @@ fn check_witness_sizes(conn: &Connection, total: u64) -> Result<(), VerifyError>
 /// after checking that there is one record row (and one hash row) per leaf.
 fn record_rows_query(
     conn: &Connection,
-    layout: store::Layout,
+    layout: sqlite::Layout,
     total: u64,
 ) -> Result<&'static str, VerifyError> {
     let record_rows: i64 = conn
@@ -527,10 +527,10 @@ fn record_rows_query(
         });
     }
     Ok(match layout {
-        store::Layout::Merged => {
+        sqlite::Layout::Merged => {
             "SELECT leaf, record_id, canonical, hashes FROM audit_records ORDER BY leaf"
         }
-        store::Layout::SplitHashes => {
+        sqlite::Layout::SplitHashes => {
             let hash_rows: i64 = conn
                 .query_row("SELECT COUNT(*) FROM audit_hashes", [], |r| r.get(0))
                 .map_err(open_err)?;
@@ -681,7 +681,7 @@ impl Replay {
 /// a consistency proof built from the stored hashes.
 fn check_consistency(
     conn: &Connection,
-    layout: store::Layout,
+    layout: sqlite::Layout,
     checkpoints: &[Checkpoint],
 ) -> Result<(), VerifyError> {
     let mut reader = SqlHashes::with_layout(conn, layout);

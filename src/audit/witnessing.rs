@@ -41,7 +41,7 @@ use serde::Serialize;
 
 use super::merkle::{self, Hash};
 use super::note;
-use super::store::{self, SqlHashes};
+use super::sqlite::{self, SqlHashes};
 use super::{cosign, AuditError, AuditLog};
 use crate::config::WitnessConfig;
 
@@ -306,9 +306,9 @@ pub async fn ask_witnesses(
 ) -> Result<Vec<WitnessCheck>, AuditError> {
     let db = db_path.to_path_buf();
     let (conn, newest, known) = tokio::task::spawn_blocking(move || {
-        let conn = store::open_reader(&db)?;
-        let newest = store::newest_checkpoint(&conn)?;
-        let known = store::cosigned_sizes(&conn)?;
+        let conn = sqlite::open_reader(&db)?;
+        let newest = sqlite::newest_checkpoint(&conn)?;
+        let known = sqlite::cosigned_sizes(&conn)?;
         Ok::<_, AuditError>((conn, newest, known))
     })
     .await
@@ -357,14 +357,14 @@ impl AuditLog {
             return Ok(());
         }
         let db = self.inner.db_path.clone();
-        let cosigner = tokio::task::spawn_blocking(move || store::open_side_writer(&db))
+        let cosigner = tokio::task::spawn_blocking(move || sqlite::open_side_writer(&db))
             .await
             .map_err(|e| AuditError::Unavailable(e.to_string()))??;
         let client = Submitter {
             http: client().map_err(AuditError::Config)?,
             cosigner: Arc::new(Mutex::new(cosigner)),
         };
-        let known = self.read(|conn, _| store::cosigned_sizes(conn)).await?;
+        let known = self.read(|conn, _| sqlite::cosigned_sizes(conn)).await?;
         let mut state: Vec<WitnessStatus> = witnesses
             .iter()
             .map(|w| {
@@ -481,7 +481,7 @@ impl AuditLog {
     ) -> Result<bool, WitnessFailure> {
         let other = |e: AuditError| WitnessFailure::Other(e.to_string());
         let Some(row) = self
-            .read(|conn, _| store::newest_checkpoint(conn))
+            .read(|conn, _| sqlite::newest_checkpoint(conn))
             .await
             .map_err(other)?
         else {
@@ -509,7 +509,7 @@ impl AuditLog {
             let conn = cosigner
                 .lock()
                 .map_err(|_| AuditError::Unavailable("cosigner connection poisoned".into()))?;
-            store::insert_cosignature(&conn, &name, size, &sig.line, sig.time)
+            sqlite::insert_cosignature(&conn, &name, size, &sig.line, sig.time)
         })
         .await
         .map_err(|e| WitnessFailure::Other(e.to_string()))?
@@ -534,7 +534,7 @@ impl AuditLog {
     /// and every cosignature collected for it.
     pub async fn checkpoint(&self) -> Result<Option<String>, AuditError> {
         self.read(|conn, _| {
-            store::newest_checkpoint(conn)?
+            sqlite::newest_checkpoint(conn)?
                 .map(|row| cosigned(conn, row))
                 .transpose()
         })
@@ -550,7 +550,7 @@ impl AuditLog {
         second: u64,
     ) -> Result<Option<Vec<Hash>>, AuditError> {
         self.read(move |conn, _| {
-            let newest = store::newest_checkpoint(conn)?.map_or(0, |r| r.tree_size);
+            let newest = sqlite::newest_checkpoint(conn)?.map_or(0, |r| r.tree_size);
             if first == 0 || first > second || second > newest {
                 return Ok(None);
             }
@@ -563,7 +563,7 @@ impl AuditLog {
     /// signed.
     pub async fn checkpoint_at(&self, size: u64) -> Result<Option<String>, AuditError> {
         self.read(move |conn, _| {
-            store::checkpoint_at(conn, size)?
+            sqlite::checkpoint_at(conn, size)?
                 .map(|row| cosigned(conn, row))
                 .transpose()
         })
@@ -572,9 +572,9 @@ impl AuditLog {
 }
 
 /// A stored checkpoint's note with its cosignature lines appended.
-fn cosigned(conn: &rusqlite::Connection, row: store::CheckpointRow) -> Result<String, AuditError> {
+fn cosigned(conn: &rusqlite::Connection, row: sqlite::CheckpointRow) -> Result<String, AuditError> {
     let mut note = row.note;
-    for line in store::cosignatures_at(conn, row.tree_size)? {
+    for line in sqlite::cosignatures_at(conn, row.tree_size)? {
         note.push_str(&line);
     }
     Ok(note)

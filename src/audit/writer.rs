@@ -27,7 +27,7 @@ use super::merkle::{
 };
 use super::note::{self, Checkpoint, Signer};
 use super::record::{format_at, hash_string, record_hash, AuditRecord, RecordKind};
-use super::store::{self, SqlHashes};
+use super::sqlite::{self, SqlHashes};
 use super::{AuditError, CapturedInput, ProofStep, Published, Receipt};
 
 /// One record waiting for its group commit.
@@ -212,10 +212,10 @@ impl Writer {
                 "audit.max_batch must be greater than 0".into(),
             ));
         }
-        let conn = store::open_writer(db_path)?;
-        let newest = store::newest_checkpoint(&conn)?;
-        let count = store::record_count(&conn)?;
-        store::check_not_rolled_back(&conn, count)?;
+        let conn = sqlite::open_writer(db_path)?;
+        let newest = sqlite::newest_checkpoint(&conn)?;
+        let count = sqlite::record_count(&conn)?;
+        sqlite::check_not_rolled_back(&conn, count)?;
         let parsed = match &newest {
             None => None,
             Some(row) => {
@@ -353,7 +353,7 @@ impl Writer {
             }],
         );
         let at = now_at();
-        store::insert_checkpoint(&self.conn, 0, &note, &at)?;
+        sqlite::insert_checkpoint(&self.conn, 0, &note, &at)?;
         self.set_last_checkpoint(at);
         Ok(())
     }
@@ -392,7 +392,7 @@ impl Writer {
         }
         if c.size > 0 {
             let last = c.size - 1;
-            let canonical = store::record_by_leaf(&self.conn, last)?
+            let canonical = sqlite::record_by_leaf(&self.conn, last)?
                 .ok_or_else(|| corrupt(format!("record at leaf {last} is missing")))?;
             if leaf_hash(&record_hash(&canonical)) != reader.subtree(0, last)? {
                 return Err(corrupt(format!(
@@ -401,7 +401,7 @@ impl Writer {
             }
         }
         self.frontier = frontier;
-        if let Some(row) = store::newest_checkpoint(&self.conn)? {
+        if let Some(row) = sqlite::newest_checkpoint(&self.conn)? {
             self.set_last_checkpoint(row.created_at);
         }
         Ok(())
@@ -591,7 +591,7 @@ impl Writer {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let stored = store::record_count(&tx)?;
+        let stored = sqlite::record_count(&tx)?;
         if stored != self.frontier.size() {
             return Err(corrupt(format!(
                 "the log was changed by another writer: {stored} records stored, {} expected",
@@ -602,7 +602,7 @@ impl Writer {
         let mut rows: Vec<Vec<Hash>> = Vec::with_capacity(items.len());
         let mut placed: Vec<Result<u64, AuditError>> = Vec::with_capacity(items.len());
         {
-            let mut append = store::Appender::new(&tx)?;
+            let mut append = sqlite::Appender::new(&tx)?;
             for it in items {
                 let leaf = next.size();
                 // The stored hashes go into the record's row, so they are
@@ -673,7 +673,7 @@ impl Writer {
         }
         let note_text = note::sign(&body, &signers);
         let at = now_at();
-        store::insert_checkpoint(&tx, size, &note_text, &at)?;
+        sqlite::insert_checkpoint(&tx, size, &note_text, &at)?;
         if self.shared.inject_failure.load(Ordering::SeqCst) {
             // Dropping `tx` rolls the group back.
             return Err(AuditError::WriteFailed("injected write failure".into()));

@@ -517,7 +517,7 @@ fn verify_remote(url: &str) -> ExitCode {
         Err(code) => return code,
     };
     let verdicts = rt.block_on(async {
-        let client = crate::store::postgres::Shared::connect_reader(&pg)
+        let client = crate::store::postgres::SharedStore::connect_reader(&pg)
             .await
             .map_err(|e| e.to_string())?;
         crate::witness::remote::verify_remote(&client).await

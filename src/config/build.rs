@@ -84,7 +84,7 @@ impl Config {
                 retention: duration("jobs.retention", f.jobs.retention, "24h")?,
                 workers,
             },
-            store: store::store_config(f.store, &|name| std::env::var(name).ok())?,
+            store: super::shared_store::store_config(f.store, &|name| std::env::var(name).ok())?,
             limits,
             server: server_config(f.server, caps)?,
             log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Json),

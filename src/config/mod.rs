@@ -19,9 +19,9 @@ mod notify;
 pub use notify::{origin_only, NotifyConfig, NotifySecret};
 mod origin;
 pub use origin::{bare_origin, normalize_origin, uri_origin};
-mod store;
+mod shared_store;
 pub mod vkey;
-pub use store::{redact as redact_url, PostgresConfig, StoreConfig};
+pub use shared_store::{redact as redact_url, PostgresConfig, StoreConfig};
 
 /// Default API listener address.
 pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8181";
@@ -358,7 +358,7 @@ struct FileConfig {
     #[serde(default)]
     jobs: FileJobs,
     #[serde(default)]
-    store: store::FileStore,
+    store: shared_store::FileStore,
     #[serde(default)]
     limits: FileLimits,
     #[serde(default)]

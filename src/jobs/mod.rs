@@ -219,7 +219,7 @@ impl Jobs {
     /// and pollable through every one, run by the workers of all of them.
     /// Inside a Tokio runtime.
     pub fn open_shared(
-        shared: crate::store::postgres::Shared,
+        shared: crate::store::postgres::SharedStore,
         cfg: &JobsConfig,
         work: ItemFn,
     ) -> Result<Jobs, JobsError> {

@@ -13,7 +13,7 @@
 //! across replicas through a unique constraint, not a check then an insert.
 //!
 //! Workers are plain threads, as in the SQLite store (items are CPU work);
-//! they drive the async client with [`Shared::block_on`]. A submit wakes
+//! they drive the async client with [`SharedStore::block_on`]. A submit wakes
 //! them at once, on every replica, by `NOTIFY`; otherwise they look for
 //! work every half second.
 
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use super::backend::{Backend, BoxFuture, Inserted, JobRow};
 use super::worker::{run_item, JobsMetrics, FLUSH_INTERVAL};
 use super::{cutoff_ms, now_ms, view, ItemFn, JobStatus, JobView, JobsError, JobsHealth, Page};
-use crate::store::postgres::{error_kind, error_text, Shared, JOBS_CHANNEL, NOW_MICROS};
+use crate::store::postgres::{error_kind, error_text, SharedStore, JOBS_CHANNEL, NOW_MICROS};
 
 /// Items one worker claims at a time: each claim and each write of
 /// results is a durable commit, so larger claims mean fewer of them (and
@@ -74,7 +74,7 @@ const RETRY_BACKOFF: Duration = Duration::from_millis(20);
 
 /// The PostgreSQL job subsystem of one replica.
 pub(crate) struct PgJobs {
-    shared: Shared,
+    shared: SharedStore,
     work: ItemFn,
     pub(super) metrics: JobsMetrics,
     retention: Duration,
@@ -93,7 +93,7 @@ impl PgJobs {
     /// Starts `workers` worker threads, the retention sweeper and the
     /// listener that wakes the workers. Inside a Tokio runtime.
     pub fn open(
-        shared: Shared,
+        shared: SharedStore,
         retention: Duration,
         workers: usize,
         work: ItemFn,

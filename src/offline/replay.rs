@@ -153,7 +153,7 @@ pub fn replay(args: &Args, config: Config) -> Output {
         Err(lines) => return Output::unusable(&lines, args.json),
     };
     let db = args.data_dir.join("verdict.db");
-    let conn = match crate::audit::store::open_reader(&db) {
+    let conn = match crate::audit::sqlite::open_reader(&db) {
         Ok(c) => c,
         Err(e) => return Output::unusable(&[format!("{}: {e}", db.display())], args.json),
     };
@@ -170,7 +170,7 @@ pub fn replay(args: &Args, config: Config) -> Output {
             .unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
     );
     let (first, total) = match inputs::first_leaf_since(&conn, &search_from)
-        .and_then(|f| Ok((f, crate::audit::store::record_count(&conn)?)))
+        .and_then(|f| Ok((f, crate::audit::sqlite::record_count(&conn)?)))
     {
         Ok(v) => v,
         Err(e) => return Output::unusable(&[format!("{}: {e}", db.display())], args.json),

@@ -115,7 +115,7 @@ struct Inner {
     /// One permit per store in `stores`.
     store_slots: Arc<tokio::sync::Semaphore>,
     /// The shared store and this replica's id, when reviews live there.
-    shared: Option<crate::store::postgres::Shared>,
+    shared: Option<crate::store::postgres::SharedStore>,
     ttl: Duration,
     /// `review.retention` in milliseconds: resolved and expired reviews,
     /// and their held bodies, are deleted this long after they ended.

@@ -32,7 +32,7 @@ impl Reviews {
     /// not open. Blocking: call it at start-up, on a blocking thread or
     /// with `block_in_place`.
     pub fn open_shared(
-        shared: crate::store::postgres::Shared,
+        shared: crate::store::postgres::SharedStore,
         ttl: Duration,
         seal_key: [u8; 32],
     ) -> Result<Reviews, ReviewError> {
@@ -69,7 +69,7 @@ impl Reviews {
     pub(super) fn start(
         runtime: tokio::runtime::Handle,
         mut stores: Vec<Box<dyn Backend>>,
-        shared: Option<crate::store::postgres::Shared>,
+        shared: Option<crate::store::postgres::SharedStore>,
         recovered: Vec<String>,
         ttl: Duration,
         seal_key: &[u8; 32],

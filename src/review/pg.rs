@@ -15,7 +15,7 @@
 //! once.
 //!
 //! Like the SQLite store it is synchronous and runs on blocking threads;
-//! each call drives the async client with [`Shared::block_on`].
+//! each call drives the async client with [`SharedStore::block_on`].
 mod rows;
 use rows::{
     held_headers, insert_headers, insert_review, joinable, load, mark_expired, notify, read_row,
@@ -33,7 +33,7 @@ use super::backend::{
 };
 use super::state::{self, ForwardState, ReviewStatus, Verdict};
 use super::{ForwardOutcome, HeldRequest, NewReview, ReviewError, UpstreamResponse};
-use crate::store::postgres::{error_text, Shared, NOW_MICROS, REVIEWS_CHANNEL};
+use crate::store::postgres::{error_text, SharedStore, NOW_MICROS, REVIEWS_CHANNEL};
 
 /// The advisory lock that makes [`super::Reviews::resolution_turn`] one
 /// turn for every replica (an arbitrary constant).
@@ -53,12 +53,12 @@ fn columns() -> String {
 }
 
 pub(super) struct PgStore {
-    shared: Shared,
+    shared: SharedStore,
     sealer: super::seal::Sealer,
 }
 
 impl PgStore {
-    pub fn new(shared: Shared, sealer: super::seal::Sealer) -> PgStore {
+    pub fn new(shared: SharedStore, sealer: super::seal::Sealer) -> PgStore {
         PgStore { shared, sealer }
     }
 
@@ -652,7 +652,7 @@ pub(super) struct SharedTurn {
 }
 
 impl SharedTurn {
-    pub async fn take(shared: &Shared) -> Result<SharedTurn, ReviewError> {
+    pub async fn take(shared: &SharedStore) -> Result<SharedTurn, ReviewError> {
         let mut turn = SharedTurn {
             client: Some(shared.client().await?),
         };

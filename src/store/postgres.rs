@@ -14,7 +14,7 @@
 //! written by that subsystem (`review::pg`, `jobs::pg`, `witness::remote`).
 //!
 //! The review store and the job workers run on blocking threads (they are
-//! synchronous, like the SQLite ones); [`Shared::block_on`] lets them drive
+//! synchronous, like the SQLite ones); [`SharedStore::block_on`] lets them drive
 //! this async client from there.
 
 use std::future::Future;
@@ -139,7 +139,7 @@ fn with_sources(e: &dyn std::error::Error) -> String {
 
 /// The shared store: cheap to clone.
 #[derive(Clone)]
-pub struct Shared {
+pub struct SharedStore {
     inner: Arc<Inner>,
 }
 
@@ -156,16 +156,16 @@ struct Inner {
     metrics: Metrics,
     /// Failed renewals and listener connections since start.
     errors: AtomicU64,
-    /// Set by [`Shared::release`]: the lease is ended and stays ended.
+    /// Set by [`SharedStore::release`]: the lease is ended and stays ended.
     released: std::sync::atomic::AtomicBool,
     last_error: Mutex<Option<String>>,
 }
 
-impl Shared {
+impl SharedStore {
     /// Connects, applies the schema (refusing one newer than this build),
     /// registers this replica's lease and starts renewing it. Call at
     /// start-up, inside the runtime that will use the store.
-    pub async fn connect(cfg: &PostgresConfig) -> Result<Shared, SharedError> {
+    pub async fn connect(cfg: &PostgresConfig) -> Result<SharedStore, SharedError> {
         let connect_err = |message: String| SharedError::Connect {
             url: cfg.display.clone(),
             message,
@@ -205,7 +205,7 @@ impl Shared {
             released: std::sync::atomic::AtomicBool::new(false),
             last_error: Mutex::new(None),
         });
-        let shared = Shared { inner };
+        let shared = SharedStore { inner };
         shared.migrate().await.map_err(|e| match e {
             SharedError::Query(m) => connect_err(m),
             other => other,
@@ -528,7 +528,7 @@ async fn renew_forever(inner: std::sync::Weak<Inner>) {
         if strong.released.load(Ordering::Relaxed) {
             return;
         }
-        let shared = Shared { inner: strong };
+        let shared = SharedStore { inner: strong };
         match shared.renew().await {
             Ok(()) => {
                 if let Ok(mut last) = shared.inner.last_error.lock() {
@@ -622,7 +622,7 @@ fn hostname() -> String {
         .unwrap_or_else(|| "replica".to_string())
 }
 
-impl crate::telemetry::health::Component for Shared {
+impl crate::telemetry::health::Component for SharedStore {
     fn name(&self) -> &'static str {
         "shared_store"
     }
@@ -656,9 +656,9 @@ impl crate::telemetry::health::Component for Shared {
     }
 }
 
-impl std::fmt::Debug for Shared {
+impl std::fmt::Debug for SharedStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
+        f.debug_struct("SharedStore")
             .field("url", &self.inner.display)
             .field("replica", &self.inner.replica)
             .finish_non_exhaustive()
@@ -691,7 +691,7 @@ pub(crate) mod testing {
     }
 
     /// A replica connected to the database at `url`, with a 1 s lease.
-    pub async fn connect(url: &str) -> super::Shared {
+    pub async fn connect(url: &str) -> super::SharedStore {
         let text = format!("[store]\nurl = \"{url}\"\nlease = \"1s\"\n");
         let config =
             crate::config::Config::from_toml("test", &text, &crate::config::Overrides::default())
@@ -699,6 +699,6 @@ pub(crate) mod testing {
         let crate::config::StoreConfig::Postgres(pg) = config.store else {
             panic!("not a postgres store")
         };
-        super::Shared::connect(&pg).await.unwrap()
+        super::SharedStore::connect(&pg).await.unwrap()
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::audit::keys::parse_key_json;
 use crate::audit::note::{self, Checkpoint};
 use crate::audit::{self, AuditLog, ConsistencyDocument, PublishedCheckpoint};
-use crate::store::postgres::{error_text, Shared};
+use crate::store::postgres::{error_text, SharedStore};
 
 /// How often a replica publishes its newest checkpoint (when it grew).
 pub const PUBLISH_EVERY: Duration = Duration::from_secs(5);
@@ -29,7 +29,7 @@ pub const PUBLISH_EVERY: Duration = Duration::from_secs(5);
 /// next time.
 pub async fn publish_until(
     audit: AuditLog,
-    shared: Shared,
+    shared: SharedStore,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(PUBLISH_EVERY);
@@ -54,7 +54,7 @@ pub async fn publish_until(
 /// origin: a replica whose data dir was lost or replaced starts a new log
 /// under an origin whose checkpoints it (or another replica) published, and
 /// every later checkpoint would then fork that chain. Called at start.
-pub async fn check_not_behind(audit: &AuditLog, shared: &Shared) -> Result<(), String> {
+pub async fn check_not_behind(audit: &AuditLog, shared: &SharedStore) -> Result<(), String> {
     // The origin its checkpoints are published under; for a log with none
     // yet, the one its signing key names.
     let (origin, local) = match audit.checkpoint().await.map_err(|e| e.to_string())? {
@@ -94,7 +94,7 @@ pub async fn check_not_behind(audit: &AuditLog, shared: &Shared) -> Result<(), S
 
 /// Publishes the newest checkpoint if the store has none of this size yet;
 /// returns its size when it did.
-pub async fn publish_once(audit: &AuditLog, shared: &Shared) -> Result<Option<u64>, String> {
+pub async fn publish_once(audit: &AuditLog, shared: &SharedStore) -> Result<Option<u64>, String> {
     let Some(note_text) = audit.checkpoint().await.map_err(|e| e.to_string())? else {
         return Ok(None);
     };

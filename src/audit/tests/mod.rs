@@ -179,14 +179,14 @@ fn assert_key_change_at_leaf_1(e: &Env, old: &str, new: &str) {
 /// The checkpoint at `size` and the record at `leaf`, straight from SQLite.
 fn stored(e: &Env, size: u64, leaf: u64) -> (usize, String) {
     let conn = rusqlite::Connection::open(&e.db).unwrap();
-    let row = store::covering_checkpoint(&conn, size - 1)
+    let row = sqlite::covering_checkpoint(&conn, size - 1)
         .unwrap()
         .unwrap();
     assert_eq!(row.tree_size, size);
     let signatures = note::parse(&row.note).unwrap().signatures.len();
     (
         signatures,
-        store::record_by_leaf(&conn, leaf).unwrap().unwrap(),
+        sqlite::record_by_leaf(&conn, leaf).unwrap().unwrap(),
     )
 }
 

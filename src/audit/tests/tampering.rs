@@ -199,8 +199,8 @@ fn audit_connections_keep_temp_data_in_memory() {
     let temp_store = |c: &rusqlite::Connection| -> i64 {
         c.query_row("PRAGMA temp_store", [], |r| r.get(0)).unwrap()
     };
-    let writer = store::open_writer(&path).unwrap();
+    let writer = sqlite::open_writer(&path).unwrap();
     assert_eq!(temp_store(&writer), 2);
-    assert_eq!(temp_store(&store::open_reader(&path).unwrap()), 2);
-    assert_eq!(temp_store(&store::open_checkpointer(&path).unwrap()), 2);
+    assert_eq!(temp_store(&sqlite::open_reader(&path).unwrap()), 2);
+    assert_eq!(temp_store(&sqlite::open_checkpointer(&path).unwrap()), 2);
 }

@@ -374,11 +374,11 @@ async fn key_rotation_signs_with_both_and_keeps_old_published() {
     verify_proof(&p.to_json(), &old_key).unwrap();
     // The key-change checkpoint carries both signatures.
     let conn = rusqlite::Connection::open(&e.db).unwrap();
-    let newest = store::newest_checkpoint(&conn).unwrap().unwrap();
+    let newest = sqlite::newest_checkpoint(&conn).unwrap().unwrap();
     assert_eq!(newest.tree_size, 2);
     let n = note::parse(&newest.note).unwrap();
     assert_eq!(n.signatures.len(), 2);
-    let canonical = store::record_by_leaf(&conn, 1).unwrap().unwrap();
+    let canonical = sqlite::record_by_leaf(&conn, 1).unwrap().unwrap();
     assert!(canonical.contains(r#""kind":"key_change""#), "{canonical}");
     let later = decision(2);
     let r = log.append(later.clone()).await.unwrap();
