@@ -9,7 +9,7 @@
 //! disks that charge per flush). The no-op runs bracket the
 //! durable ones so drift in machine load shows.
 //!
-//! `cargo run --release --example audit_e2e_bench -- [secs] [clients] [sweep]`
+//! `cargo run --release --features bench --example audit_e2e_bench -- [secs] [clients] [sweep]`
 //!
 //! `sweep`, a comma-separated list of `max_wait` values in microseconds
 //! (e.g. `0,250,500,1000,2000`), runs the durable log once per value

@@ -320,8 +320,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 
 /// Benchmarks only: [`start`] with the given audit log instead of the one in
 /// the data dir (e.g. [`AuditLog::noop_for_benchmarks`], to measure what the
-/// durable log costs). Not reachable from the config file or the CLI.
-#[doc(hidden)]
+/// durable log costs). Not reachable from the config file or the CLI;
+/// built only with the `bench` feature.
+#[cfg(feature = "bench")]
 pub async fn start_with_audit_for_benchmarks(
     config: Config,
     audit: AuditLog,

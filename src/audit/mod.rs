@@ -279,8 +279,8 @@ impl AuditLog {
     /// nothing (key `noop`, empty proof). It exists so that
     /// `examples/audit_e2e_bench.rs` can measure what the durable log costs;
     /// it is deliberately not reachable from the config file or the CLI, and
-    /// must never serve real traffic.
-    #[doc(hidden)]
+    /// must never serve real traffic. Built only with the `bench` feature.
+    #[cfg(feature = "bench")]
     pub fn noop_for_benchmarks() -> Result<AuditLog, AuditError> {
         let shared = new_shared();
         if let Ok(mut h) = shared.health.lock() {
