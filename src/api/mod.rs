@@ -308,14 +308,19 @@ impl Api {
         }
     }
 
+    /// A JSON body under `limits.max_body_bytes`, the limit of every
+    /// endpoint but the batch submit.
+    async fn body(&self, req: Request<ReqBody>) -> Result<JsonBody, ApiError> {
+        self.json_body(req, self.app.config.limits.max_body_bytes)
+            .await
+    }
+
     async fn verify(
         &self,
         req: Request<ReqBody>,
         ctx: &Call,
     ) -> Result<Response<RespBody>, ApiError> {
-        let body = self
-            .json_body(req, self.app.config.limits.max_body_bytes)
-            .await?;
+        let body = self.body(req).await?;
         let resp = verify::handle(body, &self.app.resolver, &ctx.request_id, ctx.started).await?;
         json_response(StatusCode::OK, &resp)
     }
@@ -325,9 +330,7 @@ impl Api {
         req: Request<ReqBody>,
         ctx: &Call,
     ) -> Result<Response<RespBody>, ApiError> {
-        let body = self
-            .json_body(req, self.app.config.limits.max_body_bytes)
-            .await?;
+        let body = self.body(req).await?;
         let typed: authorize::AuthorizeRequest = crate::http::typed(&body.value)?;
         let (mode, input) = typed.into_input()?;
         let explain = authorize::ExplainInput::capture(mode, &input);
@@ -446,9 +449,7 @@ impl Api {
         approve: bool,
         ctx: &Call,
     ) -> Result<Response<RespBody>, ApiError> {
-        let body = self
-            .json_body(req, self.app.config.limits.max_body_bytes)
-            .await?;
+        let body = self.body(req).await?;
         let view = reviews::resolve_json(
             &self.app.reviews,
             &self.app.audit,

@@ -18,8 +18,8 @@
 //! each call drives the async client with [`SharedStore::block_on`].
 mod rows;
 use rows::{
-    held_headers, insert_headers, insert_review, joinable, load, mark_expired, notify, read_row,
-    upstream, NewRow,
+    held_headers, insert_headers, insert_review, joinable, load, load_locked, mark_expired, notify,
+    read_row, upstream, NewRow,
 };
 
 use std::time::SystemTime;
@@ -230,9 +230,7 @@ impl Backend for PgStore {
         self.shared.block_on(async {
             let mut client = self.shared.client().await?;
             let tx = client.transaction().await?;
-            let row = load(&tx, review_id, true)
-                .await?
-                .ok_or(ReviewError::NotFound)?;
+            let row = load_locked(&tx, review_id).await?;
             let plan = plan_resolve(&row, verdict, who, now)?;
             let to = match plan {
                 ResolvePlan::Expire => {
@@ -347,9 +345,7 @@ impl Backend for PgStore {
         self.shared.block_on(async {
             let mut client = self.shared.client().await?;
             let tx = client.transaction().await?;
-            let row = load(&tx, review_id, true)
-                .await?
-                .ok_or(ReviewError::NotFound)?;
+            let row = load_locked(&tx, review_id).await?;
             let f = plan_finish(row.forward, outcome)?;
             tx.execute(
                 "UPDATE review_reviews SET forward_state = $2, forward_finished_at = $3, \

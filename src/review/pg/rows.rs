@@ -27,6 +27,16 @@ pub(super) async fn load<C: deadpool_postgres::GenericClient>(
         .transpose()
 }
 
+/// One review that must exist, locked for the rest of the transaction.
+pub(super) async fn load_locked<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    review_id: &str,
+) -> Result<Row, ReviewError> {
+    load(client, review_id, true)
+        .await?
+        .ok_or(ReviewError::NotFound)
+}
+
 pub(super) async fn held_headers<C: deadpool_postgres::GenericClient>(
     client: &C,
     review_id: &str,
