@@ -28,7 +28,7 @@ use crate::support;
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use http::Method;
@@ -374,19 +374,16 @@ async fn reviewer_flow(c: &Client, api: &str, id: &str, hostile: &str) {
     c.goto("data:text/html,<p>control</p><script>setTimeout(()=>alert('control'),0)</script>")
         .await
         .unwrap();
-    let deadline = Instant::now() + PAGE_WAIT;
-    loop {
+    let what = "the control page's alert";
+    let text = support::eventually_every(what, PAGE_WAIT, Duration::from_millis(50), || async {
         match c.get_alert_text().await {
-            Ok(text) => {
-                assert_eq!(text, "control");
-                break;
-            }
-            Err(e) if e.is_no_such_alert() && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            Ok(text) => Ok(text),
+            Err(e) if e.is_no_such_alert() => Err(e.to_string()),
             Err(e) => panic!("the control page's alert was not seen: {e}"),
         }
-    }
+    })
+    .await;
+    assert_eq!(text, "control");
     c.dismiss_alert().await.unwrap();
 
     // Sign in: every console page sends an anonymous visitor to the form.

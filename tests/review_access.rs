@@ -5,7 +5,7 @@
 
 use crate::support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::Method;
 use serde_json::{json, Value};
@@ -365,19 +365,19 @@ async fn retention_purges_ended_reviews_and_the_log_still_verifies() {
     let pending = hold_order(&s, None, 2).await;
     let pending = pending["review_id"].as_str().unwrap().to_string();
     assert_eq!(resolve(&s, &ended, "reject", REVIEW_KEY).await.status, 200);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while s
-        .get(&format!("/v2/reviews/{ended}"), Some(REVIEW_KEY))
-        .await
-        .status
-        != 404
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the rejected review was never purged"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let url = format!("/v2/reviews/{ended}");
+    support::eventually_every(
+        "the rejected review to be purged",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async {
+            match s.get(&url, Some(REVIEW_KEY)).await.status {
+                404 => Ok(()),
+                other => Err(format!("still answered {other}")),
+            }
+        },
+    )
+    .await;
     let p = s
         .get(&format!("/v2/reviews/{pending}"), Some(REVIEW_KEY))
         .await;
