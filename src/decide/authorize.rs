@@ -46,8 +46,9 @@ struct PolicyRead<'s> {
     policy: Option<&'s ActionPolicy>,
     action_type: String,
     requested: Requested,
-    /// The params as sent.
+    /// The params as sent, and as the rules and `bind` read them.
     params: serde_json::Map<String, serde_json::Value>,
+    lookup: ParamLookup,
     /// The params as the audit record holds them (`redact` applied).
     audited_params: serde_json::Value,
     effective: Effective,
@@ -94,13 +95,15 @@ fn read_policy<'s>(
         );
         declared.to_string()
     });
+    let lookup = ParamLookup::from(&params);
     let (evaluation, rule_results) = policy
-        .map(|p| p.evaluate_traced(&ParamLookup::from(&params)))
+        .map(|p| p.evaluate_traced(&lookup))
         .unwrap_or_default();
     PolicyRead {
         policy,
         requested,
         params,
+        lookup,
         audited_params,
         effective,
         origins,
@@ -288,8 +291,8 @@ fn evaluate(
         .iter()
         .filter(|c| c.status == engine::ClaimStatus::Supported && cited_enough(c))
         .count();
-    let lookup = ParamLookup::from(&read.params);
-    let unbound = unbound(read.policy, &lookup, &checked.checks, cited_enough);
+    let lookup = &read.lookup;
+    let unbound = unbound(read.policy, lookup, &checked.checks, cited_enough);
     let (decision, row) = decide::decide_traced(&decide::Facts {
         requirements: effective,
         rule_hits: &read.rule_hits,
@@ -308,7 +311,7 @@ fn evaluate(
             let shared = shadow::SameRequest {
                 action_type: &read.action_type,
                 requested: &read.requested,
-                lookup: &lookup,
+                lookup,
                 defaults: h.defaults,
                 unknown_action: h.unknown_action,
                 checks: &checked.checks,

@@ -152,7 +152,7 @@ pub fn route<'a>(
 /// method: refused when it asks for another method with `_method`. A body
 /// labelled JSON is read as the gate reads any JSON body; any other body
 /// is read the same way when a lenient JSON reader would take it for a
-/// JSON object ([`guard::sniffed_json_object`]: Flask's
+/// JSON object (`guard::sniffed_json_object`: Flask's
 /// `get_json(force=True)`, a handler that sniffs `{`).
 pub fn unmatched_body_refusal<'a>(
     route: &'a Route,
@@ -190,7 +190,7 @@ pub fn unmatched_body_refusal<'a>(
 /// method must be read whole before it is forwarded: it says JSON (read as
 /// the gate reads any JSON body) or is compressed (refused, see
 /// [`unmatched_body_refusal`]). Any other body is read only as far as its
-/// first character ([`guard::prefix_opens_object`]).
+/// first character (`guard::prefix_opens_object`).
 pub fn body_read_whole(headers: &HeaderMap) -> bool {
     guard::body_kind(headers) == guard::BodyKind::Json || encoded(headers)
 }

@@ -11,7 +11,7 @@
 //! house can still be probed, a header read timeout (slowloris), a deadline
 //! on every request body (see [`pace`]) and a bound on the TLS handshake. HTTP/1 requests with ambiguous framing (both
 //! `Content-Length` and `Transfer-Encoding`) are refused with a 400 before any
-//! handler sees them (see [`framing`]). On shutdown the listener stops accepting, asks every
+//! handler sees them (see `framing`). On shutdown the listener stops accepting, asks every
 //! connection to finish its in-flight requests, and gives up after the grace
 //! period.
 //!
