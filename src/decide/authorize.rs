@@ -389,15 +389,17 @@ async fn record(
     set: &PolicySet,
     ctx: &Ctx<'_>,
     read: PolicyRead<'_>,
-    evidence: Evidence,
+    mut evidence: Evidence,
     e: Evaluated,
     started: Instant,
 ) -> Result<Decided, DecideError> {
     let evaluated_at = crate::support::time::rfc3339((h.clock)());
     let record = audit_record(set, ctx, &read, &evidence, &e);
+    // The captured input (the whole request, sources included) moves into
+    // the log's queue; it is never copied.
     let captured = evidence
         .captured
-        .clone()
+        .take()
         .map(|canonical| crate::audit::CapturedInput { canonical });
     let source = if ctx.route.is_some() { "proxy" } else { "api" };
     let evaluated = Instant::now();
@@ -431,10 +433,12 @@ async fn record(
         );
     }
     let sources_total = evidence.sources_total;
-    let refused: Vec<String> = evidence
-        .untrusted
-        .iter()
-        .map(|(id, _)| id.clone())
+    let untrusted = evidence.untrusted;
+    let sources = evidence
+        .resolved
+        .into_iter()
+        .filter(|r| !untrusted.iter().any(|(u, _)| *u == r.id))
+        .filter_map(|r| r.text.ok().map(|t| (r.id, t)))
         .collect();
     Ok(Decided {
         decision,
@@ -446,14 +450,9 @@ async fn record(
         unbound: e.unbound,
         claims_supported: e.claims_supported,
         sources_total,
-        sources: evidence
-            .resolved
-            .into_iter()
-            .filter(|r| !refused.contains(&r.id))
-            .filter_map(|r| r.text.ok().map(|t| (r.id, t)))
-            .collect(),
+        sources,
         unavailable: evidence.unavailable,
-        untrusted: evidence.untrusted,
+        untrusted,
         policy_revision: set.revision.clone(),
         approvals: read.policy.and_then(|p| p.approvals),
         evaluated_at,
