@@ -392,42 +392,27 @@ fn requirements(t: &Trace, e: &Effective) -> Vec<FieldOut> {
         DEFAULT_CITATIONS, DEFAULT_EVIDENCE_LIMIT, DEFAULT_MIN_COVERAGE, DEFAULT_MODE,
     };
     let (fr, fo, rq) = (&t.floor_requirements, &t.floor_options, &t.requested);
+    // One requirement whose name is its field in the trace's origins and in
+    // the effective settings alike.
+    macro_rules! req {
+        ($name:ident, $show:expr, $default:expr, $floor:expr) => {
+            field(
+                stringify!($name),
+                t.origins.$name,
+                $show,
+                (e.$name, $default),
+                ($floor, rq.$name),
+            )
+        };
+    }
+    let limit = fo.evidence_limit.map(|n| n as usize);
+    #[rustfmt::skip]
     let mut fields = vec![
-        field(
-            "decision_mode",
-            t.origins.decision_mode,
-            |m| json!(mode_str(m)),
-            (e.decision_mode, DEFAULT_MODE),
-            (fr.decision_mode, rq.decision_mode),
-        ),
-        field(
-            "min_coverage",
-            t.origins.min_coverage,
-            |v| json!(v),
-            (e.min_coverage, DEFAULT_MIN_COVERAGE),
-            (fr.min_coverage.or(fo.min_coverage), rq.min_coverage),
-        ),
-        field(
-            "citations",
-            t.origins.citations,
-            |c| json!(citations_str(c)),
-            (e.citations, DEFAULT_CITATIONS),
-            (fr.citations, rq.citations),
-        ),
-        field(
-            "deny_if_any_unsupported",
-            t.origins.deny_if_any_unsupported,
-            |b| json!(b),
-            (e.deny_if_any_unsupported, false),
-            (fo.deny_if_any_unsupported, rq.deny_if_any_unsupported),
-        ),
-        field(
-            "evidence_limit",
-            t.origins.evidence_limit,
-            |n| json!(n),
-            (e.evidence_limit, DEFAULT_EVIDENCE_LIMIT),
-            (fo.evidence_limit.map(|n| n as usize), rq.evidence_limit),
-        ),
+        req!(decision_mode, |m| json!(mode_str(m)), DEFAULT_MODE, fr.decision_mode),
+        req!(min_coverage, |v| json!(v), DEFAULT_MIN_COVERAGE, fr.min_coverage.or(fo.min_coverage)),
+        req!(citations, |c| json!(citations_str(c)), DEFAULT_CITATIONS, fr.citations),
+        req!(deny_if_any_unsupported, |b| json!(b), false, fo.deny_if_any_unsupported),
+        req!(evidence_limit, |n| json!(n), DEFAULT_EVIDENCE_LIMIT, limit),
         FieldOut {
             field: "require_claims",
             value: json!(e.require_claims),

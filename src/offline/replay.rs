@@ -500,39 +500,58 @@ fn text(r: &Report, draft: &Path, baseline: &Path) -> String {
         r.newly_review
     );
     if !r.flips.is_empty() {
-        let _ = writeln!(
-            out,
-            "  {:<14} {:<14} {:>8}  examples",
-            "from", "to", "count"
-        );
-        for f in &r.flips {
-            let _ = writeln!(
-                out,
-                "  {:<14} {:<14} {:>8}  {}",
-                f.from,
-                f.to,
-                f.count,
-                f.examples.join(", ")
-            );
-        }
+        let rows = r.flips.iter().map(|f| {
+            let labels = [f.from.as_str(), &f.to];
+            (labels, f.count, &f.examples)
+        });
+        changes_table(&mut out, [("from", 14), ("to", 14)], rows);
     }
     if !r.reason_changes.is_empty() {
-        let _ = writeln!(
-            out,
-            "  same decision, another reason:\n  {:<14} {:<22} {:<22} {:>8}  examples",
-            "decision", "from", "to", "count"
-        );
-        for c in &r.reason_changes {
-            let _ = writeln!(
-                out,
-                "  {:<14} {:<22} {:<22} {:>8}  {}",
-                c.decision,
-                c.from,
-                c.to,
-                c.count,
-                c.examples.join(", ")
-            );
-        }
+        let _ = writeln!(out, "  same decision, another reason:");
+        let rows = r.reason_changes.iter().map(|c| {
+            let labels = [c.decision.as_str(), &c.from, &c.to];
+            (labels, c.count, &c.examples)
+        });
+        let columns = [("decision", 14), ("from", 22), ("to", 22)];
+        changes_table(&mut out, columns, rows);
     }
     out
+}
+
+/// A table of changes, indented two spaces: the label columns, each padded
+/// to its width, then the count and the example record ids.
+fn changes_table<'a, const N: usize>(
+    out: &mut String,
+    columns: [(&str, usize); N],
+    rows: impl Iterator<Item = ([&'a str; N], u64, &'a Vec<String>)>,
+) {
+    use std::fmt::Write as _;
+    let mut line = |labels: [&str; N], count: &dyn std::fmt::Display, examples: &str| {
+        out.push(' ');
+        for (label, (_, width)) in labels.iter().zip(columns) {
+            let _ = write!(out, " {label:<width$}");
+        }
+        let _ = writeln!(out, " {count:>8}  {examples}");
+    };
+    line(columns.map(|(head, _)| head), &"count", "examples");
+    for (labels, count, examples) in rows {
+        line(labels, &count, &examples.join(", "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changes_table_pads_its_labels_and_right_aligns_the_count() {
+        let mut out = String::new();
+        let examples = vec!["r1".to_string(), "r2".to_string()];
+        let rows = [(["allow", "deny"], 12, &examples)].into_iter();
+        changes_table(&mut out, [("from", 6), ("to", 4)], rows);
+        assert_eq!(
+            out,
+            "  from   to      count  examples\n  allow  deny       12  r1, r2\n"
+        );
+    }
 }

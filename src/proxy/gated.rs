@@ -315,30 +315,16 @@ impl Proxy {
         g: Buffered<'_>,
         e: DecideError,
     ) -> Result<Response<RespBody>, ApiError> {
-        let Buffered {
-            set,
-            route,
-            parts,
-            bytes,
-            probe,
-            from,
-        } = g;
+        let route = g.route;
         match e {
             e @ (DecideError::Unavailable(_) | DecideError::Internal(_)) => {
                 if route.failure_mode == FailureMode::Open {
                     tracing::warn!(route = %route.name, error = %e, "gate failed; route is fail-open, forwarding");
                     self.stats.count(&route.name, "fail_open");
-                    let body = full(bytes);
                     let extra = [("x-verdict-decision", "unavailable".to_string())];
-                    return Ok(self
-                        .forward(Outbound::new(
-                            parts,
-                            body,
-                            from.conn,
-                            from.request_id,
-                            &extra,
-                        ))
-                        .await);
+                    let (conn, request_id) = (g.from.conn, g.from.request_id);
+                    let out = Outbound::new(g.parts, full(g.bytes), conn, request_id, &extra);
+                    return Ok(self.forward(out).await);
                 }
                 Err(ApiError::Unavailable(format!(
                     "the gate cannot decide, failing closed: {e}"
@@ -354,7 +340,7 @@ impl Proxy {
                     status,
                     message: e.to_string(),
                 };
-                Ok(self.refuse(set, &probe, r, from.request_id).await)
+                Ok(self.refuse(g.set, &g.probe, r, g.from.request_id).await)
             }
         }
     }
