@@ -1,6 +1,6 @@
 //! Background WAL checkpoints for the audit database, so that copying the
 //! write-ahead log back into the database file mostly happens beside the
-//! writer thread instead of inside one of its group commits.
+//! writer instead of inside one of its group commits.
 //!
 //! SQLite's auto-checkpoint runs in whichever commit makes the WAL cross its
 //! threshold: that group, and every request waiting on it, pays for copying

@@ -5,7 +5,9 @@
 //! with C2SP checkpoints signed with Ed25519, stored in SQLite. Anyone holding
 //! a record, its proof and our public key can check it offline, and
 //! `verify_log` re-checks a whole log. This module is the async-facing handle;
-//! the work happens on one writer thread (see `writer`).
+//! the commits happen in the appending caller when the log is quiet, or on
+//! the committer thread under load (see `line`), always through the one
+//! `writer`.
 //!
 //! # Use
 //! - Startup: [`AuditLog::open`]`(data_dir/verdict.db, data_dir, &cfg.audit)`;
@@ -28,6 +30,7 @@ pub mod cosign;
 pub mod export;
 pub mod inputs;
 pub mod keys;
+mod line;
 pub mod merkle;
 pub mod note;
 pub mod record;
@@ -42,7 +45,6 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -69,8 +71,9 @@ pub use verify::{
     VerifyReport,
 };
 
+use line::{Line, Role};
 pub use witnessing::{ask_witnesses, WitnessCheck, WitnessFailure, WitnessStatus};
-use writer::{Msg, Pending, Writer};
+use writer::{Pending, Writer};
 
 /// Why the audit log could not do what was asked. Cloneable so that one
 /// failed group commit can answer every waiter.
@@ -216,7 +219,8 @@ struct Published {
 }
 
 struct Inner {
-    tx: Sender<Msg>,
+    /// The queue and whoever commits it.
+    line: Arc<Line>,
     /// Bounds the records queued for the writer; callers wait here (async)
     /// when the writer falls behind.
     slots: Arc<Semaphore>,
@@ -224,6 +228,8 @@ struct Inner {
     db_path: PathBuf,
     /// Idle read connections, reused across `spawn_blocking` reads.
     readers: Mutex<Vec<Connection>>,
+    /// The committer thread, which takes the groups that queue during a
+    /// commit.
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Turns true on shutdown; background tasks (witnessing) stop.
     stop: tokio::sync::watch::Sender<bool>,
@@ -254,15 +260,11 @@ impl AuditLog {
     pub fn open(db_path: &Path, key_dir: &Path, cfg: &AuditConfig) -> Result<AuditLog, AuditError> {
         let shared = new_shared();
         let writer = Writer::open(db_path, key_dir, cfg, shared.clone())?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("audit-writer".into())
-            .spawn(move || writer.run(rx))
-            .map_err(|e| AuditError::Unavailable(format!("cannot start the writer: {e}")))?;
+        let (line, thread) = Line::start(Box::new(writer), cfg.max_batch, cfg.max_wait)?;
         let capacity = cfg.max_batch.saturating_mul(4).clamp(1024, 1 << 20);
         Ok(AuditLog {
             inner: Arc::new(Inner {
-                tx,
+                line,
                 slots: Arc::new(Semaphore::new(capacity)),
                 shared,
                 db_path: db_path.to_path_buf(),
@@ -274,52 +276,23 @@ impl AuditLog {
     }
 
     /// Benchmarks only: a log that stores nothing and signs nothing. It
-    /// answers each append at once, from a thread, through the same queue
-    /// and reply channel as the real writer, with a receipt that proves
-    /// nothing (key `noop`, empty proof). It exists so that
-    /// `examples/audit_e2e_bench.rs` can measure what the durable log costs;
-    /// it is deliberately not reachable from the config file or the CLI, and
-    /// must never serve real traffic. Built only with the `bench` feature.
+    /// answers each append at once, through the same queue and reply channel
+    /// as the real writer, with a receipt that proves nothing (key `noop`,
+    /// empty proof). It exists so that `examples/audit_e2e_bench.rs` can
+    /// measure what the durable log costs; it is deliberately not reachable
+    /// from the config file or the CLI, and must never serve real traffic.
+    /// Built only with the `bench` feature.
     #[cfg(feature = "bench")]
     pub fn noop_for_benchmarks() -> Result<AuditLog, AuditError> {
         let shared = new_shared();
         if let Ok(mut h) = shared.health.lock() {
             h.key_id = "noop".into();
         }
-        let (tx, rx) = std::sync::mpsc::channel::<Msg>();
-        let thread = std::thread::Builder::new()
-            .name("audit-noop".into())
-            .spawn(move || {
-                let mut size = 0u64;
-                while let Ok(msg) = rx.recv() {
-                    match msg {
-                        Msg::Append(p) => {
-                            let _ = p.reply.send(Ok(writer::Answer::Noop(Receipt {
-                                record_id: p.record_id,
-                                record_hash: record::hash_string(&p.record_hash),
-                                key_id: "noop".into(),
-                                merkle_root: record::hash_string(&[0; 32]),
-                                leaf_index: size,
-                                tree_size: size + 1,
-                                proof: Vec::new(),
-                            })));
-                            size += 1;
-                        }
-                        Msg::Rotate(reply) => {
-                            let _ =
-                                reply.send(Err(AuditError::Unavailable("no-op audit log".into())));
-                        }
-                        Msg::Shutdown(ack) => {
-                            let _ = ack.send(());
-                            return;
-                        }
-                    }
-                }
-            })
-            .map_err(|e| AuditError::Unavailable(format!("cannot start the no-op thread: {e}")))?;
+        let noop = Box::new(writer::Noop::default());
+        let (line, thread) = Line::start(noop, 1024, std::time::Duration::ZERO)?;
         Ok(AuditLog {
             inner: Arc::new(Inner {
-                tx,
+                line,
                 slots: Arc::new(Semaphore::new(1 << 16)),
                 shared,
                 db_path: PathBuf::from("/nonexistent/verdict-noop-audit.db"),
@@ -367,19 +340,19 @@ impl AuditLog {
             .await
             .map_err(|_| AuditError::Unavailable("audit log is closed".into()))?;
         let (reply, answer) = oneshot::channel();
-        self.inner
-            .tx
-            .send(Msg::Append(Pending {
-                record_id: record.record_id,
-                canonical,
-                record_hash,
-                principal: record.principal,
-                input,
-                enqueued: Instant::now(),
-                reply,
-                _permit: permit,
-            }))
-            .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))?;
+        let role = self.inner.line.enqueue(Pending {
+            record_id: record.record_id,
+            canonical,
+            record_hash,
+            principal: record.principal,
+            input,
+            enqueued: Instant::now(),
+            reply,
+            _permit: permit,
+        })?;
+        if let Role::Leader(batch) = role {
+            self.lead(batch).await?;
+        }
         // The record is durable here. Building the receipt from the group's
         // in-memory hashes fails only on a bug in the tree math; the caller
         // then gets an error and withholds the decision (fail closed), while
@@ -397,6 +370,25 @@ impl AuditLog {
                 .inc();
         }
         Ok(receipt)
+    }
+
+    /// Commits a leader's batch: in place on a multi-threaded runtime (the
+    /// worker hands its other tasks on and blocks for the commit), on the
+    /// blocking pool on a single-threaded one, where blocking in place is
+    /// not allowed.
+    async fn lead(&self, batch: Vec<Pending>) -> Result<(), AuditError> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let line = self.inner.line.clone();
+        let in_place =
+            Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+        if in_place {
+            tokio::task::block_in_place(|| line.lead(batch));
+            Ok(())
+        } else {
+            tokio::task::spawn_blocking(move || line.lead(batch))
+                .await
+                .map_err(|e| AuditError::Unavailable(format!("audit commit failed: {e}")))
+        }
     }
 
     /// Runs `f` with a read connection on the blocking pool.
@@ -507,16 +499,19 @@ impl AuditLog {
         self.inner.shared.halted.get().cloned()
     }
 
-    /// Whether the writer thread still runs. Once it has stopped (after
+    /// Whether the log still commits: its committer thread runs and no
+    /// commit has panicked. Once it has stopped (after
     /// [`AuditLog::shutdown`], or a panic) every append fails until the
     /// process restarts: unlike a failed commit, which the next group
     /// retries, nothing brings it back.
     pub fn writer_running(&self) -> bool {
-        self.inner
-            .thread
-            .lock()
-            .map(|t| t.as_ref().is_some_and(|t| !t.is_finished()))
-            .unwrap_or(false)
+        self.inner.line.accepting()
+            && self
+                .inner
+                .thread
+                .lock()
+                .map(|t| t.as_ref().is_some_and(|t| !t.is_finished()))
+                .unwrap_or(false)
     }
 
     /// Registers `verdict_audit_group_size`, `verdict_audit_commit_seconds`,
@@ -567,24 +562,18 @@ impl AuditLog {
 
     /// Rotates the signing key while running (see [`rotate_key`]).
     pub async fn rotate_key(&self) -> Result<KeyDocument, AuditError> {
-        let (reply, answer) = oneshot::channel();
-        self.inner
-            .tx
-            .send(Msg::Rotate(reply))
-            .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))?;
-        answer
+        let line = self.inner.line.clone();
+        tokio::task::spawn_blocking(move || line.rotate())
             .await
-            .map_err(|_| AuditError::Unavailable("audit writer has stopped".into()))?
+            .map_err(|e| AuditError::Unavailable(format!("key rotation failed: {e}")))?
     }
 
     /// Commits every queued record, then stops the writer. Later appends
     /// fail with `Unavailable`. Safe to call more than once.
     pub async fn shutdown(&self) {
         self.inner.stop.send_replace(true);
-        let (ack, done) = oneshot::channel();
-        if self.inner.tx.send(Msg::Shutdown(ack)).is_ok() {
-            let _ = done.await;
-        }
+        let line = self.inner.line.clone();
+        let _ = tokio::task::spawn_blocking(move || line.close()).await;
         let handle = self.inner.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(h) = handle {
             let _ = tokio::task::spawn_blocking(move || h.join()).await;

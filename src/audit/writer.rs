@@ -1,18 +1,19 @@
-//! The single writer: one std thread owns the write connection, the in-memory
-//! right edge of the tree and the signing key, and turns queued records into
-//! group commits.
+//! The single writer: it owns the write connection, the in-memory right edge
+//! of the tree and the signing key, and turns a batch of records into one
+//! group commit.
 //!
 //! One writer means leaf indices are assigned without locks and the tree can
-//! be extended from memory, and a dedicated thread keeps fsync and SQLite off
-//! the async runtime. Each group is one transaction holding the records, their
-//! stored hashes and the signed checkpoint for the new size, so a torn write
-//! leaves no trace and every stored record is covered by a signed checkpoint.
-//! Waiters are answered only after the commit.
+//! be extended from memory. Whoever commits holds it alone (`super::line`
+//! decides who: the appending caller when the log is quiet, the committer
+//! thread under load), always off the async runtime's polling. Each group is
+//! one transaction holding the records, their stored hashes and the signed
+//! checkpoint for the new size, so a torn write leaves no trace and every
+//! stored record is covered by a signed checkpoint. Waiters are answered
+//! only after the commit.
 
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use time::OffsetDateTime;
@@ -94,13 +95,6 @@ impl Answer {
     }
 }
 
-pub(crate) enum Msg {
-    Append(Pending),
-    Rotate(oneshot::Sender<Result<KeyDocument, AuditError>>),
-    /// Commit what is queued, then stop.
-    Shutdown(oneshot::Sender<()>),
-}
-
 /// A committed group and, per item, its leaf or why it was refused.
 type Committed = (Arc<Group>, Vec<Result<u64, AuditError>>);
 
@@ -120,8 +114,6 @@ pub(crate) struct Writer {
     ring: KeyRing,
     origin: String,
     shared: Arc<Published>,
-    max_wait: Duration,
-    max_batch: usize,
     /// A rotation whose `key_change` record and two-key checkpoint are not
     /// committed yet: the retired key that must co-sign it. Set between the
     /// key documents naming the new key and that commit; every later group
@@ -130,55 +122,6 @@ pub(crate) struct Writer {
     pending_key_change: Option<SigningKey>,
     /// Copies WAL frames into the database beside this thread.
     checkpointer: Checkpointer,
-}
-
-/// How long a forming group waits for its next record before it closes
-/// early: a tenth of `max_wait` (200 us at 2 ms; the default is 0).
-///
-/// `max_wait` is an upper bound ("collected for at most"), and waiting it out
-/// in full only pays while records keep arriving. A lone request at low load
-/// would otherwise always pay the whole `max_wait` on top of the fsync, and a
-/// closed loop of N clients whose N records are all in would wait for nobody.
-/// With the gap, a steady stream still fills groups up to `max_wait` or
-/// `max_batch`, and a quiet queue commits after one gap.
-///
-/// A group does not linger at all when it has no company: its first record
-/// is alone in the queue and the previous group held one record. Then the
-/// gap would only delay the lone request (by 0.3-0.7 ms measured with one
-/// writer, the gap plus the timer's overshoot) and group nothing; records
-/// that arrive while it commits form the next group anyway.
-///
-/// Nor does a group linger when its first record was already queued as the
-/// previous commit ended. Such a group formed during that commit, so its
-/// records have waited one commit already, and under load the commit time
-/// itself sets the group size (a slower disk, bigger groups).
-///
-/// And a group lingers no longer than half the previous commit took (see
-/// [`linger_cap`]). Where a commit takes twice `max_wait` or more (a disk
-/// whose fsync takes milliseconds), the full `max_wait` still applies.
-///
-/// Why: while every client waits on a lingering group, the cores sit idle,
-/// so a plain linger costs throughput on a fast disk; these two rules keep
-/// a linger only where the flush it saves is dear (docs/benchmarks.md has
-/// the figures).
-fn idle_gap(max_wait: Duration) -> Duration {
-    max_wait / 10
-}
-
-/// The longest a group may linger, counted from its first record's arrival:
-/// half the previous commit's duration, within `max_wait`.
-///
-/// Records arriving after a full commit's duration would have formed the
-/// next group while this one committed, so a longer wait only delays the
-/// ones already in. Half rather than all of it keeps a commit running: the
-/// records that come during the second half of that time queue behind this
-/// group and commit next, so the writer finds work as its commit ends. A cap
-/// of one whole commit gathered a closed loop's stragglers into one group,
-/// after which the queue was empty and the writer sat idle a quarter of the
-/// time while every client turned around (with half, `audit_bench` at 2 ms
-/// runs level with `max_wait` 0; see git history for the runs).
-fn linger_cap(max_wait: Duration, last_commit: Duration) -> Duration {
-    max_wait.min(last_commit / 2)
 }
 
 fn now_at() -> String {
@@ -265,8 +208,6 @@ impl Writer {
             ring,
             origin,
             shared,
-            max_wait: cfg.max_wait,
-            max_batch: cfg.max_batch,
             pending_key_change: None,
             checkpointer,
         };
@@ -437,97 +378,7 @@ impl Writer {
         }
     }
 
-    /// The writer loop; returns when every handle is gone or on shutdown.
-    pub fn run(mut self, rx: Receiver<Msg>) {
-        let mut carry: Option<Msg> = None;
-        // Records in the previous group (see `idle_gap`).
-        let mut last_group = 0usize;
-        // How long the previous group commit took (see `linger_cap`).
-        let mut last_commit = self.max_wait;
-        loop {
-            // `idle`: nothing was queued, so this thread waited for the
-            // message; only then may a group linger (see `idle_gap`).
-            let (msg, idle) = match carry.take() {
-                Some(m) => (m, false),
-                None => match rx.try_recv() {
-                    Ok(m) => (m, false),
-                    Err(TryRecvError::Disconnected) => return,
-                    Err(TryRecvError::Empty) => match rx.recv() {
-                        Ok(m) => (m, true),
-                        Err(_) => return,
-                    },
-                },
-            };
-            match msg {
-                Msg::Shutdown(ack) => {
-                    let mut batch = Vec::new();
-                    while let Ok(m) = rx.try_recv() {
-                        match m {
-                            Msg::Append(p) => batch.push(p),
-                            Msg::Rotate(reply) => {
-                                let _ = reply.send(Err(AuditError::Unavailable(
-                                    "audit log is shutting down".into(),
-                                )));
-                            }
-                            Msg::Shutdown(other) => {
-                                let _ = other.send(());
-                            }
-                        }
-                    }
-                    while !batch.is_empty() {
-                        let rest = batch.split_off(batch.len().min(self.max_batch));
-                        self.commit_batch(batch);
-                        batch = rest;
-                    }
-                    let _ = ack.send(());
-                    return;
-                }
-                Msg::Rotate(reply) => {
-                    let _ = reply.send(self.rotate());
-                }
-                Msg::Append(first) => {
-                    let deadline = first.enqueued + linger_cap(self.max_wait, last_commit);
-                    let gap = idle_gap(self.max_wait);
-                    let mut batch = vec![first];
-                    while batch.len() < self.max_batch {
-                        let next = match rx.try_recv() {
-                            Ok(m) => Some(m),
-                            Err(TryRecvError::Disconnected) => None,
-                            Err(TryRecvError::Empty) => {
-                                let now = Instant::now();
-                                if !idle || now >= deadline || (batch.len() == 1 && last_group <= 1)
-                                {
-                                    None
-                                } else {
-                                    // Linger only while records keep coming:
-                                    // a quiet gap closes the group early.
-                                    match rx.recv_timeout((deadline - now).min(gap)) {
-                                        Ok(m) => Some(m),
-                                        Err(RecvTimeoutError::Timeout)
-                                        | Err(RecvTimeoutError::Disconnected) => None,
-                                    }
-                                }
-                            }
-                        };
-                        match next {
-                            Some(Msg::Append(p)) => batch.push(p),
-                            Some(other) => {
-                                carry = Some(other);
-                                break;
-                            }
-                            None => break,
-                        }
-                    }
-                    last_group = batch.len();
-                    let started = Instant::now();
-                    self.commit_batch(batch);
-                    last_commit = started.elapsed();
-                }
-            }
-        }
-    }
-
-    fn commit_batch(&mut self, batch: Vec<Pending>) {
+    pub(crate) fn commit_batch(&mut self, batch: Vec<Pending>) {
         if self.pending_key_change.is_some() {
             // The key change goes in first: no record may be signed by the
             // new key alone before the checkpoint that links it to the old.
@@ -760,22 +611,43 @@ impl Writer {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+impl super::line::Committer for Writer {
+    fn commit_batch(&mut self, batch: Vec<Pending>) {
+        Writer::commit_batch(self, batch);
+    }
 
-    #[test]
-    fn a_linger_is_capped_at_half_the_last_commit_within_max_wait() {
-        let ms = Duration::from_millis;
-        // A fast disk: half the 0.3 ms commit, far under the 2 ms default.
-        assert_eq!(
-            linger_cap(ms(2), Duration::from_micros(300)),
-            Duration::from_micros(150)
-        );
-        // A slow disk: max_wait bounds it.
-        assert_eq!(linger_cap(ms(2), ms(10)), ms(2));
-        assert_eq!(linger_cap(ms(2), ms(4)), ms(2));
-        // max_wait 0 never lingers.
-        assert_eq!(linger_cap(Duration::ZERO, ms(10)), Duration::ZERO);
+    fn rotate(&mut self) -> Result<KeyDocument, AuditError> {
+        Writer::rotate(self)
+    }
+}
+
+/// The benchmarks' committer: stores and signs nothing, and answers every
+/// record with a receipt that proves nothing (see
+/// [`AuditLog::noop_for_benchmarks`](super::AuditLog::noop_for_benchmarks)).
+#[cfg(feature = "bench")]
+#[derive(Default)]
+pub(crate) struct Noop {
+    size: u64,
+}
+
+#[cfg(feature = "bench")]
+impl super::line::Committer for Noop {
+    fn commit_batch(&mut self, batch: Vec<Pending>) {
+        for p in batch {
+            let _ = p.reply.send(Ok(Answer::Noop(Receipt {
+                record_id: p.record_id,
+                record_hash: hash_string(&p.record_hash),
+                key_id: "noop".into(),
+                merkle_root: hash_string(&[0; 32]),
+                leaf_index: self.size,
+                tree_size: self.size + 1,
+                proof: Vec::new(),
+            })));
+            self.size += 1;
+        }
+    }
+
+    fn rotate(&mut self) -> Result<KeyDocument, AuditError> {
+        Err(AuditError::Unavailable("no-op audit log".into()))
     }
 }

@@ -230,11 +230,11 @@ pub struct AuditConfig {
     pub origin: Option<String>,
     /// The longest a group commit collects records (`audit.max_wait`). A
     /// forming group also closes once no record has arrived for a tenth of
-    /// this, and lingers only when its first record found the writer idle,
-    /// for at most half as long as the previous commit took (see the
-    /// writer's `idle_gap` and `linger_cap`). The default is 0: a group
-    /// forms by itself while the previous flush runs; 2 ms suits disks that
-    /// charge per flush.
+    /// this, and lingers only when its first record found no commit running
+    /// and it has company, for at most half as long as the previous commit
+    /// took (see `audit::line`). The default is 0: a group forms by itself
+    /// while the previous flush runs; 2 ms suits disks that charge per
+    /// flush.
     pub max_wait: Duration,
     pub max_batch: usize,
     /// `[[audit.witnesses]]`: witnesses the log sends its checkpoints to

@@ -4,7 +4,7 @@
 //! Subsystems register a [`Component`] at start-up. `/health` (liveness)
 //! stays cheap: two atomics and each component's [`Component::fatal`], a
 //! check for a failure the process cannot recover from by itself (the audit
-//! writer thread is gone), which only a restart fixes and so is what a
+//! writer has stopped), which only a restart fixes and so is what a
 //! liveness probe is for. A failure that heals by itself (a full disk, a
 //! locked database) is not fatal: `/ready` and `/health/detailed` show it
 //! and the pod keeps its held connections. `/health/detailed` asks every

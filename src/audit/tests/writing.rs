@@ -187,6 +187,54 @@ async fn group_commit_with_many_concurrent_appends() {
     assert!(report.checkpoints < 200, "{report:?}");
 }
 
+/// On the server's runtime the appending task commits in place (a leader)
+/// and hands what queued meanwhile to the committer thread: every record is
+/// placed once, the groups still form, and shutdown in the middle of a
+/// stream commits everything that was accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_lead_commits_on_a_multi_threaded_runtime() {
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    // A lone append on a quiet log: its own caller commits it.
+    let r = log.append(decision(0)).await.unwrap();
+    check_receipt(&r);
+    assert_eq!((r.leaf_index, r.tree_size), (0, 1));
+    let mut tasks = Vec::new();
+    for i in 1..=300u64 {
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move { log.append(decision(i)).await }));
+    }
+    let mut leaves = Vec::new();
+    for t in tasks {
+        let r = t.await.unwrap().unwrap();
+        check_receipt(&r);
+        leaves.push(r.leaf_index);
+    }
+    leaves.sort_unstable();
+    assert_eq!(leaves, (1..=300).collect::<Vec<_>>());
+    // Appends racing a shutdown: each either fails or is in the log.
+    let mut racing = Vec::new();
+    for i in 301..=400u64 {
+        let log = log.clone();
+        racing.push(tokio::spawn(async move { log.append(decision(i)).await }));
+    }
+    log.shutdown().await;
+    let mut accepted = 0;
+    for t in racing {
+        match t.await.unwrap() {
+            Ok(r) => {
+                check_receipt(&r);
+                accepted += 1;
+            }
+            Err(err) => assert!(matches!(err, AuditError::Unavailable(_)), "{err}"),
+        }
+    }
+    assert!(!log.writer_running());
+    let report = shut_and_verify(&log, &e).await;
+    assert_eq!(report.records, 301 + accepted);
+    assert!(report.checkpoints < report.records, "{report:?}");
+}
+
 #[tokio::test]
 async fn wal_frames_reach_the_database_file_beside_the_writer() {
     let e = env();
