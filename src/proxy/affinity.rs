@@ -1,11 +1,13 @@
-//! Upstream connection affinity: each downstream HTTP/1 connection gets its
-//! own upstream connection, opened on first use and driven inside the
-//! downstream connection's own task (see
+//! Upstream connection affinity: a downstream HTTP/1 connection borrows an
+//! upstream connection for each request, from this thread's idle list or
+//! newly opened, and drives it inside its own task (see
 //! [`crate::server::Handler::drive`]). A passed-through or allowed request
-//! then goes client → upstream → client with no pool lock, no channel to
-//! another task and no task switch. When the downstream connection closes, its upstream
-//! connection goes back to this thread's idle list for the next downstream
-//! connection.
+//! then goes client → upstream → client with no channel to another task and
+//! no task switch. Once the response is done and the upstream connection can
+//! carry another request, it goes back to the idle list (an uncontended
+//! lock of this thread), so open downstream connections that sit idle hold
+//! no upstream connection: the upstream connections number the requests in
+//! flight, not the clients connected.
 //!
 //! hyper parses and writes both sides, as before: the downstream request is
 //! read by hyper's server, the upstream request written by hyper's client
@@ -41,13 +43,16 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle upstream connections kept per proxy thread.
 const IDLE_MAX: usize = 1024;
 
-/// One downstream connection's upstream connection: the sending half, used
-/// by one request at a time, and the connection itself, driven by
-/// [`Affinity::drive`] in the downstream connection's task.
+/// One downstream connection's upstream connection while it has one: the
+/// sending half, used by one request at a time, and the connection itself,
+/// driven by [`Affinity::drive`] in the downstream connection's task.
 #[derive(Default)]
 pub struct Affinity {
     send: Mutex<Option<SendRequest<RespBody>>>,
     driver: Mutex<Driver>,
+    /// Where the upstream connection goes once its response is done; with
+    /// none it stays until the downstream connection closes.
+    home: Option<IdleUpstreams>,
 }
 
 #[derive(Default)]
@@ -65,15 +70,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Affinity {
+    /// An affinity that returns its upstream connection to `home` as soon
+    /// as the connection is free again.
+    pub(super) fn returning_to(home: IdleUpstreams) -> Affinity {
+        Affinity {
+            home: Some(home),
+            ..Affinity::default()
+        }
+    }
+
     /// Polls the upstream connection whenever the downstream task runs;
     /// never ends. A connection that ends (closed by the upstream, or
-    /// failed) is dropped, and the next request opens or borrows another.
+    /// failed) is dropped, and the next request opens or borrows another;
+    /// one whose response is done goes home.
     pub fn drive(&self) -> impl Future<Output = ()> + Send + '_ {
         std::future::poll_fn(move |cx: &mut Context<'_>| {
             let mut d = lock(&self.driver);
             if let Some(conn) = d.conn.as_mut() {
                 if conn.as_mut().poll(cx).is_ready() {
                     d.conn = None;
+                }
+            }
+            if let (Some(home), Some(_)) = (&self.home, &d.conn) {
+                let mut send = lock(&self.send);
+                if send
+                    .as_ref()
+                    .is_some_and(|s| s.is_ready() && !s.is_closed())
+                {
+                    if let (Some(s), Some(conn)) = (send.take(), d.conn.take()) {
+                        home.keep(s, conn);
+                    }
                 }
             }
             if !d.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
@@ -180,12 +206,13 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// Idle upstream connections of one proxy thread, newest last. Only that
 /// thread uses it (its requests and its sweeper task), so its lock is never
-/// contended.
+/// contended. Cloning shares the list.
+#[derive(Clone)]
 pub(super) struct IdleUpstreams {
     list: Arc<Mutex<Vec<Idle>>>,
     /// The sweeper task starts with the first checkin, on that thread's
     /// runtime, and ends when the list is dropped.
-    sweeping: AtomicBool,
+    sweeping: Arc<AtomicBool>,
     sweep_every: Duration,
 }
 
@@ -215,7 +242,7 @@ impl IdleUpstreams {
     fn with_sweep(every: Duration) -> IdleUpstreams {
         IdleUpstreams {
             list: Arc::default(),
-            sweeping: AtomicBool::new(false),
+            sweeping: Arc::default(),
             sweep_every: every,
         }
     }
@@ -223,9 +250,13 @@ impl IdleUpstreams {
     /// Keeps the upstream connection of a downstream connection that closed,
     /// if it can carry another request.
     pub(super) fn checkin(&self, affinity: Affinity) {
-        let Some((send, conn)) = affinity.into_idle() else {
-            return;
-        };
+        if let Some((send, conn)) = affinity.into_idle() {
+            self.keep(send, conn);
+        }
+    }
+
+    /// Keeps a free upstream connection for the next request.
+    fn keep(&self, send: SendRequest<RespBody>, conn: Pin<Box<UpstreamConn>>) {
         if !self.sweeping.swap(true, Ordering::Relaxed) {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(sweep(Arc::downgrade(&self.list), self.sweep_every));
@@ -409,6 +440,42 @@ mod tests {
         idle.checkin(a);
         assert_eq!(idle.len(), 1);
         next_takes_one(&idle, &c, &up, &conns).await;
+    }
+
+    /// Polls `a`'s driver, as its downstream task does when it wakes,
+    /// until the idle list holds `n` connections (bounded).
+    async fn settle(a: &Affinity, idle: &IdleUpstreams, n: usize) {
+        for _ in 0..200 {
+            if idle.len() == n {
+                return;
+            }
+            tokio::select! {
+                biased;
+                _ = a.drive() => unreachable!(),
+                _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
+        }
+        panic!("the idle list holds {}, not {n}", idle.len());
+    }
+
+    #[tokio::test]
+    async fn a_free_upstream_connection_goes_home_while_its_client_stays_connected() {
+        let (up, conns) = upstream(usize::MAX).await;
+        let (c, idle) = (connector(), IdleUpstreams::default());
+        let a = Affinity::returning_to(idle.clone());
+        let b = Affinity::returning_to(idle.clone());
+        // Two open clients, taking turns: one upstream connection serves
+        // both, since each gives it back when its response is done.
+        for _ in 0..3 {
+            assert_eq!(roundtrip(&a, &idle, &c, &up).await, "1");
+            settle(&a, &idle, 1).await;
+            assert_eq!(roundtrip(&b, &idle, &c, &up).await, "1");
+            settle(&b, &idle, 1).await;
+        }
+        assert_eq!(conns.load(Ordering::SeqCst), 1);
+        // Closing a client that holds none leaves the list as it is.
+        idle.checkin(a);
+        assert_eq!(idle.len(), 1);
     }
 
     #[tokio::test]

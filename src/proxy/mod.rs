@@ -19,8 +19,9 @@
 //! - `unmatched`: stream through without buffering, except a JSON body to a
 //!   path gated under another method, read to refuse a `_method` in it.
 //! - `upstream`: the pooled client and the forwarded request (`Outbound`).
-//! - `affinity`: an upstream connection per downstream HTTP/1 connection,
-//!   driven in that connection's task.
+//! - `affinity`: an upstream connection borrowed per request of a
+//!   downstream HTTP/1 connection, driven in that connection's task, and
+//!   back on the thread's idle list once its response is done.
 //! - `hold`: a held call, its review, and its exactly-once forward.
 //! - `stats`: metrics and the `upstream` health component.
 //!
@@ -169,7 +170,7 @@ impl Handler for Proxy {
     type Conn = Affinity;
 
     fn open(&self) -> Affinity {
-        Affinity::default()
+        Affinity::returning_to(self.idle.clone())
     }
 
     fn drive(affinity: &Affinity) -> impl std::future::Future<Output = ()> + Send + '_ {

@@ -161,20 +161,7 @@ async fn key_file_is_private() {
 async fn group_commit_with_many_concurrent_appends() {
     let e = env();
     let log = AuditLog::open(&e.db, &e.keys, &cfg(2)).unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..400u64 {
-        let log = log.clone();
-        tasks.push(tokio::spawn(async move { log.append(decision(i)).await }));
-    }
-    let mut leaves = Vec::new();
-    for t in tasks {
-        let r = t.await.unwrap().unwrap();
-        check_receipt(&r);
-        assert!(r.leaf_index < r.tree_size);
-        leaves.push(r.leaf_index);
-    }
-    leaves.sort_unstable();
-    assert_eq!(leaves, (0..400).collect::<Vec<_>>());
+    assert_eq!(append_all(&log, 0..400).await, (0..400).collect::<Vec<_>>());
     assert_eq!(log.health().size, 400);
     let mut reg = prometheus_client::registry::Registry::default();
     log.register_metrics(&mut reg);
@@ -185,6 +172,26 @@ async fn group_commit_with_many_concurrent_appends() {
     assert_eq!(report.records, 400);
     // Far fewer checkpoints than records: records were grouped.
     assert!(report.checkpoints < 200, "{report:?}");
+}
+
+/// Appends the decisions `ids` concurrently, each on its own task; checks
+/// every receipt and returns the leaves, sorted.
+async fn append_all(log: &AuditLog, ids: std::ops::Range<u64>) -> Vec<u64> {
+    let tasks: Vec<_> = ids
+        .map(|i| {
+            let log = log.clone();
+            tokio::spawn(async move { log.append(decision(i)).await })
+        })
+        .collect();
+    let mut leaves = Vec::new();
+    for t in tasks {
+        let r = t.await.unwrap().unwrap();
+        check_receipt(&r);
+        assert!(r.leaf_index < r.tree_size);
+        leaves.push(r.leaf_index);
+    }
+    leaves.sort_unstable();
+    leaves
 }
 
 /// On the server's runtime the appending task commits in place (a leader)
@@ -199,19 +206,7 @@ async fn callers_lead_commits_on_a_multi_threaded_runtime() {
     let r = log.append(decision(0)).await.unwrap();
     check_receipt(&r);
     assert_eq!((r.leaf_index, r.tree_size), (0, 1));
-    let mut tasks = Vec::new();
-    for i in 1..=300u64 {
-        let log = log.clone();
-        tasks.push(tokio::spawn(async move { log.append(decision(i)).await }));
-    }
-    let mut leaves = Vec::new();
-    for t in tasks {
-        let r = t.await.unwrap().unwrap();
-        check_receipt(&r);
-        leaves.push(r.leaf_index);
-    }
-    leaves.sort_unstable();
-    assert_eq!(leaves, (1..=300).collect::<Vec<_>>());
+    assert_eq!(append_all(&log, 1..301).await, (1..301).collect::<Vec<_>>());
     // Appends racing a shutdown: each either fails or is in the log.
     let mut racing = Vec::new();
     for i in 301..=400u64 {
