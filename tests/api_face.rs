@@ -18,6 +18,7 @@ mod audit_api;
 mod audit_http;
 mod audit_search;
 mod authorize;
+mod authzen;
 mod backup;
 mod batch;
 mod console;

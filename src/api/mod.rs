@@ -24,6 +24,7 @@ use crate::server::{ConnInfo, Handler};
 use crate::telemetry::health::Liveness;
 
 pub mod authorize;
+mod authzen;
 mod batch;
 pub mod console;
 mod reviews;
@@ -47,6 +48,9 @@ enum Endpoint {
     Metrics,
     Verify,
     Authorize,
+    AuthzenEvaluation,
+    AuthzenEvaluations,
+    AuthzenConfiguration,
     BatchSubmit,
     JobGet,
     ReviewList,
@@ -106,6 +110,10 @@ static ROUTES: &[RouteDef] = &[
     route("/metrics", Method::GET, Endpoint::Metrics, Access::Public),
     route("/v2/verify", Method::POST, Endpoint::Verify, Access::Scope(Scope::Verify)),
     route("/v2/authorize", Method::POST, Endpoint::Authorize, Access::Scope(Scope::Authorize)),
+    // OpenID AuthZEN Authorization API 1.0 (docs/authzen.md).
+    route("/access/v1/evaluation", Method::POST, Endpoint::AuthzenEvaluation, Access::Scope(Scope::Authorize)),
+    route("/access/v1/evaluations", Method::POST, Endpoint::AuthzenEvaluations, Access::Scope(Scope::Authorize)),
+    route("/.well-known/authzen-configuration", Method::GET, Endpoint::AuthzenConfiguration, Access::Public),
     route("/v1/verify-claims-batch", Method::POST, Endpoint::BatchSubmit, Access::Scope(Scope::Batch)),
     // An `audit` key reads any tenant's job; a `batch` key its own.
     route("/v2/jobs/{job_id}", Method::GET, Endpoint::JobGet, Access::Either(Scope::Batch, Scope::Audit)),
@@ -271,6 +279,9 @@ impl Api {
             Endpoint::Metrics => self.metrics(),
             Endpoint::Verify => self.verify(req, &ctx).await,
             Endpoint::Authorize => self.authorize(req, &ctx).await,
+            Endpoint::AuthzenEvaluation => self.authzen_evaluation(req, &ctx).await,
+            Endpoint::AuthzenEvaluations => self.authzen_evaluations(req, &ctx).await,
+            Endpoint::AuthzenConfiguration => self.authzen_configuration(&req),
             Endpoint::BatchSubmit => self.batch_submit(req, &ctx).await,
             Endpoint::JobGet => self.job_get(param, req.uri().query(), &ctx).await,
             Endpoint::ReviewList => self.review_list(req.uri().query(), &ctx).await,
@@ -349,6 +360,96 @@ impl Api {
             e.add_to(&mut resp, &outcome, &set);
         }
         json_response(StatusCode::OK, &resp)
+    }
+
+    /// One AuthZEN evaluation, decided as `/v2/authorize` decides.
+    async fn authzen_decide(
+        &self,
+        e: authzen::Evaluation,
+        ctx: &Call,
+    ) -> Result<serde_json::Value, ApiError> {
+        let set = self.app.policies.load_full();
+        let decide_ctx = crate::decide::Ctx {
+            principal: &ctx.principal.name,
+            request_id: &ctx.request_id,
+            request_hash: &e.hash,
+            route: None,
+        };
+        let outcome =
+            crate::decide::authorize(&self.app.decide_handles(), &set, e.input, &decide_ctx)
+                .await?;
+        Ok(authzen::decision(&outcome))
+    }
+
+    async fn authzen_evaluation(
+        &self,
+        req: Request<ReqBody>,
+        ctx: &Call,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let body = self.body(req).await?;
+        let e = authzen::single(&body.value)?;
+        json_response(StatusCode::OK, &self.authzen_decide(e, ctx).await?)
+    }
+
+    /// A batch: each evaluation decided in order; one that cannot be
+    /// decided is closed with its error, and a short-circuiting semantic
+    /// stops after the decision it names.
+    async fn authzen_evaluations(
+        &self,
+        req: Request<ReqBody>,
+        ctx: &Call,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let body = self.body(req).await?;
+        let (evaluations, semantic, boxcar) = authzen::batch(&body.value)?;
+        if !boxcar {
+            let e = evaluations.into_iter().next();
+            let e = e.ok_or_else(|| ApiError::BadRequest("no evaluation".into()))??;
+            return json_response(StatusCode::OK, &self.authzen_decide(e, ctx).await?);
+        }
+        let mut out = Vec::with_capacity(evaluations.len());
+        for e in evaluations {
+            let decided = match e {
+                Ok(e) => self.authzen_decide(e, ctx).await,
+                Err(e) => Err(e),
+            };
+            let mut d = match decided {
+                Ok(d) => d,
+                // The log or the gate cannot do its job: the whole call
+                // fails closed, as `/v2/authorize` would.
+                Err(e) if e.status().is_server_error() => return Err(e),
+                Err(e) => authzen::failed(&e),
+            };
+            let permitted = d["decision"] == serde_json::Value::Bool(true);
+            let stop = semantic.stops_after(permitted);
+            if stop {
+                d["context"]["semantic"] = semantic.stop_reason().into();
+            }
+            out.push(d);
+            if stop {
+                break;
+            }
+        }
+        json_response(StatusCode::OK, &serde_json::json!({ "evaluations": out }))
+    }
+
+    /// The PDP metadata, naming this server as the caller reached it.
+    fn authzen_configuration(
+        &self,
+        req: &Request<ReqBody>,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let scheme = if self.app.config.api.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let host = req
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| h.parse::<http::uri::Authority>().is_ok())
+            .map_or_else(|| self.app.config.api.listen.to_string(), str::to_string);
+        let base = format!("{scheme}://{host}");
+        json_response(StatusCode::OK, &authzen::configuration(&base))
     }
 
     async fn batch_submit(
