@@ -141,6 +141,11 @@ impl Vocab {
             .map_or("", |&stem| self.lx.stem(stem))
     }
 
+    /// The stem id of the form with id `id`.
+    pub fn stem_of(&self, id: u32) -> Option<u32> {
+        self.forms.get(id as usize).map(|&(_, stem, _)| stem)
+    }
+
     /// The id of a stem, if some interned word has it.
     pub fn stem_id(&self, stem: &str) -> Option<u32> {
         self.lx.find_stem(stem).and_then(|s| self.lx.stem_local(s))
