@@ -192,13 +192,6 @@ impl Stems {
         self.inner.borrow_mut().intern(word, false, &self.stemmer)
     }
 
-    /// The interned form of a number token (its own stem). Number tokens
-    /// never collide with words: a token starting with a digit or currency
-    /// sign is always a number.
-    fn number(&self, norm: &str) -> Word {
-        self.inner.borrow_mut().intern(norm, true, &self.stemmer)
-    }
-
     /// The request's vocabulary, to read back forms by id. Do not hold it
     /// across a call to [`tokenize`] with the same `Stems`.
     pub fn vocab(&self) -> std::cell::Ref<'_, Vocab> {
