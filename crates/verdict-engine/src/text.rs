@@ -86,11 +86,11 @@ impl Lex {
     }
 }
 
-/// The Snowball English stemmer with a per-request memo that also interns
-/// words: sources repeat their vocabulary, so a token carries only the ids of
-/// its normalised form and stem, and tokenising a repeated word allocates
-/// nothing. Stemming and per-token string allocation dominated indexing time
-/// without it.
+/// The Snowball English stemmer and the request's vocabulary: sources
+/// repeat their words, so a token carries only the ids of its normalised
+/// form and stem, and tokenising a repeated word allocates nothing. Stems
+/// and word facts come from the thread's [`lexicon`], so a word that an
+/// earlier request on the thread has seen is not stemmed again.
 pub struct Stems {
     stemmer: Stemmer,
     /// RefCell because tokenising happens behind shared references to the
@@ -99,84 +99,21 @@ pub struct Stems {
 }
 
 /// The request's vocabulary: every normalised form seen, with its stem, and
-/// dense ids for forms and stems so the index compares integers.
-#[derive(Default)]
+/// dense ids for forms and stems (in the order the request first sees them)
+/// so the index compares integers.
 pub struct Vocab {
-    /// One keyed hash for both tables; each string is hashed once per lookup.
-    hasher: ahash::RandomState,
-    /// Normalised forms by form id.
-    forms: Interner,
-    /// Form id → (stem id, facts). Numbers are their own stem.
-    info: Vec<(u32, Lex)>,
-    /// Stems by stem id.
-    stems: Interner,
+    /// The thread's lexicon, held for the request and returned on drop.
+    lx: lexicon::Lexicon,
+    /// Local form id → (lexicon form id, local stem id, facts). Numbers are
+    /// their own stem.
+    forms: Vec<(u32, u32, Lex)>,
+    /// Local stem id → lexicon stem id.
+    stems: Vec<u32>,
 }
 
-/// Strings with dense ids, stored back to back in one buffer: interning a
-/// new word costs no allocation of its own (it was two `Rc<str>` and two map
-/// entries per word). Lookup is open addressing with linear probing over ids,
-/// at most half full; each string's hash is kept, so a probe compares text
-/// only on a full hash match and growing never rehashes text.
-#[derive(Default)]
-struct Interner {
-    /// Every interned string, back to back.
-    text: String,
-    /// Id → (start, end) in `text` and the string's hash.
-    spans: Vec<(usize, usize, u64)>,
-    /// Slot → id + 1, 0 when empty. Length 0 or a power of two.
-    slots: Vec<u32>,
-}
-
-impl Interner {
-    fn get(&self, id: u32) -> &str {
-        self.spans
-            .get(id as usize)
-            .and_then(|&(a, b, _)| self.text.get(a..b))
-            .unwrap_or("")
-    }
-
-    fn find(&self, s: &str, hash: u64) -> Option<u32> {
-        let mask = self.slots.len().checked_sub(1)?;
-        // Truncation intended: the low bits pick the slot.
-        let mut i = hash as usize & mask;
-        loop {
-            let id = self.slots[i].checked_sub(1)?;
-            let (a, b, h) = self.spans[id as usize];
-            // Bytes, not `str::get`: no char-boundary checks per probe.
-            if h == hash && self.text.as_bytes().get(a..b) == Some(s.as_bytes()) {
-                return Some(id);
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    /// Adds `s`, which must not be interned yet, and returns its id.
-    fn push(&mut self, s: &str, hash: u64) -> u32 {
-        let id = u32::try_from(self.spans.len()).unwrap_or(u32::MAX);
-        let start = self.text.len();
-        self.text.push_str(s);
-        self.spans.push((start, self.text.len(), hash));
-        if self.spans.len() * 2 > self.slots.len() {
-            let size = (self.slots.len() * 2).max(256);
-            self.slots.clear();
-            self.slots.resize(size, 0);
-            for k in 0..self.spans.len() {
-                self.place(k);
-            }
-        } else {
-            self.place(id as usize);
-        }
-        id
-    }
-
-    /// Puts id `k` in the first free slot of its probe sequence.
-    fn place(&mut self, k: usize) {
-        let mask = self.slots.len() - 1;
-        let mut i = self.spans[k].2 as usize & mask;
-        while self.slots[i] != 0 {
-            i = (i + 1) & mask;
-        }
-        self.slots[i] = u32::try_from(k + 1).unwrap_or(u32::MAX);
+impl Drop for Vocab {
+    fn drop(&mut self) {
+        lexicon::give_back(std::mem::take(&mut self.lx));
     }
 }
 
@@ -192,43 +129,55 @@ impl Vocab {
     /// The normalised form with id `id` ("" for an id this vocabulary never
     /// gave out).
     pub fn norm(&self, id: u32) -> &str {
-        self.forms.get(id)
+        self.forms
+            .get(id as usize)
+            .map_or("", |&(form, _, _)| self.lx.form(form))
     }
 
     /// The stem with id `id` ("" for an id this vocabulary never gave out).
     pub fn stem(&self, id: u32) -> &str {
-        self.stems.get(id)
+        self.stems
+            .get(id as usize)
+            .map_or("", |&stem| self.lx.stem(stem))
+    }
+
+    /// The stem id of the form with id `id`.
+    pub fn stem_of(&self, id: u32) -> Option<u32> {
+        self.forms.get(id as usize).map(|&(_, stem, _)| stem)
     }
 
     /// The id of a stem, if some interned word has it.
     pub fn stem_id(&self, stem: &str) -> Option<u32> {
-        self.stems.find(stem, self.hasher.hash_one(stem))
+        self.lx.find_stem(stem).and_then(|s| self.lx.stem_local(s))
     }
 
-    fn cached(&self, norm: &str, hash: u64) -> Option<Word> {
-        let norm_id = self.forms.find(norm, hash)?;
-        let &(stem_id, lex) = self.info.get(norm_id as usize)?;
-        Some(Word {
-            norm_id,
-            stem_id,
-            lex,
-        })
-    }
-
-    /// Interns a new form (`hash` is its hash) with its stem.
-    fn add(&mut self, norm: &str, hash: u64, stem: &str) -> Word {
-        let stem_hash = if stem == norm {
-            hash
-        } else {
-            self.hasher.hash_one(stem)
+    /// Interns `norm`, read as a number (its own stem) or as a word.
+    #[inline]
+    fn intern(&mut self, norm: &str, number: bool, stemmer: &Stemmer) -> Word {
+        let hash = self.lx.hash(norm);
+        let id = match self.lx.seen(norm, hash) {
+            lexicon::Seen::Local(local) => {
+                let (_, stem_id, lex) = self.forms.get(local as usize).copied().unwrap_or_default();
+                return Word {
+                    norm_id: local,
+                    stem_id,
+                    lex,
+                };
+            }
+            lexicon::Seen::New(id) => id,
         };
-        let stem_id = match self.stems.find(stem, stem_hash) {
-            Some(id) => id,
-            None => self.stems.push(stem, stem_hash),
+        let norm_id = u32::try_from(self.forms.len()).unwrap_or(u32::MAX);
+        let (stem, lex) = self.lx.admit(id, norm_id, number, stemmer);
+        let stem_id = match self.lx.stem_local(stem) {
+            Some(local) => local,
+            None => {
+                let local = u32::try_from(self.stems.len()).unwrap_or(u32::MAX);
+                self.stems.push(stem);
+                self.lx.set_stem_local(stem, local);
+                local
+            }
         };
-        let norm_id = self.forms.push(norm, hash);
-        let lex = Lex::of(norm);
-        self.info.push((stem_id, lex));
+        self.forms.push((id, stem_id, lex));
         Word {
             norm_id,
             stem_id,
@@ -240,28 +189,7 @@ impl Vocab {
 impl Stems {
     /// The ids of a word's interned normalised form and stem.
     pub fn word(&self, word: &str) -> Word {
-        let mut vocab = self.inner.borrow_mut();
-        let hash = vocab.hasher.hash_one(word);
-        if let Some(w) = vocab.cached(word, hash) {
-            return w;
-        }
-        // British and American spellings share a stem; the form stays as
-        // written.
-        let american = super::spelling::american(word);
-        let stem = self.stemmer.stem(&american);
-        vocab.add(word, hash, &stem)
-    }
-
-    /// The interned form of a number token (its own stem). Number tokens
-    /// never collide with words: a token starting with a digit or currency
-    /// sign is always a number.
-    fn number(&self, norm: &str) -> Word {
-        let mut vocab = self.inner.borrow_mut();
-        let hash = vocab.hasher.hash_one(norm);
-        if let Some(w) = vocab.cached(norm, hash) {
-            return w;
-        }
-        vocab.add(norm, hash, norm)
+        self.inner.borrow_mut().intern(word, false, &self.stemmer)
     }
 
     /// The request's vocabulary, to read back forms by id. Do not hold it
@@ -271,11 +199,15 @@ impl Stems {
     }
 }
 
-/// A fresh stemmer (English) with an empty memo.
+/// A fresh stemmer (English) with an empty vocabulary.
 pub fn stemmer() -> Stems {
     Stems {
         stemmer: Stemmer::create(Algorithm::English),
-        inner: RefCell::new(Vocab::default()),
+        inner: RefCell::new(Vocab {
+            lx: lexicon::take(),
+            forms: Vec::new(),
+            stems: Vec::new(),
+        }),
     }
 }
 
@@ -571,6 +503,7 @@ pub fn char_offset(text: &str, byte: usize) -> usize {
     text.get(..byte).map_or(0, |s| s.chars().count())
 }
 
+mod lexicon;
 mod sentences;
 #[cfg(test)]
 mod tests;

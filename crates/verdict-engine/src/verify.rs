@@ -88,9 +88,6 @@ struct Unit {
     /// Token range in the source's token list.
     tok_start: usize,
     tok_end: usize,
-    /// Sorted, deduplicated stem ids: `Index::ids[stems_at..ids_end]`.
-    stems_at: usize,
-    ids_end: usize,
     /// Range in the source's quantity list.
     qty_start: usize,
     qty_end: usize,
@@ -115,9 +112,6 @@ struct Index<'a> {
     sources: Vec<IndexedSource<'a>>,
     unavailable: Vec<&'a str>,
     units: Vec<Unit>,
-    /// Every unit's stem id list, back to back (one allocation, not one per
-    /// unit; see `Unit::stems_at`).
-    ids: Vec<u32>,
     /// stem id → units containing it, ascending: `postings[posting_at[s]..
     /// posting_at[s + 1]]` (compressed rows, one allocation for all stems).
     posting_at: Vec<usize>,
@@ -136,10 +130,9 @@ struct Index<'a> {
     /// Some source holds the stem of a party word (`text::PARTIES`);
     /// computed on first use, by `names_party`.
     names_party: std::cell::OnceCell<bool>,
-    /// Surface ids of words some source capitalises inside a sentence
-    /// (names, not sentence starts), sorted; computed on first use, by
-    /// `capitalised_inside`.
-    capitalised: std::cell::OnceCell<Vec<u32>>,
+    /// (surface id, whether some source capitalises it inside a sentence),
+    /// for the words `capitalised_inside` was asked about.
+    capitalised: std::cell::RefCell<Vec<(u32, bool)>>,
     /// How ambiguous numeric dates are read, in sources and claims.
     date_order: super::DateOrder,
     stemmer: text::Stems,
@@ -161,19 +154,16 @@ impl<'a> Index<'a> {
             sources: Vec::with_capacity(sources.len()),
             unavailable: Vec::new(),
             units: Vec::with_capacity(bytes / 48 + sources.len()),
-            ids: Vec::with_capacity(bytes / 6),
             posting_at: Vec::new(),
             postings: Vec::new(),
             avg_len: 1.0,
             by_value: Vec::new(),
             values_finite: true,
             names_party: std::cell::OnceCell::new(),
-            capitalised: std::cell::OnceCell::new(),
+            capitalised: std::cell::RefCell::default(),
             date_order,
             stemmer,
         };
-        // Reused for each unit's ids before they are sorted and deduplicated.
-        let mut scratch: Vec<u32> = Vec::new();
         for src in order {
             let Some(body) = src.text.as_deref() else {
                 idx.unavailable.push(&src.id);
@@ -202,18 +192,12 @@ impl<'a> Index<'a> {
                 while q < qty.len() && qty[q].tok_end <= tok_end {
                     q += 1;
                 }
-                let unit_tokens = &tokens[tok_start..tok_end];
-                let stems_at = idx.ids.len();
-                sorted_ids(unit_tokens.iter().map(|t| t.stem_id), &mut scratch);
-                idx.ids.extend_from_slice(&scratch);
                 idx.units.push(Unit {
                     source: si,
                     start,
                     end,
                     tok_start,
                     tok_end,
-                    stems_at,
-                    ids_end: idx.ids.len(),
                     qty_start,
                     qty_end: q,
                     len: tok_end - tok_start,
@@ -262,19 +246,27 @@ impl<'a> Index<'a> {
             .sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
     }
 
-    /// Fills the compressed postings from the units' stem lists: count per
-    /// stem, prefix sums, then units in ascending order.
+    /// Fills the compressed postings from the units' tokens: count per
+    /// stem, prefix sums, then units in ascending order. A unit counts a
+    /// stem once: `last` holds, per stem, the unit (+ 1) that last counted
+    /// it, which replaces sorting and deduplicating each unit's stems.
     fn build_postings(&mut self) {
         let n_stems = self
             .units
             .iter()
-            .filter_map(|u| self.ids.get(u.stems_at..u.ids_end)?.last())
+            .flat_map(|u| self.unit_tokens(u))
+            .map(|t| t.stem_id)
             .max()
-            .map_or(0, |&s| s as usize + 1);
+            .map_or(0, |s| s as usize + 1);
         let mut at = vec![0usize; n_stems + 1];
-        for u in &self.units {
-            for &s in self.ids.get(u.stems_at..u.ids_end).unwrap_or(&[]) {
-                at[s as usize + 1] += 1;
+        let mut last = vec![0u32; n_stems];
+        for (mark, u) in (1u32..).zip(&self.units) {
+            for t in self.unit_tokens(u) {
+                let s = t.stem_id as usize;
+                if last[s] != mark {
+                    last[s] = mark;
+                    at[s + 1] += 1;
+                }
             }
         }
         let mut sum = 0;
@@ -282,13 +274,17 @@ impl<'a> Index<'a> {
             sum += *x;
             *x = sum;
         }
+        last.fill(0);
         let mut next = at.clone();
         let mut postings = vec![0u32; at[n_stems]];
-        for (uid, u) in self.units.iter().enumerate() {
-            let uid = u32::try_from(uid).unwrap_or(u32::MAX);
-            for &s in self.ids.get(u.stems_at..u.ids_end).unwrap_or(&[]) {
-                postings[next[s as usize]] = uid;
-                next[s as usize] += 1;
+        for (uid, u) in (0u32..).zip(&self.units) {
+            for t in self.unit_tokens(u) {
+                let s = t.stem_id as usize;
+                if last[s] != uid + 1 {
+                    last[s] = uid + 1;
+                    postings[next[s]] = uid;
+                    next[s] += 1;
+                }
             }
         }
         self.posting_at = at;
@@ -304,40 +300,50 @@ impl<'a> Index<'a> {
         }
     }
 
-    /// Sorted stem ids of a unit.
-    fn stems(&self, u: &Unit) -> &[u32] {
-        self.ids.get(u.stems_at..u.ids_end).unwrap_or(&[])
+    /// Whether some token of the unit has stem `stem`.
+    fn has_stem(&self, u: &Unit, stem: Option<u32>) -> bool {
+        stem.is_some_and(|s| self.unit_tokens(u).iter().any(|t| t.stem_id == s))
     }
 
     fn df(&self, stem: Option<u32>) -> usize {
         stem.map_or(0, |s| self.posting(s).len())
     }
 
-    /// Whether some source holds a party word (by stem, so "customs"
-    /// counts too: the rule only ever weighs less when this is false).
-    /// Whether some source capitalises this word inside a sentence.
+    /// Whether some source capitalises this word inside a sentence (a
+    /// name, not a sentence start). Only the units that hold the word's
+    /// stem can, so only they are read, once per word and request.
     fn capitalised_inside(&self, norm_id: u32) -> bool {
-        self.capitalised
-            .get_or_init(|| {
-                let mut out = Vec::new();
-                for u in &self.units {
-                    let src = &self.sources[u.source];
-                    let toks = src.tokens.get(u.tok_start..u.tok_end).unwrap_or(&[]);
-                    for w in toks.windows(2) {
-                        let gap = src.text.get(w[0].end..w[1].start).unwrap_or("");
-                        if w[1].capitalized && !gap.contains(['.', '!', '?', ':', '\n', '"']) {
-                            out.push(w[1].norm_id);
-                        }
-                    }
-                }
-                out.sort_unstable();
-                out.dedup();
-                out
+        let known = self
+            .capitalised
+            .borrow()
+            .iter()
+            .find(|c| c.0 == norm_id)
+            .map(|c| c.1);
+        if let Some(known) = known {
+            return known;
+        }
+        let stem = self.stemmer.vocab().stem_of(norm_id);
+        let found = stem.is_some_and(|stem| {
+            self.posting(stem).iter().any(|&u| {
+                let Some(u) = self.units.get(u as usize) else {
+                    return false;
+                };
+                let src = &self.sources[u.source];
+                let toks = src.tokens.get(u.tok_start..u.tok_end).unwrap_or(&[]);
+                toks.windows(2).any(|w| {
+                    let gap = src.text.get(w[0].end..w[1].start).unwrap_or("");
+                    w[1].norm_id == norm_id
+                        && w[1].capitalized
+                        && !gap.contains(['.', '!', '?', ':', '\n', '"'])
+                })
             })
-            .binary_search(&norm_id)
-            .is_ok()
+        });
+        self.capitalised.borrow_mut().push((norm_id, found));
+        found
     }
 
+    /// Whether some source holds a party word (by stem, so "customs"
+    /// counts too: the rule only ever weighs less when this is false).
     fn names_party(&self) -> bool {
         *self.names_party.get_or_init(|| {
             let vocab = self.stemmer.vocab();
@@ -387,14 +393,6 @@ impl<'a> Index<'a> {
                 })
             })
     }
-}
-
-/// Replaces `out` with the sorted, deduplicated `ids`.
-fn sorted_ids(ids: impl Iterator<Item = u32>, out: &mut Vec<u32>) {
-    out.clear();
-    out.extend(ids);
-    out.sort_unstable();
-    out.dedup();
 }
 
 // === claim analysis ===
@@ -473,10 +471,6 @@ impl Passage {
 #[derive(Clone, PartialEq, Eq)]
 struct EvidenceSet {
     units: Vec<usize>,
-}
-
-fn contains(sorted: &[u32], id: Option<u32>) -> bool {
-    id.is_some_and(|id| sorted.binary_search(&id).is_ok())
 }
 
 /// Per-claim memo of [`levels::unit_levels`]. Rows are computed only for the units

@@ -140,3 +140,29 @@ fn tokens_spans_are_char_boundaries() {
         assert!(text.get(t.start..t.end).is_some());
     }
 }
+
+#[test]
+fn a_warm_lexicon_gives_the_ids_a_fresh_vocabulary_would() {
+    let ids = |text: &str| {
+        let st = stemmer();
+        let toks = tokenize(text, &st);
+        let vocab = st.vocab();
+        toks.iter()
+            .map(|t| {
+                let (norm, stem) = (vocab.norm(t.norm_id), vocab.stem(t.stem_id));
+                (t.norm_id, t.stem_id, norm.to_string(), stem.to_string())
+            })
+            .collect::<Vec<_>>()
+    };
+    // The first request fills this thread's lexicon; the second starts with
+    // words it has not seen in a different order.
+    let first = ids("Refunds were refunded; the refund of $40 was issued twice.");
+    let second = ids("Issued: $40 refund. Refunds were refunded twice.");
+    assert_eq!(first[0], (0, 0, "refunds".into(), "refund".into()));
+    assert_eq!(second[0], (0, 0, "issued".into(), "issu".into()));
+    assert_eq!(second[1], (1, 1, "$40".into(), "$40".into()));
+    assert_eq!(second[2].1, 2);
+    // "refunds" and "refund" share the stem "refund".
+    assert_eq!(second[3].1, second[2].1);
+    assert!(second.iter().all(|(n, s, _, _)| *n < 8 && *s < 8));
+}

@@ -2,7 +2,7 @@
 //! numbers with their separators and words with their apostrophes, each
 //! interned in the request's vocabulary.
 
-use super::{char_at, Stems, Token, TokenKind};
+use super::{char_at, Stems, Token, TokenKind, Vocab, Word};
 
 /// Splits `text` into tokens. Numbers keep their inner `,`/`.`/`:`/`/`/`-`
 /// separators ("1,000", "3.5", "2024-03-03") and a leading currency sign or a
@@ -21,6 +21,11 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
     // interning copies it out only for words the request has not seen yet.
     let mut buf = String::new();
     let bytes = text.as_bytes();
+    // The vocabulary is borrowed once for the whole text, not per token.
+    let mut sink = Sink {
+        vocab: stemmer.inner.borrow_mut(),
+        stemmer: &stemmer.stemmer,
+    };
     while let Some(&b) = bytes.get(i) {
         // ASCII spaces and punctuation (other than `$`) start no token.
         if b.is_ascii() && ASCII_CLASS[usize::from(b)] & ALNUM == 0 && b != b'$' {
@@ -36,18 +41,33 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
         if c.is_ascii_digit() || (is_currency(c) && next_is_digit()) {
             let (end, plain) = number_end(text, after_c, c);
             let norm = fold(text.get(start..end).unwrap_or(""), plain, &mut buf);
-            out.push(number_token(start, end, norm, stemmer));
+            out.push(number_token(start, end, norm, &mut sink));
             i = end;
         } else if c.is_alphanumeric() {
             let (end, plain) = word_end(text, after_c, c);
             let norm = fold(text.get(start..end).unwrap_or(""), plain, &mut buf);
-            push_word(&mut out, (start, end), norm, c.is_uppercase(), stemmer);
+            push_word(&mut out, (start, end), norm, c.is_uppercase(), &mut sink);
             i = end;
         } else {
             i = after_c;
         }
     }
     out
+}
+
+/// Where tokens are interned: the request's vocabulary, borrowed for one
+/// call of [`tokenize`], and the stemmer.
+struct Sink<'a> {
+    vocab: std::cell::RefMut<'a, Vocab>,
+    stemmer: &'a rust_stemmers::Stemmer,
+}
+
+impl Sink<'_> {
+    /// Interns `norm`, read as a number or as a word.
+    #[inline]
+    fn intern(&mut self, norm: &str, number: bool) -> Word {
+        self.vocab.intern(norm, number, self.stemmer)
+    }
 }
 
 /// The end of the number whose first character `c` ends at `j`, and whether it is all [`is_plain`].
@@ -123,7 +143,7 @@ fn push_word(
     (start, end): (usize, usize),
     norm: &str,
     capitalized: bool,
-    stemmer: &Stems,
+    stemmer: &mut Sink<'_>,
 ) {
     let non_rest = norm
         .strip_prefix("non")
@@ -154,8 +174,8 @@ fn push_word(
 }
 
 /// The number token with normalised form `norm` spanning `start..end`.
-fn number_token(start: usize, end: usize, norm: &str, st: &Stems) -> Token {
-    let w = st.number(norm);
+fn number_token(start: usize, end: usize, norm: &str, st: &mut Sink<'_>) -> Token {
+    let w = st.intern(norm, true);
     Token {
         start,
         end,
@@ -168,8 +188,8 @@ fn number_token(start: usize, end: usize, norm: &str, st: &Stems) -> Token {
 }
 
 /// The word token with normalised form `word` spanning `start..end`.
-fn word_token(start: usize, end: usize, word: &str, capitalized: bool, st: &Stems) -> Token {
-    let w = st.word(word);
+fn word_token(start: usize, end: usize, word: &str, capitalized: bool, st: &mut Sink<'_>) -> Token {
+    let w = st.intern(word, false);
     Token {
         start,
         end,

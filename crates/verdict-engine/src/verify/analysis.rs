@@ -394,7 +394,7 @@ pub(super) fn part_missing(a: &Analysis, idx: &Index<'_>, set: &EvidenceSet) -> 
             if set
                 .units
                 .iter()
-                .any(|&u| contains(idx.stems(&idx.units[u]), t.stem))
+                .any(|&u| idx.has_stem(&idx.units[u], t.stem))
             {
                 have += t.weight;
             }

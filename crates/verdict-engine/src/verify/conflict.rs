@@ -18,7 +18,6 @@ pub(super) use hedge::{claim_hedged, claim_reports_done, reported_event, reports
 pub(super) use parties::possessive;
 use parties::{ended, party, roles, scope};
 
-use std::collections::HashSet;
 use std::sync::OnceLock;
 
 use super::{negates, polarity_of, Analysis, Index, Polarity};
@@ -142,10 +141,22 @@ pub(super) fn is_universal(norm: &str) -> bool {
 
 /// Whether two stems name exclusive states.
 fn exclusive(a: &str, b: &str) -> bool {
-    static PAIRS: OnceLock<HashSet<(String, String)>> = OnceLock::new();
-    let pairs = PAIRS.get_or_init(|| {
+    a != b
+        && exclusive_stems()
+            .get(a)
+            .is_some_and(|rivals| rivals.contains(b))
+}
+
+/// Stem → the stems exclusive with it, built once. Looked up by `&str`, so
+/// a query allocates nothing (it is asked for many word pairs per claim).
+fn exclusive_stems() -> &'static ahash::AHashMap<String, ahash::AHashSet<String>> {
+    static PAIRS: OnceLock<ahash::AHashMap<String, ahash::AHashSet<String>>> = OnceLock::new();
+    PAIRS.get_or_init(|| {
         let stemmer = rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English);
-        let mut out = HashSet::new();
+        let mut out: ahash::AHashMap<String, ahash::AHashSet<String>> = ahash::AHashMap::new();
+        let mut pair = |x: &str, y: &str| {
+            out.entry(x.to_string()).or_default().insert(y.to_string());
+        };
         for group in STATE_GROUPS {
             let stems: Vec<String> = group
                 .iter()
@@ -154,21 +165,20 @@ fn exclusive(a: &str, b: &str) -> bool {
             for x in &stems {
                 for y in &stems {
                     if x != y {
-                        out.insert((x.clone(), y.clone()));
+                        pair(x, y);
                     }
                 }
             }
         }
         for (a, b) in super::antonyms::PAIRS {
-            let (x, y) = (stemmer.stem(a).into_owned(), stemmer.stem(b).into_owned());
+            let (x, y) = (stemmer.stem(a), stemmer.stem(b));
             if x != y {
-                out.insert((x.clone(), y.clone()));
-                out.insert((y, x));
+                pair(&x, &y);
+                pair(&y, &x);
             }
         }
         out
-    });
-    a != b && pairs.contains(&(a.to_string(), b.to_string()))
+    })
 }
 
 /// Words that open a new clause after a comma, or on their own.

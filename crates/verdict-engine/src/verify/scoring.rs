@@ -208,7 +208,7 @@ pub(super) fn gates(
         }
     }
     for t in a.terms.iter().filter(|t| t.name) {
-        let in_passage = units.iter().any(|u| contains(idx.stems(u), t.stem));
+        let in_passage = units.iter().any(|u| idx.has_stem(u, t.stem));
         if in_passage {
             continue;
         }
