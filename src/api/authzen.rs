@@ -18,10 +18,15 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use http::{Request, Response, StatusCode};
+
+use super::{Api, Call};
 use crate::decide::input::{Claims, SourceIn};
 use crate::decide::{Decided, Input};
 use crate::engine::decide::Requested;
 use crate::http::error::ApiError;
+use crate::http::{json_response, RespBody};
+use crate::server::ReqBody;
 
 /// The params an evaluation's own entities take; an action property of the
 /// same name would be ambiguous and is refused.
@@ -285,4 +290,98 @@ pub fn configuration(base: &str) -> Value {
         "access_evaluation_endpoint": format!("{base}/access/v1/evaluation"),
         "access_evaluations_endpoint": format!("{base}/access/v1/evaluations"),
     })
+}
+
+/// The handlers: each evaluation goes through [`crate::decide::authorize`],
+/// as `/v2/authorize` does.
+impl Api {
+    /// One AuthZEN evaluation, decided as `/v2/authorize` decides.
+    async fn authzen_decide(
+        &self,
+        e: Evaluation,
+        ctx: &Call,
+    ) -> Result<serde_json::Value, ApiError> {
+        let set = self.app.policies.load_full();
+        let decide_ctx = crate::decide::Ctx {
+            principal: &ctx.principal.name,
+            request_id: &ctx.request_id,
+            request_hash: &e.hash,
+            route: None,
+        };
+        let outcome =
+            crate::decide::authorize(&self.app.decide_handles(), &set, e.input, &decide_ctx)
+                .await?;
+        Ok(decision(&outcome))
+    }
+
+    pub(super) async fn authzen_evaluation(
+        &self,
+        req: Request<ReqBody>,
+        ctx: &Call,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let body = self.body(req).await?;
+        let e = single(&body.value)?;
+        json_response(StatusCode::OK, &self.authzen_decide(e, ctx).await?)
+    }
+
+    /// A batch: each evaluation decided in order; one that cannot be
+    /// decided is closed with its error, and a short-circuiting semantic
+    /// stops after the decision it names.
+    pub(super) async fn authzen_evaluations(
+        &self,
+        req: Request<ReqBody>,
+        ctx: &Call,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let body = self.body(req).await?;
+        let (evaluations, semantic, boxcar) = batch(&body.value)?;
+        if !boxcar {
+            let e = evaluations.into_iter().next();
+            let e = e.ok_or_else(|| ApiError::BadRequest("no evaluation".into()))??;
+            return json_response(StatusCode::OK, &self.authzen_decide(e, ctx).await?);
+        }
+        let mut out = Vec::with_capacity(evaluations.len());
+        for e in evaluations {
+            let decided = match e {
+                Ok(e) => self.authzen_decide(e, ctx).await,
+                Err(e) => Err(e),
+            };
+            let mut d = match decided {
+                Ok(d) => d,
+                // The log or the gate cannot do its job: the whole call
+                // fails closed, as `/v2/authorize` would.
+                Err(e) if e.status().is_server_error() => return Err(e),
+                Err(e) => failed(&e),
+            };
+            let permitted = d["decision"] == serde_json::Value::Bool(true);
+            let stop = semantic.stops_after(permitted);
+            if stop {
+                d["context"]["semantic"] = semantic.stop_reason().into();
+            }
+            out.push(d);
+            if stop {
+                break;
+            }
+        }
+        json_response(StatusCode::OK, &serde_json::json!({ "evaluations": out }))
+    }
+
+    /// The PDP metadata, naming this server as the caller reached it.
+    pub(super) fn authzen_configuration(
+        &self,
+        req: &Request<ReqBody>,
+    ) -> Result<Response<RespBody>, ApiError> {
+        let scheme = if self.app.config.api.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let host = req
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| h.parse::<http::uri::Authority>().is_ok())
+            .map_or_else(|| self.app.config.api.listen.to_string(), str::to_string);
+        let base = format!("{scheme}://{host}");
+        json_response(StatusCode::OK, &configuration(&base))
+    }
 }
