@@ -2,13 +2,15 @@
 //!
 //! A record joins one queue. When no commit is running, the appending task
 //! becomes the leader and commits its record (and any that joined while it
-//! took the queue) itself, on the thread it already runs on, instead of
-//! handing the record to another thread and waiting to be woken. Records
-//! that arrive while a commit runs are followers: they wait for their
-//! answer, and the leader, once its own commit is durable, hands them to the
-//! committer thread, which commits what is queued group by group until the
-//! queue is empty. So a quiet log pays one commit and no hand-off, and a busy
-//! one groups exactly as a single writer would. Every promise of the log
+//! took the queue) itself: in place on a multi-threaded runtime, and on its
+//! runtime's blocking pool on a single-threaded one (where blocking in place
+//! is not allowed; verdict's listener threads each run one, so there the
+//! commit still crosses to another thread and back, as it did with a writer
+//! thread). Records that arrive while a commit runs are followers: they wait
+//! for their answer, and the leader, once its own commit is durable, hands
+//! them to the committer thread, which commits what is queued group by group
+//! until the queue is empty. A busy log groups exactly as a single writer
+//! would. Every promise of the log
 //! holds either way: one [`Committer`] at a time (its mutex), each group one
 //! transaction with its checkpoint, and no answer before the commit.
 

@@ -5,8 +5,8 @@
 //! with C2SP checkpoints signed with Ed25519, stored in SQLite. Anyone holding
 //! a record, its proof and our public key can check it offline, and
 //! `verify_log` re-checks a whole log. This module is the async-facing handle;
-//! the commits happen in the appending caller when the log is quiet, or on
-//! the committer thread under load (see `line`), always through the one
+//! a commit is led by the appending caller when the log is quiet, and taken
+//! by the committer thread under load (see `line`), always through the one
 //! `writer`.
 //!
 //! # Use
