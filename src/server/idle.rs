@@ -10,20 +10,16 @@
 //! done, so a long download is not cut), notes when the last one ended, and
 //! a watchdog drops the connection once it has been idle for the timeout.
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 // tokio's clock, so that a test can pause it; the same as std's otherwise.
 use tokio::time::Instant;
 
-use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 
-use crate::http::{BoxError, RespBody};
+use crate::http::RespBody;
 
 /// Requests in flight on one connection, and when it was last busy.
 #[derive(Debug)]
@@ -92,42 +88,14 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that keeps its request in flight until it is done.
-struct Guarded {
-    inner: RespBody,
-    guard: Option<InFlight>,
-}
-
-impl Body for Guarded {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(None) | Poll::Ready(Some(Err(_))) = polled {
-            self.guard = None;
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// `body`, holding `guard` until it ends (or is dropped).
+/// `body`, holding `guard` until the body is dropped: the server drops a
+/// response body as soon as its last frame is written (or the connection
+/// fails), so the request is in flight exactly until its answer is sent.
 pub fn guard_body(body: RespBody, guard: InFlight) -> RespBody {
-    Guarded {
-        inner: body,
-        guard: Some(guard),
-    }
+    body.map_frame(move |frame| {
+        let _in_flight = &guard;
+        frame
+    })
     .boxed_unsync()
 }
 
