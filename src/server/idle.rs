@@ -91,10 +91,12 @@ impl Drop for InFlight {
 /// `body`, holding `guard` until the body is dropped: the server drops a
 /// response body as soon as its last frame is written (or the connection
 /// fails), so the request is in flight exactly until its answer is sent.
+/// `map_err` (not `map_frame`) keeps the body's size hint, so a response
+/// of known length still goes out with its `content-length`.
 pub fn guard_body(body: RespBody, guard: InFlight) -> RespBody {
-    body.map_frame(move |frame| {
+    body.map_err(move |e| {
         let _in_flight = &guard;
-        frame
+        e
     })
     .boxed_unsync()
 }
@@ -111,6 +113,8 @@ mod tests {
         let a = Activity::new();
         let guard = a.begin();
         let body = guard_body(full("hello"), guard);
+        // The length stays known, so the response keeps its content-length.
+        assert_eq!(http_body::Body::size_hint(&body).exact(), Some(5));
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert_eq!(
             a.idle_for(),
