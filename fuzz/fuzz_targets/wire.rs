@@ -6,10 +6,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use verdict::api::authorize::AuthorizeRequest;
 use verdict::api::fuzzing::{prepare_verify, validate_batch, VerifyRequest};
-use verdict::api::wire;
+use verdict::decide::input::{engine_claims, source_refs};
 use verdict::http::error::ApiError;
-use verdict::gate::{self, AuthorizeRequest};
 use verdict::http::{parse_json, typed};
 
 fn client_error(e: ApiError) {
@@ -32,13 +32,15 @@ fuzz_target!(|data: &[u8]| {
         Err(e) => client_error(e),
     }
     match typed::<AuthorizeRequest>(&body.value) {
-        Ok(req) => {
-            let _ = wire::response_mode(req.response.as_ref()).map_err(client_error);
-            let _ = gate::requested(&req).map_err(client_error);
-            if let Some(c) = req.claims {
-                let _ = wire::engine_claims("claims", c.0).map_err(client_error);
+        Ok(mut req) => {
+            let claims = req.claims.take();
+            let sources = std::mem::take(&mut req.sources);
+            // The response mode and the requirements and options asked for.
+            let _ = req.into_input().map_err(client_error);
+            if let Some(c) = claims {
+                let _ = engine_claims("claims", c.0).map_err(|e| client_error(e.into()));
             }
-            let _ = wire::source_refs("sources", req.sources).map_err(client_error);
+            let _ = source_refs("sources", sources).map_err(|e| client_error(e.into()));
         }
         Err(e) => client_error(e),
     }
