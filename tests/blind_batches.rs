@@ -27,6 +27,8 @@ const BATCHES: &[(&str, &str)] = &[
     ("b6", include_str!("data/blind/b6.jsonl")),
     ("b7", include_str!("data/blind/b7.jsonl")),
     ("b8", include_str!("data/blind/b8.jsonl")),
+    ("b9", include_str!("data/blind/b9.jsonl")),
+    ("b10", include_str!("data/blind/b10.jsonl")),
 ];
 const KNOWN_WRONG: &str = include_str!("data/blind/known_wrong.txt");
 
