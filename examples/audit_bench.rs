@@ -91,6 +91,7 @@ async fn run(
         witnesses: Vec::new(),
         capture_inputs: true,
         input_retention: std::time::Duration::from_secs(7 * 86_400),
+        export: None,
     };
     let log = AuditLog::open(&db, &keys, &cfg)?;
     let mut registry = prometheus_client::registry::Registry::default();

@@ -28,6 +28,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         witnesses: Vec::new(),
         capture_inputs: true,
         input_retention: std::time::Duration::from_secs(7 * 86_400),
+        export: None,
     };
     let log = AuditLog::open(&db, dir.path(), &cfg)?;
     let t = Instant::now();

@@ -16,7 +16,7 @@
 //! (`169.254.0.0/16`, `fe80::/10`) and the cloud metadata endpoints are
 //! refused unless the origin names that very IP literal in `allow_origins`.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -380,20 +380,7 @@ async fn check_resolved(uri: &Uri) -> Result<(), String> {
     }
 }
 
-/// Link-local (`169.254.0.0/16`, `fe80::/10`) and the cloud metadata
-/// endpoints (`169.254.169.254`, AWS `fd00:ec2::254`, Alibaba
-/// `100.100.100.200`), also as IPv4-mapped IPv6.
-pub(crate) fn is_forbidden_ip(ip: IpAddr) -> bool {
-    const ALIBABA: Ipv4Addr = Ipv4Addr::new(100, 100, 100, 200);
-    const AWS_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
-    match ip {
-        IpAddr::V4(v4) => v4.is_link_local() || v4 == ALIBABA,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => is_forbidden_ip(IpAddr::V4(v4)),
-            None => (v6.segments()[0] & 0xffc0) == 0xfe80 || v6 == AWS_V6,
-        },
-    }
-}
+pub(crate) use crate::support::fence::is_forbidden_ip;
 
 fn join_location(base: &Uri, location: &str) -> Option<Uri> {
     if location.starts_with("http://") || location.starts_with("https://") {

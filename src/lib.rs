@@ -36,6 +36,7 @@ pub mod proxy;
 pub mod review;
 pub mod runtime;
 pub mod server;
+pub mod shipping;
 pub mod store;
 pub mod support;
 pub mod telemetry;

@@ -16,25 +16,18 @@
 //! connection (only an IP literal in the URL is taken as the operator's
 //! explicit choice), and redirects are not followed.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
+use crate::support::fence;
 use crate::support::time::try_rfc3339;
 use http::header::{HeaderValue, CONTENT_TYPE, USER_AGENT};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::dns::Name;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -63,7 +56,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// How much of a webhook's answer is read (and thrown away).
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
-type WebhookClient = Client<HttpsConnector<HttpConnector<Fenced>>, Full<Bytes>>;
+type WebhookClient = fence::FencedClient<Full<Bytes>>;
 
 /// `sha256=<hex>`: HMAC-SHA256 keyed with the secret over the ASCII
 /// decimal timestamp, one `.`, and the body bytes exactly as sent.
@@ -437,59 +430,12 @@ impl Sender {
 }
 
 /// The webhook client: http and https (rustls with the system roots),
-/// resolving hostnames through [`Fenced`].
+/// resolving hostnames through the fence ([`crate::support::fence`]).
 fn build_client(timeout: Duration) -> Result<WebhookClient, String> {
-    let mut http = HttpConnector::new_with_resolver(Fenced);
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(timeout));
     // Without system roots an http webhook still works; an https one
     // fails its certificate check, counted as a failed notification.
     let tls = crate::config::client_tls(None, "an https notify_url cannot be verified")?;
-    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
-    let connector = builder.https_or_http().enable_http1().wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .pool_timer(TokioTimer::new())
-        .build(connector))
-}
-
-/// Resolves the webhook's hostname and refuses it when any address is
-/// link-local or a metadata endpoint (the evidence rule), so the checked
-/// addresses are the ones connected to. An IP literal in the URL is not
-/// resolved, and so not refused: the operator named that address.
-#[derive(Clone, Copy, Debug)]
-struct Fenced;
-
-impl tower_service::Service<Name> for Fenced {
-    type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = std::io::Error;
-    type Future =
-        Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, name: Name) -> Self::Future {
-        Box::pin(async move {
-            let host = name.as_str().to_string();
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            if let Some(a) = addrs
-                .iter()
-                .find(|a| crate::evidence::is_forbidden_ip(a.ip()))
-            {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    format!(
-                        "{host} resolves to {}, a link-local or metadata address",
-                        a.ip()
-                    ),
-                ));
-            }
-            Ok(addrs.into_iter())
-        })
-    }
+    Ok(fence::client(timeout, tls))
 }
 
 #[cfg(test)]
@@ -649,18 +595,5 @@ mod tests {
             text.contains(r#"verdict_review_notifications_total{outcome="sent"} 0"#),
             "{text}"
         );
-    }
-
-    /// A hostname that resolves to a metadata address is refused before
-    /// any connection is made.
-    #[tokio::test]
-    async fn hostnames_resolving_to_metadata_addresses_are_refused() {
-        use tower_service::Service;
-        // 169.254.169.254 written as one number: a name to the resolver.
-        let name: Name = "2852039166".parse().unwrap();
-        let err = Fenced.call(name).await.unwrap_err();
-        assert!(err.to_string().contains("link-local or metadata"), "{err}");
-        let ok: Name = "localhost".parse().unwrap();
-        assert!(Fenced.call(ok).await.is_ok());
     }
 }

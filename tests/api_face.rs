@@ -23,6 +23,7 @@ mod backup;
 mod batch;
 mod console;
 mod console_browser;
+mod decision_log;
 mod explain_api;
 mod foundation;
 mod replay;

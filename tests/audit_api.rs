@@ -20,6 +20,7 @@ fn cfg() -> AuditConfig {
         witnesses: Vec::new(),
         capture_inputs: true,
         input_retention: std::time::Duration::from_secs(7 * 86_400),
+        export: None,
     }
 }
 

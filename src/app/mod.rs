@@ -23,6 +23,7 @@ use crate::http::auth::{AuthMode, KeyStore, KeysError};
 use crate::policy::{self, PolicyStore};
 pub use crate::runtime::{db_path, App};
 use crate::server::{self, TlsError};
+use crate::shipping::Shipper;
 use crate::telemetry::health::{self, Component, Health};
 use crate::telemetry::metrics::HttpMetrics;
 
@@ -59,6 +60,8 @@ pub enum StartError {
     /// The shared store holds newer checkpoints of this log's origin.
     #[error("audit log: {0}")]
     LogBehind(String),
+    #[error("audit.export_url: {0}")]
+    Export(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -338,6 +341,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         api_tls: (api_cert, api_tls),
         proxy,
         notifier,
+        shipper,
         shared,
         data_lock,
     } = build(Arc::new(config), audit).await?;
@@ -371,6 +375,9 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         let base = crate::webhook::derived_console_base(api_addr, config.api.tls.is_some());
         tasks.push(n.spawn(base, shutdown_rx.clone()));
     }
+    if let Some(s) = shipper {
+        tasks.push(s.spawn(shutdown_rx.clone()));
+    }
     let mut proxy_addr = None;
     if let Some(upstream) = upstream {
         let (addr, proxy_tasks) =
@@ -402,6 +409,8 @@ struct Built {
     proxy: ProxyParts,
     /// Sends review notifications, once the API's address is known.
     notifier: Option<crate::webhook::Notifier>,
+    /// Ships the decision log, when `audit.export_url` is set.
+    shipper: Option<Shipper>,
     shared: Option<crate::store::postgres::SharedStore>,
     data_lock: crate::store::datalock::DataLock,
 }
@@ -427,7 +436,22 @@ async fn build(config: Arc<Config>, audit: Option<AuditLog>) -> Result<Built, St
         n
     });
     let proxy = ProxyParts::open(&config, &mut registry)?;
-    let health = Arc::new(health_of(&config, &files, &stores, &jobs, &reviews, &proxy));
+    let shipper = match config.audit.export.clone() {
+        Some(c) => Some(
+            Shipper::new(c, stores.audit.clone(), &config.data_dir, &mut registry)
+                .map_err(StartError::Export)?,
+        ),
+        None => None,
+    };
+    let parts = HealthParts {
+        files: &files,
+        stores: &stores,
+        jobs: &jobs,
+        reviews: &reviews,
+        proxy: &proxy,
+        shipper: shipper.as_ref(),
+    };
+    let health = Arc::new(health_of(&config, &parts));
     let Files {
         keys,
         api_tls,
@@ -460,6 +484,7 @@ async fn build(config: Arc<Config>, audit: Option<AuditLog>) -> Result<Built, St
         api_tls,
         proxy,
         notifier,
+        shipper,
         shared,
         data_lock,
     })
@@ -639,14 +664,25 @@ impl ProxyParts {
 /// What `/health/detailed` reports on: the keys, the policies, the audit
 /// log, the jobs, the reviews, the upstream, the TLS certificates, the
 /// shared store and the shadow policies.
-fn health_of(
-    config: &Config,
-    files: &Files,
-    stores: &Stores,
-    jobs: &crate::jobs::Jobs,
-    reviews: &crate::review::Reviews,
-    proxy: &ProxyParts,
-) -> Health {
+/// What `/health/detailed` reports on.
+struct HealthParts<'a> {
+    files: &'a Files,
+    stores: &'a Stores,
+    jobs: &'a crate::jobs::Jobs,
+    reviews: &'a crate::review::Reviews,
+    proxy: &'a ProxyParts,
+    shipper: Option<&'a Shipper>,
+}
+
+fn health_of(config: &Config, parts: &HealthParts<'_>) -> Health {
+    let HealthParts {
+        files,
+        stores,
+        jobs,
+        reviews,
+        proxy,
+        shipper,
+    } = *parts;
     let mut components: Vec<Arc<dyn Component>> = vec![
         Arc::new(AuthComponent(files.keys.clone())),
         Arc::new(PoliciesComponent("policies", files.policies.clone())),
@@ -669,6 +705,9 @@ fn health_of(
             "shadow_policies",
             shadow.clone(),
         )));
+    }
+    if let Some(s) = shipper {
+        components.push(Arc::new(s.health()));
     }
     Health::new(components)
 }

@@ -184,6 +184,143 @@ impl AuditLog {
     }
 }
 
+/// Records shipped in one call, as `verdict audit export` writes them: one
+/// line each, `{"record": …, "proof": …}`, the proof against the newest
+/// signed checkpoint when the batch was read.
+#[derive(Debug, Clone, Default)]
+pub struct ShipBatch {
+    /// The lines, each ending in `\n`.
+    pub body: Vec<u8>,
+    /// The first leaf in the batch, and one past the last.
+    pub first: u64,
+    pub end: u64,
+    /// Records the log holds, signed or not (the shipper's lag is this
+    /// minus `end`).
+    pub log_size: u64,
+}
+
+impl AuditLog {
+    /// Up to `max` records from leaf `from` on, among those the newest
+    /// checkpoint covers (a record is shipped once its checkpoint is
+    /// signed, which is before its decision is answered). Empty when there
+    /// is nothing new.
+    pub async fn ship_batch(&self, from: u64, max: usize) -> Result<ShipBatch, AuditError> {
+        self.read(move |conn, shared| {
+            let keys = shared
+                .keys
+                .read()
+                .map(|k| k.clone())
+                .map_err(|_| AuditError::Unavailable("key list poisoned".into()))?;
+            ship_batch(conn, &keys, from, max)
+        })
+        .await
+    }
+}
+
+/// [`AuditLog::ship_batch`] on one read transaction.
+fn ship_batch(
+    conn: &Connection,
+    docs: &[KeyDocument],
+    from: u64,
+    max: usize,
+) -> Result<ShipBatch, AuditError> {
+    let tx = conn.unchecked_transaction()?;
+    let log_size = sqlite::record_count(&tx)?;
+    let Some(cp_row) = sqlite::newest_checkpoint(&tx)? else {
+        return Ok(ShipBatch {
+            first: from,
+            end: from,
+            log_size,
+            ..ShipBatch::default()
+        });
+    };
+    let n = note::parse(&cp_row.note).map_err(|e| AuditError::Corrupt(e.to_string()))?;
+    let cp = Checkpoint::parse(n.text).map_err(|e| AuditError::Corrupt(e.to_string()))?;
+    let end = cp.size.min(from.saturating_add(max as u64));
+    let mut out = ShipBatch {
+        body: Vec::new(),
+        first: from,
+        end: from.max(end),
+        log_size,
+    };
+    if end <= from {
+        return Ok(out);
+    }
+    let (key, pk, signature) = signer(&n, &cp, docs)?;
+    let mut hashes = Memo {
+        sql: sqlite::SqlHashes::new(&tx),
+        seen: std::collections::HashMap::new(),
+    };
+    let mut stmt = tx.prepare_cached(
+        "SELECT leaf, canonical FROM audit_records WHERE leaf >= ?1 AND leaf < ?2 ORDER BY leaf",
+    )?;
+    let bound = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let mut rows = stmt.query(rusqlite::params![bound(from), bound(end)])?;
+    let mut expect = from;
+    while let Some(row) = rows.next()? {
+        let leaf = u64::try_from(row.get::<_, i64>(0)?).unwrap_or(u64::MAX);
+        if leaf != expect {
+            return Err(AuditError::Corrupt(format!("leaf {expect} is missing")));
+        }
+        expect += 1;
+        let canonical: String = row.get(1)?;
+        let record_id = serde_json::from_str::<Value>(&canonical)
+            .ok()
+            .and_then(|v| {
+                v["record_id"]
+                    .as_str()
+                    .and_then(|s| uuid::Uuid::parse_str(s).ok())
+            })
+            .ok_or_else(|| AuditError::Corrupt(format!("record at leaf {leaf}: no record_id")))?;
+        let path = inclusion_proof(&mut hashes, leaf, cp.size)?;
+        let doc = ProofDocument {
+            record_id,
+            record_hash: hash_string(&record_hash(&canonical)),
+            leaf_index: leaf,
+            tree_size: cp.size,
+            merkle_root: hash_string(&cp.root),
+            proof: ProofStep::path(path),
+            checkpoint: cp_row.note.clone(),
+            signature: signature.clone(),
+            key_id: key.kid.clone(),
+            algorithm: Algorithm::default(),
+        };
+        if leaf == from {
+            // As for an export: a bug in the tree math must not ship a
+            // batch of bad proofs.
+            verify_document(&doc, &pk, &key.kid).map_err(AuditError::Corrupt)?;
+        }
+        out.body.extend_from_slice(b"{\"record\":");
+        out.body.extend_from_slice(canonical.as_bytes());
+        out.body.extend_from_slice(b",\"proof\":");
+        out.body.extend_from_slice(doc.to_json().as_bytes());
+        out.body.extend_from_slice(b"}\n");
+    }
+    if expect != end {
+        return Err(AuditError::Corrupt(format!("leaf {expect} is missing")));
+    }
+    Ok(out)
+}
+
+/// Stored subtree hashes read once per batch: the proofs of neighbouring
+/// leaves share most of their path.
+struct Memo<'c> {
+    sql: sqlite::SqlHashes<'c>,
+    seen: std::collections::HashMap<(u32, u64), Hash>,
+}
+
+impl super::merkle::SubtreeHashes for Memo<'_> {
+    type Error = AuditError;
+    fn subtree(&mut self, level: u32, n: u64) -> Result<Hash, AuditError> {
+        if let Some(h) = self.seen.get(&(level, n)) {
+            return Ok(*h);
+        }
+        let h = self.sql.subtree(level, n)?;
+        self.seen.insert((level, n), h);
+        Ok(h)
+    }
+}
+
 /// What an export wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportReport {

@@ -254,6 +254,17 @@ fn audit_config(f: FileAudit, max_batch: usize) -> Result<AuditConfig, ConfigErr
         witnesses: witnesses(f.witnesses.unwrap_or_default())?,
         capture_inputs: f.capture_inputs.unwrap_or(true),
         input_retention: duration("audit.input_retention", f.input_retention, "7d")?,
+        export: super::export::export_config(
+            super::export::FileExport {
+                url: f.export_url,
+                batch: f.export_batch,
+                interval: f.export_interval,
+                timeout: f.export_timeout,
+                backoff: f.export_backoff,
+                authorization_env: f.export_authorization_env,
+            },
+            &|name| std::env::var(name).ok(),
+        )?,
     })
 }
 

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod export;
+pub use export::{ExportConfig, MAX_BACKOFF as EXPORT_MAX_BACKOFF};
 mod notify;
 pub use notify::{origin_only, NotifyConfig, NotifySecret};
 mod origin;
@@ -245,6 +247,8 @@ pub struct AuditConfig {
     pub capture_inputs: bool,
     /// `audit.input_retention`: how long captured inputs are kept (7 days).
     pub input_retention: Duration,
+    /// `audit.export_*`: where every record is shipped, if anywhere.
+    pub export: Option<ExportConfig>,
 }
 
 /// One witness of the audit log.
@@ -447,6 +451,12 @@ struct FileAudit {
     witnesses: Option<Vec<FileWitness>>,
     capture_inputs: Option<bool>,
     input_retention: Option<String>,
+    export_url: Option<String>,
+    export_batch: Option<usize>,
+    export_interval: Option<String>,
+    export_timeout: Option<String>,
+    export_backoff: Option<String>,
+    export_authorization_env: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -130,13 +130,13 @@ pub(super) fn notify_config(
         }
         return Ok(None);
     };
-    let url = http_url("review.notify_url", &url_text)?;
+    let url = http_url("review.notify_url", &url_text, SIGNED)?;
     let secret = secret(f.secret, f.secret_env, f.secret_file, env)?;
     let console_url = match f.console_url {
         None => None,
         Some(text) => {
             let base = text.trim_end_matches('/');
-            let uri = http_url("review.console_url", base)?;
+            let uri = http_url("review.console_url", base, SIGNED)?;
             if uri.query().is_some() || text.contains('#') {
                 return Err(invalid(format!(
                     "review.console_url: {text:?} must be a base URL without a query or fragment"
@@ -175,8 +175,13 @@ pub(super) fn notify_config(
     }))
 }
 
+/// How calls to the notify URL are authenticated.
+const SIGNED: &str = "notifications are signed with review.notify_secret instead";
+
 /// An absolute http(s) URL with a host.
-fn http_url(key: &str, text: &str) -> Result<http::Uri, ConfigError> {
+/// `instead` says how calls to it are authenticated, for the error when the
+/// URL carries credentials.
+pub(super) fn http_url(key: &str, text: &str, instead: &str) -> Result<http::Uri, ConfigError> {
     let bad = || {
         ConfigError::Invalid(format!(
             "{key}: must be an http:// or https:// URL with a host, got {text:?}"
@@ -188,7 +193,7 @@ fn http_url(key: &str, text: &str) -> Result<http::Uri, ConfigError> {
     }
     if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
         return Err(ConfigError::Invalid(format!(
-            "{key}: must not carry credentials (user:password@); notifications are signed with review.notify_secret instead"
+            "{key}: must not carry credentials (user:password@); {instead}"
         )));
     }
     Ok(uri)

@@ -79,6 +79,7 @@ fn cfg(max_wait_ms: u64) -> crate::config::AuditConfig {
         witnesses: Vec::new(),
         capture_inputs: true,
         input_retention: std::time::Duration::from_secs(7 * 86_400),
+        export: None,
     }
 }
 
