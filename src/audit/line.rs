@@ -271,6 +271,15 @@ impl Line {
         }
     }
 
+    /// Refuses new records and lets the committer thread stop once nothing
+    /// is committing, without waiting for it: for a log dropped without
+    /// [`close`](Line::close).
+    pub fn release(&self) {
+        let mut st = self.lock();
+        st.closed = true;
+        self.changed.notify_all();
+    }
+
     /// False once the line was closed or a commit panicked.
     pub fn accepting(&self) -> bool {
         let st = self.lock();
@@ -323,5 +332,26 @@ mod tests {
         // max_wait 0 never lingers.
         assert_eq!(linger_cap(Duration::ZERO, ms(10)), Duration::ZERO);
         assert_eq!(idle_gap(ms(2)), Duration::from_micros(200));
+    }
+
+    struct Nothing;
+
+    impl Committer for Nothing {
+        fn commit_batch(&mut self, _: Vec<Pending>) {}
+        fn rotate(&mut self) -> Result<KeyDocument, AuditError> {
+            Err(stopped())
+        }
+    }
+
+    /// A released line's committer thread ends by itself, and the line
+    /// takes no more records.
+    #[test]
+    fn a_released_line_stops_its_thread() {
+        let (line, thread) = Line::start(Box::new(Nothing), 8, Duration::ZERO).unwrap();
+        line.release();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(thread.join().is_ok()));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
+        assert!(!line.accepting());
     }
 }

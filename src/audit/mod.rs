@@ -235,6 +235,14 @@ struct Inner {
     stop: tokio::sync::watch::Sender<bool>,
 }
 
+impl Drop for Inner {
+    /// A log dropped without [`AuditLog::shutdown`] (tests, a start-up that
+    /// failed later) still lets its committer thread end.
+    fn drop(&mut self) {
+        self.line.release();
+    }
+}
+
 /// Handle to the audit log. Cheap to clone; all clones share one writer.
 #[derive(Clone)]
 pub struct AuditLog {
