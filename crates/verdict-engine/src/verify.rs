@@ -30,6 +30,8 @@ mod analysis;
 #[rustfmt::skip]
 mod antonyms;
 mod cache;
+#[cfg(test)]
+pub(crate) use cache::hooks as cache_hooks;
 mod check;
 mod conflict;
 mod derive;
