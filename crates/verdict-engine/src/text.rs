@@ -169,8 +169,9 @@ impl Vocab {
     }
 
     /// The request-local ids of a form the lexicon has found: those the
-    /// request gave it, or new ones in first-seen order.
-    #[inline]
+    /// request gave it, or new ones in first-seen order. Inlined into both
+    /// callers: it is most of tokenising's per-word work.
+    #[inline(always)]
     fn local(&mut self, seen: lexicon::Seen, number: bool, stemmer: &Stemmer) -> Word {
         let id = match seen {
             lexicon::Seen::Local(local) => {

@@ -150,7 +150,7 @@ impl Lexicon {
     }
 
     /// Finds `form` (whose hash is `hash`), adding it when new.
-    #[inline]
+    #[inline(always)]
     pub(super) fn seen(&mut self, form: &str, hash: u64) -> Seen {
         let id = match self.forms.find(form, hash) {
             Some(id) => id,
@@ -170,7 +170,7 @@ impl Lexicon {
 
     /// Whether the request has seen the form with lexicon id `id`, which
     /// must be one of this lexicon's ids.
-    #[inline]
+    #[inline(always)]
     pub(super) fn seen_id(&self, id: u32) -> Seen {
         match self.form_local.get(id as usize) {
             Some(&(e, local)) if e == self.epoch => Seen::Local(local),
