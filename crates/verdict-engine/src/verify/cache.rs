@@ -14,11 +14,14 @@
 //! return another text's parse. Quantities are kept with numeric dates
 //! unresolved; each request reads them in its own date order.
 //!
-//! Bounded per thread: at most [`ENTRIES`] entries and [`BYTES`] bytes of
-//! text and parse, and no text over [`MAX_TEXT`] bytes is kept. A new entry
-//! first evicts those of a lexicon other than its own (their ids mean
-//! nothing to the lexicon the thread now uses), then the least recently
-//! used.
+//! A text is kept the second time it is parsed (within the thread's last
+//! [`ONCE`] misses), not the first: keeping a parse (copying it out, and
+//! evicting) adds about a tenth to a call whose sources all miss, which a
+//! text sent only once would pay for nothing. Bounded per thread: at most
+//! [`ENTRIES`] entries and [`BYTES`] bytes of text and parse, and no text
+//! over [`MAX_TEXT`] bytes is kept. A new entry first evicts those of a
+//! lexicon other than its own (their ids mean nothing to the lexicon the
+//! thread now uses), then the least recently used.
 
 use std::cell::RefCell;
 
@@ -32,6 +35,9 @@ pub(super) const ENTRIES: usize = 32;
 pub(super) const BYTES: usize = 2 << 20;
 /// Longest text kept, in bytes.
 pub(super) const MAX_TEXT: usize = 64 << 10;
+/// Hashes of texts parsed and not kept that a thread remembers: a text
+/// parsed again while its hash is among them is kept.
+pub(super) const ONCE: usize = 2 * ENTRIES;
 
 /// One sentence of a source: its byte span, and the ranges of the source's
 /// tokens and quantities that lie in it.
@@ -55,27 +61,34 @@ pub(super) struct Parsed {
 }
 
 /// `text` parsed for the request whose vocabulary is in `stems`: from the
-/// thread's cache when it holds this text, else fresh (and then kept).
+/// thread's cache when it holds this text, else fresh (and kept if it
+/// missed recently too).
 pub(super) fn parse(text: &str, stems: &Stems) -> Parsed {
     if text.len() > MAX_TEXT || disabled() {
         return fresh(text, stems);
     }
     let found = with_cache(|c| {
         let hash = c.hash(text);
-        (hash, c.hit(text, hash, stems))
+        match c.hit(text, hash, stems) {
+            Some(parsed) => Ok(parsed),
+            None => Err((hash, c.seen_before(hash))),
+        }
     });
-    let hash = match found {
-        Some((_, Some(parsed))) => {
+    let (hash, keep) = match found {
+        Some(Ok(parsed)) => {
             #[cfg(test)]
             hooks::HITS.with(|n| n.set(n.get() + 1));
             return parsed;
         }
-        Some((hash, None)) => hash,
+        Some(Err(miss)) => miss,
         // The cache is in use further up this thread's stack, or the
         // thread is ending: parse without it.
         None => return fresh(text, stems),
     };
     let parsed = fresh(text, stems);
+    if !keep {
+        return parsed;
+    }
     if let Some(tokens) = stems.unbind(&parsed.tokens) {
         let entry = Entry {
             hash,
@@ -172,6 +185,10 @@ struct Cache {
     /// Counts lookups: the least recently used entry has the smallest
     /// `used`.
     clock: u64,
+    /// Hashes of the last [`ONCE`] texts parsed and not kept, a ring.
+    once: Vec<u64>,
+    /// Where the next hash goes in `once` when it is full.
+    once_next: usize,
 }
 
 thread_local! {
@@ -212,6 +229,22 @@ impl Cache {
             qty: entry.qty.to_vec(),
             sentences: entry.sentences.to_vec(),
         })
+    }
+
+    /// Whether a text of hash `hash` missed recently; if not, remembers
+    /// that it has now. (A hash shared with another text only lets the text
+    /// be kept sooner.)
+    fn seen_before(&mut self, hash: u64) -> bool {
+        if self.once.contains(&hash) {
+            return true;
+        }
+        if self.once.len() < ONCE {
+            self.once.push(hash);
+        } else if let Some(slot) = self.once.get_mut(self.once_next) {
+            *slot = hash;
+            self.once_next = (self.once_next + 1) % ONCE;
+        }
+        false
     }
 
     /// Keeps `entry`, evicting what the bounds require.
@@ -287,11 +320,13 @@ pub(crate) mod hooks {
         .unwrap_or_default()
     }
 
-    /// Empties the thread's cache.
+    /// Empties the thread's cache and forgets the texts it has seen.
     pub(crate) fn clear() {
         super::with_cache(|c| {
             c.entries.clear();
             c.bytes = 0;
+            c.once.clear();
+            c.once_next = 0;
         });
     }
 }

@@ -1,6 +1,7 @@
 //! The parse cache returns what a fresh parse returns, never another text's
 //! parse (even when two texts hash alike), never a parse held in another
-//! lexicon's ids, and stays within its bounds.
+//! lexicon's ids, keeps a text only when it comes again, and stays within
+//! its bounds.
 
 use super::*;
 
@@ -40,6 +41,13 @@ fn same(a: &(Parsed, Vec<String>), b: &(Parsed, Vec<String>)) -> bool {
     format!("{:?}", a.0) == format!("{:?}", b.0) && a.1 == b.1
 }
 
+/// Parses `text` twice, each in a request of its own, so that the cache
+/// keeps it; returns the second parse.
+fn keep(text: &str) -> (Parsed, Vec<String>) {
+    let _ = parse_after("", text, true);
+    parse_after("", text, true)
+}
+
 const INVOICE: &str = "Invoice INV-20931, issued 03/05/2024 to Harlow Dental. \
     Total due: $1,450.55 (non-refundable). Don't pay twice; the nonessential \
     fee is non12345 and 12345 is the order. Mr. Bell's card was charged. \
@@ -53,10 +61,11 @@ fn a_hit_is_the_fresh_parse_with_the_same_ids() {
             hooks::clear();
             let fresh = parse_after(before, INVOICE, false);
             let hits = hooks::hits();
-            let miss = parse_after("", INVOICE, true);
-            assert_eq!(hooks::hits(), hits, "an empty cache has no hit");
+            let miss = keep(INVOICE);
+            assert_eq!(hooks::hits(), hits, "the first two parses miss");
+            assert_eq!(hooks::state().0, 1, "the second is kept");
             let hit = parse_after(before, INVOICE, true);
-            assert_eq!(hooks::hits(), hits + 1, "the second parse is a hit");
+            assert_eq!(hooks::hits(), hits + 1, "the third parse is a hit");
             assert!(same(&fresh, &hit), "after {before:?}");
             assert!(same(&parse_after("", INVOICE, false), &miss));
         }
@@ -66,11 +75,18 @@ fn a_hit_is_the_fresh_parse_with_the_same_ids() {
 #[test]
 fn a_repeated_text_in_one_request_hits_and_keeps_its_ids() {
     isolated(|| {
+        let hits = hooks::hits();
         let stems = text::stemmer();
         let a = parse(INVOICE, &stems);
         let b = parse(INVOICE, &stems);
-        assert_eq!(hooks::hits(), 1);
+        let c = parse(INVOICE, &stems);
+        assert_eq!(
+            hooks::hits(),
+            hits + 1,
+            "kept at the second, read at the third"
+        );
         assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        assert_eq!(format!("{a:?}"), format!("{c:?}"));
     });
 }
 
@@ -80,7 +96,8 @@ fn equal_hashes_never_return_another_texts_parse() {
         hooks::FORCED_HASH.with(|h| h.set(Some(7)));
         let other = "Refunds are issued within 5 business days of 2024-03-05.";
         let hits = hooks::hits();
-        let a = parse_after("", INVOICE, true);
+        let a = keep(INVOICE);
+        // Its hash was seen, so the other text is kept at once.
         let b = parse_after("", other, true);
         assert_eq!(hooks::hits(), hits, "same hash, other text: a miss");
         assert_eq!(hooks::state().0, 2, "both kept under one hash");
@@ -111,7 +128,7 @@ fn strangers() -> String {
 #[test]
 fn entries_of_another_lexicon_are_not_read() {
     isolated(|| {
-        let _ = parse_after("", INVOICE, true);
+        let _ = keep(INVOICE);
         // While `outer` holds the thread's lexicon, a request gets a new one:
         // the entry made in the other's ids must not be read.
         let outer = text::stemmer();
@@ -132,7 +149,7 @@ fn entries_of_another_lexicon_are_not_read() {
 #[test]
 fn a_lexicon_dropped_past_its_cap_takes_its_entries_out_of_use() {
     isolated(|| {
-        let before = parse_after("", INVOICE, true);
+        let before = keep(INVOICE);
         // A request of more distinct forms than a lexicon keeps: its lexicon
         // is dropped when it ends (the text is too long to be kept itself).
         let many: String = (0..40_000).map(|i| format!("w{i} ")).collect();
@@ -158,20 +175,16 @@ fn the_cache_stays_within_its_bounds() {
         };
         // Many short texts: the entry count binds.
         for i in 0..3 * ENTRIES {
-            let _ = parse_after(
-                "",
-                &format!("Order {i} shipped on May {}.", i % 28 + 1),
-                true,
-            );
+            let _ = keep(&format!("Order {i} shipped on May {}.", i % 28 + 1));
             check();
         }
         assert_eq!(hooks::state().0, ENTRIES);
         // The most recently used entry survives the next evictions.
         let kept = "Order 0 is the one kept.";
-        let _ = parse_after("", kept, true);
+        let _ = keep(kept);
         for i in 0..ENTRIES - 1 {
             let _ = parse_after("", kept, true);
-            let _ = parse_after("", &format!("Filler {i}."), true);
+            let _ = keep(&format!("Filler {i}."));
         }
         let hits = hooks::hits();
         let _ = parse_after("", kept, true);
@@ -180,14 +193,14 @@ fn the_cache_stays_within_its_bounds() {
         for i in 0..40 {
             let text = format!("Sentence {i} of a long page, with words. ").repeat(1400);
             assert!(text.len() <= MAX_TEXT);
-            let _ = parse_after("", &text, true);
+            let _ = keep(&text);
             check();
         }
         assert!(hooks::state().0 < ENTRIES, "bytes, not entries, bind here");
         // A text over the limit is parsed but not kept.
         let long = "x".repeat(MAX_TEXT + 1);
         let (entries, bytes, ..) = hooks::state();
-        let _ = parse_after("", &long, true);
+        let _ = keep(&long);
         assert_eq!(hooks::state().0, entries);
         assert_eq!(hooks::state().1, bytes);
         check();
@@ -199,9 +212,27 @@ fn the_disabled_cache_neither_keeps_nor_reads() {
     isolated(|| {
         hooks::DISABLED.with(|d| d.set(true));
         let hits = hooks::hits();
-        let _ = parse_after("", INVOICE, true);
-        let _ = parse_after("", INVOICE, true);
+        for _ in 0..3 {
+            let _ = parse_after("", INVOICE, true);
+        }
         assert_eq!(hooks::hits(), hits);
         assert_eq!(hooks::state().0, 0);
+    });
+}
+
+#[test]
+fn a_text_parsed_once_is_not_kept() {
+    isolated(|| {
+        let text = |i: usize| format!("Order {i} shipped on May {}.", i % 28 + 1);
+        for i in 0..=ONCE {
+            let _ = parse_after("", &text(i), true);
+        }
+        assert_eq!(hooks::state().0, 0, "each text parsed once");
+        // Text 0 is out of the last ONCE misses: parsed again, it is still
+        // not kept; text ONCE, parsed again, is.
+        let _ = parse_after("", &text(0), true);
+        assert_eq!(hooks::state().0, 0);
+        let _ = parse_after("", &text(ONCE), true);
+        assert_eq!(hooks::state().0, 1);
     });
 }
