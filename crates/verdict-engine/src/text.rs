@@ -155,7 +155,25 @@ impl Vocab {
     #[inline]
     fn intern(&mut self, norm: &str, number: bool, stemmer: &Stemmer) -> Word {
         let hash = self.lx.hash(norm);
-        let id = match self.lx.seen(norm, hash) {
+        let seen = self.lx.seen(norm, hash);
+        self.local(seen, number, stemmer)
+    }
+
+    /// Interns the form with lexicon id `id` (one of this vocabulary's
+    /// lexicon's ids), read as a number or as a word: what [`Vocab::intern`]
+    /// does for that form's text, without finding the text.
+    #[inline]
+    fn intern_id(&mut self, id: u32, number: bool, stemmer: &Stemmer) -> Word {
+        let seen = self.lx.seen_id(id);
+        self.local(seen, number, stemmer)
+    }
+
+    /// The request-local ids of a form the lexicon has found: those the
+    /// request gave it, or new ones in first-seen order. Inlined into both
+    /// callers: it is most of tokenising's per-word work.
+    #[inline(always)]
+    fn local(&mut self, seen: lexicon::Seen, number: bool, stemmer: &Stemmer) -> Word {
+        let id = match seen {
             lexicon::Seen::Local(local) => {
                 let (_, stem_id, lex) = self.forms.get(local as usize).copied().unwrap_or_default();
                 return Word {
@@ -510,3 +528,4 @@ mod tests;
 mod tokens;
 pub use sentences::split_sentences;
 pub use tokens::tokenize;
+pub(crate) use tokens::LexTokens;

@@ -91,6 +91,7 @@ fn sample() -> (Vec<Claim>, Vec<Source>) {
 
 // The tests, by what they cover (after the helpers: a macro is seen only
 // below its definition).
+mod cache;
 mod forms;
 mod properties;
 mod statuses;

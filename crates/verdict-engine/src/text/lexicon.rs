@@ -10,9 +10,12 @@
 //! lexicon holds is a pure function of each word, so no answer depends on
 //! which requests came before. It is bounded: a lexicon that has grown past
 //! [`CAP`] forms is dropped when its request ends, and the next request
-//! starts an empty one.
+//! starts an empty one. Each lexicon has a generation no other lexicon of
+//! the process shares, so that what is kept in terms of its ids (the parse
+//! cache, `verify::cache`) is never read through another lexicon.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rust_stemmers::Stemmer;
 
@@ -36,7 +39,7 @@ pub(super) fn take() -> Lexicon {
         .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.take()))
         .ok()
         .flatten();
-    let mut lx = spare.unwrap_or_default();
+    let mut lx = spare.unwrap_or_else(Lexicon::fresh);
     lx.open();
     lx
 }
@@ -67,10 +70,18 @@ struct FormInfo {
     lex: Lex,
 }
 
+/// The generation of the next lexicon made in the process: global, not
+/// per thread, because a request's vocabulary may end on another thread
+/// than it began and leave its lexicon there.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
 /// Forms and stems with ids that last as long as the lexicon, and for each
 /// the request-local id the current request gave it, if any.
 #[derive(Default)]
 pub(super) struct Lexicon {
+    /// Unique in the process (0 only for the placeholder a dropped
+    /// vocabulary leaves behind): ids of one lexicon mean nothing to another.
+    generation: u64,
     /// One keyed hash for both tables; each string is hashed once per lookup.
     hasher: ahash::RandomState,
     forms: Interner,
@@ -96,6 +107,24 @@ pub(super) enum Seen {
 }
 
 impl Lexicon {
+    /// An empty lexicon with a generation of its own.
+    fn fresh() -> Lexicon {
+        Lexicon {
+            generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
+            ..Lexicon::default()
+        }
+    }
+
+    /// Which lexicon this is: see [`NEXT_GENERATION`].
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Forms the lexicon holds: ids below this are its own.
+    pub(super) fn form_count(&self) -> usize {
+        self.forms.len()
+    }
+
     /// Starts a new request: no form or stem has a local id in it.
     fn open(&mut self) {
         self.epoch = self.epoch.wrapping_add(1);
@@ -121,7 +150,7 @@ impl Lexicon {
     }
 
     /// Finds `form` (whose hash is `hash`), adding it when new.
-    #[inline]
+    #[inline(always)]
     pub(super) fn seen(&mut self, form: &str, hash: u64) -> Seen {
         let id = match self.forms.find(form, hash) {
             Some(id) => id,
@@ -136,6 +165,13 @@ impl Lexicon {
                 id
             }
         };
+        self.seen_id(id)
+    }
+
+    /// Whether the request has seen the form with lexicon id `id`, which
+    /// must be one of this lexicon's ids.
+    #[inline(always)]
+    pub(super) fn seen_id(&self, id: u32) -> Seen {
         match self.form_local.get(id as usize) {
             Some(&(e, local)) if e == self.epoch => Seen::Local(local),
             _ => Seen::New(id),

@@ -1,6 +1,9 @@
 //! The tokenizer: text to [`Token`]s that keep their original byte spans,
 //! numbers with their separators and words with their apostrophes, each
-//! interned in the request's vocabulary.
+//! interned in the request's vocabulary. Also tokens in a form that outlives
+//! the request ([`LexTokens`]): a token's ids are the request's, so what is
+//! kept for a later request holds the thread lexicon's ids instead, and is
+//! turned back into the tokens that tokenising the text again would give.
 
 use super::{char_at, Stems, Token, TokenKind, Vocab, Word};
 
@@ -53,6 +56,118 @@ pub fn tokenize(text: &str, stemmer: &Stems) -> Vec<Token> {
         }
     }
     out
+}
+
+/// [`LexToken::flags`] bit: the token is a number.
+const NUMBER: u8 = 1;
+/// [`LexToken::flags`] bit: the token is capitalised.
+const CAPITALIZED: u8 = 2;
+
+/// A token as the thread's lexicon knows it, not as one request does.
+#[derive(Debug, Clone, Copy)]
+struct LexToken {
+    start: u32,
+    end: u32,
+    /// The lexicon id of its normalised form.
+    form: u32,
+    /// [`NUMBER`] and [`CAPITALIZED`].
+    flags: u8,
+}
+
+/// One text's tokens in terms of one lexicon: what may be kept across
+/// requests. [`Stems::rebind`] gives back the tokens, with the ids a request
+/// would get from [`tokenize`], for a request that uses the same lexicon.
+#[derive(Debug, Clone)]
+pub(crate) struct LexTokens {
+    /// The lexicon's generation.
+    generation: u64,
+    /// One more than the largest form id.
+    forms: usize,
+    tokens: Box<[LexToken]>,
+}
+
+impl LexTokens {
+    /// The heap bytes they hold.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.tokens)
+    }
+
+    /// The generation of the lexicon whose ids they hold.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+impl Stems {
+    /// The generation of the lexicon this request's vocabulary uses: two
+    /// [`LexTokens`] of the same generation name forms by the same ids.
+    pub(crate) fn generation(&self) -> u64 {
+        self.inner.borrow().lx.generation()
+    }
+
+    /// `tokens` (from [`tokenize`] with these `Stems`) in terms of the
+    /// thread's lexicon. `None` when an offset does not fit in 32 bits.
+    pub(crate) fn unbind(&self, tokens: &[Token]) -> Option<LexTokens> {
+        let vocab = self.inner.borrow();
+        let mut forms = 0;
+        let out = tokens
+            .iter()
+            .map(|t| {
+                let &(form, _, _) = vocab.forms.get(t.norm_id as usize)?;
+                forms = forms.max(form as usize + 1);
+                let mut flags = 0;
+                if t.kind == TokenKind::Number {
+                    flags |= NUMBER;
+                }
+                if t.capitalized {
+                    flags |= CAPITALIZED;
+                }
+                Some(LexToken {
+                    start: u32::try_from(t.start).ok()?,
+                    end: u32::try_from(t.end).ok()?,
+                    form,
+                    flags,
+                })
+            })
+            .collect::<Option<Box<[LexToken]>>>()?;
+        Some(LexTokens {
+            generation: vocab.lx.generation(),
+            forms,
+            tokens: out,
+        })
+    }
+
+    /// The tokens `kept` stands for, interned in this request's vocabulary
+    /// in order, so that their ids are those [`tokenize`] would give here.
+    /// `None` (having interned nothing) when `kept` is of another lexicon.
+    pub(crate) fn rebind(&self, kept: &LexTokens) -> Option<Vec<Token>> {
+        let mut vocab = self.inner.borrow_mut();
+        if kept.generation != vocab.lx.generation() || kept.forms > vocab.lx.form_count() {
+            return None;
+        }
+        let out = kept
+            .tokens
+            .iter()
+            .map(|t| {
+                let number = t.flags & NUMBER != 0;
+                let w = vocab.intern_id(t.form, number, &self.stemmer);
+                Token {
+                    start: t.start as usize,
+                    end: t.end as usize,
+                    norm_id: w.norm_id,
+                    stem_id: w.stem_id,
+                    kind: if number {
+                        TokenKind::Number
+                    } else {
+                        TokenKind::Word
+                    },
+                    capitalized: t.flags & CAPITALIZED != 0,
+                    lex: w.lex,
+                }
+            })
+            .collect();
+        Some(out)
+    }
 }
 
 /// Where tokens are interned: the request's vocabulary, borrowed for one
