@@ -22,3 +22,4 @@ mod reload;
 mod server_limits;
 mod shutdown;
 mod slow_bodies;
+mod traces;

@@ -685,6 +685,7 @@ impl Handler for Api {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let span = tracing::info_span!("request", request_id = %request_id, %method, %path, peer = %conn.peer);
+        crate::telemetry::trace::adopt(&span, req.headers());
         async move {
             let (endpoint, result) = self.dispatch(req, &request_id, started).await;
             let mut resp = result.unwrap_or_else(|e| e.into_response(&request_id));

@@ -70,10 +70,20 @@ pub(crate) fn command(args: ServeArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    crate::telemetry::init(config.log_format);
     let runtime = match start_runtime(tokio::runtime::Builder::new_multi_thread()) {
         Ok(rt) => rt,
         Err(code) => return code,
+    };
+    // The trace exporter runs on the runtime.
+    let exporter = {
+        let _on = runtime.enter();
+        match crate::telemetry::init(config.log_format, &config.traces) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("verdict: config: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        }
     };
     runtime.block_on(async move {
         let running = match crate::app::start(config).await {
@@ -87,6 +97,9 @@ pub(crate) fn command(args: ServeArgs) -> ExitCode {
         crate::telemetry::shutdown_signal().await;
         tracing::info!("signal received; draining");
         running.shutdown().await;
+        if let Some(e) = exporter {
+            let _ = tokio::task::spawn_blocking(move || e.shutdown()).await;
+        }
         ExitCode::SUCCESS
     })
 }

@@ -83,7 +83,8 @@ pub(crate) fn command(cmd: WitnessCommand) -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
-            crate::telemetry::init(LogFormat::Json);
+            let _ =
+                crate::telemetry::init(LogFormat::Json, &crate::config::TracesConfig::default());
             let runtime = match start_runtime(tokio::runtime::Builder::new_multi_thread()) {
                 Ok(rt) => rt,
                 Err(code) => return code,

@@ -88,6 +88,7 @@ impl Config {
             limits,
             server: server_config(f.server, caps)?,
             log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Json),
+            traces: super::traces::traces_config(f.telemetry)?,
             defaults,
             authorize: AuthorizeConfig { unknown_action },
         })

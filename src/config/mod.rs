@@ -16,7 +16,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod export;
+mod traces;
 pub use export::{ExportConfig, MAX_BACKOFF as EXPORT_MAX_BACKOFF};
+pub use traces::{OtlpProtocol, TracesConfig};
 mod notify;
 pub use notify::{origin_only, NotifyConfig, NotifySecret};
 mod origin;
@@ -125,6 +127,8 @@ pub struct Config {
     pub limits: Limits,
     pub server: ServerConfig,
     pub log_format: LogFormat,
+    /// `[telemetry]`: OpenTelemetry traces.
+    pub traces: TracesConfig,
     /// Floors for an action type that no policy names (`[defaults]`).
     pub defaults: DefaultFloors,
     pub authorize: AuthorizeConfig,
@@ -369,6 +373,8 @@ struct FileConfig {
     server: FileServer,
     #[serde(default)]
     log: FileLog,
+    #[serde(default)]
+    telemetry: traces::FileTelemetry,
     #[serde(default)]
     defaults: FileDefaults,
     #[serde(default)]

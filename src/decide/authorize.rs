@@ -6,6 +6,8 @@
 
 use std::time::Instant;
 
+use tracing::Instrument as _;
+
 use super::*;
 
 /// Decides one authorize request on one policy snapshot.
@@ -34,11 +36,35 @@ pub async fn authorize(
         sources,
         requested,
     } = input;
-    let read = read_policy(h, set, action_type, params, requested);
-    let (evidence, sources) = gather(h, &read, sources, claims.as_deref(), answer.as_ref()).await?;
-    let checked = check_claims(h, &read, claims, answer, sources).await?;
-    let evaluated = evaluate(h, &read, &evidence, checked);
-    record(h, set, ctx, read, evidence, evaluated, started).await
+    let span = tracing::info_span!(
+        target: crate::telemetry::trace::TARGET,
+        "decide",
+        request_id = ctx.request_id,
+        action = %action_type,
+        decision = tracing::field::Empty,
+        reason = tracing::field::Empty,
+        record_id = tracing::field::Empty,
+    );
+    let decided = async {
+        let read = read_policy(h, set, action_type, params, requested);
+        let (evidence, sources) =
+            gather(h, &read, sources, claims.as_deref(), answer.as_ref()).await?;
+        let engine = tracing::info_span!(target: crate::telemetry::trace::TARGET, "engine");
+        let checked = check_claims(h, &read, claims, answer, sources)
+            .instrument(engine.clone())
+            .await?;
+        let evaluated = engine.in_scope(|| evaluate(h, &read, &evidence, checked));
+        record(h, set, ctx, read, evidence, evaluated, started).await
+    }
+    .instrument(span.clone())
+    .await?;
+    span.record("decision", decided.decision.outcome.as_str());
+    span.record("reason", decided.decision.reason.as_str());
+    span.record(
+        "record_id",
+        tracing::field::display(&decided.receipt.record_id),
+    );
+    Ok(decided)
 }
 
 /// What the policy snapshot says of the action, before any evidence.
@@ -404,7 +430,14 @@ async fn record(
     let source = if ctx.route.is_some() { "proxy" } else { "api" };
     let evaluated = Instant::now();
     h.metrics.stage(source, "evaluate", evaluated - started);
-    let receipt = h.audit.append(record, captured).await?;
+    let receipt = h
+        .audit
+        .append(record, captured)
+        .instrument(tracing::info_span!(
+            target: crate::telemetry::trace::TARGET,
+            "audit.commit"
+        ))
+        .await?;
     h.metrics.stage(source, "record", evaluated.elapsed());
     let decision = e.decision;
     h.metrics

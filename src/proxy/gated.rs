@@ -5,6 +5,8 @@
 
 use std::time::Instant;
 
+use tracing::Instrument as _;
+
 use crate::server::ReqBody;
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
@@ -401,13 +403,19 @@ impl Proxy {
             affinity,
             request_id,
         } = g.from;
-        let extra = [
+        let span = tracing::info_span!(target: crate::telemetry::trace::TARGET, "forward", upstream = %self.upstream);
+        let mut extra = vec![
             ("x-verdict-decision", "allow".to_string()),
             ("x-verdict-record-id", record_id.clone()),
         ];
+        // A caller's trace context goes on as sent; a trace started here
+        // goes on naming this forward.
+        if !g.parts.headers.contains_key("traceparent") {
+            extra.extend(crate::telemetry::trace::traceparent(&span));
+        }
         let sent = Instant::now();
         let out = Outbound::new(g.parts, full(g.bytes), conn, request_id, &extra);
-        let mut resp = self.forward(out.on(affinity)).await;
+        let mut resp = self.forward(out.on(affinity)).instrument(span).await;
         self.stats.stage("forward", sent.elapsed());
         // The caller learns the decision and its record too.
         resp.headers_mut()

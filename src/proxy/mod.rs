@@ -234,6 +234,7 @@ impl Handler for Proxy {
             path = %req.uri().path(),
             peer = %conn.peer
         );
+        crate::telemetry::trace::adopt(&span, req.headers());
         async {
             let mut resp = self.route(req, from, &set, routed).await;
             crate::http::stamp_request_id(&mut resp, &request_id);
