@@ -184,11 +184,13 @@ impl Shipper {
                 step = self.step(&mut next) => step,
             };
             let wait = match step {
-                Ok(true) => {
+                Ok(more) => {
                     pause = self.cfg.backoff;
-                    continue;
+                    if more {
+                        continue;
+                    }
+                    self.cfg.interval
                 }
-                Ok(false) => self.cfg.interval,
                 Err(f) => {
                     self.metrics.attempt(f.outcome);
                     tracing::warn!(
