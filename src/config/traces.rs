@@ -1,7 +1,7 @@
 //! `[telemetry]`: OpenTelemetry traces, where they are exported and when a
 //! trace is started here. Validated when the config loads, each error naming
-//! its key. With no `otlp_endpoint` nothing is exported and no span costs
-//! more than it did before.
+//! its key. With no `otlp_endpoint` nothing is exported, and the spans that
+//! exist only for traces are never enabled.
 
 use serde::Deserialize;
 
