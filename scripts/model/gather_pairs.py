@@ -38,8 +38,8 @@ Labels:
 Usage:
   python3 scripts/model/gather_pairs.py \\
       --wice-train WICE_REPO/data/non_supported_tokens/train.jsonl \\
-      --wice-dev /work/shared/datasets/wice/claim_dev.jsonl \\
-      --ragtruth /work/shared/datasets/ragtruth/ragtruth_qa.jsonl \\
+      --wice-dev $DATA/wice/claim_dev.jsonl \\
+      --ragtruth $DATA/ragtruth/ragtruth_qa.jsonl \\
       --out-train /tmp/verdict-pairs/train.jsonl \\
       --out-dev /tmp/verdict-pairs/dev.jsonl
 """
