@@ -615,14 +615,7 @@ async fn failure_mode_open_forwards_when_the_gate_cannot_decide() {
 /// The address a server spawned with [`support::spawn_binary_with`] logged
 /// for its proxy.
 fn proxy_addr(log: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>) -> String {
-    let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
-    text.lines()
-        .filter(|l| l.contains("proxy listening"))
-        .find_map(|l| {
-            let v: Value = serde_json::from_str(l).ok()?;
-            v["addr"].as_str().map(str::to_string)
-        })
-        .expect("a proxy listening line")
+    support::logged_addr(log, "proxy listening")
 }
 
 /// A pass-through request is the tax every call pays: at the default level

@@ -11,7 +11,7 @@
 use crate::support;
 
 use std::process::Child;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
@@ -86,7 +86,7 @@ impl Replica {
             ],
             &[],
         );
-        let proxy = logged_addr(&log, "proxy listening");
+        let proxy = support::logged_addr(&log, "proxy listening");
         Replica {
             child,
             api: format!("http://{api}"),
@@ -182,25 +182,6 @@ impl Drop for Replica {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// The address in the first log line holding `message`.
-fn logged_addr(log: &Arc<Mutex<Vec<u8>>>, message: &str) -> String {
-    let what = format!("a {message:?} log line");
-    support::eventually_blocking(
-        &what,
-        Duration::from_secs(30),
-        Duration::from_millis(20),
-        || {
-            let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
-            let found = text.lines().filter(|l| l.contains(message)).find_map(|l| {
-                serde_json::from_str::<Value>(l).ok()?["addr"]
-                    .as_str()
-                    .map(str::to_string)
-            });
-            found.ok_or(text)
-        },
-    )
 }
 
 /// Two replicas on a fresh database, each in front of its own upstream.

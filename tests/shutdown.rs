@@ -274,16 +274,7 @@ async fn sigterm_answers_a_held_caller() {
         &["--proxy-listen", "127.0.0.1:0", "--upstream", &up.url()],
         &[],
     );
-    let proxy = {
-        let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
-        text.lines()
-            .filter(|l| l.contains("proxy listening"))
-            .find_map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).ok()?;
-                v["addr"].as_str().map(|a| format!("http://{a}"))
-            })
-            .expect("a proxy listening line")
-    };
+    let proxy = format!("http://{}", support::logged_addr(&log, "proxy listening"));
     let held = tokio::spawn(held_refund(proxy));
     support::wait_for("the call is held", Duration::from_secs(10), || {
         String::from_utf8_lossy(&log.lock().unwrap()).contains("request held for review")

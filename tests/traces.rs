@@ -161,16 +161,7 @@ fn start(
         // Batches leave every 200 ms instead of every 5 s.
         &[("OTEL_BSP_SCHEDULE_DELAY", std::path::Path::new("200"))],
     );
-    let proxy = {
-        let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
-        text.lines()
-            .filter(|l| l.contains("proxy listening"))
-            .find_map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).ok()?;
-                v["addr"].as_str().map(str::to_string)
-            })
-            .expect("a proxy listening line")
-    };
+    let proxy = support::logged_addr(&log, "proxy listening");
     (child, format!("http://{proxy}"))
 }
 

@@ -205,15 +205,8 @@ impl AuditLog {
     /// signed, which is before its decision is answered). Empty when there
     /// is nothing new.
     pub async fn ship_batch(&self, from: u64, max: usize) -> Result<ShipBatch, AuditError> {
-        self.read(move |conn, shared| {
-            let keys = shared
-                .keys
-                .read()
-                .map(|k| k.clone())
-                .map_err(|_| AuditError::Unavailable("key list poisoned".into()))?;
-            ship_batch(conn, &keys, from, max)
-        })
-        .await
+        self.read(move |conn, shared| ship_batch(conn, &shared.key_list()?, from, max))
+            .await
     }
 }
 
@@ -247,6 +240,13 @@ fn ship_batch(
         return Ok(out);
     }
     let (key, pk, signature) = signer(&n, &cp, docs)?;
+    let against = Against {
+        note: &cp_row.note,
+        cp: &cp,
+        key,
+        pk,
+        signature,
+    };
     let mut hashes = Memo {
         sql: sqlite::SqlHashes::new(&tx),
         seen: std::collections::HashMap::new(),
@@ -264,37 +264,13 @@ fn ship_batch(
         }
         expect += 1;
         let canonical: String = row.get(1)?;
-        let record_id = serde_json::from_str::<Value>(&canonical)
-            .ok()
-            .and_then(|v| {
-                v["record_id"]
-                    .as_str()
-                    .and_then(|s| uuid::Uuid::parse_str(s).ok())
-            })
-            .ok_or_else(|| AuditError::Corrupt(format!("record at leaf {leaf}: no record_id")))?;
+        let v = serde_json::from_str::<Value>(&canonical)
+            .map_err(|e| AuditError::Corrupt(format!("record at leaf {leaf}: {e}")))?;
         let path = inclusion_proof(&mut hashes, leaf, cp.size)?;
-        let doc = ProofDocument {
-            record_id,
-            record_hash: hash_string(&record_hash(&canonical)),
-            leaf_index: leaf,
-            tree_size: cp.size,
-            merkle_root: hash_string(&cp.root),
-            proof: ProofStep::path(path),
-            checkpoint: cp_row.note.clone(),
-            signature: signature.clone(),
-            key_id: key.kid.clone(),
-            algorithm: Algorithm::default(),
-        };
-        if leaf == from {
-            // As for an export: a bug in the tree math must not ship a
-            // batch of bad proofs.
-            verify_document(&doc, &pk, &key.kid).map_err(AuditError::Corrupt)?;
-        }
-        out.body.extend_from_slice(b"{\"record\":");
-        out.body.extend_from_slice(canonical.as_bytes());
-        out.body.extend_from_slice(b",\"proof\":");
-        out.body.extend_from_slice(doc.to_json().as_bytes());
-        out.body.extend_from_slice(b"}\n");
+        // As for an export: a bug in the tree math must not ship a batch of
+        // bad proofs.
+        let line = against.line(&canonical, &v, leaf, path, leaf == from)?;
+        out.body.extend_from_slice(line.as_bytes());
     }
     if expect != end {
         return Err(AuditError::Corrupt(format!("leaf {expect} is missing")));
@@ -352,6 +328,13 @@ pub fn export(
     let cp = Checkpoint::parse(n.text).map_err(|e| AuditError::Corrupt(e.to_string()))?;
     let (key, pk, signature) = signer(&n, &cp, &docs)?;
     let size = cp.size;
+    let against = Against {
+        note: &cp_row.note,
+        cp: &cp,
+        key,
+        pk,
+        signature,
+    };
     let hashes = load_hashes(&tx, size)?;
     let mut mem = MemoryHashes { rows: hashes };
     let mut stmt =
@@ -372,34 +355,11 @@ pub fn export(
         if !filter.matches(&v) {
             continue;
         }
-        let record_id = v["record_id"]
-            .as_str()
-            .and_then(|s| uuid::Uuid::parse_str(s).ok())
-            .ok_or_else(|| AuditError::Corrupt(format!("record at leaf {leaf}: no record_id")))?;
         let path = inclusion_proof(&mut mem, leaf, size).map_err(AuditError::Corrupt)?;
-        let doc = ProofDocument {
-            record_id,
-            record_hash: hash_string(&record_hash(&canonical)),
-            leaf_index: leaf,
-            tree_size: size,
-            merkle_root: hash_string(&cp.root),
-            proof: ProofStep::path(path),
-            checkpoint: cp_row.note.clone(),
-            signature: signature.clone(),
-            key_id: key.kid.clone(),
-            algorithm: Algorithm::default(),
-        };
-        if exported == 0 {
-            // The first line is checked before anything is written: a bug
-            // in the tree math must not produce a whole file of bad proofs.
-            verify_document(&doc, &pk, &key.kid).map_err(AuditError::Corrupt)?;
-        }
-        writeln!(
-            out,
-            "{{\"record\":{canonical},\"proof\":{}}}",
-            doc.to_json()
-        )
-        .map_err(io)?;
+        // The first line is checked before anything is written: a bug in the
+        // tree math must not produce a whole file of bad proofs.
+        let line = against.line(&canonical, &v, leaf, path, exported == 0)?;
+        out.write_all(line.as_bytes()).map_err(io)?;
         exported += 1;
     }
     progress(scanned, size);
@@ -409,6 +369,54 @@ pub fn export(
         exported,
         tree_size: size,
     })
+}
+
+/// The signed checkpoint the lines of an export or a shipped batch prove
+/// their records against.
+struct Against<'a> {
+    note: &'a str,
+    cp: &'a Checkpoint,
+    key: &'a KeyDocument,
+    pk: [u8; 32],
+    signature: String,
+}
+
+impl Against<'_> {
+    /// One line, `{"record": …, "proof": …}` and a newline, for the record
+    /// `canonical` (parsed: `record`) at `leaf` with its inclusion `path`;
+    /// the proof is verified first when `check`.
+    fn line(
+        &self,
+        canonical: &str,
+        record: &Value,
+        leaf: u64,
+        path: Vec<(Hash, super::merkle::Position)>,
+        check: bool,
+    ) -> Result<String, AuditError> {
+        let record_id = record["record_id"]
+            .as_str()
+            .and_then(|s| uuid::Uuid::parse_str(s).ok())
+            .ok_or_else(|| AuditError::Corrupt(format!("record at leaf {leaf}: no record_id")))?;
+        let doc = ProofDocument {
+            record_id,
+            record_hash: hash_string(&record_hash(canonical)),
+            leaf_index: leaf,
+            tree_size: self.cp.size,
+            merkle_root: hash_string(&self.cp.root),
+            proof: ProofStep::path(path),
+            checkpoint: self.note.to_string(),
+            signature: self.signature.clone(),
+            key_id: self.key.kid.clone(),
+            algorithm: Algorithm::default(),
+        };
+        if check {
+            verify_document(&doc, &self.pk, &self.key.kid).map_err(AuditError::Corrupt)?;
+        }
+        Ok(format!(
+            "{{\"record\":{canonical},\"proof\":{}}}\n",
+            doc.to_json()
+        ))
+    }
 }
 
 /// The published key whose signature line the checkpoint carries first.

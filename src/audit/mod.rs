@@ -249,6 +249,16 @@ pub struct AuditLog {
     inner: Arc<Inner>,
 }
 
+impl Published {
+    /// A copy of every published key, active and retired.
+    fn key_list(&self) -> Result<Vec<KeyDocument>, AuditError> {
+        self.keys
+            .read()
+            .map(|k| k.clone())
+            .map_err(|_| AuditError::Unavailable("key list poisoned".into()))
+    }
+}
+
 fn new_shared() -> Arc<Published> {
     Arc::new(Published {
         health: Mutex::new(AuditHealth::default()),
@@ -437,15 +447,8 @@ impl AuditLog {
     /// The proof of a record against its first covering checkpoint, verified
     /// before it is returned. Serve [`ProofDocument::to_json`].
     pub async fn proof(&self, id: Uuid) -> Result<Option<ProofDocument>, AuditError> {
-        self.read(move |conn, shared| {
-            let keys = shared
-                .keys
-                .read()
-                .map(|k| k.clone())
-                .map_err(|_| AuditError::Unavailable("key list poisoned".into()))?;
-            verify::build_proof(conn, &keys, id)
-        })
-        .await
+        self.read(move |conn, shared| verify::build_proof(conn, &shared.key_list()?, id))
+            .await
     }
 
     /// Every published key, active and retired.

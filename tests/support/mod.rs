@@ -1097,3 +1097,22 @@ pub fn blender_refund(params: serde_json::Value, claim: &str) -> Authorize {
         .claims(serde_json::json!([{ "text": claim }]))
         .source("inv", BLENDER_INVOICE)
 }
+
+/// The address in the first log line holding `message`.
+pub fn logged_addr(log: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>, message: &str) -> String {
+    let what = format!("a {message:?} log line");
+    eventually_blocking(
+        &what,
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || {
+            let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+            let found = text.lines().filter(|l| l.contains(message)).find_map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).ok()?["addr"]
+                    .as_str()
+                    .map(str::to_string)
+            });
+            found.ok_or(text)
+        },
+    )
+}
