@@ -661,10 +661,7 @@ impl ProxyParts {
     }
 }
 
-/// What `/health/detailed` reports on: the keys, the policies, the audit
-/// log, the jobs, the reviews, the upstream, the TLS certificates, the
-/// shared store and the shadow policies.
-/// What `/health/detailed` reports on.
+/// What `/health/detailed` reports on, besides the config.
 struct HealthParts<'a> {
     files: &'a Files,
     stores: &'a Stores,
@@ -674,6 +671,9 @@ struct HealthParts<'a> {
     shipper: Option<&'a Shipper>,
 }
 
+/// The components of `/health/detailed`: the keys, the policies, the audit
+/// log, the jobs, the reviews, the upstream, the TLS certificates, the
+/// shared store, the shadow policies and the decision-log shipping.
 fn health_of(config: &Config, parts: &HealthParts<'_>) -> Health {
     let HealthParts {
         files,
