@@ -11,6 +11,7 @@ Usage: python3 bench/verify_latency.py target/release/verdict [OTHER_BUILD ...]
 """
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -19,21 +20,21 @@ import tempfile
 import time
 import urllib.request
 
-SENT = ["Customers may request a refund within 30 days of delivery.",
- "Refunds are issued to the original payment method within 5 business days.",
- "Order {n} was refunded ${n}.00 on March 3, 2024.",
- "Digital gift cards are non-refundable and cannot be exchanged.",
- "A restocking fee of 15% applies to opened electronics.",
- "After 5 failed login attempts the account is locked for 30 minutes.",
- "Express delivery costs $12.99 and arrives the next business day.",
- "We ship from our warehouse in Rotterdam to most countries in Europe.",
- "Support agents cannot see customer passwords or payment details.",
- "Orders placed before 2 pm ship the same day, except on public holidays."]
-CLAIMS = ["Customers can request a refund within 30 days of delivery.",
- "Order 1007 was refunded $1007 on 2024-03-03.",
- "A restocking fee of 20% applies to opened electronics.",
- "The account is locked for 30 minutes after five failed attempts.",
- "Express delivery costs $12.99."]
+# The sentences and claims are the engine bench's own, read from its source
+# so that the two benches measure the same texts.
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                     "crates", "verdict-engine", "benches", "engine.rs")
+
+
+def literals(block):
+    return [json.loads(x) for x in re.findall(r'"(?:[^"\\]|\\.)*"', block)]
+
+
+with open(BENCH) as f:
+    _src = f.read()
+SENT = literals(re.search(r"const SENTENCES: &\[&str\] = &\[(.*?)\];", _src, re.S).group(1))
+CLAIMS = literals(re.search(r"let texts = \[(.*?)\];", _src, re.S).group(1))
+assert len(SENT) == 10 and len(CLAIMS) == 5, (SENT, CLAIMS)
 def text_of(k, pick):
     t, n = "", 0
     while len(t) < 2048:
@@ -42,7 +43,7 @@ def text_of(k, pick):
 def source(k): return text_of(k, lambda n: (SENT[(n+k) % len(SENT)], 1000 + n*7 + k))
 def variant(k, v): return text_of(k, lambda n: (SENT[(n+k+v) % len(SENT)], 1000 + (n*7 + 13*k + v) % 997))
 def body(nclaims, sources):
-    return json.dumps({"claims": [{"id": f"c{i}", "text": CLAIMS[i % 5]} for i in range(nclaims)], "sources": sources}).encode()
+    return json.dumps({"claims": [{"id": f"c{i}", "text": CLAIMS[i % len(CLAIMS)]} for i in range(nclaims)], "sources": sources}).encode()
 def start(binary):
     d = tempfile.mkdtemp()
     log = open(d + "/log", "w")
