@@ -142,6 +142,7 @@ fn main() -> Result<(), Error> {
             tasks.spawn(async move {
                 let id = format!("bench-{i}");
                 let ctx = decide::Ctx {
+                    source: decide::Source::Api,
                     principal: "bench",
                     request_id: &id,
                     request_hash: "sha256:00",

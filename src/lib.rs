@@ -28,6 +28,7 @@ pub mod config;
 pub mod decide;
 pub use verdict_engine as engine;
 pub mod evidence;
+pub mod ext_authz;
 pub mod http;
 pub mod jobs;
 pub mod offline;

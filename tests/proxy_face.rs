@@ -13,6 +13,7 @@
 mod support;
 
 mod differential;
+mod ext_authz;
 mod faults;
 mod gate;
 mod hostile;

@@ -303,6 +303,7 @@ impl Api {
     ) -> Result<serde_json::Value, ApiError> {
         let set = self.app.policies.load_full();
         let decide_ctx = crate::decide::Ctx {
+            source: crate::decide::Source::Api,
             principal: &ctx.principal.name,
             request_id: &ctx.request_id,
             request_hash: &e.hash,

@@ -347,6 +347,7 @@ impl Api {
         let explain = authorize::ExplainInput::capture(mode, &input);
         let set = self.app.policies.load_full();
         let decide_ctx = crate::decide::Ctx {
+            source: crate::decide::Source::Api,
             principal: &ctx.principal.name,
             request_id: &ctx.request_id,
             request_hash: &body.hash,

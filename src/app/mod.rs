@@ -74,6 +74,8 @@ pub struct Running {
     pub api_addr: SocketAddr,
     /// The proxy listener, when an upstream is configured.
     pub proxy_addr: Option<SocketAddr>,
+    /// Envoy's ext_authz listener, when `[ext_authz] listen` is set.
+    pub ext_authz_addr: Option<SocketAddr>,
     pub app: Arc<App>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -349,6 +351,7 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         stats: proxy_stats,
         upstream,
         tls: (proxy_cert, proxy_tls),
+        checks,
     } = proxy;
     let config = &app.config;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -385,12 +388,19 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
         tasks.extend(proxy_tasks);
         proxy_addr = Some(addr);
     }
+    let mut ext_authz_addr = None;
+    if let (Some(listen), Some(stats)) = (config.ext_authz_listen, checks) {
+        let (addr, task) = start_ext_authz(&app, listen, stats, &shutdown_rx).await?;
+        tasks.push(task);
+        ext_authz_addr = Some(addr);
+    }
     tracing::info!(addr = %api_addr, tls = config.api.tls.is_some(), "api listening");
     app.health.set_ready();
 
     Ok(Running {
         api_addr,
         proxy_addr,
+        ext_authz_addr,
         app,
         shutdown: shutdown_tx,
         tasks,
@@ -637,6 +647,8 @@ struct ProxyParts {
     stats: crate::proxy::ProxyStats,
     upstream: Option<http::Uri>,
     tls: ListenerTls,
+    /// The metrics of Envoy's checks, when `[ext_authz] listen` is set.
+    checks: Option<crate::proxy::ProxyStats>,
 }
 
 impl ProxyParts {
@@ -653,10 +665,14 @@ impl ProxyParts {
             })
             .transpose()?;
         let tls = open_tls("proxy_tls", config.proxy.tls.as_ref())?;
+        let checks = config
+            .ext_authz_listen
+            .map(|_| crate::proxy::ProxyStats::register_checks(registry));
         Ok(ProxyParts {
             stats,
             upstream,
             tls,
+            checks,
         })
     }
 }
@@ -725,6 +741,34 @@ async fn bind_api(listen: SocketAddr) -> Result<(TcpListener, SocketAddr), Start
         source,
     })?;
     Ok((listener, addr))
+}
+
+/// Binds Envoy's ext_authz listener and serves `Check` on the main
+/// runtime; returns its address and its task.
+async fn start_ext_authz(
+    app: &Arc<App>,
+    listen: SocketAddr,
+    stats: crate::proxy::ProxyStats,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<(SocketAddr, JoinHandle<()>), StartError> {
+    let bind_error = |source| StartError::Bind {
+        addr: listen,
+        source,
+    };
+    let listener = TcpListener::bind(listen).await.map_err(bind_error)?;
+    let addr = listener.local_addr().map_err(bind_error)?;
+    let checker = crate::proxy::Proxy::checker(app.clone(), app.config.proxy.clone(), stats)
+        .map_err(StartError::Upstream)?;
+    // A body and its headers, in one message.
+    let max_message = app.config.limits.max_body_bytes.saturating_add(1 << 20).max(4 << 20);
+    let task = tokio::spawn(crate::ext_authz::serve(
+        listener,
+        crate::ext_authz::ExtAuthz::new(checker),
+        max_message,
+        shutdown.clone(),
+    ));
+    tracing::info!(addr = %addr, "ext_authz listening");
+    Ok((addr, task))
 }
 
 /// Binds the proxy's listeners and serves them, with the forwarder of held

@@ -185,6 +185,7 @@ pub fn record(r: &AuditRecord) -> Result<String, RecordError> {
         claims_supported,
         policy_revision,
         route,
+        source,
         review_id,
         detail,
     } = r;
@@ -219,6 +220,7 @@ pub fn record(r: &AuditRecord) -> Result<String, RecordError> {
     m.str("review_id", review_id.as_deref())?;
     m.str("route", route.as_deref())?;
     m.str("schema", Some(schema))?;
+    m.str("source", source.as_deref())?;
     m.str("would_decide", would_decide.as_deref())?;
     m.finish();
     // Every piece appended above is UTF-8 (str slices and ASCII).
@@ -252,6 +254,7 @@ mod tests {
         r.claims_supported = Some(2);
         r.policy_revision = Some("sha256:0f".into());
         r.route = Some("create-refund".into());
+        r.source = Some("ext_authz".into());
         r.review_id = Some("rev-1".into());
         r.detail = Some(json!({"z": {}, "": [], "\u{e9}": "\u{1f600}"}));
         r

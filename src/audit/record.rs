@@ -76,6 +76,9 @@ pub struct AuditRecord {
     pub policy_revision: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
+    /// `ext_authz` for a decision Envoy asked for; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub source: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub review_id: Option<String>,
     /// Free JSON: reload errors, key change facts.
@@ -120,6 +123,7 @@ impl AuditRecord {
             claims_supported: None,
             policy_revision: None,
             route: None,
+            source: None,
             review_id: None,
             detail: None,
         }

@@ -129,6 +129,9 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `[telemetry]`: OpenTelemetry traces.
     pub traces: TracesConfig,
+    /// `[ext_authz] listen`: Envoy's external authorization over gRPC
+    /// (`envoy.service.auth.v3.Authorization/Check`); `None`: not served.
+    pub ext_authz_listen: Option<SocketAddr>,
     /// Floors for an action type that no policy names (`[defaults]`).
     pub defaults: DefaultFloors,
     pub authorize: AuthorizeConfig,
@@ -376,6 +379,8 @@ struct FileConfig {
     #[serde(default)]
     telemetry: traces::FileTelemetry,
     #[serde(default)]
+    ext_authz: FileExtAuthz,
+    #[serde(default)]
     defaults: FileDefaults,
     #[serde(default)]
     authorize: FileAuthorize,
@@ -388,6 +393,12 @@ struct FileDefaults {
     min_coverage: Option<f64>,
     citations: Option<String>,
     deny_if_any_unsupported: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileExtAuthz {
+    listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -383,6 +383,7 @@ fn audit_record(
     record.claims_supported = Some(e.claims_supported as u64);
     record.policy_revision = Some(set.revision.clone());
     record.route = ctx.route.map(str::to_string);
+    record.source = ctx.source.recorded();
     record.detail = decision_detail(
         &read.rule_hits,
         &read.mismatches,
@@ -427,7 +428,7 @@ async fn record(
         .captured
         .take()
         .map(|canonical| crate::audit::CapturedInput { canonical });
-    let source = if ctx.route.is_some() { "proxy" } else { "api" };
+    let source = ctx.source.as_str();
     let evaluated = Instant::now();
     h.metrics.stage(source, "evaluate", evaluated - started);
     let receipt = h

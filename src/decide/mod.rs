@@ -95,8 +95,40 @@ pub struct Input {
     pub requested: Requested,
 }
 
+/// Which door a decision came through: a label of its metrics, and named
+/// in its audit record when it is Envoy's (`source = "ext_authz"`; a record
+/// without `source` came through the API or the proxy, and `route` tells
+/// which).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// `/v2/authorize`, AuthZEN, the offline tools.
+    Api,
+    /// verdict's own reverse proxy.
+    Proxy,
+    /// Envoy's external authorization (`Check`).
+    ExtAuthz,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Api => "api",
+            Source::Proxy => "proxy",
+            Source::ExtAuthz => "ext_authz",
+        }
+    }
+
+    /// What the audit record's `source` field holds: only Envoy's door is
+    /// named, so records of the other two stay as they were.
+    pub fn recorded(self) -> Option<String> {
+        (self == Source::ExtAuthz).then(|| self.as_str().to_string())
+    }
+}
+
 /// Who asks and how the request is named.
 pub struct Ctx<'a> {
+    /// Which door the request came through.
+    pub source: Source,
     /// The API key's name, or `proxy`.
     pub principal: &'a str,
     pub request_id: &'a str,
@@ -165,7 +197,7 @@ pub struct Decided {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
-    /// `api` or `proxy`.
+    /// `api`, `proxy` or `ext_authz`.
     pub source: &'static str,
     pub decision: &'static str,
     pub reason: &'static str,
@@ -173,7 +205,7 @@ pub struct DecisionLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StageLabels {
-    /// `api` or `proxy`.
+    /// `api`, `proxy` or `ext_authz`.
     pub source: &'static str,
     /// `evaluate` or `record`.
     pub stage: &'static str,
@@ -212,12 +244,12 @@ impl DecisionMetrics {
         let m = DecisionMetrics::default();
         registry.register(
             "verdict_decisions",
-            "Authorize decisions by source (api, proxy), decision and reason",
+            "Authorize decisions by source (api, proxy, ext_authz), decision and reason",
             m.decisions.clone(),
         );
         registry.register(
             "verdict_decision_stage_seconds",
-            "Time of a decision by source (api, proxy) and stage: evaluate (sources resolved, engine, policy, the record built) and record (the audit append, until the record is durable)",
+            "Time of a decision by source (api, proxy, ext_authz) and stage: evaluate (sources resolved, engine, policy, the record built) and record (the audit append, until the record is durable)",
             m.stages.clone(),
         );
         registry.register(
@@ -333,9 +365,10 @@ pub async fn refuse(
     record.enforced = Some(true);
     record.policy_revision = Some(set.revision.clone());
     record.route = ctx.route.map(str::to_string);
+    record.source = ctx.source.recorded();
     let receipt = h.audit.append(record, None).await?;
     h.metrics.observe(
-        if ctx.route.is_some() { "proxy" } else { "api" },
+        ctx.source.as_str(),
         Outcome::Deny.as_str(),
         refusal.reason.as_str(),
     );

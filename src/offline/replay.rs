@@ -297,6 +297,12 @@ fn read_row(row: &Row, since: &str, route: Option<&str>, baseline: &str) -> Opti
 /// A decision's outcome and reason as strings, or `error` and why.
 async fn decide_one(env: &Env, job: &Job) -> (String, String) {
     let ctx = decide::Ctx {
+        // The door is a label of metrics; replay keeps no records.
+        source: if job.route.is_some() {
+            decide::Source::Proxy
+        } else {
+            decide::Source::Api
+        },
         principal: "replay",
         request_id: &job.request_id,
         request_hash: &job.request_hash,

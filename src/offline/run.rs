@@ -137,6 +137,7 @@ pub async fn run(env: &Env, case: &Case, explain: bool) -> Actual {
                 Err(e) => return Actual::error(e.to_string()),
             };
             let ctx = decide::Ctx {
+                source: decide::Source::Api,
                 principal: PRINCIPAL,
                 request_id: &request_id,
                 request_hash: &hash,
@@ -195,6 +196,7 @@ async fn http(env: &Env, h: &HttpRequest, request_id: &str, explain: bool) -> Ac
     // here, since the record is dropped.
     let hash = format!("sha256:{}", hex::encode(sha2_of(h)));
     let ctx = decide::Ctx {
+        source: decide::Source::Proxy,
         principal: PRINCIPAL,
         request_id,
         request_hash: &hash,

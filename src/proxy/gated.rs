@@ -202,6 +202,7 @@ impl Proxy {
             Err(e) => return e.into_response(request_id),
         };
         let ctx = decide::Ctx {
+            source: self.source(),
             principal: PROXY_PRINCIPAL,
             request_id,
             request_hash: &request_hash,
@@ -298,6 +299,7 @@ impl Proxy {
 
         // Decide (and audit) on the same path as /v2/authorize.
         let ctx = decide::Ctx {
+            source: self.source(),
             principal: PROXY_PRINCIPAL,
             request_id,
             request_hash: &request_hash,
@@ -416,7 +418,9 @@ impl Proxy {
         let sent = Instant::now();
         let out = Outbound::new(g.parts, full(g.bytes), conn, request_id, &extra);
         let mut resp = self.forward(out.on(affinity)).instrument(span).await;
-        self.stats.stage("forward", sent.elapsed());
+        if self.mode == super::Mode::Forward {
+            self.stats.stage("forward", sent.elapsed());
+        }
         // The caller learns the decision and its record too.
         resp.headers_mut()
             .insert("x-verdict-decision", HeaderValue::from_static("allow"));

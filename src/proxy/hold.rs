@@ -9,7 +9,7 @@ use http::{HeaderMap, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 
-use super::{blocked, strip_hop_by_hop, Proxy, UpstreamClient, PROXY_PRINCIPAL};
+use super::{blocked, strip_hop_by_hop, Mode, Proxy, UpstreamClient, PROXY_PRINCIPAL};
 use crate::decide::Decided;
 use crate::http::error::ApiError;
 use crate::http::{full, RespBody};
@@ -221,8 +221,11 @@ impl Proxy {
         let reviews = &self.app.reviews;
         let record_id = decided.receipt.record_id.to_string();
         let record_id = record_id.as_str();
+        // A checking proxy holds nothing: Envoy cannot wait on a review.
+        let forwards = self.mode == Mode::Forward;
         let (view, joined, waiter) = reviews
             .hold(NewReview {
+                forwards,
                 review_id: None,
                 owner: PROXY_PRINCIPAL.to_string(),
                 route: route.name.clone(),
@@ -252,6 +255,12 @@ impl Proxy {
             tracing::info!(review_id = %id, route = %route.name, record_id = %record_id, "retried call joined its pending review");
         } else {
             tracing::info!(review_id = %id, route = %route.name, "request held for review");
+        }
+        if !forwards {
+            // The caller learns the review and polls its result; an approval
+            // records a person's yes and forwards nothing.
+            drop(waiter);
+            return Ok(pending(&id, &reviews.result_token(&id), request_id));
         }
         let drain = self.app.health.until_draining();
         match reviews.wait_on(waiter, route.hold_timeout, drain).await {

@@ -24,11 +24,16 @@
 //!   back on the thread's idle list once its response is done.
 //! - `hold`: a held call, its review, and its exactly-once forward.
 //! - `stats`: metrics and the `upstream` health component.
+//! - `check`: the same phases for Envoy's external authorization
+//!   (`crate::ext_authz`): a checking proxy decides and records exactly as
+//!   this one does, but forwards nothing and holds nothing; its answers say
+//!   what Envoy should do instead.
 //!
 //! Anything that keeps the engine or the audit log from doing its job fails
 //! closed (503) unless the route says `failure_mode = "open"`.
 
 mod affinity;
+mod check;
 mod gated;
 mod guard;
 mod hold;
@@ -42,6 +47,7 @@ use gated::blocked;
 use hold::HeldSender;
 pub use hold::{forward_held, run_background_forwarder};
 use read::Routed;
+pub use check::Passed;
 pub use stats::{ProxyStats, UpstreamComponent};
 use upstream::{build_client, build_connector, forward_headers, strip_hop_by_hop, upstream_host};
 
@@ -91,6 +97,18 @@ pub struct Proxy {
     stats: ProxyStats,
     /// Where held requests are forwarded from.
     held: HeldSender,
+    /// Forwarding, or checking for Envoy.
+    mode: Mode,
+}
+
+/// What a proxy does with a request it lets through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Sends it upstream (verdict is the proxy).
+    Forward,
+    /// Answers [`Passed`] instead, and holds no call for review: Envoy
+    /// forwards (see [`check`]).
+    Check,
 }
 
 impl Proxy {
@@ -116,6 +134,7 @@ impl Proxy {
             cfg,
             stats,
             held,
+            mode: Mode::Forward,
         })
     }
 
@@ -133,7 +152,16 @@ impl Proxy {
             cfg: self.cfg.clone(),
             stats: self.stats.clone(),
             held: self.held.clone(),
+            mode: self.mode,
         })
+    }
+
+    /// The door its decisions are recorded under.
+    fn source(&self) -> crate::decide::Source {
+        match self.mode {
+            Mode::Forward => crate::decide::Source::Proxy,
+            Mode::Check => crate::decide::Source::ExtAuthz,
+        }
     }
 
     // === phases ===
@@ -187,13 +215,27 @@ impl Handler for Proxy {
         conn: ConnInfo,
         affinity: &Affinity,
     ) -> Response<RespBody> {
+        // An HTTP/2 connection carries many requests at once: those go
+        // through the pool.
+        let affinity = (req.version() <= Version::HTTP_11).then_some(affinity);
+        self.handle_from(req, conn, affinity).await
+    }
+}
+
+impl Proxy {
+    /// Answers one request from `conn`: every phase in order (see the
+    /// module's head).
+    async fn handle_from(
+        &self,
+        req: Request<ReqBody>,
+        conn: ConnInfo,
+        affinity: Option<&Affinity>,
+    ) -> Response<RespBody> {
         let started = Instant::now();
         let request_id = crate::http::request_id(req.headers());
         let from = Downstream {
             conn,
-            // An HTTP/2 connection carries many requests at once: those go
-            // through the pool.
-            affinity: (req.version() <= Version::HTTP_11).then_some(affinity),
+            affinity,
             request_id: &request_id,
         };
         let set = self.app.policies.load_full();
@@ -229,6 +271,7 @@ impl Handler for Proxy {
         }
         let span = tracing::info_span!(
             "proxy",
+            source = self.source().as_str(),
             request_id = %request_id,
             method = %req.method(),
             path = %req.uri().path(),

@@ -59,7 +59,8 @@ impl Default for ProxyStats {
 }
 
 impl ProxyStats {
-    pub fn register(registry: &mut Registry) -> ProxyStats {
+    /// Unregistered stats whose `unmatched_pass` is the `requests` entry.
+    fn counting_passes() -> ProxyStats {
         let mut s = ProxyStats::default();
         s.unmatched_pass = s
             .requests
@@ -68,6 +69,11 @@ impl ProxyStats {
                 decision: "pass".into(),
             })
             .clone();
+        s
+    }
+
+    pub fn register(registry: &mut Registry) -> ProxyStats {
+        let s = ProxyStats::counting_passes();
         registry.register(
             "verdict_proxy_requests",
             "Proxied requests by route (or 'unmatched') and decision",
@@ -81,6 +87,24 @@ impl ProxyStats {
         registry.register(
             "verdict_proxy_gated_stage_seconds",
             "Time of a gated call by stage: body (read and buffered), input (checked, extracted, the forwarded request hashed), forward (an allowed call, until the upstream's response head)",
+            s.stages.clone(),
+        );
+        s
+    }
+
+    /// The metrics of Envoy's checks (`crate::ext_authz`), apart from the
+    /// proxy's: checks by route and decision, and the stages of a gated
+    /// check.
+    pub fn register_checks(registry: &mut Registry) -> ProxyStats {
+        let s = ProxyStats::counting_passes();
+        registry.register(
+            "verdict_ext_authz_checks",
+            "Envoy ext_authz checks by route (or 'unmatched') and decision",
+            s.requests.clone(),
+        );
+        registry.register(
+            "verdict_ext_authz_stage_seconds",
+            "Time of a gated check by stage: body (read), input (checked, extracted, the request hashed)",
             s.stages.clone(),
         );
         s

@@ -213,6 +213,9 @@ pub(super) fn strip_hop_by_hop(h: &mut HeaderMap) {
 impl Proxy {
     /// Sends one request upstream; an upstream failure becomes its 502/504.
     pub(super) async fn forward(&self, out: Outbound<'_>) -> Response<RespBody> {
+        if self.mode == super::Mode::Check {
+            return super::check::passed(&out);
+        }
         let request_id = out.request_id;
         match self.send(out).await {
             Ok(resp) => resp,

@@ -123,6 +123,11 @@ pub struct NewReview {
     /// `Cookie` and `Proxy-Authorization`: the route's
     /// `credential_headers` (lowercase).
     pub credential_headers: Vec<String>,
+    /// `true`: the proxy holds the call and forwards it once approved;
+    /// `false`: a record-only review: the decision was answered elsewhere
+    /// (Envoy ext_authz, AuthZEN), verdict holds no call and an approval
+    /// forwards nothing.
+    pub forwards: bool,
 }
 
 // === impl NewReview ===
@@ -146,6 +151,7 @@ impl NewReview {
             join_key: String::new(),
             credential_headers: vec![],
             approvals_required: None,
+            forwards: true,
         }
     }
 }

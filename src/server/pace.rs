@@ -26,13 +26,23 @@ use tokio::time::{Instant, Sleep};
 
 use crate::http::{BodyTooSlow, BoxError};
 
-/// A request body as handlers receive it: hyper's, with a deadline.
+/// A request body as handlers receive it: hyper's, with a deadline; or a
+/// body that arrived whole another way (a `CheckRequest` from Envoy carries
+/// the body it buffered), with nothing to wait for.
 #[derive(Debug)]
 pub struct ReqBody {
-    inner: Incoming,
+    inner: Inner,
     /// `None` once the body has ended (or never had any data).
     pace: Option<Pace>,
     timed_out: bool,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Wire(Incoming),
+    /// The whole body, until it is read; or all there is of it, and then
+    /// why the rest is missing (an error, as a body broken off).
+    Whole(Option<Bytes>, Option<&'static str>),
 }
 
 #[derive(Debug)]
@@ -79,8 +89,28 @@ impl ReqBody {
             sleep: None,
         });
         ReqBody {
-            inner,
+            inner: Inner::Wire(inner),
             pace,
+            timed_out: false,
+        }
+    }
+
+    /// A body that is already whole: one frame of `bytes` (none when
+    /// empty), never too slow.
+    pub fn whole(bytes: Bytes) -> ReqBody {
+        ReqBody {
+            inner: Inner::Whole((!bytes.is_empty()).then_some(bytes), None),
+            pace: None,
+            timed_out: false,
+        }
+    }
+
+    /// The first part of a body whose rest will never come: its bytes,
+    /// then an error saying `why`.
+    pub fn cut(bytes: Bytes, why: &'static str) -> ReqBody {
+        ReqBody {
+            inner: Inner::Whole((!bytes.is_empty()).then_some(bytes), Some(why)),
+            pace: None,
             timed_out: false,
         }
     }
@@ -98,7 +128,16 @@ impl Body for ReqBody {
         if this.timed_out {
             return Poll::Ready(Some(Err(too_slow(this.pace.as_ref()))));
         }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        let wire = match &mut this.inner {
+            Inner::Wire(wire) => wire,
+            Inner::Whole(bytes, cut) => {
+                if let Some(b) = bytes.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(b))));
+                }
+                return Poll::Ready(cut.take().map(|why| Err(why.into())));
+            }
+        };
+        match Pin::new(wire).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let (Some(p), Some(d)) = (this.pace.as_mut(), frame.data_ref()) {
                     p.received = p.received.saturating_add(d.len() as u64);
@@ -134,11 +173,24 @@ impl Body for ReqBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Inner::Wire(wire) => wire.is_end_stream(),
+            Inner::Whole(bytes, cut) => bytes.is_none() && cut.is_none(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Inner::Wire(wire) => wire.size_hint(),
+            Inner::Whole(bytes, None) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            Inner::Whole(bytes, Some(_)) => {
+                let mut hint = SizeHint::new();
+                hint.set_lower(bytes.as_ref().map_or(0, |b| b.len() as u64));
+                hint
+            }
+        }
     }
 }
 

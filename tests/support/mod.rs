@@ -160,6 +160,14 @@ impl TestServer {
             .expect("the proxy listens")
     }
 
+    /// Envoy's ext_authz listener (the config must set `ext_authz_listen`).
+    pub fn ext_authz_addr(&self) -> SocketAddr {
+        self.running
+            .as_ref()
+            .and_then(|r| r.ext_authz_addr)
+            .expect("ext_authz listens")
+    }
+
     /// Wraps an already running server (after a restart on the same dir).
     pub fn attach(running: Running, dir: tempfile::TempDir) -> TestServer {
         TestServer {

@@ -1,0 +1,321 @@
+//! Envoy's external authorization (`envoy.service.auth.v3.Authorization/
+//! Check` over gRPC), for pods whose mesh already runs a proxy: Envoy asks,
+//! verdict decides, Envoy forwards or answers.
+//!
+//! A `CheckRequest` becomes the HTTP request it describes (method, path and
+//! query as sent, headers, the body Envoy buffered) and goes through the
+//! proxy's own phases in check mode ([`crate::proxy::Proxy::check`]): the
+//! same routes, refusals, extraction, decision and audit record, with
+//! `source = "ext_authz"`. The proxy's answer then becomes Envoy's:
+//! - let through (allowed, unmatched, fail-open): `OkResponse`, with the
+//!   `x-verdict-*` headers to set on the forwarded request, the client's
+//!   own `x-verdict-*` headers removed, and the decision's headers added to
+//!   the upstream's answer (as the proxy adds them);
+//! - anything else (403 deny, 202 needs_review with its review and result
+//!   link, 4xx refusals, 503 fail closed): `DeniedResponse` with the same
+//!   status, headers and JSON body the proxy would send the client.
+//!
+//! A body Envoy did not send whole (`x-envoy-auth-partial-body: true`, or
+//! fewer bytes than the request's size) cannot be decided: reading it fails
+//! as a broken body does in the proxy (400), so a gated route never decides
+//! on part of a body. The gRPC call itself always succeeds when verdict
+//! answers; Envoy's `failure_mode_allow` applies only when it cannot reach
+//! verdict.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use envoy_types::ext_authz::v3::pb::{
+    Address, Authorization, AuthorizationServer, CheckRequest, CheckResponse, DeniedHttpResponse,
+    HeaderAppendAction, HeaderValue, HeaderValueOption, HttpResponse, HttpStatus, OkHttpResponse,
+};
+use envoy_types::pb::google::rpc;
+use http::header::{HeaderName, CONTENT_LENGTH, HOST};
+use http::{Method, Request, Response, Uri};
+use http_body_util::BodyExt;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::http::RespBody;
+use crate::proxy::{Passed, Proxy};
+use crate::server::{ConnInfo, ReqBody};
+
+/// gRPC status codes (google.rpc.Code) in a `CheckResponse`.
+const CODE_OK: i32 = 0;
+const CODE_INVALID_ARGUMENT: i32 = 3;
+const CODE_PERMISSION_DENIED: i32 = 7;
+
+/// Envoy's header that says it sent only the first part of the body.
+const PARTIAL_BODY: &str = "x-envoy-auth-partial-body";
+
+/// The `Authorization` service: a checking proxy.
+pub struct ExtAuthz {
+    proxy: Arc<Proxy>,
+}
+
+impl ExtAuthz {
+    pub fn new(proxy: Proxy) -> ExtAuthz {
+        ExtAuthz {
+            proxy: Arc::new(proxy),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Authorization for ExtAuthz {
+    async fn check(
+        &self,
+        request: tonic::Request<CheckRequest>,
+    ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
+        let check = request.into_inner();
+        let answer = match described(&check) {
+            Ok((req, conn)) => answer(self.proxy.check(req, conn).await).await,
+            Err(why) => malformed(&why).await,
+        };
+        Ok(tonic::Response::new(answer))
+    }
+}
+
+/// The HTTP request a `CheckRequest` describes, and where its client is.
+fn described(check: &CheckRequest) -> Result<(Request<ReqBody>, ConnInfo), String> {
+    let attrs = check
+        .attributes
+        .as_ref()
+        .ok_or("the CheckRequest has no attributes")?;
+    let http = attrs
+        .request
+        .as_ref()
+        .and_then(|r| r.http.as_ref())
+        .ok_or("the CheckRequest has no attributes.request.http")?;
+    let method = Method::from_bytes(http.method.as_bytes())
+        .map_err(|_| format!("method {:?} is not an HTTP method", http.method))?;
+    // The request target as it appeared in the request line, query and all.
+    let uri: Uri = http
+        .path
+        .parse()
+        .map_err(|_| format!("path {:?} is not a request target", http.path))?;
+    let mut req = Request::new(());
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    let headers = req.headers_mut();
+    let mut add = |name: &str, value: &[u8]| -> Result<(), String> {
+        // Pseudo-headers (`:authority`, `:path`, ...) repeat the fields.
+        if name.starts_with(':') {
+            return Ok(());
+        }
+        let n = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("header name {name:?} is not valid"))?;
+        let v = http::HeaderValue::from_bytes(value)
+            .map_err(|_| format!("the value of header {name:?} is not valid"))?;
+        headers.append(n, v);
+        Ok(())
+    };
+    match &http.header_map {
+        // `encode_raw_headers`: every header as sent, repeats apart.
+        Some(map) => {
+            for h in &map.headers {
+                let value = if h.raw_value.is_empty() {
+                    h.value.as_bytes()
+                } else {
+                    &h.raw_value
+                };
+                add(&h.key, value)?;
+            }
+        }
+        // The map Envoy sends by default: repeats joined, order lost. In
+        // name order, so that one request always reads (and hashes) the same.
+        None => {
+            let mut sorted: Vec<_> = http.headers.iter().collect();
+            sorted.sort();
+            for (name, value) in sorted {
+                add(name, value.as_bytes())?;
+            }
+        }
+    }
+    if !headers.contains_key(HOST) && !http.host.is_empty() {
+        let host = http::HeaderValue::from_str(&http.host)
+            .map_err(|_| format!("host {:?} is not a valid header value", http.host))?;
+        headers.insert(HOST, host);
+    }
+    let body = if http.raw_body.is_empty() {
+        Bytes::from(http.body.clone().into_bytes())
+    } else {
+        Bytes::from(http.raw_body.clone())
+    };
+    let partial = headers
+        .get(PARTIAL_BODY)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .or(u64::try_from(http.size).ok());
+    let whole = !partial && declared.is_none_or(|n| n == body.len() as u64);
+    let req = req.map(|()| {
+        if whole {
+            ReqBody::whole(body)
+        } else {
+            ReqBody::cut(body, "Envoy sent part of the request body (set with_request_body.max_request_bytes to at least limits.max_body_bytes, allow_partial_message: false)")
+        }
+    });
+    let conn = ConnInfo {
+        peer: socket(attrs.source.as_ref().and_then(|p| p.address.as_ref())),
+        local: socket(attrs.destination.as_ref().and_then(|p| p.address.as_ref())),
+        tls: http.scheme.eq_ignore_ascii_case("https") || attrs.tls_session.is_some(),
+    };
+    Ok((req, conn))
+}
+
+/// A peer's socket address; `0.0.0.0:0` when Envoy did not say.
+fn socket(address: Option<&envoy_types::pb::envoy::config::core::v3::Address>) -> SocketAddr {
+    let unknown = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+    let Some(Address::SocketAddress(s)) = address.and_then(|a| a.address.as_ref()) else {
+        return unknown;
+    };
+    let Ok(ip) = s.address.parse::<IpAddr>() else {
+        return unknown;
+    };
+    let port = match s.port_specifier {
+        Some(envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier::PortValue(
+            p,
+        )) => u16::try_from(p).unwrap_or(0),
+        _ => 0,
+    };
+    SocketAddr::new(ip, port)
+}
+
+/// Envoy's answer to the proxy's.
+async fn answer(resp: Response<RespBody>) -> CheckResponse {
+    if let Some(passed) = resp.extensions().get::<Passed>().cloned() {
+        // What the proxy tells its caller of the decision, Envoy adds to
+        // the upstream's answer.
+        let told = resp
+            .headers()
+            .iter()
+            .filter(|(name, _)| name.as_str().starts_with("x-verdict-"))
+            .filter_map(|(name, value)| Some(header(name.as_str(), value.to_str().ok()?)))
+            .collect();
+        return allowed(passed, told);
+    }
+    let (parts, body) = resp.into_parts();
+    // verdict's own answers are small JSON documents already in memory.
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            tracing::error!(error = %e, "ext_authz: an answer's body failed");
+            Bytes::new()
+        }
+    };
+    let headers = parts
+        .headers
+        .iter()
+        .filter(|(name, _)| *name != CONTENT_LENGTH)
+        .filter_map(|(name, value)| Some(header(name.as_str(), value.to_str().ok()?)))
+        .collect();
+    CheckResponse {
+        status: Some(rpc::Status {
+            code: CODE_PERMISSION_DENIED,
+            message: parts.status.to_string(),
+            details: Vec::new(),
+        }),
+        http_response: Some(HttpResponse::DeniedResponse(DeniedHttpResponse {
+            status: Some(HttpStatus {
+                code: i32::from(parts.status.as_u16()),
+            }),
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })),
+        dynamic_metadata: None,
+    }
+}
+
+/// An `OkResponse` that sets the decision's headers on the forwarded
+/// request, removes the client's own `x-verdict-*`, and adds `told` to the
+/// upstream's answer.
+fn allowed(passed: Passed, told: Vec<HeaderValueOption>) -> CheckResponse {
+    CheckResponse {
+        status: Some(rpc::Status {
+            code: CODE_OK,
+            message: String::new(),
+            details: Vec::new(),
+        }),
+        http_response: Some(HttpResponse::OkResponse(OkHttpResponse {
+            headers: passed.set.iter().map(|(k, v)| header(k, v)).collect(),
+            headers_to_remove: passed.remove,
+            response_headers_to_add: told,
+            ..OkHttpResponse::default()
+        })),
+        dynamic_metadata: None,
+    }
+}
+
+/// A `CheckRequest` that describes no HTTP request verdict can read: the
+/// API's 400 and its error body.
+async fn malformed(why: &str) -> CheckResponse {
+    let resp = crate::http::error::ApiError::BadRequest(format!("ext_authz: {why}"))
+        .into_response(&crate::http::request_id(&http::HeaderMap::new()));
+    let mut answer = answer(resp).await;
+    if let Some(status) = answer.status.as_mut() {
+        status.code = CODE_INVALID_ARGUMENT;
+    }
+    answer
+}
+
+/// A header Envoy sets, replacing any of the same name.
+fn header(key: &str, value: &str) -> HeaderValueOption {
+    HeaderValueOption {
+        header: Some(HeaderValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            raw_value: Vec::new(),
+        }),
+        append_action: HeaderAppendAction::OverwriteIfExistsOrAdd.into(),
+        ..HeaderValueOption::default()
+    }
+}
+
+/// Serves `Check` on `listener` until `shutdown`, then lets the calls in
+/// flight finish.
+pub async fn serve(
+    listener: TcpListener,
+    service: ExtAuthz,
+    max_message: usize,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let svc = AuthorizationServer::new(service).max_decoding_message_size(max_message);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let stop = async {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stop => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "ext_authz: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .http2_only()
+            .serve_connection(
+                hyper_util::rt::TokioIo::new(stream),
+                hyper_util::service::TowerToHyperService::new(svc.clone()),
+            )
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "ext_authz: connection ended");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
