@@ -177,9 +177,9 @@ fn socket(address: Option<&envoy_types::pb::envoy::config::core::v3::Address>) -
         return unknown;
     };
     let port = match s.port_specifier {
-        Some(envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier::PortValue(
-            p,
-        )) => u16::try_from(p).unwrap_or(0),
+        Some(
+            envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier::PortValue(p),
+        ) => u16::try_from(p).unwrap_or(0),
         _ => 0,
     };
     SocketAddr::new(ip, port)
@@ -302,13 +302,14 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let conn = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-            .http2_only()
-            .serve_connection(
-                hyper_util::rt::TokioIo::new(stream),
-                hyper_util::service::TowerToHyperService::new(svc.clone()),
-            )
-            .into_owned();
+        let conn =
+            hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .http2_only()
+                .serve_connection(
+                    hyper_util::rt::TokioIo::new(stream),
+                    hyper_util::service::TowerToHyperService::new(svc.clone()),
+                )
+                .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {

@@ -41,7 +41,7 @@
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
 #[path = "differential/corpus.rs"]
-mod corpus;
+pub(crate) mod corpus;
 use crate::support;
 
 use std::collections::{BTreeMap, HashMap};

@@ -760,7 +760,12 @@ async fn start_ext_authz(
     let checker = crate::proxy::Proxy::checker(app.clone(), app.config.proxy.clone(), stats)
         .map_err(StartError::Upstream)?;
     // A body and its headers, in one message.
-    let max_message = app.config.limits.max_body_bytes.saturating_add(1 << 20).max(4 << 20);
+    let max_message = app
+        .config
+        .limits
+        .max_body_bytes
+        .saturating_add(1 << 20)
+        .max(4 << 20);
     let task = tokio::spawn(crate::ext_authz::serve(
         listener,
         crate::ext_authz::ExtAuthz::new(checker),

@@ -43,11 +43,11 @@ mod unmatched;
 mod upstream;
 
 use affinity::{Affinity, IdleUpstreams};
+pub use check::Passed;
 use gated::blocked;
 use hold::HeldSender;
 pub use hold::{forward_held, run_background_forwarder};
 use read::Routed;
-pub use check::Passed;
 pub use stats::{ProxyStats, UpstreamComponent};
 use upstream::{build_client, build_connector, forward_headers, strip_hop_by_hop, upstream_host};
 
