@@ -37,8 +37,11 @@ use http_body_util::BodyExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use tokio::task::JoinHandle;
+
 use crate::http::RespBody;
-use crate::proxy::{Passed, Proxy};
+use crate::proxy::{Passed, Proxy, ProxyStats};
+use crate::runtime::App;
 use crate::server::{ConnInfo, ReqBody};
 
 /// gRPC status codes (google.rpc.Code) in a `CheckResponse`.
@@ -275,9 +278,46 @@ fn header(key: &str, value: &str) -> HeaderValueOption {
     }
 }
 
+/// Why the listener did not start.
+#[derive(Debug)]
+pub enum StartError {
+    Bind(std::io::Error),
+    /// The checking proxy could not be built (its TLS roots).
+    Checker(String),
+}
+
+/// Binds `listen` and serves `Check` there on the current runtime until
+/// `shutdown`; returns the address it got and the serving task.
+pub async fn start(
+    app: &Arc<App>,
+    listen: SocketAddr,
+    stats: ProxyStats,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<(SocketAddr, JoinHandle<()>), StartError> {
+    let listener = TcpListener::bind(listen).await.map_err(StartError::Bind)?;
+    let addr = listener.local_addr().map_err(StartError::Bind)?;
+    let checker =
+        Proxy::checker(app.clone(), app.config.proxy.clone(), stats).map_err(StartError::Checker)?;
+    // A body and its headers, in one message.
+    let max_message = app
+        .config
+        .limits
+        .max_body_bytes
+        .saturating_add(1 << 20)
+        .max(4 << 20);
+    let task = tokio::spawn(serve(
+        listener,
+        ExtAuthz::new(checker),
+        max_message,
+        shutdown.clone(),
+    ));
+    tracing::info!(addr = %addr, "ext_authz listening");
+    Ok((addr, task))
+}
+
 /// Serves `Check` on `listener` until `shutdown`, then lets the calls in
 /// flight finish.
-pub async fn serve(
+async fn serve(
     listener: TcpListener,
     service: ExtAuthz,
     max_message: usize,

@@ -186,3 +186,42 @@ fn provenance_example_loads_and_reads_only_the_allowed_origin() {
         .expect("the refund route is gated");
     assert_eq!(route.sources_from.len(), 1);
 }
+
+/// examples/envoy: verdict's config serves ext_authz on the port Envoy's
+/// config asks, with no proxy of its own, and Envoy's config sends the body
+/// whole and the headers raw, and keeps the gate closed when verdict is
+/// unreachable (docs/envoy.md).
+#[test]
+fn envoy_example_points_envoy_at_verdicts_check() {
+    let c = Config::load(
+        Some(&repo("examples/envoy/verdict.toml")),
+        &Overrides::default(),
+    )
+    .expect("examples/envoy/verdict.toml loads");
+    let listen = c.ext_authz_listen.expect("ext_authz.listen is set");
+    assert!(listen.ip().is_loopback());
+    assert_eq!(c.proxy.upstream, None);
+    let envoy = read("examples/envoy/envoy.yaml");
+    for needed in [
+        format!("port_value: {}", listen.port()),
+        "envoy.filters.http.ext_authz".into(),
+        "http2_protocol_options".into(),
+        "pack_as_bytes: true".into(),
+        "allow_partial_message: false".into(),
+        "encode_raw_headers: true".into(),
+        "failure_mode_allow: false".into(),
+        format!("max_request_bytes: {}", c.limits.max_body_bytes),
+    ] {
+        assert!(envoy.contains(&needed), "envoy.yaml lacks {needed:?}");
+    }
+    let istio = read("examples/envoy/istio.yaml");
+    for needed in [
+        format!("number: {}", listen.port()),
+        format!("port: {}", listen.port()),
+        "action: CUSTOM".into(),
+        "packAsBytes: true".into(),
+        "failOpen: false".into(),
+    ] {
+        assert!(istio.contains(&needed), "istio.yaml lacks {needed:?}");
+    }
+}

@@ -390,7 +390,15 @@ async fn start_inner(config: Config, audit: Option<AuditLog>) -> Result<Running,
     }
     let mut ext_authz_addr = None;
     if let (Some(listen), Some(stats)) = (config.ext_authz_listen, checks) {
-        let (addr, task) = start_ext_authz(&app, listen, stats, &shutdown_rx).await?;
+        let (addr, task) = crate::ext_authz::start(&app, listen, stats, &shutdown_rx)
+            .await
+            .map_err(|e| match e {
+                crate::ext_authz::StartError::Bind(source) => StartError::Bind {
+                    addr: listen,
+                    source,
+                },
+                crate::ext_authz::StartError::Checker(e) => StartError::Upstream(e),
+            })?;
         tasks.push(task);
         ext_authz_addr = Some(addr);
     }
@@ -741,39 +749,6 @@ async fn bind_api(listen: SocketAddr) -> Result<(TcpListener, SocketAddr), Start
         source,
     })?;
     Ok((listener, addr))
-}
-
-/// Binds Envoy's ext_authz listener and serves `Check` on the main
-/// runtime; returns its address and its task.
-async fn start_ext_authz(
-    app: &Arc<App>,
-    listen: SocketAddr,
-    stats: crate::proxy::ProxyStats,
-    shutdown: &watch::Receiver<bool>,
-) -> Result<(SocketAddr, JoinHandle<()>), StartError> {
-    let bind_error = |source| StartError::Bind {
-        addr: listen,
-        source,
-    };
-    let listener = TcpListener::bind(listen).await.map_err(bind_error)?;
-    let addr = listener.local_addr().map_err(bind_error)?;
-    let checker = crate::proxy::Proxy::checker(app.clone(), app.config.proxy.clone(), stats)
-        .map_err(StartError::Upstream)?;
-    // A body and its headers, in one message.
-    let max_message = app
-        .config
-        .limits
-        .max_body_bytes
-        .saturating_add(1 << 20)
-        .max(4 << 20);
-    let task = tokio::spawn(crate::ext_authz::serve(
-        listener,
-        crate::ext_authz::ExtAuthz::new(checker),
-        max_message,
-        shutdown.clone(),
-    ));
-    tracing::info!(addr = %addr, "ext_authz listening");
-    Ok((addr, task))
 }
 
 /// Binds the proxy's listeners and serves them, with the forwarder of held

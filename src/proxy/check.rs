@@ -6,7 +6,7 @@
 //! a request let through is not forwarded but answered [`Passed`], and a
 //! call that needs review is not held; its review is created and answered
 //! at once with the `202` a hold timeout gives, and an approval forwards
-//! nothing (`crate::ext_authz` turns both into Envoy's answers).
+//! nothing (the ext_authz door turns both into Envoy's answers).
 
 use std::sync::Arc;
 

@@ -25,7 +25,7 @@
 //! - `hold`: a held call, its review, and its exactly-once forward.
 //! - `stats`: metrics and the `upstream` health component.
 //! - `check`: the same phases for Envoy's external authorization
-//!   (`crate::ext_authz`): a checking proxy decides and records exactly as
+//!   (the ext_authz door): a checking proxy decides and records exactly as
 //!   this one does, but forwards nothing and holds nothing; its answers say
 //!   what Envoy should do instead.
 //!

@@ -92,7 +92,7 @@ impl ProxyStats {
         s
     }
 
-    /// The metrics of Envoy's checks (`crate::ext_authz`), apart from the
+    /// The metrics of Envoy's checks (the ext_authz door), apart from the
     /// proxy's: checks by route and decision, and the stages of a gated
     /// check.
     pub fn register_checks(registry: &mut Registry) -> ProxyStats {
