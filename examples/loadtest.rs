@@ -34,7 +34,12 @@
 //! [--rate 1000] [--idle-connections 1000] [--verdict-bin PATH]
 //! [--baseline-bin PATH] [--shadow] [--baseline-no-capture]
 //! [--nginx-port PORT | --no-nginx]
-//! [--scenarios direct,pass,gated,authorize,nginx]`
+//! [--scenarios direct,pass,gated,authorize,nginx,ext_authz]`
+//!
+//! `ext_authz` sends the gated call as Envoy's `Check` (gRPC over HTTP/2)
+//! to verdict's ext_authz listener: the same decision without the proxy's
+//! forward, so its stage table shows what the door adds over the decision
+//! and its audit commit.
 //!
 //! Everything is on loopback and bounded in time: with the defaults the run
 //! takes about two minutes.
@@ -54,14 +59,45 @@ use http::header::{HeaderValue, CONTENT_TYPE, HOST};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
-type Sender = SendRequest<Full<Bytes>>;
+
+/// A kept-alive connection: HTTP/1, or HTTP/2 for gRPC.
+enum Sender {
+    H1(http1::SendRequest<Full<Bytes>>),
+    H2(http2::SendRequest<Full<Bytes>>),
+}
+
+impl Sender {
+    async fn ready(&mut self) -> Result<(), hyper::Error> {
+        match self {
+            Sender::H1(s) => s.ready().await,
+            Sender::H2(s) => s.ready().await,
+        }
+    }
+
+    async fn send_request(
+        &mut self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Response<Incoming>, hyper::Error> {
+        match self {
+            Sender::H1(s) => s.send_request(req).await,
+            Sender::H2(s) => s.send_request(req).await,
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.is_closed(),
+            Sender::H2(s) => s.is_closed(),
+        }
+    }
+}
 
 const KEY: &str = "loadtest-key-0123456789abcdef";
 /// What the upstream answers to everything.
@@ -159,7 +195,7 @@ fn parse_args() -> Result<Args, Error> {
                 println!(
                     "loadtest [--duration-secs S] [--rounds R] [--connections C] [--rate N] \
                      [--idle-connections N] [--verdict-bin PATH] [--baseline-bin PATH] [--shadow] [--baseline-no-capture] \
-                     [--nginx-port PORT | --no-nginx] [--scenarios direct,pass,gated,authorize,nginx]"
+                     [--nginx-port PORT | --no-nginx] [--scenarios direct,pass,gated,authorize,nginx,ext_authz]"
                 );
                 std::process::exit(0);
             }
@@ -250,6 +286,8 @@ enum Expect {
     Allowed,
     /// 200 with an `allow` decision in the body.
     AllowBody,
+    /// A gRPC `CheckResponse` that lets the call through, decided `allow`.
+    CheckAllowed,
 }
 
 /// One scenario: where to send which request.
@@ -266,14 +304,18 @@ struct Target {
     /// The API of the verdict behind a gated scenario, whose `/metrics`
     /// give the breakdown of its open-loop phases.
     metrics: Option<SocketAddr>,
+    /// gRPC over HTTP/2 (the `Check` of `ext_authz`).
+    grpc: bool,
 }
 
 impl Target {
     fn request(&self) -> Result<Request<Full<Bytes>>, Error> {
-        let mut b = Request::builder()
-            .method(self.method.clone())
-            .uri(self.path)
-            .header(HOST, self.addr.to_string());
+        let mut b = Request::builder().method(self.method.clone());
+        b = if self.grpc {
+            b.uri(format!("http://{}{}", self.addr, self.path))
+        } else {
+            b.uri(self.path).header(HOST, self.addr.to_string())
+        };
         for (k, v) in &self.headers {
             b = b.header(*k, v.as_str());
         }
@@ -292,6 +334,7 @@ impl Target {
                             .is_some_and(|v| v == "allow")
                 }
                 Expect::AllowBody => body.starts_with(br#"{"decision":"allow""#),
+                Expect::CheckAllowed => check_allowed(body),
             };
         if ok {
             Ok(())
@@ -311,11 +354,94 @@ impl Target {
 async fn connect(addr: SocketAddr) -> Result<Sender, Error> {
     let stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
-    Ok(sender)
+    Ok(Sender::H1(sender))
+}
+
+/// A connection to `t`, of the protocol it speaks.
+async fn connect_to(t: &Target) -> Result<Sender, Error> {
+    if !t.grpc {
+        return connect(t.addr).await;
+    }
+    let stream = TcpStream::connect(t.addr).await?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(Sender::H2(sender))
+}
+
+/// The gated call as Envoy's `Check` sends it (`with_request_body`,
+/// `pack_as_bytes`, `encode_raw_headers`), framed as one gRPC message.
+fn check_body(i: usize) -> Bytes {
+    use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue as Raw};
+    use envoy_types::pb::envoy::service::auth::v3::{
+        attribute_context, AttributeContext, CheckRequest,
+    };
+    use prost::Message;
+    let body = gated_body(i);
+    let path = "/api/orders/77/refunds";
+    let headers = [
+        (":method", "POST"),
+        (":path", path),
+        (":authority", "shop.example"),
+        ("content-type", "application/json"),
+    ];
+    let req = CheckRequest {
+        attributes: Some(AttributeContext {
+            request: Some(attribute_context::Request {
+                http: Some(attribute_context::HttpRequest {
+                    method: "POST".into(),
+                    path: path.into(),
+                    host: "shop.example".into(),
+                    scheme: "http".into(),
+                    size: i64::try_from(body.len()).unwrap_or(-1),
+                    raw_body: body.to_vec(),
+                    header_map: Some(HeaderMap {
+                        headers: headers
+                            .iter()
+                            .map(|(k, v)| Raw {
+                                key: (*k).to_string(),
+                                raw_value: v.as_bytes().to_vec(),
+                                ..Raw::default()
+                            })
+                            .collect(),
+                    }),
+                    ..attribute_context::HttpRequest::default()
+                }),
+                ..attribute_context::Request::default()
+            }),
+            ..AttributeContext::default()
+        }),
+    };
+    let msg = req.encode_to_vec();
+    let mut framed = Vec::with_capacity(5 + msg.len());
+    framed.push(0);
+    framed.extend_from_slice(&u32::try_from(msg.len()).unwrap_or(u32::MAX).to_be_bytes());
+    framed.extend_from_slice(&msg);
+    Bytes::from(framed)
+}
+
+/// Whether a gRPC answer body is a `CheckResponse` that lets the call
+/// through with an `allow` decision.
+fn check_allowed(body: &Bytes) -> bool {
+    use envoy_types::pb::envoy::service::auth::v3::{check_response::HttpResponse, CheckResponse};
+    use prost::Message;
+    let Some(msg) = body.get(5..) else {
+        return false;
+    };
+    let Ok(r) = CheckResponse::decode(msg) else {
+        return false;
+    };
+    let ok_status = r.status.as_ref().is_some_and(|s| s.code == 0);
+    let allowed = matches!(&r.http_response, Some(HttpResponse::OkResponse(ok))
+        if ok.headers.iter().filter_map(|h| h.header.as_ref())
+            .any(|h| h.key == "x-verdict-decision" && h.value == "allow"));
+    ok_status && allowed
 }
 
 /// One request on a kept-alive connection, answer read to the end and checked.
@@ -363,6 +489,8 @@ struct Verdict {
     child: Child,
     api: SocketAddr,
     proxy: SocketAddr,
+    /// Envoy's `Check`, when the run asks for the `ext_authz` scenario.
+    ext_authz: Option<SocketAddr>,
     dir: tempfile::TempDir,
 }
 
@@ -377,6 +505,7 @@ async fn start_verdict(
     upstream: SocketAddr,
     shadow: bool,
     capture: bool,
+    ext_authz: bool,
 ) -> Result<Verdict, Error> {
     if !bin.is_file() {
         return Err(format!(
@@ -430,6 +559,13 @@ async fn start_verdict(
     if !capture {
         config.push_str("\n[audit]\ncapture_inputs = false\n");
     }
+    let ext_authz = if ext_authz {
+        let addr = free_port()?;
+        config.push_str(&format!("\n[ext_authz]\nlisten = \"{addr}\"\n"));
+        Some(addr)
+    } else {
+        None
+    };
     std::fs::write(root.join("verdict.toml"), config)?;
     let child = Command::new(bin)
         .arg("serve")
@@ -444,6 +580,7 @@ async fn start_verdict(
         child,
         api,
         proxy,
+        ext_authz,
         dir,
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -523,6 +660,7 @@ impl Verdict {
                 expect: Expect::Upstream,
                 server_pids: vec![self.pid()],
                 metrics: None,
+                grpc: false,
             });
         }
         if wanted.iter().any(|w| w == "gated") {
@@ -536,6 +674,7 @@ impl Verdict {
                 expect: Expect::Allowed,
                 server_pids: vec![self.pid()],
                 metrics: Some(self.api),
+                grpc: false,
             });
         }
         if wanted.iter().any(|w| w == "authorize") {
@@ -551,6 +690,24 @@ impl Verdict {
                 expect: Expect::AllowBody,
                 server_pids: vec![self.pid()],
                 metrics: None,
+                grpc: false,
+            });
+        }
+        if let (true, Some(addr)) = (wanted.iter().any(|w| w == "ext_authz"), self.ext_authz) {
+            out.push(Target {
+                name: sfx("ext_authz"),
+                addr,
+                method: Method::POST,
+                path: "/envoy.service.auth.v3.Authorization/Check",
+                headers: vec![
+                    ("content-type", "application/grpc".to_string()),
+                    ("te", "trailers".to_string()),
+                ],
+                body: check_body(1),
+                expect: Expect::CheckAllowed,
+                server_pids: vec![self.pid()],
+                metrics: Some(self.api),
+                grpc: true,
             });
         }
         out
@@ -735,7 +892,7 @@ async fn closed_worker(
     while Instant::now() < end {
         let snd = match sender.as_mut() {
             Some(x) => x,
-            None => match connect(t.addr).await {
+            None => match connect_to(&t).await {
                 Ok(x) => sender.insert(x),
                 Err(e) => {
                     s.failed(e);
@@ -775,7 +932,7 @@ async fn open_worker(
     end: Instant,
 ) -> Samples {
     let mut s = Samples::default();
-    let mut sender = match connect(t.addr).await {
+    let mut sender = match connect_to(&t).await {
         Ok(x) => Some(x),
         Err(e) => {
             s.failed(e);
@@ -792,7 +949,7 @@ async fn open_worker(
         tokio::time::sleep_until(intended.into()).await;
         let snd = match sender.as_mut() {
             Some(x) => x,
-            None => match connect(t.addr).await {
+            None => match connect_to(&t).await {
                 Ok(x) => sender.insert(x),
                 Err(e) => {
                     s.failed(e);
@@ -966,7 +1123,7 @@ async fn rss_with_connections(
         for _ in 0..batch {
             let t = t.clone();
             tasks.push(tokio::spawn(async move {
-                let mut s = connect(t.addr).await?;
+                let mut s = connect_to(&t).await?;
                 call(&mut s, &t).await?;
                 Ok::<_, Error>(s)
             }));
@@ -1017,11 +1174,21 @@ async fn run(args: Args) -> Result<(), Error> {
     let upstream = start_upstream().await?;
     let wanted = &args.scenarios;
 
-    let mut verdicts =
-        vec![start_verdict("", &args.verdict_bin, upstream, args.shadow, true).await?];
+    let mut verdicts = vec![
+        start_verdict(
+            "",
+            &args.verdict_bin,
+            upstream,
+            args.shadow,
+            true,
+            wanted.iter().any(|w| w == "ext_authz"),
+        )
+        .await?,
+    ];
     if let Some(b) = &args.baseline_bin {
         let capture = !args.baseline_no_capture;
-        verdicts.push(start_verdict("baseline", b, upstream, false, capture).await?);
+        // A baseline may predate `[ext_authz]`: it runs without it.
+        verdicts.push(start_verdict("baseline", b, upstream, false, capture, false).await?);
     }
 
     // Memory: idle, then with many open connections (before any load).
@@ -1067,6 +1234,7 @@ async fn run(args: Args) -> Result<(), Error> {
             expect: Expect::Upstream,
             server_pids: vec![],
             metrics: None,
+            grpc: false,
         });
     }
     if let Some(n) = &nginx {
@@ -1080,6 +1248,7 @@ async fn run(args: Args) -> Result<(), Error> {
             expect: Expect::Upstream,
             server_pids: n.pids.clone(),
             metrics: None,
+            grpc: false,
         });
     }
     for v in &verdicts {
@@ -1089,7 +1258,7 @@ async fn run(args: Args) -> Result<(), Error> {
 
     // Every scenario must answer as expected before anything is measured.
     for t in &targets {
-        let mut s = connect(t.addr).await?;
+        let mut s = connect_to(t).await?;
         call(&mut s, t).await?;
     }
 
@@ -1263,6 +1432,24 @@ async fn run(args: Args) -> Result<(), Error> {
         let m = print_breakdown(name, acc, args.rate, find("direct").zip(find(name)));
         medians.insert(name.clone(), m);
     }
+    if let (Some(x), Some(m)) = (find("ext_authz"), medians.get("ext_authz")) {
+        let stage = |k: &str| {
+            m.iter()
+                .find(|(s, _)| *s == k)
+                .map_or(f64::NAN, |(_, v)| *v)
+        };
+        let (decision, audit) = (stage("decision"), stage("audit"));
+        let added = x[1].svc_p50 - decision - audit;
+        println!(
+            "ext_authz: Check at {} req/s, p50 from send {} ms over the decision ({} ms) and its commit ({} ms) medians: +{} ms (goal <= 0.3: {})",
+            args.rate,
+            fmt(x[1].svc_p50, 3),
+            fmt(decision, 3),
+            fmt(audit, 3),
+            fmt(added, 3),
+            met(added <= 0.3 && x[1].missed == 0)
+        );
+    }
     for name in ["pass", "gated", "authorize"] {
         let (Some(a), Some(b)) = (find(name), find(&format!("{name} (baseline)"))) else {
             continue;
@@ -1392,7 +1579,7 @@ fn met(ok: bool) -> &'static str {
 
 /// The stage histograms whose means make the breakdown: (metric, label
 /// filter, stage name printed, short name for the one-line summary).
-const STAGES: [(&str, &str, &str, &str); 7] = [
+const STAGES: [(&str, &str, &str, &str); 11] = [
     (
         "verdict_proxy_gated_stage_seconds",
         "stage=\"body\"",
@@ -1415,6 +1602,30 @@ const STAGES: [(&str, &str, &str, &str); 7] = [
         "verdict_decision_stage_seconds",
         "source=\"proxy\",stage=\"record\"",
         "audit append, until durable",
+        "audit",
+    ),
+    (
+        "verdict_ext_authz_stage_seconds",
+        "stage=\"body\"",
+        "check: body read",
+        "body",
+    ),
+    (
+        "verdict_ext_authz_stage_seconds",
+        "stage=\"input\"",
+        "check: input: JSON, extractors, request hash",
+        "input",
+    ),
+    (
+        "verdict_decision_stage_seconds",
+        "source=\"ext_authz\",stage=\"evaluate\"",
+        "check: decision: evidence, engine, policy, record built",
+        "decision",
+    ),
+    (
+        "verdict_decision_stage_seconds",
+        "source=\"ext_authz\",stage=\"record\"",
+        "check: audit append, until durable",
         "audit",
     ),
     (

@@ -296,8 +296,8 @@ pub async fn start(
 ) -> Result<(SocketAddr, JoinHandle<()>), StartError> {
     let listener = TcpListener::bind(listen).await.map_err(StartError::Bind)?;
     let addr = listener.local_addr().map_err(StartError::Bind)?;
-    let checker =
-        Proxy::checker(app.clone(), app.config.proxy.clone(), stats).map_err(StartError::Checker)?;
+    let checker = Proxy::checker(app.clone(), app.config.proxy.clone(), stats)
+        .map_err(StartError::Checker)?;
     // A body and its headers, in one message.
     let max_message = app
         .config
