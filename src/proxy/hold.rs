@@ -223,6 +223,7 @@ impl Proxy {
         let record_id = record_id.as_str();
         let (view, joined, waiter) = reviews
             .hold(NewReview {
+                forwards: true,
                 review_id: None,
                 owner: PROXY_PRINCIPAL.to_string(),
                 route: route.name.clone(),

@@ -20,7 +20,7 @@ use super::{
 pub(super) const COLUMNS: &str =
     "review_id, created_at, expires_at, owner, route, action, reason, \
      record_id, req_method, req_path, status, reviewer, note, resolved_at, forward_state, \
-     upstream_status, req_hash, rules, requester, approvals, approvals_required";
+     upstream_status, req_hash, rules, requester, approvals, approvals_required, forwards";
 
 /// One stored review, without the held headers and body (which only a
 /// forward claim reads, so they never travel into views by accident).
@@ -51,6 +51,9 @@ pub(super) struct Row {
     /// Distinct approvals the held call's action asks for (its policy's
     /// `approvals`); `None`: the server's `review.approvals`.
     pub approvals_required: Option<u32>,
+    /// Whether an approval forwards the held call; `false` for a
+    /// record-only review ([`NewReview::forwards`]).
+    pub forwards: bool,
     /// With a shared store: the replica holding the client connection and
     /// the first right to forward. `None` in SQLite (one replica).
     pub replica: Option<String>,
@@ -112,10 +115,10 @@ pub(super) enum Resolved {
 /// forward claimed once) hold in the database, whatever the caller does.
 pub(super) trait Backend: Send {
     /// Stores a new pending review and its held request; with `join`, first
-    /// looks for a pending review of the same owner and route holding
-    /// exactly this call (see [`super::Reviews::hold`]) and
-    /// returns it instead, with `true`. The lookup and the insert cannot
-    /// interleave with another hold.
+    /// looks for a pending review of the same owner, route and kind
+    /// ([`NewReview::forwards`]) holding exactly this call (see
+    /// [`super::Reviews::hold`]) and returns it instead, with `true`. The
+    /// lookup and the insert cannot interleave with another hold.
     fn hold(
         &mut self,
         review_id: &str,
@@ -390,6 +393,8 @@ pub(super) trait Cells {
     fn opt_text(&self, i: usize) -> Result<Option<String>, Self::Error>;
     fn int(&self, i: usize) -> Result<i64, Self::Error>;
     fn opt_int(&self, i: usize) -> Result<Option<i64>, Self::Error>;
+    /// A yes/no column (`INTEGER` 0 or 1 in SQLite, `BOOLEAN` in PostgreSQL).
+    fn flag(&self, i: usize) -> Result<bool, Self::Error>;
     /// The holding replica (the column after [`COLUMNS`] in a shared store).
     fn replica(&self) -> Result<Option<String>, Self::Error>;
     /// Column `i` holds a value the code never writes.
@@ -432,6 +437,7 @@ impl Row {
                 .opt_int(20)?
                 .map(|n| u32::try_from(n).map_err(|_| C::corrupt(20, format!("approvals {n}"))))
                 .transpose()?,
+            forwards: r.flag(21)?,
             replica: r.replica()?,
         })
     }

@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS review_reviews (
     requester             TEXT,              -- JSON list of the API key names behind the held call, if any
     approvals             TEXT NOT NULL DEFAULT '[]', -- JSON: approvals so far
     approvals_required    INTEGER,           -- the action's `approvals`; NULL: the server's
+    forwards              INTEGER NOT NULL DEFAULT 1, -- 1: the proxy holds the call; 0: record-only, nothing to forward
     status                TEXT NOT NULL
         CHECK (status IN ('pending', 'approved', 'rejected', 'expired')),
     reviewer              TEXT,
@@ -121,6 +122,9 @@ impl SqliteStore {
             ("approvals", "approvals TEXT NOT NULL DEFAULT '[]'"),
             // Before per-action approvals: the server's count.
             ("approvals_required", "approvals_required INTEGER"),
+            // Before record-only reviews: every review held a call to
+            // forward.
+            ("forwards", "forwards INTEGER NOT NULL DEFAULT 1"),
         ] {
             let has: bool = conn
                 .prepare("SELECT 1 FROM pragma_table_info('review_reviews') WHERE name = ?1")?
@@ -174,9 +178,9 @@ impl SqliteStore {
         tx.execute(
             "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, action, \
              reason, record_id, req_method, req_path, req_body, req_hash, status, forward_state, \
-             req_creds, rules, detail, requester, approvals_required) \
+             req_creds, rules, detail, requester, approvals_required, forwards) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-             ?18, ?19)",
+             ?18, ?19, ?20)",
             params![
                 review_id,
                 micros(created_at),
@@ -198,6 +202,7 @@ impl SqliteStore {
                 new.detail.as_ref().map(|d| d.to_string()),
                 encode_requesters(&new.requesters),
                 new.approvals_required,
+                new.forwards,
             ],
         )?;
         {
@@ -223,10 +228,11 @@ impl SqliteStore {
         Ok(row)
     }
 
-    /// A still-pending review of the same owner and route holding exactly
-    /// this request (method, path, body and headers, by its join key): a
-    /// client retrying a held call. The oldest one if several (only
-    /// possible for reviews stored before this check).
+    /// A still-pending review of the same owner, route and kind (held or
+    /// record-only) holding exactly this request (method, path, body and
+    /// headers, by its join key): a client retrying a held call. The
+    /// oldest one if several (only possible for reviews stored before this
+    /// check).
     fn pending_duplicate(
         &self,
         new: &NewReview,
@@ -235,7 +241,7 @@ impl SqliteStore {
         let sql = format!(
             "SELECT {COLUMNS} FROM review_reviews WHERE status = 'pending' AND expires_at > ?1 \
              AND owner = ?2 AND route = ?3 AND req_method = ?4 AND req_path = ?5 AND req_body = ?6 \
-             AND req_creds = ?7 ORDER BY created_at LIMIT 1"
+             AND req_creds = ?7 AND forwards = ?8 ORDER BY created_at LIMIT 1"
         );
         Ok(self
             .conn
@@ -248,7 +254,8 @@ impl SqliteStore {
                     new.request.method,
                     new.request.path,
                     new.request.body.as_ref(),
-                    new.join_key.clone()
+                    new.join_key.clone(),
+                    new.forwards
                 ],
                 Row::read,
             )
@@ -693,6 +700,13 @@ impl Cells for rusqlite::Row<'_> {
     }
     fn opt_int(&self, i: usize) -> rusqlite::Result<Option<i64>> {
         self.get(i)
+    }
+    fn flag(&self, i: usize) -> rusqlite::Result<bool> {
+        match self.get::<_, i64>(i)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            n => Err(corrupt(i, Type::Integer, format!("bad stored flag {n}"))),
+        }
     }
     /// One process: no replica.
     fn replica(&self) -> rusqlite::Result<Option<String>> {

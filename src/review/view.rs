@@ -91,6 +91,11 @@ impl HeldRequest {
 /// Everything needed to hold a request for review.
 #[derive(Debug, Clone)]
 pub struct NewReview {
+    /// `true`: the proxy holds the call and forwards it once approved.
+    /// `false`: a record-only review: the decision was answered elsewhere
+    /// (Envoy ext_authz, AuthZEN) and verdict holds no call. A retried call
+    /// joins only a pending review of its own kind.
+    pub forwards: bool,
     /// Lets the caller pick the id first (e.g. to name it in the decision's
     /// audit record); a fresh UUID v4 when `None`.
     pub review_id: Option<uuid::Uuid>,
@@ -133,6 +138,7 @@ impl NewReview {
     /// record, no detail, no requesters, one approval.
     pub(crate) fn for_test(owner: &str, request: HeldRequest) -> NewReview {
         NewReview {
+            forwards: true,
             review_id: None,
             owner: owner.into(),
             route: "create-refund".into(),
