@@ -52,7 +52,8 @@ pub(super) struct Row {
     /// `approvals`); `None`: the server's `review.approvals`.
     pub approvals_required: Option<u32>,
     /// Whether an approval forwards the held call; `false` for a
-    /// record-only review ([`NewReview::forwards`]).
+    /// record-only review ([`NewReview::forwards`]), whose forward stays
+    /// `not_started` in the database and is never claimed.
     pub forwards: bool,
     /// With a shared store: the replica holding the client connection and
     /// the first right to forward. `None` in SQLite (one replica).
@@ -145,7 +146,8 @@ pub(super) trait Backend: Send {
         now: SystemTime,
     ) -> Result<Resolved, ReviewError>;
     /// Claims the forward of an approved review: the held request the one
-    /// time the claim succeeds, `None` every other time.
+    /// time the claim succeeds, `None` every other time (a record-only
+    /// review's included: it is never claimed).
     fn claim(
         &mut self,
         review_id: &str,
@@ -172,7 +174,7 @@ pub(super) trait Backend: Send {
     /// `(created_at, review_id)` of every review stored as pending.
     fn pending(&mut self) -> Result<Vec<(SystemTime, String)>, ReviewError>;
     /// Approved reviews whose forward this process may claim and nobody
-    /// has, oldest approval first.
+    /// has, oldest approval first; never a record-only one.
     fn approved_unforwarded(&mut self) -> Result<Vec<String>, ReviewError>;
     /// Of these reviews, the ones no longer pending, as stored: how a
     /// replica learns of resolutions made elsewhere.
@@ -185,8 +187,9 @@ pub(super) trait Backend: Send {
     /// Approved reviews nobody has claimed whose holding replica is gone:
     /// what a replica takes over. This replica's own only once they are
     /// well past the moment its waiting connection or unattended queue
-    /// would have claimed them (that claim failed). SQLite has one
-    /// replica, whose background forwarder lists its approvals at start.
+    /// would have claimed them (that claim failed). Never a record-only
+    /// one. SQLite has one replica, whose background forwarder lists its
+    /// approvals at start.
     fn orphaned_approvals(&mut self) -> Result<Vec<String>, ReviewError> {
         Ok(Vec::new())
     }
@@ -202,6 +205,14 @@ pub(super) trait Backend: Send {
     /// Test hook: how many held headers are stored for a review.
     #[cfg(test)]
     fn header_rows(&mut self, review_id: &str) -> i64;
+    /// Test hook: leaves a review as a process or replica that is gone
+    /// would: with `started`, its forward in flight; in a shared store,
+    /// also held (and forwarded) by a replica with no lease.
+    #[cfg(test)]
+    fn leave_behind(&mut self, review_id: &str, started: bool);
+    /// Test hook: the `forward_state` column as stored.
+    #[cfg(test)]
+    fn stored_forward_state(&mut self, review_id: &str) -> String;
 }
 
 /// What a reviewer's verdict does to a pending review, decided from the

@@ -143,8 +143,10 @@ impl SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let ids: Vec<String> = {
-            let mut stmt =
-                tx.prepare("SELECT review_id FROM review_reviews WHERE forward_state = 'started'")?;
+            let mut stmt = tx.prepare(
+                "SELECT review_id FROM review_reviews \
+                 WHERE forward_state = 'started' AND forwards = 1",
+            )?;
             let rows = stmt.query_map([], |r| r.get(0))?;
             rows.collect::<Result<_, _>>()?
         };
@@ -152,7 +154,7 @@ impl SqliteStore {
         for id in &ids {
             tx.execute(
                 "UPDATE review_reviews SET forward_state = ?2, forward_error = ?3 \
-                 WHERE review_id = ?1 AND forward_state = 'started'",
+                 WHERE review_id = ?1 AND forward_state = 'started' AND forwards = 1",
                 params![
                     id,
                     to,
@@ -405,18 +407,20 @@ impl Backend for SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
-        let to = match state::claim(row.status, row.forward) {
+        let to = match state::claim(row.status, row.forward, row.forwards) {
             Ok(to) => to,
             Err(refusal) => {
                 tracing::debug!(review_id, ?refusal, "forward claim refused");
                 return Ok(None);
             }
         };
-        // INVARIANT: the guard on `forward_state` repeats the transition's
-        // precondition, so even a bug above could not claim twice.
+        // INVARIANT: the guards on `forward_state` and `forwards` repeat the
+        // transition's precondition, so even a bug above could not claim
+        // twice, or claim a record-only review.
         let changed = tx.execute(
             "UPDATE review_reviews SET forward_state = ?2, forward_started_at = ?3 \
-             WHERE review_id = ?1 AND status = 'approved' AND forward_state = 'not_started'",
+             WHERE review_id = ?1 AND status = 'approved' AND forward_state = 'not_started' \
+               AND forwards = 1",
             params![review_id, to, micros(now)],
         )?;
         if changed != 1 {
@@ -472,15 +476,17 @@ impl Backend for SqliteStore {
     /// Returns those rows and the earliest deadline still pending.
     /// Deletes up to `limit` reviews that were resolved or expired before
     /// `before` and whose forward is over (never started, done, or
-    /// `outcome_unknown`), with their held headers and body; pending
-    /// reviews and forwards in flight stay. Returns how many went.
+    /// `outcome_unknown`) or that have none (record-only), with their held
+    /// headers and body; pending reviews, approvals not yet forwarded and
+    /// forwards in flight stay. Returns how many went.
     fn purge_resolved(&mut self, before: SystemTime, limit: usize) -> Result<usize, ReviewError> {
         let n = self.conn.execute(
             "DELETE FROM review_reviews WHERE review_id IN (
                  SELECT review_id FROM review_reviews
                  WHERE status != 'pending'
                    AND forward_state != 'started'
-                   AND NOT (status = 'approved' AND forward_state = 'not_started')
+                   AND NOT (status = 'approved' AND forward_state = 'not_started'
+                            AND forwards = 1)
                    AND COALESCE(resolved_at, expires_at) < ?1
                  LIMIT ?2)",
             rusqlite::params![micros(before), i64::try_from(limit).unwrap_or(i64::MAX)],
@@ -620,11 +626,12 @@ impl Backend for SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Approved reviews nobody has claimed the forward of, oldest approval first.
+    /// Approved reviews nobody has claimed the forward of, oldest approval
+    /// first; record-only ones have none to claim.
     fn approved_unforwarded(&mut self) -> Result<Vec<String>, ReviewError> {
         let mut stmt = self.conn.prepare(
             "SELECT review_id FROM review_reviews \
-             WHERE status = 'approved' AND forward_state = 'not_started' \
+             WHERE status = 'approved' AND forward_state = 'not_started' AND forwards = 1 \
              ORDER BY resolved_at, review_id",
         )?;
         let rows = stmt.query_map([], |r| r.get(0))?;
@@ -670,6 +677,29 @@ impl Backend for SqliteStore {
                 "SELECT COUNT(*) FROM review_request_headers WHERE review_id = ?1",
                 [review_id],
                 |row| row.get(0),
+            )
+            .unwrap()
+    }
+
+    #[cfg(test)]
+    fn leave_behind(&mut self, review_id: &str, started: bool) {
+        if started {
+            self.conn
+                .execute(
+                    "UPDATE review_reviews SET forward_state = 'started' WHERE review_id = ?1",
+                    [review_id],
+                )
+                .unwrap();
+        }
+    }
+
+    #[cfg(test)]
+    fn stored_forward_state(&mut self, review_id: &str) -> String {
+        self.conn
+            .query_row(
+                "SELECT forward_state FROM review_reviews WHERE review_id = ?1",
+                [review_id],
+                |r| r.get(0),
             )
             .unwrap()
     }

@@ -93,8 +93,10 @@ impl HeldRequest {
 pub struct NewReview {
     /// `true`: the proxy holds the call and forwards it once approved.
     /// `false`: a record-only review: the decision was answered elsewhere
-    /// (Envoy ext_authz, AuthZEN) and verdict holds no call. A retried call
-    /// joins only a pending review of its own kind.
+    /// (Envoy ext_authz, AuthZEN), verdict holds no call and an approval
+    /// forwards nothing (its forward reads `none`, and neither
+    /// [`Reviews::claim_forward`] nor the background forwarder ever hands
+    /// it out). A retried call joins only a pending review of its own kind.
     pub forwards: bool,
     /// Lets the caller pick the id first (e.g. to name it in the decision's
     /// audit record); a fresh UUID v4 when `None`.
@@ -265,10 +267,15 @@ pub struct ApprovalView {
     pub at: SystemTime,
 }
 
+/// The forward state of a record-only review ([`NewReview::forwards`]
+/// `false`): there is no held call to forward.
+pub const NO_FORWARD: &str = "none";
+
 /// The forward part of a [`ReviewView`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ForwardView {
-    /// `not_started`, `started`, `done` or `outcome_unknown`.
+    /// `not_started`, `started`, `done` or `outcome_unknown`; `none` for a
+    /// record-only review, which has nothing to forward.
     pub state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_status: Option<u16>,
@@ -283,6 +290,8 @@ pub struct RequestView {
     pub path: String,
     /// [`HeldRequest::hash`] of the held request: what an approval
     /// releases, and the `request_hash` of the decision's audit record.
+    /// (A record-only review releases nothing; its decision's record has
+    /// the request hash of the door that decided it.)
     pub hash: String,
 }
 
@@ -403,7 +412,11 @@ pub(super) fn view(row: &Row, now: SystemTime, approvals_required: u32) -> Revie
         note: row.note.clone(),
         resolved_at,
         forward: ForwardView {
-            state: row.forward.as_str(),
+            state: if row.forwards {
+                row.forward.as_str()
+            } else {
+                NO_FORWARD
+            },
             upstream_status: match row.forward {
                 ForwardState::Done { status } => Some(status),
                 _ => None,
