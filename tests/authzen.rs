@@ -2,12 +2,14 @@
 //! example of the spec answered as the spec shows (with a policy that makes
 //! document 2 unreadable, as its semantics examples assume), discovery, a
 //! refund decided and recorded as `/v2/authorize` decides it, keys and
-//! scopes, and bad input.
+//! scopes, bad input, and the record-only review a `needs_review` stores.
 
 use crate::support;
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
-use support::{TestServer, APP_KEY, VERIFY_ONLY_KEY};
+use support::{sha, MockUpstream, TestServer, APP_KEY, REVIEW_KEY, VERIFY_ONLY_KEY};
 
 /// `can_read` is open; `read` denies document 2; `can_edit` denies a
 /// subject without a `role` property.
@@ -333,5 +335,254 @@ async fn keys_scopes_and_bad_input_answer_as_authorize_does() {
     assert_eq!(
         r.header("x-request-id"),
         Some("bfe9eb29-ab87-4ca3-be83-a1d5d8305716")
+    );
+}
+
+/// Deleting anything named `prod` needs a person.
+const DELETES: &str = r#"
+[[action]]
+type = "delete"
+require_claims = false
+  [[action.rule]]
+  param = "resource.id"
+  op = "eq"
+  value = "prod"
+  effect = "review"
+  message = "deleting prod needs a second pair of eyes"
+"#;
+
+/// A key with both `authorize` and `review`: it may ask and review, but
+/// never review what it asked.
+const BOTH_KEY: &str = "test-authorize-and-review-key-0123456789";
+
+/// A server deciding [`DELETES`] with a proxy upstream that must never be
+/// called, and [`BOTH_KEY`] in its keys file.
+async fn review_server() -> (TestServer, MockUpstream) {
+    let up = MockUpstream::start().await;
+    let url = up.url();
+    let s = TestServer::with_policies(&[("deletes.toml", DELETES)], |c| {
+        let keys = c.keys_file.clone().unwrap();
+        let mut text = std::fs::read_to_string(&keys).unwrap();
+        text.push_str(&format!(
+            "\n[[key]]\nname = \"both\"\nhash = \"{}\"\nscopes = [\"authorize\", \"review\"]\n",
+            sha(BOTH_KEY)
+        ));
+        std::fs::write(&keys, text).unwrap();
+        c.proxy.upstream = Some(url);
+    })
+    .await;
+    (s, up)
+}
+
+/// `sha256:<hex>` of some bytes.
+fn sha_of(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+fn delete(id: &str) -> Value {
+    json!({"subject": alice(), "action": {"name": "delete"},
+           "resource": {"type": "env", "id": id}})
+}
+
+async fn approve(s: &TestServer, id: &str, key: &str) -> support::Resp {
+    s.post_json(
+        &format!("/v2/reviews/{id}/approve"),
+        r#"{"reviewer":"rita","note":"checked"}"#,
+        Some(key),
+    )
+    .await
+}
+
+/// A `needs_review` answers `false` with a record-only review: the caller
+/// follows it on its result link, a reviewer approves it on the Review
+/// API, and nothing is forwarded anywhere.
+#[tokio::test]
+async fn needs_review_stores_a_record_only_review_the_caller_follows() {
+    let (s, up) = review_server().await;
+    let evaluation = delete("prod");
+    let d = post(&s, "/access/v1/evaluation", &evaluation).await;
+    assert_eq!(d["decision"], false, "{d}");
+    let ctx = &d["context"];
+    assert_eq!(ctx["verdict_decision"], "needs_review", "{d}");
+    assert_eq!(ctx["reason"], "review_required", "{d}");
+    let id = ctx["review_id"].as_str().unwrap_or_else(|| panic!("{d}"));
+    let url = ctx["result_url"].as_str().unwrap_or_else(|| panic!("{d}"));
+    assert!(url.starts_with(&format!("/v2/reviews/{id}/result/")), "{d}");
+
+    // The caller's link needs no key.
+    let r = s.get(url, None).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let result = r.json();
+    assert_eq!(result["status"], "pending", "{result}");
+    assert_eq!(result["forward"], json!({"state": "none"}), "{result}");
+    assert_eq!(result["response"], Value::Null, "{result}");
+
+    // What a reviewer sees: the evaluation as the request, the decision's
+    // record and rules.
+    let r = s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["route"], "authzen", "{v}");
+    assert_eq!(v["action"], "delete", "{v}");
+    assert_eq!(v["record_id"], ctx["record_id"], "{v}");
+    assert_eq!(
+        v["rules"],
+        json!(["deleting prod needs a second pair of eyes"]),
+        "{v}"
+    );
+    assert_eq!(v["forward"], json!({"state": "none"}), "{v}");
+    assert_eq!(v["request"]["method"], "POST", "{v}");
+    assert_eq!(v["request"]["path"], "/access/v1/evaluation", "{v}");
+    // The request it holds: no headers, and as the body the evaluation in
+    // its canonical form, the bytes the decision record's hash is of.
+    let all = verdict::review::Viewer {
+        name: "test".into(),
+        sees_all: true,
+    };
+    let held = s.app().reviews.inspect(id, &all).await.unwrap().unwrap();
+    assert!(held.headers.is_empty(), "{:?}", held.headers);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&held.body).unwrap(),
+        evaluation
+    );
+    let record = s
+        .get(
+            &format!("/v2/audit/{}", ctx["record_id"].as_str().unwrap()),
+            Some(APP_KEY),
+        )
+        .await
+        .json();
+    assert_eq!(record["request_hash"], sha_of(&held.body), "{record}");
+    let listed = s
+        .get("/v2/reviews?status=pending", Some(REVIEW_KEY))
+        .await
+        .json();
+    assert!(
+        listed["reviews"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["review_id"] == id),
+        "{listed}"
+    );
+
+    // The same evaluation again, while pending: the same review.
+    let again = post(&s, "/access/v1/evaluation", &evaluation).await;
+    assert_eq!(again["context"]["review_id"], id, "{again}");
+    assert_eq!(again["context"]["result_url"], url, "{again}");
+    assert_ne!(again["context"]["record_id"], ctx["record_id"], "{again}");
+
+    // The asking key lacks the review scope; a reviewer approves.
+    assert_eq!(approve(&s, id, APP_KEY).await.status, 403);
+    let r = approve(&s, id, REVIEW_KEY).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["status"], "approved", "{v}");
+    assert_eq!(v["forward"], json!({"state": "none"}), "{v}");
+    let result = s.get(url, None).await.json();
+    assert_eq!(result["status"], "approved", "{result}");
+    assert_eq!(result["forward"], json!({"state": "none"}), "{result}");
+    assert_eq!(result["response"], Value::Null, "{result}");
+
+    // Nothing is forwarded, now or by the background forwarder.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(up.count(), 0, "an approval forwarded something");
+    let v = s
+        .get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY))
+        .await
+        .json();
+    assert_eq!(v["forward"], json!({"state": "none"}), "{v}");
+
+    // Allowed evaluations store no review.
+    let allowed = post(&s, "/access/v1/evaluation", &delete("staging")).await;
+    assert_eq!(allowed["decision"], true, "{allowed}");
+    assert!(allowed["context"].get("review_id").is_none(), "{allowed}");
+}
+
+/// A batch stores one review per `needs_review` evaluation; the key that
+/// asked can never resolve its own.
+#[tokio::test]
+async fn a_batch_stores_one_review_per_needs_review_and_keeps_four_eyes() {
+    let (s, _up) = review_server().await;
+    let body = json!({"subject": alice(), "action": {"name": "delete"},
+                      "evaluations": [
+                          {"resource": {"type": "env", "id": "prod"}},
+                          {"resource": {"type": "env", "id": "staging"}},
+                          {"resource": {"type": "env", "id": "prod"},
+                           "context": {"ticket": "OPS-7"}}]});
+    let r = s
+        .post_json("/access/v1/evaluations", &body.to_string(), Some(BOTH_KEY))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = r.json();
+    assert_eq!(decisions(&r), [false, true, false], "{r}");
+    let ids: Vec<&str> = [0, 2]
+        .iter()
+        .map(|&i| {
+            r["evaluations"][i]["context"]["review_id"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    assert_ne!(ids[0], ids[1], "{r}");
+    assert!(
+        r["evaluations"][1]["context"].get("review_id").is_none(),
+        "{r}"
+    );
+    let all = verdict::review::Viewer {
+        name: "test".into(),
+        sees_all: true,
+    };
+    for (id, i) in ids.iter().zip([0, 2]) {
+        let v = s.get(&format!("/v2/reviews/{id}"), Some(REVIEW_KEY)).await;
+        let v = v.json();
+        assert_eq!(v["request"]["path"], "/access/v1/evaluations", "{v}");
+        assert_eq!(v["forward"], json!({"state": "none"}), "{v}");
+        // Each holds its own evaluation, the batch's defaults applied.
+        let held = s.app().reviews.inspect(id, &all).await.unwrap().unwrap();
+        let mut want = json!({"subject": alice(), "action": {"name": "delete"}});
+        want["resource"] = body["evaluations"][i]["resource"].clone();
+        if let Some(c) = body["evaluations"][i].get("context") {
+            want["context"] = c.clone();
+        }
+        assert_eq!(serde_json::from_slice::<Value>(&held.body).unwrap(), want);
+    }
+    // Four eyes: the key that asked cannot approve, another can.
+    let r = approve(&s, ids[0], BOTH_KEY).await;
+    r.assert_error(403, "forbidden");
+    assert_eq!(approve(&s, ids[0], REVIEW_KEY).await.status, 200);
+}
+
+/// A `needs_review` whose review cannot be stored is not answered: 503,
+/// alone or in a batch. Allowed evaluations still are.
+#[tokio::test]
+async fn a_review_that_cannot_be_stored_fails_the_call() {
+    let (s, _up) = review_server().await;
+    let db = rusqlite::Connection::open(s.path("data/verdict.db")).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER refuse_reviews BEFORE INSERT ON review_reviews \
+         BEGIN SELECT RAISE(ABORT, 'no reviews today'); END;",
+    )
+    .unwrap();
+    let r = s
+        .post_json(
+            "/access/v1/evaluation",
+            &delete("prod").to_string(),
+            Some(APP_KEY),
+        )
+        .await;
+    r.assert_error(503, "unavailable");
+    assert!(!r.text().contains("no reviews today"), "{}", r.text());
+    let body = json!({"subject": alice(), "action": {"name": "delete"},
+                      "evaluations": [{"resource": {"type": "env", "id": "staging"}},
+                                      {"resource": {"type": "env", "id": "prod"}}]});
+    let r = s
+        .post_json("/access/v1/evaluations", &body.to_string(), Some(APP_KEY))
+        .await;
+    r.assert_error(503, "unavailable");
+    assert_eq!(
+        post(&s, "/access/v1/evaluation", &delete("staging")).await["decision"],
+        true
     );
 }

@@ -1,6 +1,7 @@
 //! The review console over real HTTP: sign-in and sessions, CSRF, the
 //! security headers, the queue and detail pages of a held call, resolving
-//! it (once), and held bodies rendered inert.
+//! it (once), held bodies rendered inert, and a record-only review approved
+//! with nothing to forward.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
 use crate::support;
@@ -437,4 +438,82 @@ async fn the_resolved_tab_is_not_crowded_out_by_pending_reviews() {
     );
     let pending = b.get("/console/reviews").await.text();
     assert!(!pending.contains(&format!("/console/reviews/{rejected}")));
+}
+
+/// A record-only review (an AuthZEN `needs_review`): the console shows it
+/// has no forward, its button does not promise one, and approving it
+/// forwards nothing.
+#[tokio::test]
+async fn a_record_only_review_is_approved_with_nothing_to_forward() {
+    const DELETES: &str = r#"
+[[action]]
+type = "delete"
+require_claims = false
+  [[action.rule]]
+  param = "resource.id"
+  op = "eq"
+  value = "prod"
+  effect = "review"
+  message = "deleting prod needs a second pair of eyes"
+"#;
+    let up = MockUpstream::start().await;
+    let url = up.url();
+    let s = TestServer::with_policies(&[("deletes.toml", DELETES)], |c| {
+        c.proxy.upstream = Some(url);
+    })
+    .await;
+    let evaluation = serde_json::json!({
+        "subject": {"type": "user", "id": "alice"},
+        "action": {"name": "delete"},
+        "resource": {"type": "env", "id": "prod"},
+    });
+    let r = s
+        .post_json(
+            "/access/v1/evaluation",
+            &evaluation.to_string(),
+            Some(APP_KEY),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = r.json()["context"]["review_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut b = Browser::new(&s);
+    b.sign_in(REVIEW_KEY).await;
+    let q = b.get("/console/reviews").await.text();
+    assert!(q.contains(&format!("/console/reviews/{id}")), "{q}");
+    assert!(q.contains("authzen"), "the route: {q}");
+
+    let d = b.get(&format!("/console/reviews/{id}")).await.text();
+    assert!(d.contains("POST /access/v1/evaluation"), "{d}");
+    assert!(
+        d.contains("none (record only: the call was answered elsewhere)"),
+        "{d}"
+    );
+    assert!(d.contains(r#"value="approve">Approve</button>"#), "{d}");
+    assert!(!d.contains("Approve and forward"), "{d}");
+    let token = csrf(&d);
+    let r = b
+        .post(
+            &format!("/console/reviews/{id}/resolve"),
+            &[("csrf", &token), ("decision", "approve"), ("note", "fine")],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.text());
+    let back = r.header("location").unwrap().to_string();
+    let page = b.get(&back).await.text();
+    assert!(page.contains("You approved this review."), "{page}");
+    assert!(
+        !page.contains(r#"http-equiv="refresh""#),
+        "nothing to wait for: {page}"
+    );
+    assert!(!page.contains("Forwarding to the upstream"), "{page}");
+    let resolved = b.get("/console/reviews?tab=resolved").await.text();
+    assert!(
+        resolved.contains("none (record only: the call was answered elsewhere)"),
+        "{resolved}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(up.count(), 0, "an approval forwarded something");
 }

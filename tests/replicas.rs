@@ -823,7 +823,7 @@ async fn the_store_is_reached_over_tls_and_a_wrong_root_refuses_to_start() {
     )
     .await;
     assert_eq!(
-        health["components"]["shared_store"]["schema_version"], 4,
+        health["components"]["shared_store"]["schema_version"], 5,
         "{health}"
     );
     let ssl = support::postgres::psql(

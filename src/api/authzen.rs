@@ -14,7 +14,15 @@
 //! that `context.claims` and `context.sources` are the claims and the
 //! evidence. `decision` is true only for allow; the context says what
 //! verdict decided, why, and which audit record holds it.
+//!
+//! A `needs_review` answers `false` at once (an AuthZEN caller cannot wait
+//! for a person) and stores a record-only review of the evaluation, which a
+//! reviewer approves or rejects like a held call but whose approval
+//! forwards nothing; the context names the review and the caller's
+//! `result_url`, where it reads the outcome. A review that cannot be stored
+//! fails the call (503), so a `needs_review` is never answered without one.
 
+use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -106,6 +114,9 @@ pub struct Evaluation {
     /// `sha256:<hex>` of the canonical evaluation (defaults applied): the
     /// decision record's `request_hash`.
     pub hash: String,
+    /// The evaluation as hashed (defaults applied): its canonical JSON is
+    /// the body of its review, should it need one.
+    pub evaluation: Value,
 }
 
 fn bad(e: impl std::fmt::Display) -> ApiError {
@@ -256,6 +267,7 @@ fn input(c: Complete, at: &str) -> Result<Evaluation, ApiError> {
             requested: Requested::default(),
         },
         hash,
+        evaluation: canonical,
     })
 }
 
@@ -292,13 +304,57 @@ pub fn configuration(base: &str) -> Value {
     })
 }
 
+/// The review route of every AuthZEN review: what the Review API and the
+/// console show (and filter by) as its route.
+pub const REVIEW_ROUTE: &str = "authzen";
+
+/// The record-only review of an evaluation decided `needs_review` at
+/// `path` by the key `caller`: its owner (the tenant) and only requester
+/// (four eyes), with what the reviewer is shown of the decision as the
+/// proxy's hold stores it, and the evaluation (`body`: its canonical JSON,
+/// whose hash is the decision record's `request_hash`) as the request,
+/// `POST` to the endpoint with no headers.
+pub fn review_of(
+    o: &Decided,
+    action: &str,
+    caller: &str,
+    path: &str,
+    body: Bytes,
+) -> crate::review::NewReview {
+    let request = crate::review::HeldRequest {
+        method: "POST".into(),
+        path: path.into(),
+        headers: Vec::new(),
+        body,
+    };
+    crate::review::NewReview {
+        forwards: false,
+        review_id: None,
+        owner: caller.into(),
+        route: REVIEW_ROUTE.into(),
+        action: action.into(),
+        reason: o.decision.reason.as_str().to_string(),
+        rules: o.rule_hits.iter().map(|h| h.message.clone()).collect(),
+        record_id: Some(o.receipt.record_id.to_string()),
+        requesters: vec![caller.into()],
+        join_key: request.join_key(|_| false),
+        credential_headers: Vec::new(),
+        approvals_required: o.approvals,
+        detail: Some(crate::decide::detail::review_detail(o)),
+        request,
+    }
+}
+
 /// The handlers: each evaluation goes through [`crate::decide::authorize`],
 /// as `/v2/authorize` does.
 impl Api {
-    /// One AuthZEN evaluation, decided as `/v2/authorize` decides.
+    /// One AuthZEN evaluation sent to `path`, decided as `/v2/authorize`
+    /// decides; a `needs_review` also stores its record-only review and
+    /// names it in the context.
     async fn authzen_decide(
         &self,
         e: Evaluation,
+        path: &str,
         ctx: &Call,
     ) -> Result<serde_json::Value, ApiError> {
         let set = self.app.policies.load_full();
@@ -309,10 +365,44 @@ impl Api {
             request_hash: &e.hash,
             route: None,
         };
+        let action = e.input.action_type.clone();
         let outcome =
             crate::decide::authorize(&self.app.decide_handles(), &set, e.input, &decide_ctx)
                 .await?;
-        Ok(decision(&outcome))
+        let mut d = decision(&outcome);
+        if outcome.decision.outcome == crate::engine::decide::Outcome::NeedsReview {
+            let body = Bytes::from(crate::http::canonical_json(&e.evaluation)?);
+            let new = review_of(&outcome, &action, &ctx.principal.name, path, body);
+            let (review_id, result_url) = self.authzen_review(new).await?;
+            d["context"]["review_id"] = review_id.into();
+            d["context"]["result_url"] = result_url.into();
+        }
+        Ok(d)
+    }
+
+    /// Stores (or, for a retried evaluation still pending, joins) a
+    /// record-only review; its id and the caller's result link. Any store
+    /// failure is a 503: the `needs_review` is not answered without its
+    /// review.
+    async fn authzen_review(
+        &self,
+        new: crate::review::NewReview,
+    ) -> Result<(String, String), ApiError> {
+        let reviews = &self.app.reviews;
+        let record_id = new.record_id.clone().unwrap_or_default();
+        // The waiter is dropped: nobody holds this call, and a record-only
+        // review's approval is nobody's to forward.
+        let (view, joined, _waiter) = reviews.hold(new).await.map_err(|e| {
+            // Fail closed; the cause is for the log, not the client.
+            tracing::error!(error = %e, record_id = %record_id, "cannot store the review of an AuthZEN evaluation");
+            ApiError::Unavailable("cannot store the review of this evaluation; retry later".into())
+        })?;
+        let id = view.review_id;
+        if joined {
+            tracing::info!(review_id = %id, record_id = %record_id, "retried AuthZEN evaluation joined its pending review");
+        }
+        let url = format!("/v2/reviews/{id}/result/{}", reviews.result_token(&id));
+        Ok((id, url))
     }
 
     pub(super) async fn authzen_evaluation(
@@ -322,7 +412,8 @@ impl Api {
     ) -> Result<Response<RespBody>, ApiError> {
         let body = self.body(req).await?;
         let e = single(&body.value)?;
-        json_response(StatusCode::OK, &self.authzen_decide(e, ctx).await?)
+        let d = self.authzen_decide(e, "/access/v1/evaluation", ctx).await?;
+        json_response(StatusCode::OK, &d)
     }
 
     /// A batch: each evaluation decided in order; one that cannot be
@@ -333,23 +424,25 @@ impl Api {
         req: Request<ReqBody>,
         ctx: &Call,
     ) -> Result<Response<RespBody>, ApiError> {
+        let path = "/access/v1/evaluations";
         let body = self.body(req).await?;
         let (evaluations, semantic, boxcar) = batch(&body.value)?;
         if !boxcar {
             let e = evaluations.into_iter().next();
             let e = e.ok_or_else(|| ApiError::BadRequest("no evaluation".into()))??;
-            return json_response(StatusCode::OK, &self.authzen_decide(e, ctx).await?);
+            return json_response(StatusCode::OK, &self.authzen_decide(e, path, ctx).await?);
         }
         let mut out = Vec::with_capacity(evaluations.len());
         for e in evaluations {
             let decided = match e {
-                Ok(e) => self.authzen_decide(e, ctx).await,
+                Ok(e) => self.authzen_decide(e, path, ctx).await,
                 Err(e) => Err(e),
             };
             let mut d = match decided {
                 Ok(d) => d,
-                // The log or the gate cannot do its job: the whole call
-                // fails closed, as `/v2/authorize` would.
+                // The log, the gate or the review store cannot do its
+                // job: the whole call fails closed, as `/v2/authorize`
+                // would.
                 Err(e) if e.status().is_server_error() => return Err(e),
                 Err(e) => failed(&e),
             };

@@ -628,7 +628,8 @@ pub(crate) enum ReviewsCommand {
     },
     /// One review: its rules, request, resolution and forward.
     Show { id: String },
-    /// Approve a held request: it is then forwarded exactly once.
+    /// Approve a held request: it is then forwarded exactly once (a
+    /// record-only review's approval forwards nothing).
     Approve {
         id: String,
         /// Why (stored with the resolution and in its audit record).

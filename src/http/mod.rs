@@ -231,13 +231,19 @@ pub fn parse_json(bytes: &[u8]) -> Result<JsonBody, ApiError> {
 
 /// `sha256:<hex>` of the RFC 8785 canonical form of a JSON value.
 pub fn canonical_hash(value: &serde_json::Value) -> Result<String, ApiError> {
+    Ok(format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(canonical_json(value)?))
+    ))
+}
+
+/// The RFC 8785 canonical form of a JSON value: the bytes
+/// [`canonical_hash`] hashes.
+pub fn canonical_json(value: &serde_json::Value) -> Result<Vec<u8>, ApiError> {
     let mut canonical = Vec::with_capacity(1024);
     crate::audit::canonical::value(&mut canonical, value)
         .map_err(|e| ApiError::Unprocessable(format!("body cannot be canonicalised: {e}")))?;
-    Ok(format!(
-        "sha256:{}",
-        hex::encode(Sha256::digest(&canonical))
-    ))
+    Ok(canonical)
 }
 
 /// Deserialises a typed request from a parsed body; errors name the field path.

@@ -20,7 +20,7 @@ use super::{
 pub(super) const COLUMNS: &str =
     "review_id, created_at, expires_at, owner, route, action, reason, \
      record_id, req_method, req_path, status, reviewer, note, resolved_at, forward_state, \
-     upstream_status, req_hash, rules, requester, approvals, approvals_required";
+     upstream_status, req_hash, rules, requester, approvals, approvals_required, forwards";
 
 /// One stored review, without the held headers and body (which only a
 /// forward claim reads, so they never travel into views by accident).
@@ -51,6 +51,10 @@ pub(super) struct Row {
     /// Distinct approvals the held call's action asks for (its policy's
     /// `approvals`); `None`: the server's `review.approvals`.
     pub approvals_required: Option<u32>,
+    /// Whether an approval forwards the held call; `false` for a
+    /// record-only review ([`NewReview::forwards`]), whose forward stays
+    /// `not_started` in the database and is never claimed.
+    pub forwards: bool,
     /// With a shared store: the replica holding the client connection and
     /// the first right to forward. `None` in SQLite (one replica).
     pub replica: Option<String>,
@@ -112,10 +116,10 @@ pub(super) enum Resolved {
 /// forward claimed once) hold in the database, whatever the caller does.
 pub(super) trait Backend: Send {
     /// Stores a new pending review and its held request; with `join`, first
-    /// looks for a pending review of the same owner and route holding
-    /// exactly this call (see [`super::Reviews::hold`]) and
-    /// returns it instead, with `true`. The lookup and the insert cannot
-    /// interleave with another hold.
+    /// looks for a pending review of the same owner, route and kind
+    /// ([`NewReview::forwards`]) holding exactly this call (see
+    /// [`super::Reviews::hold`]) and returns it instead, with `true`. The
+    /// lookup and the insert cannot interleave with another hold.
     fn hold(
         &mut self,
         review_id: &str,
@@ -142,7 +146,8 @@ pub(super) trait Backend: Send {
         now: SystemTime,
     ) -> Result<Resolved, ReviewError>;
     /// Claims the forward of an approved review: the held request the one
-    /// time the claim succeeds, `None` every other time.
+    /// time the claim succeeds, `None` every other time (a record-only
+    /// review's included: it is never claimed).
     fn claim(
         &mut self,
         review_id: &str,
@@ -169,7 +174,7 @@ pub(super) trait Backend: Send {
     /// `(created_at, review_id)` of every review stored as pending.
     fn pending(&mut self) -> Result<Vec<(SystemTime, String)>, ReviewError>;
     /// Approved reviews whose forward this process may claim and nobody
-    /// has, oldest approval first.
+    /// has, oldest approval first; never a record-only one.
     fn approved_unforwarded(&mut self) -> Result<Vec<String>, ReviewError>;
     /// Of these reviews, the ones no longer pending, as stored: how a
     /// replica learns of resolutions made elsewhere.
@@ -182,8 +187,9 @@ pub(super) trait Backend: Send {
     /// Approved reviews nobody has claimed whose holding replica is gone:
     /// what a replica takes over. This replica's own only once they are
     /// well past the moment its waiting connection or unattended queue
-    /// would have claimed them (that claim failed). SQLite has one
-    /// replica, whose background forwarder lists its approvals at start.
+    /// would have claimed them (that claim failed). Never a record-only
+    /// one. SQLite has one replica, whose background forwarder lists its
+    /// approvals at start.
     fn orphaned_approvals(&mut self) -> Result<Vec<String>, ReviewError> {
         Ok(Vec::new())
     }
@@ -199,6 +205,14 @@ pub(super) trait Backend: Send {
     /// Test hook: how many held headers are stored for a review.
     #[cfg(test)]
     fn header_rows(&mut self, review_id: &str) -> i64;
+    /// Test hook: leaves a review as a process or replica that is gone
+    /// would: with `started`, its forward in flight; in a shared store,
+    /// also held (and forwarded) by a replica with no lease.
+    #[cfg(test)]
+    fn leave_behind(&mut self, review_id: &str, started: bool);
+    /// Test hook: the `forward_state` column as stored.
+    #[cfg(test)]
+    fn stored_forward_state(&mut self, review_id: &str) -> String;
 }
 
 /// What a reviewer's verdict does to a pending review, decided from the
@@ -390,6 +404,8 @@ pub(super) trait Cells {
     fn opt_text(&self, i: usize) -> Result<Option<String>, Self::Error>;
     fn int(&self, i: usize) -> Result<i64, Self::Error>;
     fn opt_int(&self, i: usize) -> Result<Option<i64>, Self::Error>;
+    /// A yes/no column (`INTEGER` 0 or 1 in SQLite, `BOOLEAN` in PostgreSQL).
+    fn flag(&self, i: usize) -> Result<bool, Self::Error>;
     /// The holding replica (the column after [`COLUMNS`] in a shared store).
     fn replica(&self) -> Result<Option<String>, Self::Error>;
     /// Column `i` holds a value the code never writes.
@@ -432,6 +448,7 @@ impl Row {
                 .opt_int(20)?
                 .map(|n| u32::try_from(n).map_err(|_| C::corrupt(20, format!("approvals {n}"))))
                 .transpose()?,
+            forwards: r.flag(21)?,
             replica: r.replica()?,
         })
     }

@@ -39,8 +39,9 @@ impl Inner {
         // told by NOTIFY); the claim would refuse this one anyway. And only
         // the first bookkeeping of a resolution here decides: this
         // replica's own NOTIFY can reach `resolved_elsewhere` before this
-        // runs, which then delivered it already.
-        if resolution.is_approved() && !attended && was_pending && self.holds(row) {
+        // runs, which then delivered it already. A record-only review has
+        // nothing to forward.
+        if resolution.is_approved() && row.forwards && !attended && was_pending && self.holds(row) {
             self.unattended(&row.review_id);
         }
         self.tell(ReviewEvent::Resolved, row);
@@ -81,7 +82,7 @@ impl Inner {
             return;
         };
         let (attended, was_pending) = self.deliver(row, resolution);
-        if was_pending && resolution.is_approved() && !attended && self.holds(row) {
+        if was_pending && resolution.is_approved() && row.forwards && !attended && self.holds(row) {
             self.unattended(&row.review_id);
         }
     }

@@ -25,6 +25,13 @@
 //! polling its own pending reviews every second), and the claim in the
 //! database refuses every other replica while the holder's lease is alive.
 //! Once it lapses, any replica may claim the approved forward, still once.
+//!
+//! A review may also be record-only ([`NewReview::forwards`] `false`): a
+//! decision answered elsewhere (Envoy ext_authz, AuthZEN) that a person
+//! approves or rejects all the same, with the same rules, but for which
+//! verdict holds no call. Its approval forwards nothing: the claim refuses
+//! it in the database, no listing of approvals to forward shows it, and its
+//! forward reads `none`.
 
 mod observe;
 mod pg;
@@ -48,7 +55,7 @@ use background::{follow_shared, sweep};
 use view::view;
 pub use view::{
     ApprovalView, ForwardOutcome, ForwardView, HeldRequest, Inspection, NewReview, RequestView,
-    Resolution, ReviewError, ReviewView, ReviewsHealth, UpstreamResponse, Viewer,
+    Resolution, ReviewError, ReviewView, ReviewsHealth, UpstreamResponse, Viewer, NO_FORWARD,
 };
 
 use std::collections::{BTreeSet, HashMap};
@@ -250,15 +257,23 @@ impl Reviews {
     /// The returned [`Waiter`] was listening before the review could be
     /// seen, so an approval that comes at once (even on another replica) is
     /// the caller's to forward, never the unattended queue's.
+    ///
+    /// A record-only review ([`NewReview::forwards`] `false`) joins only a
+    /// record-only one, and its caller, which holds no call, drops the
+    /// waiter: that is harmless, since nothing of such a review is ever
+    /// queued for forwarding.
     pub async fn hold(&self, new: NewReview) -> Result<(ReviewView, bool, Waiter), ReviewError> {
         let review_id = new.review_id.unwrap_or_else(uuid::Uuid::new_v4).to_string();
+        let forwards = new.forwards;
         let sub = Subscription::new(&self.inner, &review_id);
         let (view, joined) = self.store_or_join(review_id, new).await?;
-        let sub = if view.review_id == sub.id {
+        let mut sub = if view.review_id == sub.id {
             sub
         } else {
             Subscription::new(&self.inner, &view.review_id)
         };
+        // A join finds only a review of the same kind.
+        sub.forwards = forwards;
         Ok((view, joined, Waiter { sub }))
     }
 
@@ -332,6 +347,7 @@ impl Reviews {
         let id = sub.id.clone();
         let id = id.as_str();
         let row = self.load(id).await?.ok_or(ReviewError::NotFound)?;
+        sub.forwards = row.forwards;
         let status = state::effective_status(row.status, row.expires_at, SystemTime::now());
         if let Some(resolution) = Resolution::of(status) {
             sub.read_from_store(resolution, row.created_at);
@@ -424,7 +440,8 @@ impl Reviews {
     }
 
     /// Claims the forward of an approved review: returns the held request
-    /// exactly once, `None` when it is not approved or was claimed before.
+    /// exactly once, `None` when it is not approved or was claimed before,
+    /// and always for a record-only review (it holds no call).
     ///
     /// Run the claim, the forward and [`Reviews::finish_forward`] in a
     /// spawned task: if this future is dropped after the claim committed, the
@@ -505,7 +522,7 @@ impl Reviews {
 
     /// Approved reviews whose forward nobody has claimed, oldest approval
     /// first: the proxy forwards these in the background (approved after
-    /// the hold timed out, or before a restart).
+    /// the hold timed out, or before a restart). Never a record-only one.
     pub async fn approved_unforwarded(&self) -> Result<Vec<String>, ReviewError> {
         on_store(&self.inner, |s, _| s.approved_unforwarded()).await
     }
@@ -645,7 +662,7 @@ fn sealer(seal_key: &[u8; 32]) -> Result<seal::Sealer, ReviewError> {
 /// A caller listening for a review's resolution since before the review
 /// was stored (see [`Reviews::hold`]); give it to [`Reviews::wait_on`].
 /// Dropped unused, it passes an approval it was sent on to the unattended
-/// queue, as a wait that ends does.
+/// queue, as a wait that ends does; a record-only review's passes nothing.
 pub struct Waiter {
     sub: Subscription,
 }
@@ -668,6 +685,9 @@ struct Subscription {
     rx: watch::Receiver<Option<Resolution>>,
     /// The caller got the resolution, so it owns an approval's forward.
     delivered: bool,
+    /// Whether the review has a forward at all (`false`: record-only, so
+    /// an approval stranded here is nobody's to forward).
+    forwards: bool,
 }
 
 impl Subscription {
@@ -681,6 +701,7 @@ impl Subscription {
             id: id.to_string(),
             rx,
             delivered: false,
+            forwards: true,
         }
     }
 
@@ -736,7 +757,7 @@ impl Drop for Subscription {
             waiters.remove(&self.id);
         }
         drop(waiters);
-        if stranded && alone {
+        if stranded && alone && self.forwards {
             self.inner.unattended(&self.id);
         }
     }

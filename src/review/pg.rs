@@ -296,7 +296,7 @@ impl Backend for PgStore {
                     &format!(
                         "UPDATE review_reviews SET forward_state = $2, forward_started_at = $3, \
                          forward_replica = $4 \
-                         WHERE review_id = $1 AND status = 'approved' \
+                         WHERE review_id = $1 AND status = 'approved' AND forwards \
                            AND forward_state = 'not_started' AND (replica = $4 OR {}) \
                          RETURNING req_method, req_path, req_body, req_hash",
                         holder_gone()
@@ -319,6 +319,8 @@ impl Backend for PgStore {
                 if exists.is_none() {
                     return Err(ReviewError::NotFound);
                 }
+                // Not approved, claimed before, held by a live replica, or
+                // record-only (never claimed).
                 tracing::debug!(review_id, "forward claim refused");
                 return Ok(None);
             };
@@ -377,7 +379,8 @@ impl Backend for PgStore {
                          SELECT review_id FROM review_reviews
                          WHERE status != 'pending'
                            AND forward_state != 'started'
-                           AND NOT (status = 'approved' AND forward_state = 'not_started')
+                           AND NOT (status = 'approved' AND forward_state = 'not_started'
+                                    AND forwards)
                            AND COALESCE(resolved_at, expires_at) < $1
                          LIMIT $2)",
                     &[&micros(before), &limit],
@@ -522,7 +525,7 @@ impl Backend for PgStore {
     fn approved_unforwarded(&mut self) -> Result<Vec<String>, ReviewError> {
         self.ids(&format!(
             "SELECT review_id FROM review_reviews \
-             WHERE status = 'approved' AND forward_state = 'not_started' \
+             WHERE status = 'approved' AND forward_state = 'not_started' AND forwards \
                AND (replica = $1 OR {}) \
              ORDER BY resolved_at, review_id",
             holder_gone()
@@ -536,7 +539,7 @@ impl Backend for PgStore {
         let stale_us = i64::try_from(self.shared.lease().as_micros() * 3).unwrap_or(i64::MAX);
         let sql = format!(
             "SELECT review_id FROM review_reviews \
-             WHERE status = 'approved' AND forward_state = 'not_started' \
+             WHERE status = 'approved' AND forward_state = 'not_started' AND forwards \
                AND ((replica <> $1 AND {}) OR (replica = $1 AND resolved_at < {NOW_MICROS} - $2)) \
              ORDER BY resolved_at, review_id",
             holder_gone()
@@ -578,7 +581,7 @@ impl Backend for PgStore {
                 .query(
                     &format!(
                         "UPDATE review_reviews SET forward_state = $1, forward_error = $2 \
-                         WHERE forward_state = 'started' AND NOT EXISTS ( \
+                         WHERE forward_state = 'started' AND forwards AND NOT EXISTS ( \
                            SELECT 1 FROM verdict_replicas r \
                            WHERE r.replica_id = review_reviews.forward_replica \
                              AND r.lease_until > {NOW_MICROS}) \
@@ -618,6 +621,34 @@ impl Backend for PgStore {
             "SELECT COUNT(*) FROM review_request_headers WHERE review_id = $1",
             review_id,
         )
+    }
+
+    #[cfg(test)]
+    fn leave_behind(&mut self, review_id: &str, started: bool) {
+        let state = if started { "started" } else { "not_started" };
+        self.test_execute(
+            "UPDATE review_reviews SET replica = 'gone', forward_replica = 'gone', \
+             forward_state = CASE WHEN $2 = 'started' THEN $2 ELSE forward_state END \
+             WHERE review_id = $1",
+            &[&review_id, &state],
+        );
+    }
+
+    #[cfg(test)]
+    fn stored_forward_state(&mut self, review_id: &str) -> String {
+        self.shared
+            .block_on(async {
+                let client = self.shared.client().await?;
+                let state: String = client
+                    .query_one(
+                        "SELECT forward_state FROM review_reviews WHERE review_id = $1",
+                        &[&review_id],
+                    )
+                    .await?
+                    .try_get(0)?;
+                Ok::<_, ReviewError>(state)
+            })
+            .unwrap()
     }
 
     #[cfg(test)]

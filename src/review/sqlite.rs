@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS review_reviews (
     requester             TEXT,              -- JSON list of the API key names behind the held call, if any
     approvals             TEXT NOT NULL DEFAULT '[]', -- JSON: approvals so far
     approvals_required    INTEGER,           -- the action's `approvals`; NULL: the server's
+    forwards              INTEGER NOT NULL DEFAULT 1, -- 1: the proxy holds the call; 0: record-only, nothing to forward
     status                TEXT NOT NULL
         CHECK (status IN ('pending', 'approved', 'rejected', 'expired')),
     reviewer              TEXT,
@@ -121,6 +122,9 @@ impl SqliteStore {
             ("approvals", "approvals TEXT NOT NULL DEFAULT '[]'"),
             // Before per-action approvals: the server's count.
             ("approvals_required", "approvals_required INTEGER"),
+            // Before record-only reviews: every review held a call to
+            // forward.
+            ("forwards", "forwards INTEGER NOT NULL DEFAULT 1"),
         ] {
             let has: bool = conn
                 .prepare("SELECT 1 FROM pragma_table_info('review_reviews') WHERE name = ?1")?
@@ -139,8 +143,10 @@ impl SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let ids: Vec<String> = {
-            let mut stmt =
-                tx.prepare("SELECT review_id FROM review_reviews WHERE forward_state = 'started'")?;
+            let mut stmt = tx.prepare(
+                "SELECT review_id FROM review_reviews \
+                 WHERE forward_state = 'started' AND forwards = 1",
+            )?;
             let rows = stmt.query_map([], |r| r.get(0))?;
             rows.collect::<Result<_, _>>()?
         };
@@ -148,7 +154,7 @@ impl SqliteStore {
         for id in &ids {
             tx.execute(
                 "UPDATE review_reviews SET forward_state = ?2, forward_error = ?3 \
-                 WHERE review_id = ?1 AND forward_state = 'started'",
+                 WHERE review_id = ?1 AND forward_state = 'started' AND forwards = 1",
                 params![
                     id,
                     to,
@@ -174,9 +180,9 @@ impl SqliteStore {
         tx.execute(
             "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, action, \
              reason, record_id, req_method, req_path, req_body, req_hash, status, forward_state, \
-             req_creds, rules, detail, requester, approvals_required) \
+             req_creds, rules, detail, requester, approvals_required, forwards) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-             ?18, ?19)",
+             ?18, ?19, ?20)",
             params![
                 review_id,
                 micros(created_at),
@@ -198,6 +204,7 @@ impl SqliteStore {
                 new.detail.as_ref().map(|d| d.to_string()),
                 encode_requesters(&new.requesters),
                 new.approvals_required,
+                new.forwards,
             ],
         )?;
         {
@@ -223,10 +230,11 @@ impl SqliteStore {
         Ok(row)
     }
 
-    /// A still-pending review of the same owner and route holding exactly
-    /// this request (method, path, body and headers, by its join key): a
-    /// client retrying a held call. The oldest one if several (only
-    /// possible for reviews stored before this check).
+    /// A still-pending review of the same owner, route and kind (held or
+    /// record-only) holding exactly this request (method, path, body and
+    /// headers, by its join key): a client retrying a held call. The
+    /// oldest one if several (only possible for reviews stored before this
+    /// check).
     fn pending_duplicate(
         &self,
         new: &NewReview,
@@ -235,7 +243,7 @@ impl SqliteStore {
         let sql = format!(
             "SELECT {COLUMNS} FROM review_reviews WHERE status = 'pending' AND expires_at > ?1 \
              AND owner = ?2 AND route = ?3 AND req_method = ?4 AND req_path = ?5 AND req_body = ?6 \
-             AND req_creds = ?7 ORDER BY created_at LIMIT 1"
+             AND req_creds = ?7 AND forwards = ?8 ORDER BY created_at LIMIT 1"
         );
         Ok(self
             .conn
@@ -248,7 +256,8 @@ impl SqliteStore {
                     new.request.method,
                     new.request.path,
                     new.request.body.as_ref(),
-                    new.join_key.clone()
+                    new.join_key.clone(),
+                    new.forwards
                 ],
                 Row::read,
             )
@@ -398,18 +407,20 @@ impl Backend for SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let row = load(&tx, review_id)?.ok_or(ReviewError::NotFound)?;
-        let to = match state::claim(row.status, row.forward) {
+        let to = match state::claim(row.status, row.forward, row.forwards) {
             Ok(to) => to,
             Err(refusal) => {
                 tracing::debug!(review_id, ?refusal, "forward claim refused");
                 return Ok(None);
             }
         };
-        // INVARIANT: the guard on `forward_state` repeats the transition's
-        // precondition, so even a bug above could not claim twice.
+        // INVARIANT: the guards on `forward_state` and `forwards` repeat the
+        // transition's precondition, so even a bug above could not claim
+        // twice, or claim a record-only review.
         let changed = tx.execute(
             "UPDATE review_reviews SET forward_state = ?2, forward_started_at = ?3 \
-             WHERE review_id = ?1 AND status = 'approved' AND forward_state = 'not_started'",
+             WHERE review_id = ?1 AND status = 'approved' AND forward_state = 'not_started' \
+               AND forwards = 1",
             params![review_id, to, micros(now)],
         )?;
         if changed != 1 {
@@ -465,15 +476,17 @@ impl Backend for SqliteStore {
     /// Returns those rows and the earliest deadline still pending.
     /// Deletes up to `limit` reviews that were resolved or expired before
     /// `before` and whose forward is over (never started, done, or
-    /// `outcome_unknown`), with their held headers and body; pending
-    /// reviews and forwards in flight stay. Returns how many went.
+    /// `outcome_unknown`) or that have none (record-only), with their held
+    /// headers and body; pending reviews, approvals not yet forwarded and
+    /// forwards in flight stay. Returns how many went.
     fn purge_resolved(&mut self, before: SystemTime, limit: usize) -> Result<usize, ReviewError> {
         let n = self.conn.execute(
             "DELETE FROM review_reviews WHERE review_id IN (
                  SELECT review_id FROM review_reviews
                  WHERE status != 'pending'
                    AND forward_state != 'started'
-                   AND NOT (status = 'approved' AND forward_state = 'not_started')
+                   AND NOT (status = 'approved' AND forward_state = 'not_started'
+                            AND forwards = 1)
                    AND COALESCE(resolved_at, expires_at) < ?1
                  LIMIT ?2)",
             rusqlite::params![micros(before), i64::try_from(limit).unwrap_or(i64::MAX)],
@@ -613,11 +626,12 @@ impl Backend for SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Approved reviews nobody has claimed the forward of, oldest approval first.
+    /// Approved reviews nobody has claimed the forward of, oldest approval
+    /// first; record-only ones have none to claim.
     fn approved_unforwarded(&mut self) -> Result<Vec<String>, ReviewError> {
         let mut stmt = self.conn.prepare(
             "SELECT review_id FROM review_reviews \
-             WHERE status = 'approved' AND forward_state = 'not_started' \
+             WHERE status = 'approved' AND forward_state = 'not_started' AND forwards = 1 \
              ORDER BY resolved_at, review_id",
         )?;
         let rows = stmt.query_map([], |r| r.get(0))?;
@@ -668,6 +682,29 @@ impl Backend for SqliteStore {
     }
 
     #[cfg(test)]
+    fn leave_behind(&mut self, review_id: &str, started: bool) {
+        if started {
+            self.conn
+                .execute(
+                    "UPDATE review_reviews SET forward_state = 'started' WHERE review_id = ?1",
+                    [review_id],
+                )
+                .unwrap();
+        }
+    }
+
+    #[cfg(test)]
+    fn stored_forward_state(&mut self, review_id: &str) -> String {
+        self.conn
+            .query_row(
+                "SELECT forward_state FROM review_reviews WHERE review_id = ?1",
+                [review_id],
+                |r| r.get(0),
+            )
+            .unwrap()
+    }
+
+    #[cfg(test)]
     fn upstream_body_len(&mut self, review_id: &str) -> usize {
         let len: i64 = self
             .conn
@@ -693,6 +730,13 @@ impl Cells for rusqlite::Row<'_> {
     }
     fn opt_int(&self, i: usize) -> rusqlite::Result<Option<i64>> {
         self.get(i)
+    }
+    fn flag(&self, i: usize) -> rusqlite::Result<bool> {
+        match self.get::<_, i64>(i)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            n => Err(corrupt(i, Type::Integer, format!("bad stored flag {n}"))),
+        }
     }
     /// One process: no replica.
     fn replica(&self) -> rusqlite::Result<Option<String>> {

@@ -4,8 +4,8 @@
 //! functions first, so the rules of the hold workflow live in one screen and
 //! are tested as plain tables: a resolution is single-use, a pending review
 //! past its deadline is expired (and counts as rejected), and only an approved
-//! review may claim its forward, exactly once. The clock is an argument
-//! (`now`), never read here.
+//! review may claim its forward, exactly once (a record-only review, which
+//! holds no call, never). The clock is an argument (`now`), never read here.
 
 use std::time::SystemTime;
 
@@ -86,6 +86,9 @@ pub enum ClaimRefusal {
     NotApproved(ReviewStatus),
     /// The forward was claimed before.
     AlreadyClaimed(ForwardState),
+    /// A record-only review: verdict holds no call, so there is nothing to
+    /// forward, approved or not.
+    RecordOnly,
 }
 
 /// How a claimed forward ended, without its payload.
@@ -206,9 +209,15 @@ pub fn expire(
     (status == ReviewStatus::Pending && now >= expires_at).then_some(ReviewStatus::Expired)
 }
 
-/// Claims the forward: approved + not_started → started. Exactly once.
-pub fn claim(status: ReviewStatus, forward: ForwardState) -> Result<ForwardState, ClaimRefusal> {
+/// Claims the forward: approved + not_started → started. Exactly once, and
+/// never for a review that does not `forwards` (a record-only one).
+pub fn claim(
+    status: ReviewStatus,
+    forward: ForwardState,
+    forwards: bool,
+) -> Result<ForwardState, ClaimRefusal> {
     match (status, forward) {
+        _ if !forwards => Err(ClaimRefusal::RecordOnly),
         (ReviewStatus::Approved, ForwardState::NotStarted) => Ok(ForwardState::Started),
         (ReviewStatus::Approved, other) => Err(ClaimRefusal::AlreadyClaimed(other)),
         (other, _) => Err(ClaimRefusal::NotApproved(other)),
@@ -337,7 +346,14 @@ mod tests {
             (S::Expired, F::NotStarted, Err(C::NotApproved(S::Expired))),
         ];
         for (status, forward, want) in cases {
-            assert_eq!(claim(status, forward), want, "{status:?} {forward:?}");
+            assert_eq!(claim(status, forward, true), want, "{status:?} {forward:?}");
+            // INVARIANT: a record-only review is never claimed, whatever
+            // its status.
+            assert_eq!(
+                claim(status, forward, false),
+                Err(C::RecordOnly),
+                "record-only {status:?} {forward:?}"
+            );
         }
     }
 

@@ -91,6 +91,13 @@ impl HeldRequest {
 /// Everything needed to hold a request for review.
 #[derive(Debug, Clone)]
 pub struct NewReview {
+    /// `true`: the proxy holds the call and forwards it once approved.
+    /// `false`: a record-only review: the decision was answered elsewhere
+    /// (Envoy ext_authz, AuthZEN), verdict holds no call and an approval
+    /// forwards nothing (its forward reads `none`, and neither
+    /// [`Reviews::claim_forward`] nor the background forwarder ever hands
+    /// it out). A retried call joins only a pending review of its own kind.
+    pub forwards: bool,
     /// Lets the caller pick the id first (e.g. to name it in the decision's
     /// audit record); a fresh UUID v4 when `None`.
     pub review_id: Option<uuid::Uuid>,
@@ -123,11 +130,6 @@ pub struct NewReview {
     /// `Cookie` and `Proxy-Authorization`: the route's
     /// `credential_headers` (lowercase).
     pub credential_headers: Vec<String>,
-    /// `true`: the proxy holds the call and forwards it once approved;
-    /// `false`: a record-only review: the decision was answered elsewhere
-    /// (Envoy ext_authz, AuthZEN), verdict holds no call and an approval
-    /// forwards nothing.
-    pub forwards: bool,
 }
 
 // === impl NewReview ===
@@ -138,6 +140,7 @@ impl NewReview {
     /// record, no detail, no requesters, one approval.
     pub(crate) fn for_test(owner: &str, request: HeldRequest) -> NewReview {
         NewReview {
+            forwards: true,
             review_id: None,
             owner: owner.into(),
             route: "create-refund".into(),
@@ -151,7 +154,6 @@ impl NewReview {
             join_key: String::new(),
             credential_headers: vec![],
             approvals_required: None,
-            forwards: true,
         }
     }
 }
@@ -265,10 +267,15 @@ pub struct ApprovalView {
     pub at: SystemTime,
 }
 
+/// The forward state of a record-only review ([`NewReview::forwards`]
+/// `false`): there is no held call to forward.
+pub const NO_FORWARD: &str = "none";
+
 /// The forward part of a [`ReviewView`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ForwardView {
-    /// `not_started`, `started`, `done` or `outcome_unknown`.
+    /// `not_started`, `started`, `done` or `outcome_unknown`; `none` for a
+    /// record-only review, which has nothing to forward.
     pub state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_status: Option<u16>,
@@ -283,6 +290,8 @@ pub struct RequestView {
     pub path: String,
     /// [`HeldRequest::hash`] of the held request: what an approval
     /// releases, and the `request_hash` of the decision's audit record.
+    /// (A record-only review releases nothing; its decision's record has
+    /// the request hash of the door that decided it.)
     pub hash: String,
 }
 
@@ -403,7 +412,11 @@ pub(super) fn view(row: &Row, now: SystemTime, approvals_required: u32) -> Revie
         note: row.note.clone(),
         resolved_at,
         forward: ForwardView {
-            state: row.forward.as_str(),
+            state: if row.forwards {
+                row.forward.as_str()
+            } else {
+                NO_FORWARD
+            },
             upstream_status: match row.forward {
                 ForwardState::Done { status } => Some(status),
                 _ => None,

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
 
-use crate::review::{Inspection, ReviewStatus, ReviewView, UpstreamResponse};
+use crate::review::{Inspection, ReviewStatus, ReviewView, UpstreamResponse, NO_FORWARD};
 
 /// The most characters of a held body or upstream answer a page shows.
 pub const MAX_BODY_SHOWN: usize = 64 * 1024;
@@ -219,6 +219,9 @@ pub fn detail(
     let d = i.detail.as_ref();
     let forwarding =
         v.status == ReviewStatus::Approved && matches!(v.forward.state, "not_started" | "started");
+    // A record-only review: the call was answered elsewhere, so an
+    // approval records a decision and forwards nothing.
+    let record_only = v.forward.state == NO_FORWARD;
     let body = html! {
         p { a href="/console/reviews" { "← Queue" } }
         h1 { "Review " code { (v.review_id) } }
@@ -226,7 +229,8 @@ pub fn detail(
             Some(Flash::Resolved(what)) => p.flash role="status" { "You " (what) " this review." },
             Some(Flash::Recorded) => p.flash role="status" {
                 "Your approval is recorded. " (v.approvals_required as usize - v.approvals.len().min(v.approvals_required as usize))
-                " more reviewer(s) must approve before the call is forwarded."
+                @if record_only { " more reviewer(s) must approve before the review is approved." }
+                @else { " more reviewer(s) must approve before the call is forwarded." }
             },
             Some(Flash::Refused(why)) => p.error role="alert" { (why) },
             None => {},
@@ -279,7 +283,9 @@ pub fn detail(
                     label for="note" { "Note (required)" }
                     textarea #note name="note" required maxlength="4096" rows="3" {}
                     div.buttons {
-                        button.approve type="submit" name="decision" value="approve" { "Approve and forward" }
+                        button.approve type="submit" name="decision" value="approve" {
+                            @if record_only { "Approve" } @else { "Approve and forward" }
+                        }
                         button.reject type="submit" name="decision" value="reject" { "Reject" }
                     }
                 }
@@ -537,6 +543,7 @@ fn forward_text(v: &ReviewView) -> String {
         ("done", Some(s)) => format!("upstream answered {s}"),
         ("outcome_unknown", _) => "outcome_unknown (the forward failed; check the upstream)".into(),
         ("started", _) => "in flight".into(),
+        (NO_FORWARD, _) => "none (record only: the call was answered elsewhere)".into(),
         _ if v.status == ReviewStatus::Approved => "waiting to be sent".into(),
         _ => "not sent".into(),
     }

@@ -80,8 +80,9 @@ pub(super) async fn upstream<C: deadpool_postgres::GenericClient>(
     )))
 }
 
-/// The oldest pending review of the same call by the same owner, which a
-/// retried hold joins instead of holding the call twice.
+/// The oldest pending review of the same call by the same owner, of the
+/// same kind (held or record-only), which a retried hold joins instead of
+/// holding the call twice.
 pub(super) async fn joinable(
     tx: &deadpool_postgres::Transaction<'_>,
     new: &NewReview,
@@ -103,7 +104,7 @@ pub(super) async fn joinable(
                 "SELECT {} FROM review_reviews WHERE status = 'pending' \
                  AND expires_at > $1 AND owner = $2 AND route = $3 \
                  AND req_method = $4 AND req_path = $5 AND req_body = $6 \
-                 AND req_creds = $7 ORDER BY created_at LIMIT 1",
+                 AND req_creds = $7 AND forwards = $8 ORDER BY created_at LIMIT 1",
                 columns()
             ))
             .await?,
@@ -115,6 +116,7 @@ pub(super) async fn joinable(
                 &new.request.path,
                 &new.request.body.as_ref(),
                 &new.join_key,
+                &new.forwards,
             ],
         )
         .await?;
@@ -135,7 +137,8 @@ pub(super) struct NewRow<'a> {
     pub(super) replica: String,
 }
 
-/// Inserts a pending review whose forward has not started.
+/// Inserts a pending review whose forward has not started (a record-only
+/// one's never does).
 pub(super) async fn insert_review(
     tx: &deadpool_postgres::Transaction<'_>,
     row: &NewRow<'_>,
@@ -146,9 +149,9 @@ pub(super) async fn insert_review(
             "INSERT INTO review_reviews (review_id, created_at, expires_at, owner, route, \
          action, reason, record_id, req_method, req_path, req_body, req_hash, status, \
          forward_state, req_creds, rules, detail, requester, replica, \
-         approvals_required) \
+         approvals_required, forwards) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', \
-         'not_started', $13, $14, $15, $16, $17, $18)",
+         'not_started', $13, $14, $15, $16, $17, $18, $19)",
         )
         .await?,
         &[
@@ -170,6 +173,7 @@ pub(super) async fn insert_review(
             &crate::review::backend::encode_requesters(&new.requesters),
             &row.replica,
             &new.approvals_required.map(|n| n as i32),
+            &new.forwards,
         ],
     )
     .await?;
@@ -249,8 +253,11 @@ impl Cells for tokio_postgres::Row {
             Ok(self.try_get(i)?)
         }
     }
+    fn flag(&self, i: usize) -> Result<bool, ReviewError> {
+        Ok(self.try_get(i)?)
+    }
     fn replica(&self) -> Result<Option<String>, ReviewError> {
-        Ok(self.try_get(21)?)
+        Ok(self.try_get(22)?)
     }
     fn corrupt(_: usize, what: String) -> ReviewError {
         ReviewError::Storage(format!("bad stored {what}"))

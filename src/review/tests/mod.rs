@@ -224,4 +224,5 @@ fn with_creds(auth: Option<&str>, cookie: Option<&str>) -> NewReview {
 mod access;
 mod forwarding;
 mod lifecycle;
+mod record_only;
 mod storage;

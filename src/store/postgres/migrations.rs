@@ -101,4 +101,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 4: the approvals a held call's action asks for (its policy's
     // `approvals`); NULL: the server's `review.approvals`.
     "ALTER TABLE review_reviews ADD COLUMN approvals_required INTEGER;",
+    // 5: record-only reviews (the decision was answered elsewhere: Envoy
+    // ext_authz, AuthZEN), whose approval forwards nothing; every review
+    // before held a call to forward.
+    "ALTER TABLE review_reviews ADD COLUMN forwards BOOLEAN NOT NULL DEFAULT TRUE;",
 ];
