@@ -32,7 +32,7 @@
 //! `cargo build --release --bin verdict && cargo run --release --example
 //! loadtest -- [--duration-secs 3] [--rounds 2] [--connections 64]
 //! [--rate 1000] [--idle-connections 1000] [--verdict-bin PATH]
-//! [--baseline-bin PATH] [--shadow] [--baseline-no-capture]
+//! [--baseline-bin PATH] [--shadow] [--baseline-no-capture] [--baseline-ext-authz]
 //! [--nginx-port PORT | --no-nginx]
 //! [--scenarios direct,pass,gated,authorize,nginx,ext_authz]`
 //!
@@ -152,6 +152,8 @@ struct Args {
     /// Run the baseline with `[audit] capture_inputs = false`: with the same
     /// binary as baseline, this measures what capturing inputs costs.
     baseline_no_capture: bool,
+    /// The baseline serves `[ext_authz]` too (it must know the key).
+    baseline_ext_authz: bool,
     nginx_port: Option<u16>,
     no_nginx: bool,
     scenarios: Vec<String>,
@@ -169,6 +171,7 @@ fn parse_args() -> Result<Args, Error> {
         baseline_bin: None,
         shadow: false,
         baseline_no_capture: false,
+        baseline_ext_authz: false,
         nginx_port: None,
         no_nginx: false,
         scenarios: ["direct", "pass", "gated", "authorize", "nginx"]
@@ -188,13 +191,14 @@ fn parse_args() -> Result<Args, Error> {
             "--baseline-bin" => a.baseline_bin = Some(value()?.into()),
             "--shadow" => a.shadow = true,
             "--baseline-no-capture" => a.baseline_no_capture = true,
+            "--baseline-ext-authz" => a.baseline_ext_authz = true,
             "--nginx-port" => a.nginx_port = Some(value()?.parse()?),
             "--no-nginx" => a.no_nginx = true,
             "--scenarios" => a.scenarios = value()?.split(',').map(String::from).collect(),
             "-h" | "--help" => {
                 println!(
                     "loadtest [--duration-secs S] [--rounds R] [--connections C] [--rate N] \
-                     [--idle-connections N] [--verdict-bin PATH] [--baseline-bin PATH] [--shadow] [--baseline-no-capture] \
+                     [--idle-connections N] [--verdict-bin PATH] [--baseline-bin PATH] [--shadow] [--baseline-no-capture] [--baseline-ext-authz] \
                      [--nginx-port PORT | --no-nginx] [--scenarios direct,pass,gated,authorize,nginx,ext_authz]"
                 );
                 std::process::exit(0);
@@ -1187,8 +1191,10 @@ async fn run(args: Args) -> Result<(), Error> {
     ];
     if let Some(b) = &args.baseline_bin {
         let capture = !args.baseline_no_capture;
-        // A baseline may predate `[ext_authz]`: it runs without it.
-        verdicts.push(start_verdict("baseline", b, upstream, false, capture, false).await?);
+        // A baseline may predate `[ext_authz]`: it runs without it unless
+        // told otherwise.
+        let ext = args.baseline_ext_authz && wanted.iter().any(|w| w == "ext_authz");
+        verdicts.push(start_verdict("baseline", b, upstream, false, capture, ext).await?);
     }
 
     // Memory: idle, then with many open connections (before any load).
@@ -1450,7 +1456,7 @@ async fn run(args: Args) -> Result<(), Error> {
             met(added <= 0.3 && x[1].missed == 0)
         );
     }
-    for name in ["pass", "gated", "authorize"] {
+    for name in ["pass", "gated", "authorize", "ext_authz"] {
         let (Some(a), Some(b)) = (find(name), find(&format!("{name} (baseline)"))) else {
             continue;
         };

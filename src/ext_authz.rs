@@ -286,18 +286,23 @@ pub enum StartError {
     Checker(String),
 }
 
-/// Binds `listen` and serves `Check` there on the current runtime until
-/// `shutdown`; returns the address it got and the serving task.
+/// Binds `listen` once per core (`SO_REUSEPORT`) and serves `Check` on each
+/// from a thread with a runtime of its own, as the proxy's listeners are
+/// served: a check then runs from its HTTP/2 frame to its answer without
+/// waking another thread. Returns the address it got and a task that ends
+/// when every thread has drained after `shutdown`.
 pub async fn start(
     app: &Arc<App>,
     listen: SocketAddr,
     stats: ProxyStats,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<(SocketAddr, JoinHandle<()>), StartError> {
-    let listener = TcpListener::bind(listen).await.map_err(StartError::Bind)?;
-    let addr = listener.local_addr().map_err(StartError::Bind)?;
-    let checker = Proxy::checker(app.clone(), app.config.proxy.clone(), stats)
-        .map_err(StartError::Checker)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let listeners = crate::server::bind_reuseport(listen, threads).map_err(StartError::Bind)?;
+    let addr = match listeners.first() {
+        Some(l) => l.local_addr().map_err(StartError::Bind)?,
+        None => listen,
+    };
     // A body and its headers, in one message.
     let max_message = app
         .config
@@ -305,14 +310,42 @@ pub async fn start(
         .max_body_bytes
         .saturating_add(1 << 20)
         .max(4 << 20);
-    let task = tokio::spawn(serve(
-        listener,
-        ExtAuthz::new(checker),
-        max_message,
-        shutdown.clone(),
-    ));
+    let mut done = Vec::with_capacity(listeners.len());
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let checker = Proxy::checker(app.clone(), app.config.proxy.clone(), stats.clone())
+            .map_err(StartError::Checker)?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let shutdown = shutdown.clone();
+        std::thread::Builder::new()
+            .name(format!("verdict-ext-authz-{i}"))
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt.block_on(async move {
+                        match TcpListener::from_std(listener) {
+                            Ok(l) => serve(l, ExtAuthz::new(checker), max_message, shutdown).await,
+                            Err(e) => tracing::error!(error = %e, "ext_authz: cannot register the listener"),
+                        }
+                    }),
+                    Err(e) => tracing::error!(error = %e, "ext_authz: cannot start a listener runtime"),
+                }
+                // Dropped unsent if the thread panics: the waiter ends too.
+                let _ = tx.send(());
+            })
+            .map_err(StartError::Bind)?;
+        done.push(rx);
+    }
     tracing::info!(addr = %addr, "ext_authz listening");
-    Ok((addr, task))
+    Ok((
+        addr,
+        tokio::spawn(async move {
+            for rx in done {
+                let _ = rx.await;
+            }
+        }),
+    ))
 }
 
 /// Serves `Check` on `listener` until `shutdown`, then lets the calls in
