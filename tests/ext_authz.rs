@@ -27,26 +27,13 @@ use envoy_types::pb::envoy::service::auth::v3::{attribute_context, AttributeCont
 use http::Method;
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
-use support::{Gated, RefundPolicy, DAMAGED, INVOICE_77_BLENDER, REVIEW_KEY};
+use support::{Gated, DAMAGED, REVIEW_KEY};
 use tonic::transport::Channel;
 
-/// The refund route of tests/proxy.rs: held above 500, denied without a
-/// customer header or on the fax channel.
+/// The refund route of tests/proxy.rs: held above 500 (for 1 s), denied
+/// without a customer header or on the fax channel.
 fn policy() -> String {
-    RefundPolicy::new("strict")
-        .review_over(500)
-        .rule(
-            "customer",
-            "absent",
-            None,
-            "deny",
-            Some("a refund needs a customer id"),
-        )
-        .rule("channel", "eq", Some("\"fax\""), "deny", None)
-        .param("customer", "header:X-Customer-Id")
-        .param("channel", "body:/meta/a~1b")
-        .hold("1s")
-        .build()
+    crate::proxy::policy("1s")
 }
 
 /// The proxy and ext_authz on one server, with `policies`.
@@ -72,13 +59,7 @@ async fn client(e: &Gated) -> AuthorizationClient<Channel> {
         .unwrap()
 }
 
-fn refund_body(amount: u64, claim: &str) -> String {
-    format!(
-        "{{ \"amount\": {amount},  \"claims\": [{}], \"evidence\": [{{\"source_id\":\"inv\",\"text\":{}}}] }}",
-        serde_json::to_string(claim).unwrap(),
-        serde_json::to_string(INVOICE_77_BLENDER).unwrap()
-    )
-}
+use crate::proxy::refund_body;
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 const REFUND: &str = "/api/orders/77/refunds";
@@ -125,6 +106,17 @@ fn check_request(
         .collect();
     http.header_map = Some(envoy_types::pb::envoy::config::core::v3::HeaderMap { headers: raw });
     req
+}
+
+/// [`check_request`] for a POST to the refund route from one client.
+fn refund_check(headers: &[(&str, &str)], body: &[u8]) -> CheckRequest {
+    check_request(
+        "POST",
+        REFUND,
+        headers,
+        body,
+        "127.0.0.1:40000".parse().unwrap(),
+    )
 }
 
 /// [`check_request`] as Envoy sends it without `encode_raw_headers`.
@@ -633,15 +625,7 @@ async fn needs_review_answers_202_with_a_review_that_forwards_nothing() {
     let mut c = client(&e).await;
     let body = refund_body(900, DAMAGED);
     let headers = [JSON, ("x-customer-id", "C-9"), ("host", "shop.example")];
-    let req = || {
-        check_request(
-            "POST",
-            REFUND,
-            &headers,
-            body.as_bytes(),
-            "127.0.0.1:40000".parse().unwrap(),
-        )
-    };
+    let req = || refund_check(&headers, body.as_bytes());
     let started = std::time::Instant::now();
     let x = check(&mut c, req()).await;
     // Not held for the route's hold timeout (1 s).
@@ -693,11 +677,7 @@ async fn partial_bodies_and_malformed_checks_are_refused() {
         ("x-customer-id", "C-9"),
         ("x-envoy-auth-partial-body", "true"),
     ];
-    let x = check(
-        &mut c,
-        check_request("POST", REFUND, &headers, &body.as_bytes()[..40], peer),
-    )
-    .await;
+    let x = check(&mut c, refund_check(&headers, &body.as_bytes()[..40])).await;
     assert_eq!(x.status, 400, "{x:?}");
     // Fewer bytes than the request's length (no `with_request_body`).
     let length = body.len().to_string();
@@ -706,14 +686,10 @@ async fn partial_bodies_and_malformed_checks_are_refused() {
         ("x-customer-id", "C-9"),
         ("content-length", length.as_str()),
     ];
-    let x = check(&mut c, check_request("POST", REFUND, &headers, b"", peer)).await;
+    let x = check(&mut c, refund_check(&headers, b"")).await;
     assert_eq!(x.status, 400, "{x:?}");
     // The whole body decides.
-    let x = check(
-        &mut c,
-        check_request("POST", REFUND, &headers, body.as_bytes(), peer),
-    )
-    .await;
+    let x = check(&mut c, refund_check(&headers, body.as_bytes())).await;
     assert_eq!(x.status, 200, "{x:?}");
     assert_eq!(x.header("x-verdict-decision"), Some("allow"));
     // No attributes at all; a target that is not one.
@@ -748,11 +724,7 @@ async fn the_gate_fails_closed_or_open_as_the_route_says() {
     let body = refund_body(100, DAMAGED);
     let headers = [JSON, ("x-customer-id", "C-9")];
     e.s.app().audit.inject_write_failure(true);
-    let x = check(
-        &mut c,
-        check_request("POST", REFUND, &headers, body.as_bytes(), peer),
-    )
-    .await;
+    let x = check(&mut c, refund_check(&headers, body.as_bytes())).await;
     assert_eq!(x.status, 503, "{x:?}");
     assert_eq!(x.json()["error"]["code"], "unavailable");
     // Unmatched traffic is not gated.
@@ -768,11 +740,7 @@ async fn the_gate_fails_closed_or_open_as_the_route_says() {
     let e = env_with(&[("refunds.toml", &open)], |_| {}).await;
     let mut c = client(&e).await;
     e.s.app().audit.inject_write_failure(true);
-    let x = check(
-        &mut c,
-        check_request("POST", REFUND, &headers, body.as_bytes(), peer),
-    )
-    .await;
+    let x = check(&mut c, refund_check(&headers, body.as_bytes())).await;
     assert_eq!(x.status, 200, "{x:?}");
     assert_eq!(x.header("x-verdict-decision"), Some("unavailable"));
     e.s.app().audit.inject_write_failure(false);

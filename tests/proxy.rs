@@ -15,7 +15,7 @@ use support::{Gated, RefundPolicy, TestServer, APP_KEY, DAMAGED, INVOICE_77_BLEN
 
 /// The refund route held for review above 500, denied without a customer
 /// header or on the fax channel; `hold` is its hold timeout.
-fn policy(hold: &str) -> String {
+pub(crate) fn policy(hold: &str) -> String {
     RefundPolicy::new("strict")
         .review_over(500)
         .rule(
@@ -44,7 +44,7 @@ async fn env(hold: &str) -> Gated {
     env_with(hold, |_| {}).await
 }
 
-fn refund_body(amount: u64, claim: &str) -> String {
+pub(crate) fn refund_body(amount: u64, claim: &str) -> String {
     // Deliberately odd spacing: the forwarded bytes must be these bytes.
     format!(
         "{{ \"amount\": {amount},  \"claims\": [{}], \"evidence\": [{{\"source_id\":\"inv\",\"text\":{}}}] }}",
