@@ -16,7 +16,7 @@
 //!   status, headers and JSON body the proxy would send the client.
 //!
 //! A body Envoy did not send whole (`x-envoy-auth-partial-body: true`, or
-//! fewer bytes than the request's size) cannot be decided: reading it fails
+//! other than its `Content-Length`) cannot be decided: reading it fails
 //! as a broken body does in the proxy (400), so a gated route never decides
 //! on part of a body. The gRPC call itself always succeeds when verdict
 //! answers; Envoy's `failure_mode_allow` applies only when it cannot reach
@@ -149,11 +149,11 @@ fn described(check: &CheckRequest) -> Result<(Request<ReqBody>, ConnInfo), Strin
     let partial = headers
         .get(PARTIAL_BODY)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+    // Not `http.size`: Envoy fills it with the bytes received so far.
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .or(u64::try_from(http.size).ok());
+        .and_then(|v| v.parse::<u64>().ok());
     let whole = !partial && declared.is_none_or(|n| n == body.len() as u64);
     let req = req.map(|()| {
         if whole {
