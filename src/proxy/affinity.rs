@@ -164,7 +164,21 @@ impl Affinity {
         result
     }
 
-    async fn connect(
+    /// Opens a new upstream connection and installs it. Boxed: the
+    /// connector's future (resolve, connect, TLS, handshake) is several KiB,
+    /// and inline it would size the future of every request, which hyper
+    /// keeps allocated per downstream connection; a new connection is the
+    /// rare case.
+    fn connect<'a>(
+        &'a self,
+        connector: &'a Connector,
+        upstream: &'a Uri,
+    ) -> Pin<Box<dyn Future<Output = Result<SendRequest<RespBody>, UpstreamError>> + Send + 'a>>
+    {
+        Box::pin(self.open(connector, upstream))
+    }
+
+    async fn open(
         &self,
         connector: &Connector,
         upstream: &Uri,
