@@ -8,14 +8,20 @@
 //! request is what the pass-through allocates; the client's and the
 //! upstream's own allocations cancel out.
 //!
-//! `cargo run --release --example pass_allocs -- [--requests 20000]`
+//! `--hold N` measures memory instead: the heap that stays allocated per
+//! open keep-alive connection once it has made one request and sits idle
+//! (N raw clients, 32 at a time, as the loadtest's P6 round opens them),
+//! straight to the upstream (a plain hyper HTTP/1 server connection each)
+//! and through the proxy, with the live allocations by size.
 //!
-//! Loopback only, bounded by `--requests`.
+//! `cargo run --release --example pass_allocs -- [--requests 20000] [--hold 1000]`
+//!
+//! Loopback only, bounded by `--requests` and `--hold`.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -31,6 +37,29 @@ struct Counting;
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
 static LARGE: AtomicU64 = AtomicU64::new(0);
+/// Live allocations by size class (class k holds sizes in (2^(k-1), 2^k]),
+/// and their bytes.
+static LIVE: [AtomicI64; CLASSES] = [const { AtomicI64::new(0) }; CLASSES];
+static LIVE_BYTES: [AtomicI64; CLASSES] = [const { AtomicI64::new(0) }; CLASSES];
+const CLASSES: usize = 32;
+
+fn class(size: usize) -> usize {
+    (usize::BITS - size.saturating_sub(1).leading_zeros()).min(CLASSES as u32 - 1) as usize
+}
+
+/// Live allocations of 4 KiB to 64 KiB by exact size (16-byte steps):
+/// the few large ones a connection keeps are told apart by their size.
+static LIVE_LARGE: [AtomicI64; LARGE_SLOTS] = [const { AtomicI64::new(0) }; LARGE_SLOTS];
+const LARGE_SLOTS: usize = (64 * 1024 - 4096) / 16 + 1;
+
+fn live(size: usize, sign: i64) {
+    if (4096..=64 * 1024).contains(&size) {
+        LIVE_LARGE[(size - 4096) / 16].fetch_add(sign, Ordering::Relaxed);
+    }
+    let k = class(size);
+    LIVE[k].fetch_add(sign, Ordering::Relaxed);
+    LIVE_BYTES[k].fetch_add(sign * size as i64, Ordering::Relaxed);
+}
 
 // SAFETY: every call is forwarded unchanged to mimalloc; the counters are
 // plain atomics and allocate nothing.
@@ -41,10 +70,12 @@ unsafe impl GlobalAlloc for Counting {
         if layout.size() >= 4096 {
             LARGE.fetch_add(1, Ordering::Relaxed);
         }
+        live(layout.size(), 1);
         // SAFETY: the caller's contract is passed on.
         unsafe { mimalloc::MiMalloc.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        live(layout.size(), -1);
         // SAFETY: `ptr` came from `alloc` above.
         unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
     }
@@ -54,6 +85,8 @@ unsafe impl GlobalAlloc for Counting {
         if new_size >= 4096 {
             LARGE.fetch_add(1, Ordering::Relaxed);
         }
+        live(layout.size(), -1);
+        live(new_size, 1);
         // SAFETY: `ptr` came from this allocator with `layout`.
         unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
     }
@@ -114,6 +147,88 @@ async fn per_request(addr: SocketAddr, n: u64) -> Result<(f64, f64, f64), Error>
     ))
 }
 
+/// Live allocations of 4 KiB to 64 KiB by size (rounded down to 16 bytes).
+fn large_now() -> Vec<i64> {
+    LIVE_LARGE
+        .iter()
+        .map(|n| n.load(Ordering::Relaxed))
+        .collect()
+}
+
+/// Live allocations and bytes by size class.
+fn live_now() -> Vec<(i64, i64)> {
+    LIVE.iter()
+        .zip(LIVE_BYTES.iter())
+        .map(|(n, b)| (n.load(Ordering::Relaxed), b.load(Ordering::Relaxed)))
+        .collect()
+}
+
+/// One raw keep-alive client that has made one request to `addr` and read
+/// its answer (the upstream's `ok\n`): a socket, no buffer kept.
+async fn one_request(addr: SocketAddr) -> Result<tokio::net::TcpStream, Error> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(b"GET /api/items/42 HTTP/1.1\r\nhost: app.internal\r\n\r\n")
+        .await?;
+    let mut buf = [0u8; 2048];
+    let mut len = 0;
+    while !buf[..len].ends_with(b"\r\n\r\nok\n") {
+        let n = s.read(&mut buf[len..]).await?;
+        if n == 0 || len + n == buf.len() {
+            return Err("the answer ended early or is too long".into());
+        }
+        len += n;
+    }
+    Ok(s)
+}
+
+/// The heap that stays allocated per connection while `n` clients that
+/// have each made one request to `addr` stay connected: bytes, and the
+/// size classes that hold most of it.
+async fn per_connection(addr: SocketAddr, n: usize) -> Result<(f64, Vec<String>), Error> {
+    let before = live_now();
+    let large_before = large_now();
+    let mut held = Vec::with_capacity(n);
+    while held.len() < n {
+        let batch = (n - held.len()).min(32);
+        let tasks: Vec<_> = (0..batch)
+            .map(|_| tokio::spawn(one_request(addr)))
+            .collect();
+        for t in tasks {
+            held.push(t.await??);
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let after = live_now();
+    let large_after = large_now();
+    drop(held);
+    let mut classes: Vec<(usize, f64, f64)> = before
+        .iter()
+        .zip(after.iter())
+        .enumerate()
+        .map(|(k, ((n0, b0), (n1, b1)))| {
+            (k, (n1 - n0) as f64 / n as f64, (b1 - b0) as f64 / n as f64)
+        })
+        .filter(|(_, count, _)| count.abs() >= 0.05)
+        .collect();
+    classes.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let total = classes.iter().map(|c| c.2).sum();
+    let mut shown: Vec<String> = classes
+        .iter()
+        .map(|(k, count, bytes)| {
+            let lo = if *k == 0 { 0 } else { (1usize << (k - 1)) + 1 };
+            format!("{count:.2} x {lo}-{} B = {bytes:.0} B", 1usize << k)
+        })
+        .collect();
+    for (slot, (b, a)) in large_before.iter().zip(large_after.iter()).enumerate() {
+        let count = (a - b) as f64 / n as f64;
+        if count.abs() >= 0.05 {
+            shown.push(format!("  of which {count:.2} x {} B", 4096 + slot * 16));
+        }
+    }
+    Ok((total, shown))
+}
+
 fn counts() -> (u64, u64, u64) {
     (
         ALLOCS.load(Ordering::Relaxed),
@@ -124,14 +239,17 @@ fn counts() -> (u64, u64, u64) {
 
 fn main() -> Result<(), Error> {
     let mut n: u64 = 20_000;
+    let mut hold: Option<usize> = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--requests" => n = it.next().ok_or("--requests: missing value")?.parse()?,
+            "--hold" => hold = Some(it.next().ok_or("--hold: missing value")?.parse()?),
             other => {
-                return Err(
-                    format!("unknown flag {other}; usage: pass_allocs [--requests N]").into(),
+                return Err(format!(
+                    "unknown flag {other}; usage: pass_allocs [--requests N] [--hold N]"
                 )
+                .into())
             }
         }
     }
@@ -153,6 +271,16 @@ fn main() -> Result<(), Error> {
         let config = Config::defaults(&overrides)?;
         let running = verdict::app::start(config).await?;
         let proxy = running.proxy_addr.ok_or("the proxy did not start")?;
+        if let Some(hold) = hold {
+            for (name, addr) in [("direct", up), ("through", proxy)] {
+                let (total, classes) = per_connection(addr, hold).await?;
+                println!("{name}: {total:.0} bytes of heap per open connection ({hold} open)");
+                for c in classes {
+                    println!("  {c}");
+                }
+            }
+            return Ok(());
+        }
         let (direct_a, direct_b, direct_l) = per_request(up, n).await?;
         let (pass_a, pass_b, pass_l) = per_request(proxy, n).await?;
         println!("{n} sequential requests on one keep-alive connection");

@@ -36,12 +36,16 @@ type Connector = HttpsConnector<HttpConnector>;
 type Io = <Connector as Service<Uri>>::Response;
 type UpstreamConn = http1::Connection<Io, RespBody>;
 
-/// An idle upstream connection older than this is closed instead of reused
-/// (the pooled client's idle timeout).
-const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// An upstream connection idle for longer is closed instead of reused: the
+/// idle list holds what a burst of requests needs again soon, not what the
+/// last burst opened (each keeps hyper's read and write buffers, 8 KiB
+/// each). Below the 5 s after which Node's servers close an idle
+/// keep-alive connection, so that a reused one is rarely closing already.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
-/// Idle upstream connections kept per proxy thread.
-const IDLE_MAX: usize = 1024;
+/// Idle upstream connections kept per proxy thread; one freed past this is
+/// closed.
+const IDLE_MAX: usize = 256;
 
 /// One downstream connection's upstream connection while it has one: the
 /// sending half, used by one request at a time, and the connection itself,
@@ -164,7 +168,21 @@ impl Affinity {
         result
     }
 
-    async fn connect(
+    /// Opens a new upstream connection and installs it. Boxed: the
+    /// connector's future (resolve, connect, TLS, handshake) is several KiB,
+    /// and inline it would size the future of every request, which hyper
+    /// keeps allocated per downstream connection; a new connection is the
+    /// rare case.
+    fn connect<'a>(
+        &'a self,
+        connector: &'a Connector,
+        upstream: &'a Uri,
+    ) -> Pin<Box<dyn Future<Output = Result<SendRequest<RespBody>, UpstreamError>> + Send + 'a>>
+    {
+        Box::pin(self.open(connector, upstream))
+    }
+
+    async fn open(
         &self,
         connector: &Connector,
         upstream: &Uri,
@@ -202,7 +220,7 @@ fn connect_error(e: hyper::Error) -> UpstreamError {
 /// How often a proxy thread's idle list is swept: connections the upstream
 /// closed and connections past [`IDLE_TIMEOUT`] are dropped, so they do not
 /// wait for the next checkout while the proxy is quiet.
-const SWEEP_EVERY: Duration = Duration::from_secs(10);
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Idle upstream connections of one proxy thread, newest last. Only that
 /// thread uses it (its requests and its sweeper task), so its lock is never

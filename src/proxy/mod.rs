@@ -278,20 +278,27 @@ impl Proxy {
             peer = %conn.peer
         );
         crate::telemetry::trace::adopt(&span, req.headers());
-        async {
-            let mut resp = self.route(req, from, &set, routed).await;
-            crate::http::stamp_request_id(&mut resp, &request_id);
-            // The request id on the line itself, not only in its span, so
-            // that a log query on the line's own fields finds it.
-            tracing::info!(
-                request_id = %request_id,
-                status = resp.status().as_u16(),
-                latency_ms = crate::http::latency_ms(started.elapsed()),
-                "proxied"
-            );
-            resp
-        }
-        .instrument(span)
+        // Boxed: the gated, refused and held paths make a future of about
+        // 16 KiB, which hyper keeps allocated per connection (its slot for
+        // the request in flight) when it is inline. Boxed, that memory is
+        // taken per request on these paths only, and the pass-through,
+        // which allocates nothing here, keeps the slot small.
+        Box::pin(
+            async {
+                let mut resp = self.route(req, from, &set, routed).await;
+                crate::http::stamp_request_id(&mut resp, &request_id);
+                // The request id on the line itself, not only in its span, so
+                // that a log query on the line's own fields finds it.
+                tracing::info!(
+                    request_id = %request_id,
+                    status = resp.status().as_u16(),
+                    latency_ms = crate::http::latency_ms(started.elapsed()),
+                    "proxied"
+                );
+                resp
+            }
+            .instrument(span),
+        )
         .await
     }
 }

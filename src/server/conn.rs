@@ -2,6 +2,14 @@
 //! parent: the limits it is served with, the service that answers its
 //! requests (and refuses those it may not make), its TLS handshake, and
 //! serving it until it ends, goes idle or is drained.
+//!
+//! A plain connection whose first bytes are not HTTP/2's preface is served
+//! by hyper's HTTP/1 connection directly, inside the task; TLS and HTTP/2
+//! connections go through hyper-util's auto builder, boxed. The task of the
+//! common case, many keep-alive HTTP/1 clients, stays small: it does not
+//! carry room for an HTTP/2 connection or a TLS session it never has, and
+//! hyper's read buffer is not split by the auto builder's look at the first
+//! bytes (which made it grow from 8 to 16 KiB on the first request).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,14 +20,13 @@ use std::time::Duration;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::Watcher;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::{GracefulConnection, Watcher};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
 use super::{
-    framing, idle, Admitted, ConnInfo, Handler, ReqBody, RESERVED_HEADER_TIMEOUT,
+    framing, idle, Admitted, ConnBuilders, ConnInfo, Handler, ReqBody, RESERVED_HEADER_TIMEOUT,
     RESERVED_IDLE_TIMEOUT, RESERVED_LIFETIME,
 };
 use crate::config::ServerConfig;
@@ -31,6 +38,9 @@ use crate::http::RespBody;
 /// reset by the kernel, and the client may then lose the answer to a reset.
 const REFUSED_BODY_LIMIT: usize = 64 * 1024;
 const REFUSED_BODY_WAIT: Duration = Duration::from_secs(1);
+
+/// The first bytes of an HTTP/2 connection with prior knowledge (h2c).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// How one connection is served: reserved (see
 /// [`RESERVED_CONNECTIONS`](super::RESERVED_CONNECTIONS))
@@ -82,7 +92,7 @@ pub(super) struct Connection<H: Handler> {
     pub(super) admitted: Admitted,
     pub(super) state: Arc<H::Conn>,
     pub(super) handler: Arc<H>,
-    pub(super) builder: Arc<auto::Builder<TokioExecutor>>,
+    pub(super) builders: ConnBuilders,
     pub(super) acceptor: Option<TlsAcceptor>,
     pub(super) watcher: Watcher,
     pub(super) limits: ConnLimits,
@@ -98,7 +108,7 @@ impl<H: Handler> Connection<H> {
             admitted: _admitted,
             state,
             handler,
-            builder,
+            builders,
             acceptor,
             watcher,
             limits,
@@ -129,24 +139,29 @@ impl<H: Handler> Connection<H> {
                 let Some(tls) = handshake(&acceptor, stream, header_timeout, peer).await else {
                     return;
                 };
-                serve_until_idle(
-                    &builder, watcher, tls, ambiguous, service, idle, drive, lifetime,
-                )
-                .await
+                let io = TokioIo::new(framing::Watched::new(tls, ambiguous));
+                let conn = builders.auto.serve_connection(io, service);
+                Box::pin(serve_until_idle(watcher, conn, idle, drive, lifetime)).await
             }
             None => {
-                // The auto builder waits for the first bytes to pick
-                // HTTP/1 or HTTP/2 before any timer runs; a client that
-                // connects and says nothing is dropped at the header timeout.
-                let mut first = [0u8; 1];
-                match tokio::time::timeout(header_timeout, stream.peek(&mut first)).await {
-                    Ok(Ok(n)) if n > 0 => {}
+                // Nothing is served before the first bytes; a client that
+                // connects and says nothing is dropped at the header
+                // timeout.
+                let mut first = [0u8; H2_PREFACE.len()];
+                let n = match tokio::time::timeout(header_timeout, stream.peek(&mut first)).await {
+                    Ok(Ok(n)) if n > 0 => n,
                     _ => return,
+                };
+                let io = TokioIo::new(framing::Watched::new(stream, ambiguous));
+                if H2_PREFACE.starts_with(&first[..n]) {
+                    // HTTP/2, or too few bytes yet to tell: the auto
+                    // builder reads on until it can.
+                    let conn = builders.auto.serve_connection(io, service);
+                    Box::pin(serve_until_idle(watcher, conn, idle, drive, lifetime)).await
+                } else {
+                    let conn = builders.http1.serve_connection(io, service);
+                    serve_until_idle(watcher, conn, idle, drive, lifetime).await
                 }
-                serve_until_idle(
-                    &builder, watcher, stream, ambiguous, service, idle, drive, lifetime,
-                )
-                .await
             }
         };
         if let Err(e) = result {
@@ -229,35 +244,23 @@ async fn handshake(
 
 type ConnError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Serves HTTP on one accepted stream, plain or after its TLS handshake,
-/// until the connection ends, goes idle, outlives `lifetime` (a reserved
-/// connection) or is drained at shutdown. `drive` (the handler's
+/// Serves `conn` (HTTP on one accepted stream, plain or after its TLS
+/// handshake) until the connection ends, goes idle, outlives `lifetime` (a
+/// reserved connection) or is drained at shutdown. `drive` (the handler's
 /// per-connection work, see [`Handler::drive`]) is polled in the same task,
 /// before the connection each time the task wakes.
-#[allow(clippy::too_many_arguments)]
-async fn serve_until_idle<T, S>(
-    builder: &auto::Builder<TokioExecutor>,
+async fn serve_until_idle<C>(
     watcher: Watcher,
-    stream: T,
-    ambiguous: Arc<AtomicBool>,
-    service: S,
+    conn: C,
     idle: impl Future<Output = Result<(), ConnError>>,
     drive: impl Future<Output = ()>,
     lifetime: Option<Duration>,
 ) -> Result<(), ConnError>
 where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
-    S: hyper::service::Service<
-        Request<Incoming>,
-        Response = Response<RespBody>,
-        Error = std::convert::Infallible,
-    >,
-    S::Future: Send + 'static,
+    C: GracefulConnection,
+    C::Error: Into<ConnError>,
 {
-    let conn = watcher.watch(builder.serve_connection(
-        TokioIo::new(framing::Watched::new(stream, ambiguous)),
-        service,
-    ));
+    let conn = watcher.watch(conn);
     let lifetime = async {
         match lifetime {
             Some(d) => tokio::time::sleep(d).await,
@@ -267,7 +270,7 @@ where
     tokio::select! {
         biased;
         () = drive => Ok(()),
-        r = conn => r,
+        r = conn => r.map_err(Into::into),
         r = idle => r,
         () = lifetime => Ok(()),
     }

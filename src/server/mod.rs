@@ -389,7 +389,7 @@ async fn serve_shared<H: Handler>(
             admitted,
             state,
             handler: handler.clone(),
-            builder: builders.pick(reserved),
+            builders: builders.pick(reserved),
             acceptor: acceptor.clone(),
             watcher: drain.watcher(),
             limits: ConnLimits::new(&limits, reserved, draining),
@@ -400,10 +400,34 @@ async fn serve_shared<H: Handler>(
 }
 
 /// The HTTP connection builders of one listener: the usual one, and the
-/// one for reserved connections.
+/// one for reserved connections, each as hyper-util's auto builder (HTTP/2
+/// and TLS connections) and as hyper's own HTTP/1 builder with the same
+/// HTTP/1 settings (a plain connection whose first bytes are not HTTP/2's
+/// preface, see [`ConnBuilders`]).
 struct Builders {
-    usual: Arc<auto::Builder<TokioExecutor>>,
-    reserved: Arc<auto::Builder<TokioExecutor>>,
+    usual: ConnBuilders,
+    reserved: ConnBuilders,
+}
+
+/// The builders one connection may be served with.
+#[derive(Clone)]
+pub(super) struct ConnBuilders {
+    pub(super) auto: Arc<auto::Builder<TokioExecutor>>,
+    pub(super) http1: Arc<hyper::server::conn::http1::Builder>,
+}
+
+/// hyper's HTTP/1 server settings of a listener: the ones its auto
+/// builder is given too.
+fn http1_builder(
+    header_timeout: Duration,
+    keep_alive: bool,
+) -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .keep_alive(keep_alive);
+    builder
 }
 
 impl Builders {
@@ -436,13 +460,22 @@ impl Builders {
             .timer(TokioTimer::new())
             .max_concurrent_streams(1);
         Builders {
-            usual: Arc::new(builder),
-            reserved: Arc::new(reserved_builder),
+            usual: ConnBuilders {
+                auto: Arc::new(builder),
+                http1: Arc::new(http1_builder(limits.header_read_timeout, true)),
+            },
+            reserved: ConnBuilders {
+                auto: Arc::new(reserved_builder),
+                http1: Arc::new(http1_builder(
+                    RESERVED_HEADER_TIMEOUT.min(limits.header_read_timeout),
+                    false,
+                )),
+            },
         }
     }
 
-    /// The builder for a connection, reserved or not.
-    fn pick(&self, reserved: bool) -> Arc<auto::Builder<TokioExecutor>> {
+    /// The builders for a connection, reserved or not.
+    fn pick(&self, reserved: bool) -> ConnBuilders {
         if reserved {
             self.reserved.clone()
         } else {
