@@ -72,7 +72,7 @@ impl Authorization for ExtAuthz {
         request: tonic::Request<CheckRequest>,
     ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
         let check = request.into_inner();
-        let answer = match described(&check) {
+        let answer = match described(check) {
             Ok((req, conn)) => answer(self.proxy.check(req, conn).await).await,
             Err(why) => malformed(&why).await,
         };
@@ -81,15 +81,16 @@ impl Authorization for ExtAuthz {
 }
 
 /// The HTTP request a `CheckRequest` describes, and where its client is.
-fn described(check: &CheckRequest) -> Result<(Request<ReqBody>, ConnInfo), String> {
+/// The body moves out of the message, never copied.
+fn described(mut check: CheckRequest) -> Result<(Request<ReqBody>, ConnInfo), String> {
     let attrs = check
         .attributes
-        .as_ref()
+        .as_mut()
         .ok_or("the CheckRequest has no attributes")?;
     let http = attrs
         .request
-        .as_ref()
-        .and_then(|r| r.http.as_ref())
+        .as_mut()
+        .and_then(|r| r.http.as_mut())
         .ok_or("the CheckRequest has no attributes.request.http")?;
     let method = Method::from_bytes(http.method.as_bytes())
         .map_err(|_| format!("method {:?} is not an HTTP method", http.method))?;
@@ -142,9 +143,9 @@ fn described(check: &CheckRequest) -> Result<(Request<ReqBody>, ConnInfo), Strin
         headers.insert(HOST, host);
     }
     let body = if http.raw_body.is_empty() {
-        Bytes::from(http.body.clone().into_bytes())
+        Bytes::from(std::mem::take(&mut http.body).into_bytes())
     } else {
-        Bytes::from(http.raw_body.clone())
+        Bytes::from(std::mem::take(&mut http.raw_body))
     };
     let partial = headers
         .get(PARTIAL_BODY)
@@ -310,10 +311,12 @@ pub async fn start(
         .max_body_bytes
         .saturating_add(1 << 20)
         .max(4 << 20);
+    // Built once (its TLS roots are read here), then one per thread.
+    let first = Proxy::checker(app.clone(), app.config.proxy.clone(), stats)
+        .map_err(StartError::Checker)?;
     let mut done = Vec::with_capacity(listeners.len());
     for (i, listener) in listeners.into_iter().enumerate() {
-        let checker = Proxy::checker(app.clone(), app.config.proxy.clone(), stats.clone())
-            .map_err(StartError::Checker)?;
+        let checker = first.for_thread().map_err(StartError::Checker)?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let shutdown = shutdown.clone();
         std::thread::Builder::new()
