@@ -42,7 +42,7 @@ use tokio::task::JoinHandle;
 use crate::http::RespBody;
 use crate::proxy::{Passed, Proxy, ProxyStats};
 use crate::runtime::App;
-use crate::server::{ConnInfo, ReqBody};
+use crate::server::{ConnInfo, ReqBody, Slots};
 
 /// gRPC status codes (google.rpc.Code) in a `CheckResponse`.
 const CODE_OK: i32 = 0;
@@ -314,11 +314,13 @@ pub async fn start(
     // Built once (its TLS roots are read here), then one per thread.
     let first = Proxy::checker(app.clone(), app.config.proxy.clone(), stats)
         .map_err(StartError::Checker)?;
+    // Its own connection cap (the `[server]` limits), shared by its threads.
+    let slots = Slots::new(&app.config.server);
     let mut done = Vec::with_capacity(listeners.len());
     for (i, listener) in listeners.into_iter().enumerate() {
         let checker = first.for_thread().map_err(StartError::Checker)?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let shutdown = shutdown.clone();
+        let (slots, shutdown) = (slots.clone(), shutdown.clone());
         std::thread::Builder::new()
             .name(format!("verdict-ext-authz-{i}"))
             .spawn(move || {
@@ -328,7 +330,10 @@ pub async fn start(
                 {
                     Ok(rt) => rt.block_on(async move {
                         match TcpListener::from_std(listener) {
-                            Ok(l) => serve(l, ExtAuthz::new(checker), max_message, shutdown).await,
+                            Ok(l) => {
+                                serve(l, ExtAuthz::new(checker), max_message, slots, shutdown)
+                                    .await
+                            }
                             Err(e) => tracing::error!(error = %e, "ext_authz: cannot register the listener"),
                         }
                     }),
@@ -352,11 +357,13 @@ pub async fn start(
 }
 
 /// Serves `Check` on `listener` until `shutdown`, then lets the calls in
-/// flight finish.
+/// flight finish. A connection past the cap is closed at once; Envoy then
+/// applies its `failure_mode_allow`, as when it cannot reach verdict.
 async fn serve(
     listener: TcpListener,
     service: ExtAuthz,
     max_message: usize,
+    slots: Slots,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let svc = AuthorizationServer::new(service).max_decoding_message_size(max_message);
@@ -377,6 +384,13 @@ async fn serve(
                 continue;
             }
         };
+        let slot = match slots.take(peer.ip()) {
+            Ok(slot) => slot,
+            Err(why) => {
+                tracing::warn!(%peer, "ext_authz: {why}; refusing connection");
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let conn =
             hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
@@ -391,6 +405,7 @@ async fn serve(
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "ext_authz: connection ended");
             }
+            drop(slot);
         });
     }
     drop(listener);

@@ -760,6 +760,48 @@ async fn the_gate_fails_closed_or_open_as_the_route_says() {
     e.s.shutdown().await;
 }
 
+/// The listener has a connection cap of its own (`[server]
+/// max_connections`): a connection past it is closed at once, and a slot
+/// is free again when a connection ends.
+#[tokio::test]
+async fn connections_past_the_cap_are_closed() {
+    let e = env_with(&[("refunds.toml", &policy())], |c| {
+        c.server.max_connections = 2;
+        c.server.max_connections_per_ip = 2;
+    })
+    .await;
+    let peer = "127.0.0.1:40000".parse().unwrap();
+    let free = || check_request("GET", "/free", &[], b"", peer);
+    let url = format!("http://{}", e.s.ext_authz_addr());
+    let third = || async {
+        let mut c = AuthorizationClient::connect(url.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        c.check(free()).await.map_err(|e| e.to_string())
+    };
+    let mut a = client(&e).await;
+    let mut b = client(&e).await;
+    assert_eq!(check(&mut a, free()).await.status, 200);
+    assert_eq!(check(&mut b, free()).await.status, 200);
+    let refused = support::within(Duration::from_secs(10), "a third connection", third()).await;
+    assert!(refused.is_err(), "a third connection was served");
+    assert_eq!(check(&mut b, free()).await.status, 200);
+    drop(a);
+    let mut served = false;
+    for _ in 0..50 {
+        if support::within(Duration::from_secs(10), "a new connection", third())
+            .await
+            .is_ok()
+        {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served, "a closed connection's slot never came back");
+    e.s.shutdown().await;
+}
+
 /// Sends `bytes` on a fresh connection and returns the first answer's
 /// status, its `x-verdict-decision` and whether it is verdict's (a JSON
 /// error body or an `x-verdict-*` header; the Envoy stand-in's own parser

@@ -152,9 +152,13 @@ struct Admitted {
 
 impl Admission {
     fn new(limits: &ServerConfig) -> Arc<Admission> {
+        Admission::with_reserve(limits, RESERVED_CONNECTIONS)
+    }
+
+    fn with_reserve(limits: &ServerConfig, reserve: usize) -> Arc<Admission> {
         Arc::new(Admission {
             permits: Arc::new(Semaphore::new(limits.max_connections)),
-            reserve: Arc::new(Semaphore::new(RESERVED_CONNECTIONS)),
+            reserve: Arc::new(Semaphore::new(reserve)),
             peers: Arc::new(PeerLimit {
                 max: limits.max_connections_per_ip.max(1),
                 counts: Mutex::new(HashMap::new()),
@@ -180,6 +184,28 @@ impl Admission {
                 Err(_) => Err("connection limit reached"),
             },
         }
+    }
+}
+
+/// Connection slots for a listener that is not served by [`serve`]
+/// (Envoy's ext_authz, a gRPC listener): its own `max_connections` and
+/// `max_connections_per_ip`, with no reserve, since it answers no probes.
+#[derive(Clone)]
+pub struct Slots(Arc<Admission>);
+
+/// One connection's slot; dropped when the connection closes.
+pub struct Slot {
+    _admitted: Admitted,
+}
+
+impl Slots {
+    pub fn new(limits: &ServerConfig) -> Slots {
+        Slots(Admission::with_reserve(limits, 0))
+    }
+
+    /// A slot for a connection from `ip`, or why there is none.
+    pub fn take(&self, ip: IpAddr) -> Result<Slot, &'static str> {
+        self.0.admit(ip).map(|a| Slot { _admitted: a })
     }
 }
 
