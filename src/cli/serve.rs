@@ -21,6 +21,10 @@ pub(crate) struct ServeArgs {
     /// upstream [default: 127.0.0.1:8080].
     #[arg(long)]
     proxy_listen: Option<std::net::SocketAddr>,
+    /// Address of Envoy's external authorization, gRPC `Check`
+    /// (`[ext_authz] listen`); not served without one.
+    #[arg(long)]
+    ext_authz_listen: Option<std::net::SocketAddr>,
     /// Upstream service URL, e.g. http://127.0.0.1:9000 (`[proxy] upstream`);
     /// without one no proxy runs.
     #[arg(long)]
@@ -57,6 +61,7 @@ pub(crate) fn command(args: ServeArgs) -> ExitCode {
     let overrides = Overrides {
         api_listen: args.api_listen,
         proxy_listen: args.proxy_listen,
+        ext_authz_listen: args.ext_authz_listen,
         upstream: args.upstream,
         policies: args.policies,
         data_dir: args.data_dir,

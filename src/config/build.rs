@@ -89,7 +89,7 @@ impl Config {
             server: server_config(f.server, caps)?,
             log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Json),
             traces: super::traces::traces_config(f.telemetry)?,
-            ext_authz_listen: f.ext_authz.listen,
+            ext_authz_listen: o.ext_authz_listen.or(f.ext_authz.listen),
             defaults,
             authorize: AuthorizeConfig { unknown_action },
         })

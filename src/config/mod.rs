@@ -338,6 +338,7 @@ pub enum LogFormat {
 pub struct Overrides {
     pub api_listen: Option<SocketAddr>,
     pub proxy_listen: Option<SocketAddr>,
+    pub ext_authz_listen: Option<SocketAddr>,
     pub upstream: Option<String>,
     pub policies: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,

@@ -105,6 +105,23 @@ fn flags_override_file() {
 }
 
 #[test]
+fn the_ext_authz_flag_overrides_the_file() {
+    let text = "[ext_authz]\nlisten = \"127.0.0.1:1000\"\n";
+    let none = Config::from_toml("c.toml", "", &Overrides::default()).unwrap();
+    assert_eq!(none.ext_authz_listen, None);
+    let file = Config::from_toml("c.toml", text, &Overrides::default()).unwrap();
+    assert_eq!(file.ext_authz_listen.map(|a| a.port()), Some(1000));
+    let o = Overrides {
+        ext_authz_listen: Some("127.0.0.1:2000".parse().unwrap()),
+        ..Default::default()
+    };
+    for text in ["", text] {
+        let c = Config::from_toml("c.toml", text, &o).unwrap();
+        assert_eq!(c.ext_authz_listen.map(|a| a.port()), Some(2000), "{text}");
+    }
+}
+
+#[test]
 fn bad_values_are_rejected() {
     for text in [
         "[audit]\nmax_wait = \"soon\"\n",
