@@ -38,7 +38,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::{origin_only, NotifyConfig};
-use crate::review::{ReviewEvent, ReviewView, Reviews};
+use crate::review::{ReviewEvent, ReviewView, Reviews, NO_FORWARD};
 
 /// The header with `sha256=<hex>`.
 pub const SIGNATURE_HEADER: &str = "x-verdict-signature";
@@ -81,6 +81,10 @@ struct Payload<'a> {
     reason: &'a str,
     rules: &'a [String],
     record_id: Option<&'a str>,
+    /// Whether an approval sends the held request on; `false` for a
+    /// record-only review (Envoy's ext_authz, AuthZEN), whose caller
+    /// retries after the approval.
+    forwards: bool,
     created_at: Option<String>,
     expires_at: Option<String>,
     resolved_at: Option<String>,
@@ -102,6 +106,7 @@ pub fn payload(event: ReviewEvent, view: &ReviewView, console_base: &str) -> Vec
         reason: &view.reason,
         rules: &view.rules,
         record_id: view.record_id.as_deref(),
+        forwards: view.forward.state != NO_FORWARD,
         created_at: try_rfc3339(view.created_at),
         expires_at: try_rfc3339(view.expires_at),
         resolved_at: view.resolved_at.and_then(try_rfc3339),
@@ -545,6 +550,12 @@ mod tests {
                 assert_eq!(got[*key], *want, "{key}");
             }
         }
+        assert_eq!(held["forwards"], true);
+        let mut record_only = view(ReviewStatus::Pending);
+        record_only.forward.state = NO_FORWARD;
+        let got: serde_json::Value =
+            serde_json::from_slice(&payload(ReviewEvent::Held, &record_only, "http://x")).unwrap();
+        assert_eq!(got["forwards"], false);
         assert_eq!(held["rules"][0], "refunds above 500");
         assert!(held["reviewer"].is_null() && held["resolved_at"].is_null());
         assert!(held.get("request").is_none(), "no held request details");

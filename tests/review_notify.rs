@@ -80,6 +80,7 @@ async fn a_hold_is_notified_signed_within_a_second_and_so_is_its_resolution() {
     assert_eq!(p["action"], "refund.create");
     assert_eq!(p["rules"][0], "refunds above 500 need a reviewer");
     assert!(p["reason"].is_string() && p["record_id"].is_string(), "{p}");
+    assert_eq!(p["forwards"], true, "{p}");
     assert!(p["expires_at"].as_str().unwrap().ends_with('Z'), "{p}");
     assert!(p["reviewer"].is_null() && p["note"].is_null(), "{p}");
     assert_eq!(

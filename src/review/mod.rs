@@ -497,7 +497,7 @@ impl Reviews {
         let m = &self.inner.metrics;
         registry.register(
             "verdict_review_held_requests",
-            "Requests held for review and still pending",
+            "Reviews still pending on this replica: held requests, and the record-only reviews of ext_authz and AuthZEN",
             m.held.clone(),
         );
         registry.register(
