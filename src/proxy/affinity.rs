@@ -41,11 +41,11 @@ type UpstreamConn = http1::Connection<Io, RespBody>;
 /// last burst opened (each keeps hyper's read and write buffers, 8 KiB
 /// each). Below the 5 s after which Node's servers close an idle
 /// keep-alive connection, so that a reused one is rarely closing already.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// Idle upstream connections kept per proxy thread; one freed past this is
 /// closed.
-const IDLE_MAX: usize = 256;
+pub(super) const IDLE_MAX: usize = 256;
 
 /// One downstream connection's upstream connection while it has one: the
 /// sending half, used by one request at a time, and the connection itself,

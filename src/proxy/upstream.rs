@@ -4,7 +4,6 @@
 //! instead of the pool (see [`super::affinity`]).
 
 use std::error::Error as _;
-use std::time::Duration;
 
 use http::header::{HeaderName, HeaderValue, CONNECTION, HOST};
 use http::uri::PathAndQuery;
@@ -34,11 +33,13 @@ pub(super) const HOP_BY_HOP: [&str; 8] = [
     "upgrade",
 ];
 
-/// The upstream pool over `connector`.
+/// The upstream pool over `connector` (HTTP/2 clients, held calls
+/// forwarded after their approval), with the idle limits of the
+/// per-thread lists of HTTP/1 connections.
 pub(super) fn build_client(connector: Connector) -> UpstreamClient {
     Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(1024)
+        .pool_idle_timeout(super::affinity::IDLE_TIMEOUT)
+        .pool_max_idle_per_host(super::affinity::IDLE_MAX)
         .pool_timer(TokioTimer::new())
         .build(connector)
 }
