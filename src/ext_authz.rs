@@ -24,6 +24,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use envoy_types::ext_authz::v3::pb::{
@@ -42,6 +43,7 @@ use tokio::task::JoinHandle;
 use crate::http::RespBody;
 use crate::proxy::{Passed, Proxy, ProxyStats};
 use crate::runtime::App;
+use crate::server::idle::Activity;
 use crate::server::{ConnInfo, ReqBody, Slots};
 
 /// gRPC status codes (google.rpc.Code) in a `CheckResponse`.
@@ -314,8 +316,10 @@ pub async fn start(
     // Built once (its TLS roots are read here), then one per thread.
     let first = Proxy::checker(app.clone(), app.config.proxy.clone(), stats)
         .map_err(StartError::Checker)?;
-    // Its own connection cap (the `[server]` limits), shared by its threads.
+    // Its own connection cap (the `[server]` limits), shared by its threads,
+    // and the same idle timeout.
     let slots = Slots::new(&app.config.server);
+    let idle_timeout = app.config.server.idle_timeout;
     let mut done = Vec::with_capacity(listeners.len());
     for (i, listener) in listeners.into_iter().enumerate() {
         let checker = first.for_thread().map_err(StartError::Checker)?;
@@ -331,8 +335,8 @@ pub async fn start(
                     Ok(rt) => rt.block_on(async move {
                         match TcpListener::from_std(listener) {
                             Ok(l) => {
-                                serve(l, ExtAuthz::new(checker), max_message, slots, shutdown)
-                                    .await
+                                let service = ExtAuthz::new(checker);
+                                serve(l, service, max_message, slots, idle_timeout, shutdown).await
                             }
                             Err(e) => tracing::error!(error = %e, "ext_authz: cannot register the listener"),
                         }
@@ -357,17 +361,41 @@ pub async fn start(
 }
 
 /// Serves `Check` on `listener` until `shutdown`, then lets the calls in
-/// flight finish. A connection past the cap is closed at once; Envoy then
-/// applies its `failure_mode_allow`, as when it cannot reach verdict.
+/// flight finish. A connection past the cap is closed at once, and one
+/// with no call in flight for `idle_timeout` is closed (HTTP/2 has no idle
+/// timer of its own, so connections that only sent the preface would keep
+/// their slots); Envoy opens a new one for its next check, and applies its
+/// `failure_mode_allow` to checks it could not send.
 async fn serve(
     listener: TcpListener,
     service: ExtAuthz,
     max_message: usize,
     slots: Slots,
+    idle_timeout: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let svc = AuthorizationServer::new(service).max_decoding_message_size(max_message);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // `svc` as a hyper service whose calls count as the connection's
+    // requests in flight, from a request's head to its answer's.
+    let counted = |svc: &AuthorizationServer<ExtAuthz>, activity: &Arc<Activity>| {
+        let (svc, activity) = (svc.clone(), activity.clone());
+        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let in_flight = activity.begin();
+            let mut svc = svc.clone();
+            async move {
+                std::future::poll_fn(|cx| {
+                    tower_service::Service::<Request<hyper::body::Incoming>>::poll_ready(
+                        &mut svc, cx,
+                    )
+                })
+                .await?;
+                let answer = tower_service::Service::call(&mut svc, req).await;
+                drop(in_flight);
+                answer
+            }
+        })
+    };
     loop {
         let stop = async {
             let _ = shutdown.wait_for(|stop| *stop).await;
@@ -392,18 +420,24 @@ async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
+        let activity = Activity::new();
         let conn =
             hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
                 .http2_only()
                 .serve_connection(
                     hyper_util::rt::TokioIo::new(stream),
-                    hyper_util::service::TowerToHyperService::new(svc.clone()),
+                    counted(&svc, &activity),
                 )
                 .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "ext_authz: connection ended");
+            tokio::select! {
+                r = conn => if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "ext_authz: connection ended");
+                },
+                () = activity.idle(idle_timeout) => {
+                    tracing::debug!(%peer, timeout = ?idle_timeout, "ext_authz: idle connection closed");
+                }
             }
             drop(slot);
         });

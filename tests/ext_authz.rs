@@ -802,6 +802,71 @@ async fn connections_past_the_cap_are_closed() {
     e.s.shutdown().await;
 }
 
+/// A connection with no call in flight for `server.idle_timeout` is closed
+/// (HTTP/2 has no idle timer of its own), and its slot is free again; a
+/// connection that keeps calling stays open.
+#[tokio::test]
+async fn idle_connections_are_closed_and_free_their_slot() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let e = env_with(&[("refunds.toml", &policy())], |c| {
+        c.server.max_connections = 1;
+        c.server.max_connections_per_ip = 1;
+        c.server.idle_timeout = Duration::from_millis(400);
+    })
+    .await;
+    // The client preface and an empty SETTINGS frame, then nothing.
+    let mut raw = tokio::net::TcpStream::connect(e.s.ext_authz_addr())
+        .await
+        .unwrap();
+    raw.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    // The server's SETTINGS: the connection was admitted and holds the slot.
+    let mut frame = [0u8; 9];
+    support::within(
+        Duration::from_secs(5),
+        "the server's SETTINGS",
+        raw.read_exact(&mut frame),
+    )
+    .await
+    .unwrap();
+    assert_eq!(frame[3], 4, "a SETTINGS frame first: {frame:?}");
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    // EOF or a reset: either way the server closed it.
+    let _ = support::within(
+        Duration::from_secs(5),
+        "the idle close",
+        raw.read_to_end(&mut rest),
+    )
+    .await;
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(300), "closed after {took:?}");
+
+    let peer = "127.0.0.1:40000".parse().unwrap();
+    let free = || check_request("GET", "/free", &[], b"", peer);
+    let url = format!("http://{}", e.s.ext_authz_addr());
+    let mut client = None;
+    for _ in 0..50 {
+        if let Ok(mut c) = AuthorizationClient::connect(url.clone()).await {
+            if c.check(free()).await.is_ok() {
+                client = Some(c);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut c = client.expect("the idle connection's slot never came back");
+    // Calls 100 ms apart, each shorter than the idle timeout apart: the
+    // connection (the only slot) stays open for all of them.
+    for i in 0..8 {
+        let r = support::within(Duration::from_secs(5), "a check", c.check(free())).await;
+        assert!(r.is_ok(), "call {i} failed: {r:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    e.s.shutdown().await;
+}
+
 /// Sends `bytes` on a fresh connection and returns the first answer's
 /// status, its `x-verdict-decision` and whether it is verdict's (a JSON
 /// error body or an `x-verdict-*` header; the Envoy stand-in's own parser

@@ -46,7 +46,7 @@ use crate::http::RespBody;
 
 mod conn;
 mod framing;
-mod idle;
+pub(crate) mod idle;
 pub mod pace;
 pub mod tls;
 
