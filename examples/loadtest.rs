@@ -814,8 +814,8 @@ fn children_of(pid: u32) -> Vec<u32> {
     out
 }
 
-/// User + system CPU seconds of `pids` (Linux; zero elsewhere).
-fn cpu_seconds(pids: &[u32]) -> f64 {
+/// User and system CPU seconds of `pids`, apart (Linux; zero elsewhere).
+fn cpu_split(pids: &[u32]) -> (f64, f64) {
     pids.iter()
         .map(|p| {
             let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
@@ -826,9 +826,9 @@ fn cpu_seconds(pids: &[u32]) -> f64 {
                 .split_whitespace()
                 .collect();
             let t = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-            (t(11) + t(12)) / 100.0
+            (t(11) / 100.0, t(12) / 100.0)
         })
-        .sum()
+        .fold((0.0, 0.0), |(u, s), (pu, ps)| (u + pu, s + ps))
 }
 
 /// (VmRSS, VmHWM) of `pid` in MiB.
@@ -991,13 +991,15 @@ struct Phase {
     samples: Samples,
     secs: f64,
     cpu: f64,
+    /// The user-space part of `cpu`.
+    user: f64,
     /// Requests the open-loop schedule asked for in the measured window.
     scheduled: u64,
 }
 
 async fn run_phase(t: &Arc<Target>, mode: Mode, args: &Args) -> Phase {
     let conns = args.connections as u64;
-    let cpu0 = cpu_seconds(&t.server_pids);
+    let cpu0 = cpu_split(&t.server_pids);
     // Leave time to connect before the schedule starts.
     let warm_from = Instant::now() + Duration::from_millis(100);
     let start = warm_from + WARMUP;
@@ -1021,11 +1023,12 @@ async fn run_phase(t: &Arc<Target>, mode: Mode, args: &Args) -> Phase {
         }
     }
     let secs = args.duration.as_secs_f64();
-    let cpu = cpu_seconds(&t.server_pids) - cpu0;
+    let cpu1 = cpu_split(&t.server_pids);
     Phase {
         samples,
         secs,
-        cpu,
+        cpu: (cpu1.0 + cpu1.1) - (cpu0.0 + cpu0.1),
+        user: cpu1.0 - cpu0.0,
         scheduled: (secs * args.rate as f64).round() as u64,
     }
 }
@@ -1044,6 +1047,8 @@ struct Summary {
     errors: u64,
     /// Server-side CPU per answered request, microseconds (includes warm-up).
     cpu_us: f64,
+    /// The user-space part of `cpu_us`.
+    user_us: f64,
     /// Open loop: scheduled requests not answered in time.
     missed: u64,
 }
@@ -1065,6 +1070,7 @@ fn summarize(phases: &mut [Phase], mode: Mode, cpu_known: bool) -> Summary {
     let mut lat = Vec::new();
     let mut svc = Vec::new();
     let (mut errors, mut secs, mut cpu, mut scheduled, mut served) = (0, 0.0, 0.0, 0, 0);
+    let mut user = 0.0;
     for p in phases.iter_mut() {
         lat.append(&mut p.samples.lat);
         svc.append(&mut p.samples.service);
@@ -1072,6 +1078,7 @@ fn summarize(phases: &mut [Phase], mode: Mode, cpu_known: bool) -> Summary {
         served += p.samples.served;
         secs += p.secs;
         cpu += p.cpu;
+        user += p.user;
         scheduled += p.scheduled;
     }
     let n = lat.len();
@@ -1098,6 +1105,11 @@ fn summarize(phases: &mut [Phase], mode: Mode, cpu_known: bool) -> Summary {
         errors,
         cpu_us: if cpu_known && served > 0 {
             cpu / served as f64 * 1e6
+        } else {
+            f64::NAN
+        },
+        user_us: if cpu_known && served > 0 {
+            user / served as f64 * 1e6
         } else {
             f64::NAN
         },
@@ -1393,14 +1405,19 @@ async fn run(args: Args) -> Result<(), Error> {
         );
         println!(
             "   open loop p50 / p99: pass {} / {} ms, nginx {} / {} ms; server CPU per request \
-             pass {} us, nginx {} us ({:.2}x)",
+             pass {} us, nginx {} us ({:.2}x); of which user space pass {} us, nginx {} us, \
+             kernel pass {} us, nginx {} us",
             fmt(p[1].p50, 3),
             fmt(p[1].p99, 3),
             fmt(n[1].p50, 3),
             fmt(n[1].p99, 3),
             fmt(p[0].cpu_us, 1),
             fmt(n[0].cpu_us, 1),
-            p[0].cpu_us / n[0].cpu_us
+            p[0].cpu_us / n[0].cpu_us,
+            fmt(p[0].user_us, 1),
+            fmt(n[0].user_us, 1),
+            fmt(p[0].cpu_us - p[0].user_us, 1),
+            fmt(n[0].cpu_us - n[0].user_us, 1),
         );
     }
     if let Some(d) = find("direct") {
