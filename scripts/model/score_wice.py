@@ -36,6 +36,8 @@ import sys
 import time
 import urllib.request
 
+from overlap import words
+
 GOLD_POS = "supported"
 
 
@@ -86,16 +88,6 @@ def load_model(path, threads):
     model.eval()
     return tok, model
 
-
-STOP = set("""a an the of to in on at by for with from and or but is are was were be been being
-it its this that these those as into than then there their they he she his her him we our you your
-i not no do does did has have had will would can could may might shall should which who whom whose
-what when where why how all any some such also more most other""".split())
-
-
-def words(s):
-    import re
-    return [w for w in re.findall(r"[a-z0-9]+", s.lower()) if w not in STOP]
 
 
 def top_windows(claim, wins, k):

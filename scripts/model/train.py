@@ -26,20 +26,13 @@ import re
 import sys
 import time
 
+from overlap import words
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 LABELS = ["entailed", "contradicted", "neither"]
 L2I = {l: i for i, l in enumerate(LABELS)}
-STOP = set("""a an the of to in on at by for with from and or but is are was were be been being
-it its this that these those as into than then there their they he she his her him we our you your
-i not no do does did has have had will would can could may might shall should which who whom whose
-what when where why how all any some such also more most other""".split())
-
-
-def words(s):
-    return [w for w in re.findall(r"[a-z0-9]+", s.lower()) if w not in STOP]
-
 
 def split_sentences(text):
     parts = re.split(r"(?<=[.!?])\s+|\n+", text)
