@@ -1440,14 +1440,20 @@ async fn run(args: Args) -> Result<(), Error> {
         }
     }
     if let (Some(g), Some(p)) = (find("gated"), find("pass")) {
-        let (a50, a99) = (g[1].p50 - p[1].p50, g[1].p99 - p[1].p99);
+        // From the send: the pacer's lateness (the timer's tick, about a
+        // millisecond) differs between scenarios by more than the goal's
+        // margin, so the difference of latencies from the intended send
+        // is printed beside it but not judged.
+        let (a50, a99) = (g[1].svc_p50 - p[1].svc_p50, g[1].svc_p99 - p[1].svc_p99);
         println!(
-            "P2 gated allow at {} req/s over pass-through: +{} ms p50 (goal <= 0.65: {}), +{} ms p99 (goal <= 2: {})",
+            "P2 gated allow at {} req/s over pass-through, from send: +{} ms p50 (goal <= 0.65: {}), +{} ms p99 (goal <= 2: {}); from the intended send +{} / +{} ms",
             args.rate,
             fmt(a50, 3),
             met(a50 <= 0.65 && g[1].missed == 0),
             fmt(a99, 3),
             met(a99 <= 2.0 && g[1].missed == 0),
+            fmt(g[1].p50 - p[1].p50, 3),
+            fmt(g[1].p99 - p[1].p99, 3),
         );
     }
     let mut medians = BTreeMap::new();
@@ -1567,8 +1573,8 @@ fn one_line(
     let added = |a: Option<[Summary; 2]>, b: Option<[Summary; 2]>| match (a, b) {
         (Some(a), Some(b)) => format!(
             "+{} / +{} ms",
-            fmt(a[1].p50 - b[1].p50, 3),
-            fmt(a[1].p99 - b[1].p99, 3)
+            fmt(a[1].svc_p50 - b[1].svc_p50, 3),
+            fmt(a[1].svc_p99 - b[1].svc_p99, 3)
         ),
         _ => "-".into(),
     };
@@ -1583,7 +1589,7 @@ fn one_line(
             .join(", ")
     });
     format!(
-        "SUMMARY P1 pass/nginx {} | P2 gated p50/p99 over pass {} (over direct {}) | P6 {memory} | gated stage medians ms: {stages}",
+        "SUMMARY P1 pass/nginx {} | P2 gated p50/p99 from send over pass {} (over direct {}) | P6 {memory} | gated stage medians ms: {stages}",
         ratio(pass, find("nginx")),
         added(gated, pass),
         added(gated, find("direct")),
