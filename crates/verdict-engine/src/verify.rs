@@ -401,6 +401,8 @@ struct ClaimQty {
     weight: f64,
     /// Byte range in the claim.
     span: (usize, usize),
+    /// The word the value is tied to ("processed" in "processed on April 2").
+    binding: conflict::Binding,
 }
 
 struct Analysis {

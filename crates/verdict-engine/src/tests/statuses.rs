@@ -507,3 +507,85 @@ fn alignment_conflicts_leave_true_claims_alone() {
         assert_eq!(c.status, ClaimStatus::Supported, "{text}: {c:?}");
     }
 }
+
+/// A date, amount or id that the evidence states of another event: the
+/// clause that states the claim's event gives a rival, and no clause that
+/// states it gives the claim's value. The same evidence supports the claim
+/// bound as the evidence binds it; ranges, measures and a value the event's
+/// own clause states are left alone.
+#[test]
+fn a_value_bound_to_another_event_is_not_supported() {
+    let returned = "Order 5521 was returned to the warehouse on May 9. \
+                    The refund was issued on May 12 to the original card.";
+    let orders = "Order 3310 cost $40 and order 3318 cost $95. \
+                  A refund of $95 was posted to order 3318.";
+    let tickets = "Ticket 4401 was closed by the support team on June 2. \
+                   Ticket 4410 was escalated to billing.";
+    let invoice = "Invoice 8812 has two lines. Subtotal $1,200.00. \
+                   Tax $96.00. Total: $1,296.00.";
+    let cases = [
+        (
+            "The refund for order 5521 was issued on May 9.",
+            returned,
+            Reason::DateMismatch,
+            "May 9",
+            "May 12",
+        ),
+        (
+            "The $40 refund was posted to order 3310.",
+            orders,
+            Reason::AmountMismatch,
+            "$40",
+            "$95",
+        ),
+        (
+            "Ticket 4410 was closed by the support team.",
+            tickets,
+            Reason::NumberMismatch,
+            "4410",
+            "4401",
+        ),
+        (
+            "Invoice 8812 totals $1,200.",
+            invoice,
+            Reason::AmountMismatch,
+            "$1,200",
+            "$1,296.00",
+        ),
+    ];
+    for (text, evidence, reason, claim_quote, evidence_quote) in cases {
+        let c = check(text, evidence);
+        assert_eq!(c.status, ClaimStatus::Unsupported, "{text}: {c:?}");
+        assert_eq!(c.reasons.first(), Some(&reason), "{text}: {:?}", c.reasons);
+        let k = c
+            .conflicts
+            .first()
+            .unwrap_or_else(|| panic!("{text}: no conflict"));
+        assert_eq!((k.reason, k.claim_quote.as_str()), (reason, claim_quote));
+        assert_eq!(k.evidence_quote, evidence_quote, "{text}");
+        assert_eq!(
+            py_slice(evidence, k.evidence_start, k.evidence_end),
+            evidence_quote
+        );
+        assert_eq!(py_slice(text, k.claim_start, k.claim_end), claim_quote);
+    }
+    let supported = [
+        ("The refund for order 5521 was issued on May 12.", returned),
+        (
+            "Order 5521 was returned to the warehouse on May 9.",
+            returned,
+        ),
+        ("A refund of $95 was posted to order 3318.", orders),
+        ("Ticket 4401 was closed by the support team.", tickets),
+        ("Invoice 8812 totals $1,296.", invoice),
+        (
+            "The refund of $40 was issued on March 3.",
+            "On March 3 the agent issued the refund. The refund of $40 went \
+             to the card; the order had cost $120 when it was issued on March 1.",
+        ),
+    ];
+    for (text, evidence) in supported {
+        let c = check(text, evidence);
+        assert_eq!(c.status, ClaimStatus::Supported, "{text}: {c:?}");
+    }
+}

@@ -20,7 +20,7 @@ pub(super) fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         negated,
         polarity,
     } = words;
-    let qty = claim_quantities(qty, &tokens, max_idf);
+    let qty = claim_quantities(claim, qty, &tokens, &vocab, &in_qty, max_idf);
     let total =
         terms.iter().map(|t| t.weight).sum::<f64>() + qty.iter().map(|q| q.weight).sum::<f64>();
     let hedge = conflict::claim_hedged(&tokens, &vocab);
@@ -278,9 +278,41 @@ impl Polarities {
 }
 
 /// The claim's quantities, weighted against the rarest word, with their byte spans.
-fn claim_quantities(qty: Vec<Quantity>, tokens: &[Token], max_idf: f64) -> Vec<ClaimQty> {
+fn claim_quantities(
+    claim: &str,
+    qty: Vec<Quantity>,
+    tokens: &[Token],
+    vocab: &text::Vocab,
+    in_qty: &[bool],
+    max_idf: f64,
+) -> Vec<ClaimQty> {
+    // A value in a range ("from $100 to $500", "15-20") is one end of a
+    // span, not the value of an event.
+    let joins = |a: &Quantity, b: &Quantity| {
+        b.tok_start == a.tok_end
+            || (b.tok_start == a.tok_end + 1
+                && tokens.get(a.tok_end).is_some_and(|t| {
+                    matches!(vocab.norm(t.norm_id), "to" | "and" | "or" | "through")
+                }))
+    };
+    let ranged = |q: &Quantity| {
+        qty.iter()
+            .any(|o| !std::ptr::eq(o, q) && (joins(o, q) || joins(q, o)))
+    };
+    let bindings: Vec<conflict::Binding> = qty
+        .iter()
+        .map(|q| {
+            if ranged(q) {
+                conflict::Binding::default()
+            } else {
+                conflict::bind(claim, q, tokens, vocab, in_qty)
+            }
+        })
+        .collect();
     qty.into_iter()
-        .map(|q| ClaimQty {
+        .zip(bindings)
+        .map(|(q, binding)| ClaimQty {
+            binding,
             weight: if q.soft {
                 max_idf
             } else {

@@ -11,8 +11,10 @@
 //! manufacturing defects. Accidental damage ... is not covered" does not
 //! support "covers accidental damage", because the sentence about accidental
 //! damage is the one that says "not covered".
+mod binding;
 mod hedge;
 mod parties;
+pub(super) use binding::{bind, misbound, Binding, Misbound};
 use hedge::hedged;
 pub(super) use hedge::{claim_hedged, claim_reports_done, reported_event, reports_event_at};
 pub(super) use parties::possessive;

@@ -207,6 +207,18 @@ pub(super) fn gates(
             reasons.push(Reason::NumberNotFound);
         }
     }
+    // A value the evidence ties to another event: checked over every
+    // searched sentence, since the clause that states the claim's event
+    // need not be in the chosen passage.
+    let misbound = if reasons.is_empty() {
+        conflict::misbound(a, idx, allowed)
+    } else {
+        None
+    };
+    let misbound = misbound.map(|m| {
+        reasons.push(m.reason);
+        misbound_conflict(a, idx, &m)
+    });
     for t in a.terms.iter().filter(|t| t.name) {
         let in_passage = units.iter().any(|u| idx.has_stem(u, t.stem));
         if in_passage {
@@ -236,7 +248,32 @@ pub(super) fn gates(
     if let Some((r, _)) = &found {
         reasons.push(*r);
     }
-    found.and_then(|(_, c)| c)
+    misbound.or_else(|| found.and_then(|(_, c)| c))
+}
+
+/// The conflict of a value bound to another event: the claim's value
+/// against the rival the evidence gives that event.
+fn misbound_conflict(a: &Analysis, idx: &Index<'_>, m: &conflict::Misbound) -> Conflict {
+    let cp = |text: &str, byte: usize| text.get(..byte).map_or(0, |t| t.chars().count());
+    let (cs, ce) = a.qty.get(m.claim_qty).map_or((0, 0), |cq| cq.span);
+    let src = &idx.sources[idx.units[m.unit].source];
+    let es = src.tokens.get(m.tokens.0).map_or(0, |t| t.start);
+    let ee = m
+        .tokens
+        .1
+        .checked_sub(1)
+        .and_then(|k| src.tokens.get(k))
+        .map_or(es, |t| t.end);
+    Conflict {
+        reason: m.reason,
+        claim_start: cp(&a.text, cs),
+        claim_end: cp(&a.text, ce),
+        claim_quote: a.text.get(cs..ce).unwrap_or("").to_string(),
+        source_id: src.id.to_string(),
+        evidence_start: cp(src.text, es),
+        evidence_end: cp(src.text, ee),
+        evidence_quote: src.text.get(es..ee).unwrap_or("").to_string(),
+    }
 }
 
 /// How a content token stands with respect to negation.
