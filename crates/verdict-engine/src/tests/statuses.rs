@@ -406,7 +406,8 @@ fn contradicted_claims_outside_the_corpus_name_their_spans() {
         (
             "The transfer went from the EU account to the US account.",
             "The transfer went from the US account to the EU account on 2024-02-01.",
-            Some((Reason::PartyConflict, "EU", "EU")),
+            // The claim's "from" party against the evidence's.
+            Some((Reason::PartyConflict, "EU", "US")),
             &[],
         ),
         (
@@ -582,6 +583,82 @@ fn a_value_bound_to_another_event_is_not_supported() {
             "The refund of $40 was issued on March 3.",
             "On March 3 the agent issued the refund. The refund of $40 went \
              to the card; the order had cost $120 when it was issued on March 1.",
+        ),
+    ];
+    for (text, evidence) in supported {
+        let c = check(text, evidence);
+        assert_eq!(c.status, ClaimStatus::Supported, "{text}: {c:?}");
+    }
+}
+
+/// A named party the claim binds to its event ("approved by X", "X
+/// approved", "billed to X"), where every stretch of the evidence that
+/// states the event names another party in that slot: `party_conflict`,
+/// on the two names. The party the evidence does name there is supported,
+/// also in a list, as the subject, or after a role noun.
+#[test]
+fn a_party_in_another_slot_of_the_event_is_not_supported() {
+    let wire = "Wire W-77 was prepared on May 2 by Ana Ruiz (payables). \
+                Approved on May 3 by Tom Alvarez (controller).";
+    let memo = "Credit memo CM-12 was issued by Acme Supply to Harbor Hotel \
+                for two returned carts.";
+    let bill = "Invoice 5520. Bill to: Norvik Logistics GmbH, Hamburg. \
+                Ship to: Norvik Traders Ltd, Felixstowe.";
+    let cases = [
+        ("Ana Ruiz approved wire W-77.", wire, "Ana Ruiz", "Tom"),
+        (
+            "Wire W-77 was approved by Ana Ruiz.",
+            wire,
+            "Ana Ruiz",
+            "Tom",
+        ),
+        (
+            "Harbor Hotel issued credit memo CM-12 to Acme Supply.",
+            memo,
+            "Harbor Hotel",
+            "Acme",
+        ),
+        (
+            "Invoice 5520 was billed to Norvik Traders Ltd.",
+            bill,
+            "Norvik Traders Ltd",
+            "Norvik",
+        ),
+    ];
+    for (text, evidence, claim_quote, evidence_quote) in cases {
+        let c = check(text, evidence);
+        assert_eq!(c.status, ClaimStatus::Unsupported, "{text}: {c:?}");
+        assert_eq!(c.reasons.first(), Some(&Reason::PartyConflict), "{text}");
+        let k = c
+            .conflicts
+            .first()
+            .unwrap_or_else(|| panic!("{text}: no conflict"));
+        assert_eq!(k.claim_quote, claim_quote, "{text}");
+        assert_eq!(k.evidence_quote, evidence_quote, "{text}");
+        assert_eq!(
+            py_slice(evidence, k.evidence_start, k.evidence_end),
+            evidence_quote
+        );
+    }
+    let supported = [
+        ("Tom Alvarez approved wire W-77.", wire),
+        ("Wire W-77 was approved by Tom Alvarez.", wire),
+        (
+            "Acme Supply issued credit memo CM-12 to Harbor Hotel.",
+            memo,
+        ),
+        (
+            "The refund was approved by Dana Okafor.",
+            "The refund was approved by store manager Dana Okafor and \
+             countersigned by Lee Park.",
+        ),
+        (
+            "The album was produced by Mia Stone.",
+            "The album was produced by Leo Hart and Mia Stone.",
+        ),
+        (
+            "Mia Stone approved the refund.",
+            "Mia Stone approved the refund on May 3; it was paid by Leo Hart.",
         ),
     ];
     for (text, evidence) in supported {

@@ -11,10 +11,12 @@
 //! manufacturing defects. Accidental damage ... is not covered" does not
 //! support "covers accidental damage", because the sentence about accidental
 //! damage is the one that says "not covered".
+mod agents;
 mod binding;
 mod hedge;
 mod parties;
-pub(super) use binding::{bind, misbound, Binding, Misbound};
+pub(super) use agents::{slotting, Slotting};
+pub(super) use binding::{bind, misbound, Binding};
 use hedge::hedged;
 pub(super) use hedge::{claim_hedged, claim_reports_done, reported_event, reports_event_at};
 pub(super) use parties::possessive;
@@ -341,14 +343,17 @@ impl Hit {
 }
 
 /// The first contradiction in `units` that coverage cannot see, if any,
-/// with the two spans that disagree.
+/// with the two spans that disagree. `party_backed`: the evidence names
+/// the claim's party in its event's slot ([`slotting`]), so the passage's
+/// party check is not asked.
 pub(super) fn find(
     a: &Analysis,
     idx: &Index<'_>,
     units: &[usize],
     coverage: f64,
-    claim: &str,
+    party_backed: bool,
 ) -> Option<(Reason, Option<Conflict>)> {
+    let claim = a.text.as_str();
     // Before the vocabulary is borrowed: tokenising interns words.
     let claim_toks = text::tokenize(claim, &idx.stemmer);
     let vocab = idx.stemmer.vocab();
@@ -380,7 +385,11 @@ pub(super) fn find(
         hit = counted(&sentences, vocab, &claim_toks)
             .or_else(|| status(a, &sentences, vocab))
             .or_else(|| scope(a, &sentences, vocab))
-            .or_else(|| party(a, &sentences, vocab, claim, &claim_toks))
+            .or_else(|| {
+                (!party_backed)
+                    .then(|| party(a, &sentences, vocab, claim, &claim_toks))
+                    .flatten()
+            })
             .or_else(|| roles(&sentences, vocab, claim, &claim_toks))
             .or_else(|| ended(a, &sentences, vocab, &claim_toks))
             .or_else(|| one_of_all(a, &sentences, vocab))

@@ -217,7 +217,29 @@ pub(super) fn gates(
     };
     let misbound = misbound.map(|m| {
         reasons.push(m.reason);
-        misbound_conflict(a, idx, &m)
+        let claim_span = a.qty.get(m.claim_qty).map_or((0, 0), |cq| cq.span);
+        span_conflict(m.reason, a, idx, claim_span, m.unit, m.tokens)
+    });
+    // A named party the evidence puts in another slot of the event.
+    let slotting = if misbound.is_none() && reasons.is_empty() {
+        conflict::slotting(a, idx, allowed)
+    } else {
+        conflict::Slotting::Unread
+    };
+    let party_backed = matches!(slotting, conflict::Slotting::Backed);
+    let misbound = misbound.or_else(|| {
+        let conflict::Slotting::Rival(claim_span, unit, at) = slotting else {
+            return None;
+        };
+        reasons.push(Reason::PartyConflict);
+        Some(span_conflict(
+            Reason::PartyConflict,
+            a,
+            idx,
+            claim_span,
+            unit,
+            (at, at + 1),
+        ))
     });
     for t in a.terms.iter().filter(|t| t.name) {
         let in_passage = units.iter().any(|u| idx.has_stem(u, t.stem));
@@ -244,28 +266,33 @@ pub(super) fn gates(
     } else {
         &set.units
     };
-    let found = conflict::find(a, idx, units, coverage, &a.text);
+    let found = conflict::find(a, idx, units, coverage, party_backed);
     if let Some((r, _)) = &found {
         reasons.push(*r);
     }
     misbound.or_else(|| found.and_then(|(_, c)| c))
 }
 
-/// The conflict of a value bound to another event: the claim's value
-/// against the rival the evidence gives that event.
-fn misbound_conflict(a: &Analysis, idx: &Index<'_>, m: &conflict::Misbound) -> Conflict {
+/// A conflict between the claim's bytes `claim_span` and the tokens
+/// `tokens` (a range in the source) of unit `unit`.
+fn span_conflict(
+    reason: Reason,
+    a: &Analysis,
+    idx: &Index<'_>,
+    (cs, ce): (usize, usize),
+    unit: usize,
+    tokens: (usize, usize),
+) -> Conflict {
     let cp = |text: &str, byte: usize| text.get(..byte).map_or(0, |t| t.chars().count());
-    let (cs, ce) = a.qty.get(m.claim_qty).map_or((0, 0), |cq| cq.span);
-    let src = &idx.sources[idx.units[m.unit].source];
-    let es = src.tokens.get(m.tokens.0).map_or(0, |t| t.start);
-    let ee = m
-        .tokens
+    let src = &idx.sources[idx.units[unit].source];
+    let es = src.tokens.get(tokens.0).map_or(0, |t| t.start);
+    let ee = tokens
         .1
         .checked_sub(1)
         .and_then(|k| src.tokens.get(k))
         .map_or(es, |t| t.end);
     Conflict {
-        reason: m.reason,
+        reason,
         claim_start: cp(&a.text, cs),
         claim_end: cp(&a.text, ce),
         claim_quote: a.text.get(cs..ce).unwrap_or("").to_string(),

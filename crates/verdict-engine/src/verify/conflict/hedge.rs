@@ -84,7 +84,7 @@ pub(crate) fn claim_hedged(toks: &[Token], vocab: &text::Vocab) -> bool {
 }
 
 /// Irregular past forms that report an event as done.
-fn irregular_past(norm: &str) -> bool {
+pub(super) fn irregular_past(norm: &str) -> bool {
     matches!(
         norm,
         "sent"

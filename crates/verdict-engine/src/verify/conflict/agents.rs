@@ -1,0 +1,251 @@
+//! Who did it, and to whom: a named party the claim puts in the agent or
+//! recipient slot of its event, where the evidence names another.
+//!
+//! "Maria Chen approved the transfer" against "Requested by Maria Chen.
+//! Approved by Tom Alvarez." holds every word of the claim; so does
+//! "Pinecrest Hotel issued a credit memo to Acme Supply" against "a credit
+//! memo was issued by Acme Supply to Pinecrest Hotel". The claim binds a
+//! name to its predicate with "by", "to", "from" or "for" ("approved by
+//! Dana Whitfield", "billed to Northwind Traders"), or as the subject of a
+//! past-tense verb ("Maria Chen approved"), which is the evidence's "by"
+//! slot. When the stretches of the evidence that state the predicate name
+//! someone else in that slot, and none names the claim's party there (or,
+//! for an agent, as the subject right before the predicate), the claim is
+//! `party_conflict`, on the claim's name and the evidence's. When one does
+//! name the claim's party there, that reading is the more specific one: the
+//! passage-level party check does not overrule it.
+
+use super::*;
+
+/// A party the claim binds to its predicate.
+struct Slot {
+    /// Stem of the predicate ("approv").
+    pred: u32,
+    /// "by", "to", "from" or "for".
+    marker: &'static str,
+    /// Lowercased forms of the name's words.
+    name: Vec<u32>,
+    /// Index of the name's first token in the claim.
+    at: usize,
+}
+
+/// Words that mark a party slot after a predicate.
+fn marker(norm: &str) -> Option<&'static str> {
+    match norm {
+        "by" => Some("by"),
+        "to" => Some("to"),
+        "from" => Some("from"),
+        "for" => Some("for"),
+        _ => None,
+    }
+}
+
+/// Whether the gap between tokens `a` and `b` of `text` ends a stretch: the
+/// same boundaries as a value's stretch (`, ; ( ) .` and line ends), never
+/// a colon ("Bill to: Northwind Logistics").
+fn cut(text: &str, toks: &[Token], a: usize, b: usize) -> bool {
+    let (Some(x), Some(y)) = (toks.get(a), toks.get(b)) else {
+        return true;
+    };
+    text.get(x.end..y.start)
+        .is_none_or(|gap| gap.contains([',', ';', '(', ')', '.', '!', '?', '\n']))
+}
+
+/// The names a slot holds from token `from` on: after at most three
+/// lowercase or stop words ("by store manager Dana Okafor"), runs of
+/// capitalised words, joined by "and" or "&" ("by Ana Ruiz and Tom
+/// Alvarez"). Each name is its words' lowercased forms.
+fn names_at(text: &str, toks: &[Token], from: usize) -> Vec<(usize, Vec<u32>)> {
+    let mut out = Vec::new();
+    let mut i = from;
+    let mut skipped = 0;
+    let is_name =
+        |t: &Token| t.capitalized && t.kind == text::TokenKind::Word && t.lex.month.is_none();
+    while let Some(t) = toks.get(i) {
+        if is_name(t) {
+            break;
+        }
+        if skipped == 3
+            || t.kind != text::TokenKind::Word
+            || (i > from && cut(text, toks, i - 1, i))
+        {
+            return out;
+        }
+        skipped += 1;
+        i += 1;
+    }
+    loop {
+        let start = i;
+        let mut name = Vec::new();
+        while let Some(t) = toks.get(i) {
+            let joined = i == start || !cut(text, toks, i - 1, i);
+            if !(is_name(t) && joined) || name.len() == 4 {
+                break;
+            }
+            name.push(t.norm_id);
+            i += 1;
+        }
+        if name.is_empty() {
+            return out;
+        }
+        out.push((start, name));
+        // "and" / "&" and another capitalised run continue the list.
+        match toks.get(i) {
+            Some(t) if t.kind == text::TokenKind::Word && !cut(text, toks, i - 1, i) => {
+                let and = text
+                    .get(t.start..t.end)
+                    .is_some_and(|w| w.eq_ignore_ascii_case("and"));
+                if !and {
+                    return out;
+                }
+                i += 1;
+            }
+            _ => return out,
+        }
+    }
+}
+
+/// The claim's party slots.
+fn slots(claim: &str, toks: &[Token], vocab: &text::Vocab) -> Vec<Slot> {
+    let mut out = Vec::new();
+    let word = |i: usize| toks.get(i).filter(|t| t.kind == text::TokenKind::Word);
+    // "approved by Dana Whitfield", "billed to Northwind Traders".
+    for i in 0..toks.len() {
+        let Some(t) = word(i) else { continue };
+        if t.lex.stopword || t.capitalized {
+            continue;
+        }
+        let Some(m) = toks.get(i + 1).and_then(|n| marker(vocab.norm(n.norm_id))) else {
+            continue;
+        };
+        if cut(claim, toks, i, i + 1) {
+            continue;
+        }
+        if let Some((at, name)) = names_at(claim, toks, i + 2).into_iter().next() {
+            out.push(Slot {
+                pred: t.stem_id,
+                marker: m,
+                name,
+                at,
+            });
+        }
+    }
+    // "Maria Chen approved the transfer": a name that opens the claim,
+    // then a past-tense verb.
+    let Some((start, name)) = names_at(claim, toks, 0).into_iter().next() else {
+        return out;
+    };
+    if start != 0 || name.iter().any(|&n| text::is_stopword(vocab.norm(n))) {
+        return out;
+    }
+    let Some(verb) = word(start + name.len()) else {
+        return out;
+    };
+    let v = vocab.norm(verb.norm_id);
+    let past = super::hedge::irregular_past(v) || (v.len() > 4 && v.ends_with("ed"));
+    if past && !verb.capitalized {
+        out.push(Slot {
+            pred: verb.stem_id,
+            marker: "by",
+            name,
+            at: start,
+        });
+    }
+    out
+}
+
+/// Whether two names are one party: the words of one are among the other's
+/// ("Tom" and "Tom Alvarez").
+fn same(a: &[u32], b: &[u32]) -> bool {
+    a.iter().all(|x| b.contains(x)) || b.iter().all(|x| a.contains(x))
+}
+
+/// What the evidence puts in the claim's party slot.
+pub(in crate::verify) enum Slotting {
+    /// The claim has no party slot, or no stretch states its predicate
+    /// with a party in it.
+    Unread,
+    /// A stretch that states the predicate names the claim's party there.
+    Backed,
+    /// Only other parties: the claim span of the name, the rival's unit
+    /// and token.
+    Rival((usize, usize), usize, usize),
+}
+
+/// The claim's party slots against every searched sentence that states
+/// their predicates: the first slot the evidence fills only with another
+/// party, else `Backed` when some slot holds the claim's party.
+pub(in crate::verify) fn slotting(a: &Analysis, idx: &Index<'_>, allowed: &[bool]) -> Slotting {
+    let claim_toks = text::tokenize(&a.text, &idx.stemmer);
+    let vocab = idx.stemmer.vocab();
+    let mut out = Slotting::Unread;
+    for s in slots(&a.text, &claim_toks, &vocab) {
+        match read_slot(&s, &claim_toks, idx, allowed, &vocab) {
+            Some(r @ Slotting::Rival(..)) => return r,
+            Some(Slotting::Backed) => out = Slotting::Backed,
+            _ => {}
+        }
+    }
+    out
+}
+
+fn read_slot(
+    s: &Slot,
+    claim_toks: &[Token],
+    idx: &Index<'_>,
+    allowed: &[bool],
+    vocab: &text::Vocab,
+) -> Option<Slotting> {
+    let mut rival = None;
+    for &ui in idx.posting(s.pred) {
+        let unit = &idx.units[ui as usize];
+        if !allowed[unit.source] {
+            continue;
+        }
+        let src = &idx.sources[unit.source];
+        let toks = &src.tokens;
+        for p in unit.tok_start..unit.tok_end {
+            if toks[p].stem_id != s.pred
+                || polarity_of(src.text, toks, vocab, p) == Polarity::Negated
+            {
+                continue;
+            }
+            // The subject right before the predicate, for an agent.
+            if s.marker == "by" {
+                let mut k = p;
+                while k > unit.tok_start
+                    && !cut(src.text, toks, k - 1, k)
+                    && (toks[k - 1].lex.stopword || !toks[k - 1].capitalized)
+                    && p - k < 3
+                {
+                    k -= 1;
+                }
+                let before: Vec<u32> = (unit.tok_start..k)
+                    .rev()
+                    .take_while(|&j| toks[j].capitalized && !cut(src.text, toks, j, j + 1))
+                    .map(|j| toks[j].norm_id)
+                    .collect();
+                if !before.is_empty() && same(&before, &s.name) {
+                    return Some(Slotting::Backed);
+                }
+            }
+            // The slot after it, within its stretch.
+            let mut q = p + 1;
+            while q < unit.tok_end && !cut(src.text, toks, q - 1, q) {
+                if vocab.norm(toks[q].norm_id) == s.marker {
+                    for (at, name) in names_at(src.text, toks, q + 1) {
+                        if same(&name, &s.name) {
+                            return Some(Slotting::Backed);
+                        }
+                        rival.get_or_insert((ui as usize, at));
+                    }
+                }
+                q += 1;
+            }
+        }
+    }
+    let (unit, at) = rival?;
+    let first = claim_toks.get(s.at)?;
+    let last = claim_toks.get(s.at + s.name.len() - 1)?;
+    Some(Slotting::Rival((first.start, last.end), unit, at))
+}
