@@ -485,6 +485,12 @@ pub fn is_hedge(norm: &str) -> bool {
             | "intends"
             | "intended"
             | "going"
+            | "estimated"
+            | "projected"
+            | "anticipated"
+            | "proposed"
+            | "tentative"
+            | "tentatively"
     )
 }
 

@@ -604,6 +604,8 @@ fn a_party_in_another_slot_of_the_event_is_not_supported() {
                 for two returned carts.";
     let bill = "Invoice 5520. Bill to: Norvik Logistics GmbH, Hamburg. \
                 Ship to: Norvik Traders Ltd, Felixstowe.";
+    let shipped = "Order 77 was booked with FedEx on May 2, but the label was \
+                   voided. Re-shipped on May 3 with UPS Ground.";
     let cases = [
         ("Ana Ruiz approved wire W-77.", wire, "Ana Ruiz", "Tom"),
         (
@@ -624,6 +626,7 @@ fn a_party_in_another_slot_of_the_event_is_not_supported() {
             "Norvik Traders Ltd",
             "Norvik",
         ),
+        ("Order 77 was shipped via FedEx.", shipped, "FedEx", "UPS"),
     ];
     for (text, evidence, claim_quote, evidence_quote) in cases {
         let c = check(text, evidence);
@@ -647,6 +650,7 @@ fn a_party_in_another_slot_of_the_event_is_not_supported() {
             "Acme Supply issued credit memo CM-12 to Harbor Hotel.",
             memo,
         ),
+        ("Order 77 was shipped via UPS Ground.", shipped),
         (
             "The refund was approved by Dana Okafor.",
             "The refund was approved by store manager Dana Okafor and \
@@ -664,5 +668,29 @@ fn a_party_in_another_slot_of_the_event_is_not_supported() {
     for (text, evidence) in supported {
         let c = check(text, evidence);
         assert_eq!(c.status, ClaimStatus::Supported, "{text}: {c:?}");
+    }
+}
+
+/// A state word that leaves an event open hedges the evidence: an
+/// estimate, a projection or a proposal is not the event.
+#[test]
+fn estimates_and_proposals_are_not_the_event() {
+    for (text, evidence) in [
+        (
+            "The migration was completed on June 2.",
+            "Migration status: in progress. Projected completion: June 2.",
+        ),
+        (
+            "The parcel was delivered on August 9.",
+            "Parcel 2231 shipped August 6. The parcel was estimated to be delivered on August 9.",
+        ),
+    ] {
+        let c = check(text, evidence);
+        assert_ne!(c.status, ClaimStatus::Supported, "{text}: {c:?}");
+        assert!(
+            c.reasons.contains(&Reason::HedgedEvidence),
+            "{text}: {:?}",
+            c.reasons
+        );
     }
 }

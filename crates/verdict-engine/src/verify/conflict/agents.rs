@@ -5,8 +5,9 @@
 //! Approved by Tom Alvarez." holds every word of the claim; so does
 //! "Pinecrest Hotel issued a credit memo to Acme Supply" against "a credit
 //! memo was issued by Acme Supply to Pinecrest Hotel". The claim binds a
-//! name to its predicate with "by", "to", "from" or "for" ("approved by
-//! Dana Whitfield", "billed to Northwind Traders"), or as the subject of a
+//! name to its predicate with "by", "to", "from", "for" or a means ("via",
+//! "with": "approved by Dana Whitfield", "billed to Northwind Traders",
+//! "shipped via FedEx"), or as the subject of a
 //! past-tense verb ("Maria Chen approved"), which is the evidence's "by"
 //! slot. When the stretches of the evidence that state the predicate name
 //! someone else in that slot, and none names the claim's party there (or,
@@ -21,7 +22,8 @@ use super::*;
 struct Slot {
     /// Stem of the predicate ("approv").
     pred: u32,
-    /// "by", "to", "from" or "for".
+    /// "by", "to", "from", "for", or "via" for the means (via, with,
+    /// using, through).
     marker: &'static str,
     /// Lowercased forms of the name's words.
     name: Vec<u32>,
@@ -36,6 +38,8 @@ fn marker(norm: &str) -> Option<&'static str> {
         "to" => Some("to"),
         "from" => Some("from"),
         "for" => Some("for"),
+        // The means: "shipped via FedEx" is "re-shipped with UPS"'s slot.
+        "via" | "with" | "using" | "through" => Some("via"),
         _ => None,
     }
 }
@@ -115,7 +119,15 @@ fn slots(claim: &str, toks: &[Token], vocab: &text::Vocab) -> Vec<Slot> {
         if t.lex.stopword || t.capitalized {
             continue;
         }
-        let Some(m) = toks.get(i + 1).and_then(|n| marker(vocab.norm(n.norm_id))) else {
+        // "with" names a means only sometimes ("signed with Cavalry FC"):
+        // the claim's means slot is "via" or "using"; the evidence's may
+        // also say "with" ("re-shipped with UPS").
+        let Some(m) = toks
+            .get(i + 1)
+            .map(|n| vocab.norm(n.norm_id))
+            .filter(|n| !matches!(*n, "with" | "through"))
+            .and_then(marker)
+        else {
             continue;
         };
         if cut(claim, toks, i, i + 1) {
@@ -232,7 +244,7 @@ fn read_slot(
             // The slot after it, within its stretch.
             let mut q = p + 1;
             while q < unit.tok_end && !cut(src.text, toks, q - 1, q) {
-                if vocab.norm(toks[q].norm_id) == s.marker {
+                if marker(vocab.norm(toks[q].norm_id)) == Some(s.marker) {
                     for (at, name) in names_at(src.text, toks, q + 1) {
                         if same(&name, &s.name) {
                             return Some(Slotting::Backed);

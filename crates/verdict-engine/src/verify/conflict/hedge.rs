@@ -61,7 +61,10 @@ fn hedge_at(
     }
     Some(match norm {
         "expected" | "expect" | "expects" | "scheduled" | "pending" | "planned" | "plans"
-        | "requested" | "requests" | "awaiting" | "intends" | "intended" => HedgeReach::Around(3),
+        | "requested" | "requests" | "awaiting" | "intends" | "intended" | "estimated"
+        | "projected" | "anticipated" | "proposed" | "tentative" | "tentatively" => {
+            HedgeReach::Around(3)
+        }
         _ => HedgeReach::After(8),
     })
 }
