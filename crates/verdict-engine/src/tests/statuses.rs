@@ -694,3 +694,55 @@ fn estimates_and_proposals_are_not_the_event() {
         );
     }
 }
+
+/// A claim that puts one event's value inside a bound ("within the 14-day
+/// window", "within the $500 limit") is not supported when its own amounts
+/// break the bound, when the evidence says the bound was exceeded or the
+/// event fell outside it, or when the evidence's two dates lie further
+/// apart. A policy that states the bound is not about one event.
+#[test]
+fn a_bound_the_evidence_shows_broken_is_not_supported() {
+    let dates = "Order 12 was delivered on 2024-05-01. The return was \
+                 requested on 2024-05-25 in the app. Returns are accepted \
+                 within 14 days of delivery.";
+    let cases = [
+        (
+            "The return was requested within 14 days of delivery.",
+            dates,
+            Reason::NumberMismatch,
+            "14 days",
+        ),
+        (
+            "The refund of $650 was within the agent's $500 approval limit.",
+            "Agent approval limit: $500. A refund of $650 was approved by the agent.",
+            Reason::AmountMismatch,
+            "$650",
+        ),
+        (
+            "The refund was within the agent's approval limit.",
+            "A refund of $140 was approved by agent Lee; the amount exceeded \
+             the approval limit of $100.",
+            Reason::StatusConflict,
+            "within",
+        ),
+    ];
+    for (text, evidence, reason, claim_quote) in cases {
+        let c = check(text, evidence);
+        assert_eq!(c.status, ClaimStatus::Unsupported, "{text}: {c:?}");
+        assert_eq!(c.reasons.first(), Some(&reason), "{text}: {:?}", c.reasons);
+        let k = c
+            .conflicts
+            .first()
+            .unwrap_or_else(|| panic!("{text}: no conflict"));
+        assert_eq!(k.claim_quote, claim_quote, "{text}");
+    }
+    let c = check("Returns are accepted within 14 days of delivery.", dates);
+    assert_eq!(c.status, ClaimStatus::Supported, "{c:?}");
+    // Nine days apart: inside the bound, whatever else the claim lacks.
+    let c = check(
+        "The return was requested within 14 days of delivery.",
+        "The parcel was delivered on 2024-05-01. The return was requested on \
+         2024-05-10 in the app.",
+    );
+    assert!(!c.reasons.contains(&Reason::NumberMismatch), "{c:?}");
+}

@@ -15,12 +15,14 @@ mod agents;
 mod binding;
 mod hedge;
 mod parties;
+mod window;
 pub(super) use agents::{slotting, Slotting};
 pub(super) use binding::{bind, misbound, Binding};
 use hedge::hedged;
 pub(super) use hedge::{claim_hedged, claim_reports_done, reported_event, reports_event_at};
 pub(super) use parties::possessive;
 use parties::{ended, party, roles, scope};
+pub(super) use window::breached;
 
 use std::sync::OnceLock;
 

@@ -220,6 +220,16 @@ pub(super) fn gates(
         let claim_span = a.qty.get(m.claim_qty).map_or((0, 0), |cq| cq.span);
         span_conflict(m.reason, a, idx, claim_span, m.unit, m.tokens)
     });
+    // A value the claim puts inside a bound the evidence shows broken.
+    let misbound = misbound.or_else(|| {
+        let b = if reasons.is_empty() {
+            conflict::breached(a, idx, allowed)?
+        } else {
+            None?
+        };
+        reasons.push(b.reason);
+        b.at.map(|(unit, tokens)| span_conflict(b.reason, a, idx, b.claim, unit, tokens))
+    });
     // A named party the evidence puts in another slot of the event.
     let slotting = if misbound.is_none() && reasons.is_empty() {
         conflict::slotting(a, idx, allowed)
