@@ -25,10 +25,10 @@ struct Slot {
     /// "by", "to", "from", "for", or "via" for the means (via, with,
     /// using, through).
     marker: &'static str,
-    /// Lowercased forms of the name's words.
-    name: Vec<u32>,
-    /// Index of the name's first token in the claim.
-    at: usize,
+    /// The party the claim puts there.
+    party: Party,
+    /// The party's first and last token in the claim.
+    at: (usize, usize),
 }
 
 /// Words that mark a party slot after a predicate.
@@ -55,17 +55,82 @@ fn cut(text: &str, toks: &[Token], a: usize, b: usize) -> bool {
         .is_none_or(|gap| gap.contains([',', ';', '(', ')', '.', '!', '?', '\n']))
 }
 
-/// The names a slot holds from token `from` on: after at most three
-/// lowercase or stop words ("by store manager Dana Okafor"), runs of
-/// capitalised words, joined by "and" or "&" ("by Ana Ruiz and Tom
-/// Alvarez"). Each name is its words' lowercased forms.
-fn names_at(text: &str, toks: &[Token], from: usize) -> Vec<(usize, Vec<u32>)> {
+/// A party in a slot: the role words before it ("store manager") as
+/// stems, and its name's words, lowercased ("Dana Okafor"). Either may be
+/// empty, not both.
+#[derive(Clone, Default)]
+struct Party {
+    roles: Vec<u32>,
+    name: Vec<u32>,
+}
+
+/// How a slot's party stands to the claim's.
+#[derive(PartialEq)]
+enum Match {
+    Same,
+    Other,
+    /// A name against a bare role ("the customer" against "Dana Lee"):
+    /// nothing says whether they are one party.
+    Unknown,
+}
+
+fn compare(claim: &Party, ev: &Party) -> Match {
+    let overlap = |a: &[u32], b: &[u32]| a.iter().any(|x| b.contains(x));
+    if !claim.name.is_empty() && !ev.name.is_empty() {
+        return if same(&claim.name, &ev.name) {
+            Match::Same
+        } else {
+            Match::Other
+        };
+    }
+    if !claim.roles.is_empty() && !ev.roles.is_empty() {
+        return if overlap(&claim.roles, &ev.roles) {
+            Match::Same
+        } else {
+            Match::Other
+        };
+    }
+    Match::Unknown
+}
+
+/// Whether a word names a role ("customer", "customer's", "manager").
+fn role(vocab: &text::Vocab, t: &Token) -> bool {
+    let n = vocab.norm(t.norm_id);
+    let n = n
+        .strip_suffix("'s")
+        .or_else(|| n.strip_suffix("\u{2019}s"))
+        .unwrap_or(n);
+    t.kind == text::TokenKind::Word && is_role(n)
+}
+
+/// The parties a slot holds from token `from` on: after at most three
+/// lowercase or stop words, whose role words are kept ("by store manager
+/// Dana Okafor"), runs of capitalised words, joined by "and" ("by Ana
+/// Ruiz and Tom Alvarez"); or the role alone ("by the merchant").
+fn parties_at(text: &str, toks: &[Token], vocab: &text::Vocab, from: usize) -> Vec<(usize, Party)> {
     let mut out = Vec::new();
+    let mut roles = Vec::new();
+    let mut role_at = None;
     let mut i = from;
     let mut skipped = 0;
     let is_name =
         |t: &Token| t.capitalized && t.kind == text::TokenKind::Word && t.lex.month.is_none();
-    while let Some(t) = toks.get(i) {
+    let only_roles = |roles: Vec<u32>, at: Option<usize>| {
+        at.map(|at| {
+            vec![(
+                at,
+                Party {
+                    roles,
+                    name: Vec::new(),
+                },
+            )]
+        })
+        .unwrap_or_default()
+    };
+    loop {
+        let Some(t) = toks.get(i) else {
+            return only_roles(roles, role_at);
+        };
         if is_name(t) {
             break;
         }
@@ -73,7 +138,11 @@ fn names_at(text: &str, toks: &[Token], from: usize) -> Vec<(usize, Vec<u32>)> {
             || t.kind != text::TokenKind::Word
             || (i > from && cut(text, toks, i - 1, i))
         {
-            return out;
+            return only_roles(roles, role_at);
+        }
+        if role(vocab, t) {
+            roles.push(t.stem_id);
+            role_at.get_or_insert(i);
         }
         skipped += 1;
         i += 1;
@@ -92,7 +161,13 @@ fn names_at(text: &str, toks: &[Token], from: usize) -> Vec<(usize, Vec<u32>)> {
         if name.is_empty() {
             return out;
         }
-        out.push((start, name));
+        out.push((
+            start,
+            Party {
+                roles: std::mem::take(&mut roles),
+                name,
+            },
+        ));
         // "and" / "&" and another capitalised run continue the list.
         match toks.get(i) {
             Some(t) if t.kind == text::TokenKind::Word && !cut(text, toks, i - 1, i) => {
@@ -113,7 +188,10 @@ fn names_at(text: &str, toks: &[Token], from: usize) -> Vec<(usize, Vec<u32>)> {
 fn slots(claim: &str, toks: &[Token], vocab: &text::Vocab) -> Vec<Slot> {
     let mut out = Vec::new();
     let word = |i: usize| toks.get(i).filter(|t| t.kind == text::TokenKind::Word);
-    // "approved by Dana Whitfield", "billed to Northwind Traders".
+    // A name's words, or the one role word.
+    let span = |at: usize, p: &Party| (at, at + p.name.len().max(1) - 1);
+    // "approved by Dana Whitfield", "billed to Northwind Traders",
+    // "cancelled by the merchant".
     for i in 0..toks.len() {
         let Some(t) = word(i) else { continue };
         if t.lex.stopword || t.capitalized {
@@ -133,21 +211,48 @@ fn slots(claim: &str, toks: &[Token], vocab: &text::Vocab) -> Vec<Slot> {
         if cut(claim, toks, i, i + 1) {
             continue;
         }
-        if let Some((at, name)) = names_at(claim, toks, i + 2).into_iter().next() {
+        if let Some((at, party)) = parties_at(claim, toks, vocab, i + 2).into_iter().next() {
+            let at = span(at, &party);
             out.push(Slot {
                 pred: t.stem_id,
                 marker: m,
-                name,
+                party,
+                at,
+            });
+        }
+    }
+    // "cancelled at the customer's request": the customer is the agent.
+    for r in 2..toks.len() {
+        if vocab.norm(toks[r].norm_id) != "request" {
+            continue;
+        }
+        let x = r - 1;
+        let at_word = (x.saturating_sub(2)..x)
+            .rev()
+            .find(|&j| vocab.norm(toks[j].norm_id) == "at");
+        let pred = at_word
+            .and_then(|a| a.checked_sub(1))
+            .filter(|&p| word(p).is_some_and(|t| !t.lex.stopword && !t.capitalized));
+        let (Some(a), Some(p)) = (at_word, pred) else {
+            continue;
+        };
+        if let Some((at, party)) = parties_at(claim, toks, vocab, a + 1).into_iter().next() {
+            let at = span(at, &party);
+            out.push(Slot {
+                pred: toks[p].stem_id,
+                marker: "by",
+                party,
                 at,
             });
         }
     }
     // "Maria Chen approved the transfer": a name that opens the claim,
     // then a past-tense verb.
-    let Some((start, name)) = names_at(claim, toks, 0).into_iter().next() else {
+    let Some((start, party)) = parties_at(claim, toks, vocab, 0).into_iter().next() else {
         return out;
     };
-    if start != 0 || name.iter().any(|&n| text::is_stopword(vocab.norm(n))) {
+    let name = &party.name;
+    if start != 0 || name.is_empty() || name.iter().any(|&n| text::is_stopword(vocab.norm(n))) {
         return out;
     }
     let Some(verb) = word(start + name.len()) else {
@@ -156,11 +261,12 @@ fn slots(claim: &str, toks: &[Token], vocab: &text::Vocab) -> Vec<Slot> {
     let v = vocab.norm(verb.norm_id);
     let past = super::hedge::irregular_past(v) || (v.len() > 4 && v.ends_with("ed"));
     if past && !verb.capitalized {
+        let at = span(start, &party);
         out.push(Slot {
             pred: verb.stem_id,
             marker: "by",
-            name,
-            at: start,
+            party,
+            at,
         });
     }
     out
@@ -237,7 +343,11 @@ fn read_slot(
                     .take_while(|&j| toks[j].capitalized && !cut(src.text, toks, j, j + 1))
                     .map(|j| toks[j].norm_id)
                     .collect();
-                if !before.is_empty() && same(&before, &s.name) {
+                let before = Party {
+                    roles: Vec::new(),
+                    name: before,
+                };
+                if !before.name.is_empty() && compare(&s.party, &before) == Match::Same {
                     return Some(Slotting::Backed);
                 }
             }
@@ -245,11 +355,14 @@ fn read_slot(
             let mut q = p + 1;
             while q < unit.tok_end && !cut(src.text, toks, q - 1, q) {
                 if marker(vocab.norm(toks[q].norm_id)) == Some(s.marker) {
-                    for (at, name) in names_at(src.text, toks, q + 1) {
-                        if same(&name, &s.name) {
-                            return Some(Slotting::Backed);
+                    for (at, party) in parties_at(src.text, toks, vocab, q + 1) {
+                        match compare(&s.party, &party) {
+                            Match::Same => return Some(Slotting::Backed),
+                            Match::Other => {
+                                rival.get_or_insert((ui as usize, at));
+                            }
+                            Match::Unknown => {}
                         }
-                        rival.get_or_insert((ui as usize, at));
                     }
                 }
                 q += 1;
@@ -257,7 +370,7 @@ fn read_slot(
         }
     }
     let (unit, at) = rival?;
-    let first = claim_toks.get(s.at)?;
-    let last = claim_toks.get(s.at + s.name.len() - 1)?;
+    let first = claim_toks.get(s.at.0)?;
+    let last = claim_toks.get(s.at.1)?;
     Some(Slotting::Rival((first.start, last.end), unit, at))
 }
