@@ -29,6 +29,8 @@ const BATCHES: &[(&str, &str)] = &[
     ("b8", include_str!("data/blind/b8.jsonl")),
     ("b9", include_str!("data/blind/b9.jsonl")),
     ("b10", include_str!("data/blind/b10.jsonl")),
+    ("b11", include_str!("data/blind/b11.jsonl")),
+    ("b12", include_str!("data/blind/b12.jsonl")),
 ];
 const KNOWN_WRONG: &str = include_str!("data/blind/known_wrong.txt");
 
