@@ -742,6 +742,13 @@ fn a_bound_the_evidence_shows_broken_is_not_supported() {
             Reason::StatusConflict,
             "within",
         ),
+        (
+            "The team lunch was within the per-person meal limit.",
+            "Team lunch on May 3: $310 for 4 people ($77.50 per person). \
+             Meal limit: $60 per person. Flagged as over limit.",
+            Reason::StatusConflict,
+            "within",
+        ),
     ];
     for (text, evidence, reason, claim_quote) in cases {
         let c = check(text, evidence);

@@ -11,7 +11,8 @@
 //! - the claim's own amounts: the amount before "within" is larger than the
 //!   bound after it (`amount_mismatch`);
 //! - a clause of the evidence holds the bound's head noun ("window",
-//!   "limit") with "outside", "exceeded" or "beyond" (`status_conflict`);
+//!   "limit") with "outside", "exceeded" or "beyond", or "over" or "above"
+//!   right before it ("over limit"; not for a span of time) (`status_conflict`);
 //! - a bound in days ("30-day", "14 days") and the evidence gives exactly
 //!   two full dates, further apart than that (`number_mismatch`).
 
@@ -139,6 +140,11 @@ pub(in crate::verify) fn breached(
 /// A clause of the searched units that holds the bound's head noun (stem
 /// `head`) and a word that says it was broken: its unit and token.
 fn breach_word(idx: &Index<'_>, allowed: &[bool], head: u32, vocab: &text::Vocab) -> Option<Place> {
+    // "over the past year" is a span, not a broken bound.
+    let timed = matches!(
+        vocab.stem(head),
+        "year" | "month" | "week" | "day" | "hour" | "minut" | "second"
+    );
     for &ui in idx.posting(head) {
         let ui = ui as usize;
         let unit = &idx.units[ui];
@@ -151,7 +157,20 @@ fn breach_word(idx: &Index<'_>, allowed: &[bool], head: u32, vocab: &text::Vocab
             if !clause.iter().any(|t| t.stem_id == head) {
                 continue;
             }
-            if let Some(t) = clause.iter().find(|t| is_breach(vocab.norm(t.norm_id))) {
+            // "outside the window", "exceeded the limit"; "over" and
+            // "above" only right before the noun ("flagged as over limit").
+            let over = |k: usize| {
+                !timed
+                    && matches!(vocab.norm(clause[k].norm_id), "over" | "above")
+                    && (clause.get(k + 1).is_some_and(|t| t.stem_id == head)
+                        || (clause
+                            .get(k + 1)
+                            .is_some_and(|t| vocab.norm(t.norm_id) == "the")
+                            && clause.get(k + 2).is_some_and(|t| t.stem_id == head)))
+            };
+            let hit =
+                (0..clause.len()).find(|&k| is_breach(vocab.norm(clause[k].norm_id)) || over(k));
+            if let Some(t) = hit.map(|k| &clause[k]) {
                 let k = unit.tok_start + utoks.iter().position(|x| x.start == t.start).unwrap_or(0);
                 return Some((ui, (k, k + 1)));
             }
