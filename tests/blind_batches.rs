@@ -31,6 +31,8 @@ const BATCHES: &[(&str, &str)] = &[
     ("b10", include_str!("data/blind/b10.jsonl")),
     ("b11", include_str!("data/blind/b11.jsonl")),
     ("b12", include_str!("data/blind/b12.jsonl")),
+    ("b13", include_str!("data/blind/b13.jsonl")),
+    ("b14", include_str!("data/blind/b14.jsonl")),
 ];
 const KNOWN_WRONG: &str = include_str!("data/blind/known_wrong.txt");
 
