@@ -488,7 +488,7 @@ fn alignment_conflicts_leave_true_claims_alone() {
     );
     assert_eq!(c.status, ClaimStatus::Ambiguous, "{c:?}");
     assert!(c.conflicts.is_empty(), "{c:?}");
-    for (text, evidence) in [
+    assert_supported(&[
         (
             "The transfer went from the US account to the EU account.",
             "The transfer went from the US account to the EU account on 2024-02-01.",
@@ -503,10 +503,7 @@ fn alignment_conflicts_leave_true_claims_alone() {
             "Both invoices were paid.",
             "Invoice A-1 was paid on 2024-05-02; invoice A-2 was paid on 2024-05-09.",
         ),
-    ] {
-        let c = check(text, evidence);
-        assert_eq!(c.status, ClaimStatus::Supported, "{text}: {c:?}");
-    }
+    ]);
 }
 
 /// A date, amount or id that the evidence states of another event: the
@@ -555,14 +552,8 @@ fn a_value_bound_to_another_event_is_not_supported() {
         ),
     ];
     for (text, evidence, reason, claim_quote, evidence_quote) in cases {
-        let c = check(text, evidence);
-        assert_eq!(c.status, ClaimStatus::Unsupported, "{text}: {c:?}");
-        assert_eq!(c.reasons.first(), Some(&reason), "{text}: {:?}", c.reasons);
-        let k = c
-            .conflicts
-            .first()
-            .unwrap_or_else(|| panic!("{text}: no conflict"));
-        assert_eq!((k.reason, k.claim_quote.as_str()), (reason, claim_quote));
+        let k = first_conflict(text, evidence, reason);
+        assert_eq!(k.claim_quote, claim_quote, "{text}");
         assert_eq!(k.evidence_quote, evidence_quote, "{text}");
         assert_eq!(
             py_slice(evidence, k.evidence_start, k.evidence_end),
@@ -585,10 +576,7 @@ fn a_value_bound_to_another_event_is_not_supported() {
              to the card; the order had cost $120 when it was issued on March 1.",
         ),
     ];
-    for (text, evidence) in supported {
-        let c = check(text, evidence);
-        assert_eq!(c.status, ClaimStatus::Supported, "{text}: {c:?}");
-    }
+    assert_supported(&supported);
 }
 
 /// A named party the claim binds to its event ("approved by X", "X
@@ -636,13 +624,7 @@ fn a_party_in_another_slot_of_the_event_is_not_supported() {
         ),
     ];
     for (text, evidence, claim_quote, evidence_quote) in cases {
-        let c = check(text, evidence);
-        assert_eq!(c.status, ClaimStatus::Unsupported, "{text}: {c:?}");
-        assert_eq!(c.reasons.first(), Some(&Reason::PartyConflict), "{text}");
-        let k = c
-            .conflicts
-            .first()
-            .unwrap_or_else(|| panic!("{text}: no conflict"));
+        let k = first_conflict(text, evidence, Reason::PartyConflict);
         assert_eq!(k.claim_quote, claim_quote, "{text}");
         assert_eq!(k.evidence_quote, evidence_quote, "{text}");
         assert_eq!(
@@ -676,10 +658,7 @@ fn a_party_in_another_slot_of_the_event_is_not_supported() {
             "Mia Stone approved the refund on May 3; it was paid by Leo Hart.",
         ),
     ];
-    for (text, evidence) in supported {
-        let c = check(text, evidence);
-        assert_eq!(c.status, ClaimStatus::Supported, "{text}: {c:?}");
-    }
+    assert_supported(&supported);
     // A role against a name: nothing says whether they are one party.
     let c = check(
         "The parcel was shipped to the customer on May 2.",
@@ -751,13 +730,7 @@ fn a_bound_the_evidence_shows_broken_is_not_supported() {
         ),
     ];
     for (text, evidence, reason, claim_quote) in cases {
-        let c = check(text, evidence);
-        assert_eq!(c.status, ClaimStatus::Unsupported, "{text}: {c:?}");
-        assert_eq!(c.reasons.first(), Some(&reason), "{text}: {:?}", c.reasons);
-        let k = c
-            .conflicts
-            .first()
-            .unwrap_or_else(|| panic!("{text}: no conflict"));
+        let k = first_conflict(text, evidence, reason);
         assert_eq!(k.claim_quote, claim_quote, "{text}");
     }
     let c = check("Returns are accepted within 14 days of delivery.", dates);
@@ -769,4 +742,21 @@ fn a_bound_the_evidence_shows_broken_is_not_supported() {
          2024-05-10 in the app.",
     );
     assert!(!c.reasons.contains(&Reason::NumberMismatch), "{c:?}");
+}
+
+/// Every (claim, evidence) pair comes out `supported`.
+fn assert_supported(cases: &[(&str, &str)]) {
+    for (text, evidence) in cases {
+        let c = check(text, evidence);
+        assert_eq!(c.status, ClaimStatus::Supported, "{text}: {c:?}");
+    }
+}
+
+/// The claim is `unsupported` with `reason` first; its first conflict.
+fn first_conflict(text: &str, evidence: &str, reason: Reason) -> Conflict {
+    let c = check(text, evidence);
+    assert_eq!(c.status, ClaimStatus::Unsupported, "{text}: {c:?}");
+    assert_eq!(c.reasons.first(), Some(&reason), "{text}: {:?}", c.reasons);
+    let k = c.conflicts.first().cloned();
+    k.unwrap_or_else(|| panic!("{text}: no conflict"))
 }
