@@ -179,34 +179,7 @@ pub(super) fn gates(
     reasons: &mut Vec<Reason>,
 ) -> Option<Conflict> {
     let units: Vec<&Unit> = set.units.iter().map(|&u| &idx.units[u]).collect();
-    let pq: Vec<&Quantity> = units.iter().flat_map(|u| idx.unit_qty(u)).collect();
-    let backed_anywhere = |cq: &Quantity| {
-        idx.units
-            .iter()
-            .filter(|u| allowed[u.source])
-            .any(|u| idx.unit_qty(u).iter().any(|e| numbers::backs(cq, e)))
-    };
-    for cq in &a.qty {
-        if pq.iter().any(|e| numbers::backs(&cq.q, e)) {
-            continue;
-        }
-        let rival = pq.iter().any(|e| {
-            numbers::conflicts(&cq.q, e)
-                && !a
-                    .qty
-                    .iter()
-                    .any(|c2| numbers::backs(&c2.q, e) || numbers::consistent(&c2.q, e))
-        });
-        if rival {
-            reasons.push(match cq.q.kind {
-                QtyKind::Date => Reason::DateMismatch,
-                QtyKind::Money => Reason::AmountMismatch,
-                QtyKind::Count | QtyKind::Percent => Reason::NumberMismatch,
-            });
-        } else if !cq.q.soft && !backed_anywhere(&cq.q) {
-            reasons.push(Reason::NumberNotFound);
-        }
-    }
+    value_gates(a, idx, allowed, &units, reasons);
     // A value the evidence ties to another event: checked over every
     // searched sentence, since the clause that states the claim's event
     // need not be in the chosen passage.
@@ -310,6 +283,60 @@ fn span_conflict(
         evidence_start: cp(src.text, es),
         evidence_end: cp(src.text, ee),
         evidence_quote: src.text.get(es..ee).unwrap_or("").to_string(),
+    }
+}
+
+/// The claim's values against the passage's: another value for the same
+/// slot is a mismatch; a specific value no searched source states is
+/// `number_not_found`.
+fn value_gates(
+    a: &Analysis,
+    idx: &Index<'_>,
+    allowed: &[bool],
+    units: &[&Unit],
+    reasons: &mut Vec<Reason>,
+) {
+    let pq: Vec<&Quantity> = units.iter().flat_map(|u| idx.unit_qty(u)).collect();
+    let backed_anywhere = |cq: &Quantity| {
+        idx.units
+            .iter()
+            .filter(|u| allowed[u.source])
+            .any(|u| idx.unit_qty(u).iter().any(|e| numbers::backs(cq, e)))
+    };
+    // Whether some claim value states each passage value (backs it or is
+    // consistent with it): once per passage value, not once per pair of
+    // claim values, which made a claim of thousands of values cubic.
+    let claimed: Vec<bool> = if a.qty.len() > 1 {
+        pq.iter()
+            .map(|e| {
+                a.qty
+                    .iter()
+                    .any(|c2| numbers::backs(&c2.q, e) || numbers::consistent(&c2.q, e))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for cq in &a.qty {
+        if pq.iter().any(|e| numbers::backs(&cq.q, e)) {
+            continue;
+        }
+        let rival = pq.iter().enumerate().any(|(i, e)| {
+            numbers::conflicts(&cq.q, e)
+                && !claimed
+                    .get(i)
+                    .copied()
+                    .unwrap_or_else(|| numbers::backs(&cq.q, e) || numbers::consistent(&cq.q, e))
+        });
+        if rival {
+            reasons.push(match cq.q.kind {
+                QtyKind::Date => Reason::DateMismatch,
+                QtyKind::Money => Reason::AmountMismatch,
+                QtyKind::Count | QtyKind::Percent => Reason::NumberMismatch,
+            });
+        } else if !cq.q.soft && !backed_anywhere(&cq.q) {
+            reasons.push(Reason::NumberNotFound);
+        }
     }
 }
 

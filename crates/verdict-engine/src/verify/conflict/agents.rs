@@ -18,6 +18,13 @@
 
 use super::*;
 
+/// Party slots read per claim: a claim names a few parties; the cap keeps
+/// a claim of thousands of "by X" from scanning the sources for each.
+const MAX_SLOTS: usize = 8;
+
+/// Tokens after a predicate searched for its slot's marker.
+const REACH: usize = 12;
+
 /// A party the claim binds to its predicate.
 struct Slot {
     /// Stem of the predicate ("approv").
@@ -168,6 +175,9 @@ fn parties_at(text: &str, toks: &[Token], vocab: &text::Vocab, from: usize) -> V
                 name,
             },
         ));
+        if out.len() == 8 {
+            return out;
+        }
         // "and" / "&" and another capitalised run continue the list.
         match toks.get(i) {
             Some(t) if t.kind == text::TokenKind::Word && !cut(text, toks, i - 1, i) => {
@@ -297,8 +307,8 @@ pub(in crate::verify) fn slotting(a: &Analysis, idx: &Index<'_>, allowed: &[bool
     let claim_toks = text::tokenize(&a.text, &idx.stemmer);
     let vocab = idx.stemmer.vocab();
     let mut out = Slotting::Unread;
-    for s in slots(&a.text, &claim_toks, &vocab) {
-        match read_slot(&s, &claim_toks, idx, allowed, &vocab) {
+    for s in slots(&a.text, &claim_toks, &vocab).iter().take(MAX_SLOTS) {
+        match read_slot(s, &claim_toks, idx, allowed, &vocab) {
             Some(r @ Slotting::Rival(..)) => return r,
             Some(Slotting::Backed) => out = Slotting::Backed,
             _ => {}
@@ -341,6 +351,7 @@ fn read_slot(
                 let before: Vec<u32> = (unit.tok_start..k)
                     .rev()
                     .take_while(|&j| toks[j].capitalized && !cut(src.text, toks, j, j + 1))
+                    .take(4)
                     .map(|j| toks[j].norm_id)
                     .collect();
                 let before = Party {
@@ -353,7 +364,7 @@ fn read_slot(
             }
             // The slot after it, within its stretch.
             let mut q = p + 1;
-            while q < unit.tok_end && !cut(src.text, toks, q - 1, q) {
+            while q < unit.tok_end.min(p + 1 + REACH) && !cut(src.text, toks, q - 1, q) {
                 if marker(vocab.norm(toks[q].norm_id)) == Some(s.marker) {
                     for (at, party) in parties_at(src.text, toks, vocab, q + 1) {
                         match compare(&s.party, &party) {

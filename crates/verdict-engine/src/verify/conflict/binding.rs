@@ -56,6 +56,18 @@ fn is_preposition(norm: &str) -> bool {
     )
 }
 
+/// Tokens searched on either side of a claim value for the word that
+/// governs it; the words that govern a value sit next to it, and the
+/// bound keeps a claim of a million tokens linear.
+const REACH: usize = 12;
+
+/// Tokens of an evidence value's stretch read on either side of it.
+const STRETCH: usize = 24;
+
+/// Claim values bound, in claim order: a claim states a handful; the cap
+/// keeps a claim of thousands of values from scanning the sources for each.
+const MAX_BOUND: usize = 16;
+
 /// What a claim value is tied to: the stem of the word that governs it,
 /// and for a bare id ("order 7781") the stem of its label.
 #[derive(Clone, Copy, Default)]
@@ -121,7 +133,7 @@ impl Reader<'_> {
     /// The nearest governing word after token `from`, within its clause.
     fn right(&self, from: usize, label: Option<usize>) -> Option<usize> {
         let mut prev = from.checked_sub(1)?;
-        for i in from..self.tokens.len() {
+        for i in from..self.tokens.len().min(from + REACH) {
             if self.cut(prev, i) {
                 return None;
             }
@@ -136,7 +148,7 @@ impl Reader<'_> {
     /// The nearest governing word before token `to`, within its clause.
     fn left(&self, to: usize, label: Option<usize>) -> Option<usize> {
         let mut next = to;
-        for i in (0..to).rev() {
+        for i in (to.saturating_sub(REACH)..to).rev() {
             if self.cut(i, next) {
                 return None;
             }
@@ -153,7 +165,7 @@ impl Reader<'_> {
     /// renewal's, not the season's).
     fn event_before(&self, to: usize) -> Option<usize> {
         let mut next = to;
-        for i in (1..to).rev() {
+        for i in (to.saturating_sub(REACH).max(1)..to).rev() {
             if self.cut(i, next) {
                 return None;
             }
@@ -270,11 +282,11 @@ fn governed_by(
         })
     };
     let mut from = e.tok_start;
-    while from > 0 && !cut(from - 1, from, false) {
+    while from > 0 && e.tok_start - from < STRETCH && !cut(from - 1, from, false) {
         from -= 1;
     }
     let mut to = e.tok_end.max(e.tok_start + 1);
-    while to < toks.len() && !cut(to - 1, to, true) {
+    while to < toks.len() && to - e.tok_end < STRETCH && !cut(to - 1, to, true) {
         to += 1;
     }
     // Close to it, too: "renewal comes ahead of the Season 4 premiere on
@@ -326,7 +338,7 @@ pub(in crate::verify) fn misbound(
     allowed: &[bool],
 ) -> Option<Misbound> {
     let vocab = idx.stemmer.vocab();
-    for (k, cq) in a.qty.iter().enumerate() {
+    for (k, cq) in a.qty.iter().enumerate().take(MAX_BOUND) {
         let Some(anchor) = cq.binding.anchor else {
             continue;
         };
@@ -344,19 +356,16 @@ pub(in crate::verify) fn misbound(
             } else {
                 &[]
             };
-            clauses(src.text, toks, &vocab)
-                .into_iter()
-                .map(move |c| (ui, unit, src, c))
+            // Clauses partition the unit's tokens in order: each starts
+            // where the one before it ended.
+            let mut base = unit.tok_start;
+            clauses(src.text, toks, &vocab).into_iter().map(move |c| {
+                let at = base;
+                base += c.len();
+                (ui, unit, src, at, c)
+            })
         });
-        for (ui, unit, src, clause) in clauses {
-            // Token index of the clause's first token in its source.
-            let base = clause.first().map_or(0, |t| {
-                unit.tok_start
-                    + src.tokens[unit.tok_start..unit.tok_end]
-                        .iter()
-                        .position(|x| x.start == t.start)
-                        .unwrap_or(0)
-            });
+        for (ui, unit, src, base, clause) in clauses {
             let end = base + clause.len();
             let states = (base..end).any(|i| {
                 src.tokens[i].stem_id == anchor
@@ -365,11 +374,11 @@ pub(in crate::verify) fn misbound(
             if !states {
                 continue;
             }
-            let uq: Vec<&Quantity> = idx
-                .unit_qty(unit)
-                .iter()
-                .filter(|e| e.tok_start >= base && e.tok_start < end)
-                .collect();
+            // The unit's quantities are in token order.
+            let all = idx.unit_qty(unit);
+            let from = all.partition_point(|e| e.tok_start < base);
+            let to = all.partition_point(|e| e.tok_start < end);
+            let uq = all.get(from..to).unwrap_or(&[]);
             if uq.iter().any(|e| numbers::backs(&cq.q, e)) {
                 backed = true;
                 break;

@@ -194,6 +194,9 @@ fn two_dates(idx: &Index<'_>, allowed: &[bool]) -> Option<(f64, Place)> {
             let n = days(y, m, d);
             if !dates.iter().any(|x| x.0 == n) {
                 dates.push((n, ui, (e.tok_start, e.tok_end)));
+                if dates.len() > 2 {
+                    return None;
+                }
             }
         }
     }
