@@ -435,6 +435,8 @@ struct Analysis {
     excepts: bool,
     /// The claim's text, for the spans of a conflict.
     text: String,
+    /// The claim's tokens, read once: the conflict checks walk them.
+    tokens: Vec<Token>,
     total: f64,
     /// (stem id, term index) for each derivational form of a term that
     /// some source holds and no term has as its own stem.

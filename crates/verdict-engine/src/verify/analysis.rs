@@ -58,6 +58,7 @@ pub(super) fn analyse(claim: &str, idx: &Index<'_>) -> Analysis {
         universal,
         excepts,
         text: claim.to_string(),
+        tokens,
         total,
         related,
     }
@@ -295,14 +296,17 @@ fn claim_quantities(
                     matches!(vocab.norm(t.norm_id), "to" | "and" | "or" | "through")
                 }))
     };
-    let ranged = |q: &Quantity| {
-        qty.iter()
-            .any(|o| !std::ptr::eq(o, q) && (joins(o, q) || joins(q, o)))
+    // Quantities come in token order: only neighbours can form a range.
+    let ranged = |i: usize| {
+        let q = &qty[i];
+        i.checked_sub(1).is_some_and(|p| joins(&qty[p], q))
+            || qty.get(i + 1).is_some_and(|n| joins(q, n))
     };
     let bindings: Vec<conflict::Binding> = qty
         .iter()
-        .map(|q| {
-            if ranged(q) {
+        .enumerate()
+        .map(|(i, q)| {
+            if ranged(i) {
                 conflict::Binding::default()
             } else {
                 conflict::bind(claim, q, tokens, vocab, in_qty)

@@ -356,8 +356,7 @@ pub(super) fn find(
     party_backed: bool,
 ) -> Option<(Reason, Option<Conflict>)> {
     let claim = a.text.as_str();
-    // Before the vocabulary is borrowed: tokenising interns words.
-    let claim_toks = text::tokenize(claim, &idx.stemmer);
+    let claim_toks = &a.tokens[..];
     let vocab = idx.stemmer.vocab();
     let vocab = &*vocab;
     let term_stems: Vec<u32> = a.terms.iter().filter_map(|t| t.stem).collect();
@@ -384,18 +383,18 @@ pub(super) fn find(
             .or_else(|| hedged(a, &sentences, vocab));
     }
     if hit.is_none() && coverage >= STATUS_MIN_COV {
-        hit = counted(&sentences, vocab, &claim_toks)
+        hit = counted(&sentences, vocab, claim_toks)
             .or_else(|| status(a, &sentences, vocab))
             .or_else(|| scope(a, &sentences, vocab))
             .or_else(|| {
                 (!party_backed)
-                    .then(|| party(a, &sentences, vocab, claim, &claim_toks))
+                    .then(|| party(a, &sentences, vocab, claim, claim_toks))
                     .flatten()
             })
-            .or_else(|| roles(&sentences, vocab, claim, &claim_toks))
-            .or_else(|| ended(a, &sentences, vocab, &claim_toks))
+            .or_else(|| roles(&sentences, vocab, claim, claim_toks))
+            .or_else(|| ended(a, &sentences, vocab, claim_toks))
             .or_else(|| one_of_all(a, &sentences, vocab))
-            .or_else(|| order(idx, units, &sentences, vocab, &claim_toks));
+            .or_else(|| order(idx, units, &sentences, vocab, claim_toks));
     }
     let hit = hit?;
     let claim_tok = claim_toks.iter().enumerate().find_map(|(i, t)| {

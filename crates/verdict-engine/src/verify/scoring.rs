@@ -180,50 +180,11 @@ pub(super) fn gates(
 ) -> Option<Conflict> {
     let units: Vec<&Unit> = set.units.iter().map(|&u| &idx.units[u]).collect();
     value_gates(a, idx, allowed, &units, reasons);
-    // A value the evidence ties to another event: checked over every
-    // searched sentence, since the clause that states the claim's event
-    // need not be in the chosen passage.
-    let misbound = if reasons.is_empty() {
-        conflict::misbound(a, idx, allowed)
+    let (bound, party_backed) = if reasons.is_empty() {
+        bindings(a, idx, allowed, reasons)
     } else {
-        None
+        (None, false)
     };
-    let misbound = misbound.map(|m| {
-        reasons.push(m.reason);
-        let claim_span = a.qty.get(m.claim_qty).map_or((0, 0), |cq| cq.span);
-        span_conflict(m.reason, a, idx, claim_span, m.unit, m.tokens)
-    });
-    // A value the claim puts inside a bound the evidence shows broken.
-    let misbound = misbound.or_else(|| {
-        let b = if reasons.is_empty() {
-            conflict::breached(a, idx, allowed)?
-        } else {
-            None?
-        };
-        reasons.push(b.reason);
-        b.at.map(|(unit, tokens)| span_conflict(b.reason, a, idx, b.claim, unit, tokens))
-    });
-    // A named party the evidence puts in another slot of the event.
-    let slotting = if misbound.is_none() && reasons.is_empty() {
-        conflict::slotting(a, idx, allowed)
-    } else {
-        conflict::Slotting::Unread
-    };
-    let party_backed = matches!(slotting, conflict::Slotting::Backed);
-    let misbound = misbound.or_else(|| {
-        let conflict::Slotting::Rival(claim_span, unit, at) = slotting else {
-            return None;
-        };
-        reasons.push(Reason::PartyConflict);
-        Some(span_conflict(
-            Reason::PartyConflict,
-            a,
-            idx,
-            claim_span,
-            unit,
-            (at, at + 1),
-        ))
-    });
     for t in a.terms.iter().filter(|t| t.name) {
         let in_passage = units.iter().any(|u| idx.has_stem(u, t.stem));
         if in_passage {
@@ -253,7 +214,44 @@ pub(super) fn gates(
     if let Some((r, _)) = &found {
         reasons.push(*r);
     }
-    misbound.or_else(|| found.and_then(|(_, c)| c))
+    bound.or_else(|| found.and_then(|(_, c)| c))
+}
+
+/// The binding checks, over every searched sentence (the clause that states
+/// the claim's event need not be in the chosen passage), first to fire
+/// wins: a value the evidence ties to another event, a value the claim
+/// puts inside a bound the evidence shows broken, a named party the
+/// evidence puts in another slot of the event. Pushes the reason; returns
+/// the conflict, and whether the evidence names the claim's party in its
+/// slot (then the passage's party check is not asked).
+fn bindings(
+    a: &Analysis,
+    idx: &Index<'_>,
+    allowed: &[bool],
+    reasons: &mut Vec<Reason>,
+) -> (Option<Conflict>, bool) {
+    let fired = if let Some(m) = conflict::misbound(a, idx, allowed) {
+        let claim_span = a.qty.get(m.claim_qty).map_or((0, 0), |cq| cq.span);
+        Some((m.reason, claim_span, Some((m.unit, m.tokens))))
+    } else if let Some(b) = conflict::breached(a, idx, allowed) {
+        Some((b.reason, b.claim, b.at))
+    } else {
+        match conflict::slotting(a, idx, allowed) {
+            conflict::Slotting::Rival(claim_span, unit, at) => Some((
+                Reason::PartyConflict,
+                claim_span,
+                Some((unit, (at, at + 1))),
+            )),
+            conflict::Slotting::Backed => return (None, true),
+            conflict::Slotting::Unread => None,
+        }
+    };
+    let Some((reason, claim_span, at)) = fired else {
+        return (None, false);
+    };
+    reasons.push(reason);
+    let conflict = at.map(|(unit, tokens)| span_conflict(reason, a, idx, claim_span, unit, tokens));
+    (conflict, false)
 }
 
 /// A conflict between the claim's bytes `claim_span` and the tokens

@@ -304,11 +304,11 @@ pub(in crate::verify) enum Slotting {
 /// their predicates: the first slot the evidence fills only with another
 /// party, else `Backed` when some slot holds the claim's party.
 pub(in crate::verify) fn slotting(a: &Analysis, idx: &Index<'_>, allowed: &[bool]) -> Slotting {
-    let claim_toks = text::tokenize(&a.text, &idx.stemmer);
+    let claim_toks = &a.tokens[..];
     let vocab = idx.stemmer.vocab();
     let mut out = Slotting::Unread;
-    for s in slots(&a.text, &claim_toks, &vocab).iter().take(MAX_SLOTS) {
-        match read_slot(s, &claim_toks, idx, allowed, &vocab) {
+    for s in slots(&a.text, claim_toks, &vocab).iter().take(MAX_SLOTS) {
+        match read_slot(s, claim_toks, idx, allowed, &vocab) {
             Some(r @ Slotting::Rival(..)) => return r,
             Some(Slotting::Backed) => out = Slotting::Backed,
             _ => {}

@@ -62,7 +62,7 @@ pub(in crate::verify) fn breached(
     idx: &Index<'_>,
     allowed: &[bool],
 ) -> Option<Breach> {
-    let toks = text::tokenize(&a.text, &idx.stemmer);
+    let toks = &a.tokens;
     let vocab = idx.stemmer.vocab();
     let norm = |i: usize| toks.get(i).map_or("", |t| vocab.norm(t.norm_id));
     let w = (0..toks.len()).find(|&i| is_within(norm(i)))?;
