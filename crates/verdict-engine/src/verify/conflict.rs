@@ -24,6 +24,7 @@ pub(super) use parties::possessive;
 use parties::{ended, party, roles, scope};
 pub(super) use window::breached;
 
+use std::cell::OnceCell;
 use std::sync::OnceLock;
 
 use super::{negates, polarity_of, Analysis, Index, Polarity};
@@ -145,15 +146,7 @@ pub(super) fn is_universal(norm: &str) -> bool {
     )
 }
 
-/// Whether two stems name exclusive states.
-fn exclusive(a: &str, b: &str) -> bool {
-    a != b
-        && exclusive_stems()
-            .get(a)
-            .is_some_and(|rivals| rivals.contains(b))
-}
-
-/// Stem → the stems exclusive with it, built once. Looked up by `&str`, so
+/// Stem → the stems exclusive with it (never itself; symmetric), built once. Looked up by `&str`, so
 /// a query allocates nothing (it is asked for many word pairs per claim).
 fn exclusive_stems() -> &'static ahash::AHashMap<String, ahash::AHashSet<String>> {
     static PAIRS: OnceLock<ahash::AHashMap<String, ahash::AHashSet<String>>> = OnceLock::new();
@@ -273,6 +266,12 @@ pub(super) fn clauses<'t>(body: &str, toks: &'t [Token], vocab: &text::Vocab) ->
 }
 
 /// One clause of the passage, and how many distinct claim terms it holds.
+///
+/// The polarity checks ask the same clause about each claim word in turn,
+/// so what they read per token (its polarity, where each stem occurs, which
+/// tokens name an exclusive state) is worked out once per clause, on first
+/// use: a check then costs the occurrences it looks at, not the claim's
+/// words times the passage's tokens.
 struct Sentence<'a> {
     body: &'a str,
     source_id: &'a str,
@@ -281,36 +280,104 @@ struct Sentence<'a> {
     overlap: usize,
     /// Those terms' stems, sorted.
     seen: Vec<u32>,
+    /// Each token's polarity; `None` for a negator itself.
+    polarities: OnceCell<Vec<Option<Polarity>>>,
+    /// (stem, token index) of every token, sorted.
+    by_stem: OnceCell<Vec<(u32, usize)>>,
+    /// The tokens whose stem names a state with an exclusive rival, in order.
+    stateful: OnceCell<Vec<usize>>,
 }
 
-/// The distinct stems of `toks` that are among `stems`, sorted.
+/// The distinct stems of `toks` that are among `stems` (sorted), sorted.
 fn stems_in(toks: &[Token], stems: &[u32]) -> Vec<u32> {
     let mut seen: Vec<u32> = toks
         .iter()
         .map(|t| t.stem_id)
-        .filter(|s| stems.contains(s))
+        .filter(|s| stems.binary_search(s).is_ok())
         .collect();
     seen.sort_unstable();
     seen.dedup();
     seen
 }
 
-impl Sentence<'_> {
-    /// How many of one claim clause's terms this clause holds: a claim
-    /// word is judged against the evidence clause that carries the claim
-    /// clause it sits in, not the whole claim ("X can be made, while Y
-    /// cannot be produced" has two statements).
+impl<'a> Sentence<'a> {
+    fn new(body: &'a str, source_id: &'a str, toks: &'a [Token], term_stems: &[u32]) -> Self {
+        let seen = stems_in(toks, term_stems);
+        Sentence {
+            body,
+            source_id,
+            toks,
+            overlap: seen.len(),
+            seen,
+            polarities: OnceCell::new(),
+            by_stem: OnceCell::new(),
+            stateful: OnceCell::new(),
+        }
+    }
+
+    /// How many of one claim clause's terms (sorted) this clause holds: a
+    /// claim word is judged against the evidence clause that carries the
+    /// claim clause it sits in, not the whole claim ("X can be made, while
+    /// Y cannot be produced" has two statements).
     fn overlap_in(&self, clause: &[u32]) -> usize {
-        self.seen.iter().filter(|s| clause.contains(s)).count()
+        self.seen
+            .iter()
+            .filter(|s| clause.binary_search(s).is_ok())
+            .count()
+    }
+
+    /// Token `i`'s polarity, or `None` when it is a negator.
+    fn polarity(&self, vocab: &text::Vocab, i: usize) -> Option<Polarity> {
+        let all = self.polarities.get_or_init(|| {
+            (0..self.toks.len())
+                .map(|k| {
+                    (!negates(self.toks, vocab, k))
+                        .then(|| polarity_of(self.body, self.toks, vocab, k))
+                })
+                .collect()
+        });
+        all.get(i).copied().flatten()
+    }
+
+    /// The indices of the tokens with stem `stem`, in order.
+    fn occurrences(&self, stem: u32) -> impl Iterator<Item = usize> + '_ {
+        let all = self.by_stem.get_or_init(|| {
+            let mut v: Vec<(u32, usize)> = self
+                .toks
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.stem_id, i))
+                .collect();
+            v.sort_unstable();
+            v
+        });
+        let from = all.partition_point(|&(s, _)| s < stem);
+        all[from..]
+            .iter()
+            .take_while(move |&&(s, _)| s == stem)
+            .map(|&(_, i)| i)
+    }
+
+    /// The tokens that may name an exclusive state ([`exclusive_stems`]).
+    fn stateful(&self, vocab: &text::Vocab) -> &[usize] {
+        self.stateful.get_or_init(|| {
+            let table = exclusive_stems();
+            self.toks
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| table.contains_key(vocab.stem(t.stem_id)))
+                .map(|(i, _)| i)
+                .collect()
+        })
     }
 }
 
 /// The stems of the claim clause that holds `stem` (the whole claim's
-/// terms when no clause does).
+/// terms when no clause does); sorted.
 fn claim_clause(a: &Analysis, stem: u32) -> &[u32] {
     a.clauses
         .iter()
-        .find(|c| c.contains(&stem))
+        .find(|c| c.binary_search(&stem).is_ok())
         .map_or(&a.clause_all[..], |c| &c[..])
 }
 
@@ -359,21 +426,16 @@ pub(super) fn find(
     let claim_toks = &a.tokens[..];
     let vocab = idx.stemmer.vocab();
     let vocab = &*vocab;
-    let term_stems: Vec<u32> = a.terms.iter().filter_map(|t| t.stem).collect();
+    let mut term_stems: Vec<u32> = a.terms.iter().filter_map(|t| t.stem).collect();
+    term_stems.sort_unstable();
+    term_stems.dedup();
     let mut sentences: Vec<Sentence<'_>> = Vec::new();
     for &u in units {
         let unit = &idx.units[u];
         let src = &idx.sources[unit.source];
         let toks = src.tokens.get(unit.tok_start..unit.tok_end).unwrap_or(&[]);
         for clause in clauses(src.text, toks, vocab) {
-            let seen = stems_in(clause, &term_stems);
-            sentences.push(Sentence {
-                body: src.text,
-                source_id: src.id,
-                toks: clause,
-                overlap: seen.len(),
-                seen,
-            });
+            sentences.push(Sentence::new(src.text, src.id, clause, &term_stems));
         }
     }
     let mut hit = None;
@@ -437,14 +499,17 @@ fn negation(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Op
         let mut at = (0, 0);
         let clause = claim_clause(a, stem);
         for (si, s) in sentences.iter().enumerate() {
+            let mut occurrences = s.occurrences(stem).peekable();
+            if occurrences.peek().is_none() {
+                continue;
+            }
             let overlap = s.overlap_in(clause);
-            for (i, t) in s.toks.iter().enumerate() {
-                if t.stem_id != stem || negates(s.toks, vocab, i) {
+            for i in occurrences {
+                let Some(pol) = s.polarity(vocab, i) else {
                     continue;
-                }
+                };
                 // An unclear occurrence counts as agreeing: it blocks a
                 // conflict.
-                let pol = polarity_of(s.body, s.toks, vocab, i);
                 if pol == Polarity::Unclear || (pol == Polarity::Negated) == negated {
                     same = same.max(overlap);
                 } else if overlap > opposite {
@@ -513,12 +578,15 @@ fn denied_predicate(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Voca
 /// "not denied"; "not approved" against "denied" agrees).
 fn status(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Option<Hit> {
     for &(stem, negated) in &a.polarity {
-        let c = vocab.stem(stem);
+        // Only a word with an exclusive rival can be contradicted by one.
+        let Some(rivals) = exclusive_stems().get(vocab.stem(stem)) else {
+            continue;
+        };
         // A claim that names both states ("before and after", "first and
         // last name") compares them; it does not assert one of them.
         if a.polarity
             .iter()
-            .any(|&(other, _)| exclusive(c, vocab.stem(other)))
+            .any(|&(other, _)| rivals.contains(vocab.stem(other)))
         {
             continue;
         }
@@ -526,27 +594,22 @@ fn status(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Vocab) -> Opti
         let mut at = (0, 0);
         let clause = claim_clause(a, stem);
         for (si, s) in sentences.iter().enumerate() {
-            let overlap = s.overlap_in(clause);
-            let mut has_own = false;
-            let mut rival_here = None;
-            for (i, t) in s.toks.iter().enumerate() {
-                if negates(s.toks, vocab, i) {
-                    continue;
-                }
-                let pol = polarity_of(s.body, s.toks, vocab, i);
-                if pol == Polarity::Unclear || (pol == Polarity::Negated) != negated {
-                    continue;
-                }
-                if t.stem_id == stem {
-                    has_own = true;
-                } else if rival_here.is_none() && exclusive(c, vocab.stem(t.stem_id)) {
-                    rival_here = Some(i);
-                }
+            let stated = |i: usize| {
+                s.polarity(vocab, i).is_some_and(|pol| {
+                    pol != Polarity::Unclear && (pol == Polarity::Negated) == negated
+                })
+            };
+            if s.occurrences(stem).any(stated) {
+                own = own.max(s.overlap_in(clause));
+                continue;
             }
-            if has_own {
-                own = own.max(overlap);
-            } else if let Some(i) = rival_here {
+            let rival_here = s.stateful(vocab).iter().copied().find(|&i| {
+                let other = s.toks[i].stem_id;
+                other != stem && rivals.contains(vocab.stem(other)) && stated(i)
+            });
+            if let Some(i) = rival_here {
                 // The rival word stands in for the claim's own word.
+                let overlap = s.overlap_in(clause);
                 if overlap + 1 > rival {
                     rival = overlap + 1;
                     at = (si, i);

@@ -47,10 +47,17 @@ pub(super) fn party(
         .filter(|t| !is_party_term(t))
         .filter_map(|t| t.stem)
         .collect();
+    let sorted = |v: &[u32]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let (party_set, predicate_set) = (sorted(&parties), sorted(&predicate));
     let count = |s: &Sentence<'_>, set: &[u32]| stems_in(s.toks, set).len();
     let best = sentences
         .iter()
-        .map(|s| count(s, &predicate))
+        .map(|s| count(s, &predicate_set))
         .max()
         .unwrap_or(0);
     if best == 0 {
@@ -59,11 +66,11 @@ pub(super) fn party(
     let carriers: Vec<(usize, &Sentence<'_>)> = sentences
         .iter()
         .enumerate()
-        .filter(|(_, s)| count(s, &predicate) == best)
+        .filter(|(_, s)| count(s, &predicate_set) == best)
         .collect();
     if carriers
         .iter()
-        .any(|(_, s)| count(s, &parties) == parties.len())
+        .any(|(_, s)| count(s, &party_set) == parties.len())
     {
         return None;
     }
