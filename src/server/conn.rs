@@ -190,7 +190,7 @@ fn requests<H: Handler>(
     Request<Incoming>,
     Response = Response<RespBody>,
     Error = std::convert::Infallible,
-    Future = impl Future<Output = Result<Response<RespBody>, std::convert::Infallible>> + Send + 'static,
+    Future = Answer,
 > {
     let ConnLimits {
         reserved,
@@ -205,7 +205,10 @@ fn requests<H: Handler>(
         let state = state.clone();
         let flag = ambiguous.clone();
         let in_flight = busy.begin();
-        async move {
+        // Boxed per request: hyper keeps a slot sized to this future for
+        // the connection's whole life, so an idle keep-alive connection
+        // holds a pointer instead of the handler's largest future.
+        let answer: Answer = Box::pin(async move {
             if flag.load(Ordering::Acquire) {
                 return Ok(refuse_ambiguous(&req, peer));
             }
@@ -217,9 +220,15 @@ fn requests<H: Handler>(
             let (parts, body) = resp.into_parts();
             let body = idle::guard_body(body, in_flight);
             Ok::<_, std::convert::Infallible>(Response::from_parts(parts, body))
-        }
+        });
+        answer
     })
 }
+
+/// One request's answer, as the connection's service returns it.
+type Answer = std::pin::Pin<
+    Box<dyn Future<Output = Result<Response<RespBody>, std::convert::Infallible>> + Send>,
+>;
 
 /// The TLS handshake of an accepted stream, within `timeout`; `None` when
 /// it fails or takes longer.
