@@ -148,7 +148,8 @@ pub(super) fn next_stop(bytes: &[u8], from: usize) -> Option<usize> {
 /// and then an uppercase letter, digit, quote or bracket, unless the period
 /// closes an abbreviation, a single-letter initial or a multi-dot acronym.
 /// Decimals and URLs never break because their periods are not followed by
-/// whitespace.
+/// whitespace. A run longer than [`MAX_SENTENCE_BYTES`] with no break is cut
+/// at whitespace into pieces no longer than that.
 pub fn split_sentences(text: &str, newline_breaks: bool) -> Vec<(usize, usize)> {
     // Byte offsets where a new sentence starts; sized for ~60-byte sentences
     // so typical text does not regrow it.
@@ -292,10 +293,37 @@ fn trimmed_ranges(text: &str, mut cuts: Vec<usize>) -> Vec<(usize, usize)> {
         if cut <= prev {
             continue;
         }
-        push_trimmed(text, prev, cut, &mut out);
+        push_bounded(text, prev, cut, &mut out);
         prev = cut;
     }
     out
+}
+
+/// The longest sentence, in bytes. A longer run with no sentence end (a
+/// table flattened onto one line, a run-on answer) is cut at the last
+/// whitespace before this length, so that the checks that read a sentence
+/// word by word cost a bounded amount per sentence, however the text is
+/// punctuated. Real sentences are far shorter.
+pub(crate) const MAX_SENTENCE_BYTES: usize = 4096;
+
+/// [`push_trimmed`] for `start..end`, in pieces of at most
+/// [`MAX_SENTENCE_BYTES`].
+fn push_bounded(text: &str, mut start: usize, end: usize, out: &mut Vec<(usize, usize)>) {
+    while end - start > MAX_SENTENCE_BYTES {
+        let mut limit = start + MAX_SENTENCE_BYTES;
+        while !text.is_char_boundary(limit) {
+            limit -= 1;
+        }
+        let cut = text
+            .get(start..limit)
+            .and_then(|seg| seg.rfind(char::is_whitespace))
+            .map(|k| start + k)
+            .filter(|&c| c > start)
+            .unwrap_or(limit);
+        push_trimmed(text, start, cut, out);
+        start = cut;
+    }
+    push_trimmed(text, start, end, out);
 }
 
 fn push_trimmed(text: &str, start: usize, end: usize, out: &mut Vec<(usize, usize)>) {

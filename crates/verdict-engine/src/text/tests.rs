@@ -1,7 +1,7 @@
 //! Unit tests of the parent module, kept in their own file so that the
 //! module itself reads as code.
 
-use super::sentences::{is_stop, next_stop};
+use super::sentences::{is_stop, next_stop, MAX_SENTENCE_BYTES};
 use super::*;
 
 fn sents(text: &str) -> Vec<&str> {
@@ -165,4 +165,40 @@ fn a_warm_lexicon_gives_the_ids_a_fresh_vocabulary_would() {
     // "refunds" and "refund" share the stem "refund".
     assert_eq!(second[3].1, second[2].1);
     assert!(second.iter().all(|(n, s, _, _)| *n < 8 && *s < 8));
+}
+
+#[test]
+fn a_run_with_no_sentence_end_is_cut_into_bounded_pieces() {
+    // 3 000 words and a few multi-byte ones, with no terminator: the
+    // pieces are at most MAX_SENTENCE_BYTES long, end on whole words, and
+    // keep every word in order.
+    let words: Vec<String> = (0..3000)
+        .map(|i| {
+            if i % 97 == 0 {
+                format!("caf\u{e9}{i}")
+            } else {
+                format!("w{i}")
+            }
+        })
+        .collect();
+    let text = words.join(" ");
+    let pieces = sents(&text);
+    assert!(pieces.len() > 1, "{}", pieces.len());
+    assert!(pieces.iter().all(|p| p.len() <= MAX_SENTENCE_BYTES));
+    let rejoined: Vec<&str> = pieces.iter().flat_map(|p| p.split_whitespace()).collect();
+    assert_eq!(
+        rejoined,
+        words.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    // One unbroken "word" longer than the bound is cut at a char boundary.
+    let blob = "\u{e9}".repeat(MAX_SENTENCE_BYTES);
+    let pieces = sents(&blob);
+    assert_eq!(pieces.concat(), blob);
+    assert!(pieces.iter().all(|p| p.len() <= MAX_SENTENCE_BYTES));
+    // Sentences under the bound are untouched.
+    let short = "The refund was issued. The order shipped on May 2.";
+    assert_eq!(
+        sents(short),
+        ["The refund was issued.", "The order shipped on May 2."]
+    );
 }
