@@ -3,7 +3,10 @@
 //! first two send the same sources every time, as callers that repeat
 //! their evidence do (the thread's parse cache holds them); the third sends
 //! texts the cache has not seen (the same words, other sentences and
-//! numbers), so every source is parsed afresh.
+//! numbers), so every source is parsed afresh. The fourth reads twenty
+//! claims against one 100 KB source with no sentence end anywhere (the same
+//! sentences joined by commas): what a passage costs when punctuation does
+//! not bound it.
 
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
 use verdict_engine::{verify, Claim, Params, Source};
@@ -58,6 +61,22 @@ fn text_of(k: usize, pick: impl Fn(usize) -> (&'static str, usize)) -> Source {
     }
 }
 
+/// ~100 KB of the same sentences with every sentence end made a comma.
+fn unbroken() -> Source {
+    let mut text = String::new();
+    let mut n = 0;
+    while text.len() < 100 * 1024 {
+        let sentence = SENTENCES[n % SENTENCES.len()].replace("{n}", &(1000 + n).to_string());
+        text.push_str(sentence.trim_end_matches('.'));
+        text.push_str(", ");
+        n += 1;
+    }
+    Source {
+        id: "run-on".into(),
+        text: Some(text),
+    }
+}
+
 fn claims(n: usize) -> Vec<Claim> {
     let texts = [
         "Customers can request a refund within 30 days of delivery.",
@@ -98,6 +117,10 @@ fn bench(c: &mut Criterion) {
             |fresh| verify(black_box(&one), black_box(fresh), &params),
             BatchSize::SmallInput,
         )
+    });
+    let run_on = vec![unbroken()];
+    c.bench_function("verify 20 claims x 1 unbroken source (100 KB)", |b| {
+        b.iter(|| verify(black_box(&twenty), black_box(&run_on), &params))
     });
 }
 
