@@ -33,6 +33,8 @@ const BATCHES: &[(&str, &str)] = &[
     ("b12", include_str!("data/blind/b12.jsonl")),
     ("b13", include_str!("data/blind/b13.jsonl")),
     ("b14", include_str!("data/blind/b14.jsonl")),
+    ("b15", include_str!("data/blind/b15.jsonl")),
+    ("b16", include_str!("data/blind/b16.jsonl")),
 ];
 const KNOWN_WRONG: &str = include_str!("data/blind/known_wrong.txt");
 
