@@ -147,8 +147,9 @@ pub(super) fn is_universal(norm: &str) -> bool {
     )
 }
 
-/// Stem → the stems exclusive with it (never itself; symmetric), built once. Looked up by `&str`, so
-/// a query allocates nothing (it is asked for many word pairs per claim).
+/// Stem → the stems exclusive with it (never itself; the relation is
+/// symmetric), built once. Looked up by `&str`, so a query allocates
+/// nothing (it is asked for many word pairs per claim).
 fn exclusive_stems() -> &'static ahash::AHashMap<String, ahash::AHashSet<String>> {
     static PAIRS: OnceLock<ahash::AHashMap<String, ahash::AHashSet<String>>> = OnceLock::new();
     PAIRS.get_or_init(|| {
