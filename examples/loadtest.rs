@@ -1608,7 +1608,7 @@ fn met(ok: bool) -> &'static str {
 
 /// The stage histograms whose means make the breakdown: (metric, label
 /// filter, stage name printed, short name for the one-line summary).
-const STAGES: [(&str, &str, &str, &str); 11] = [
+const STAGES: [(&str, &str, &str, &str); 13] = [
     (
         "verdict_proxy_gated_stage_seconds",
         "stage=\"body\"",
@@ -1626,6 +1626,12 @@ const STAGES: [(&str, &str, &str, &str); 11] = [
         "source=\"proxy\",stage=\"evaluate\"",
         "decision: evidence, engine, policy, record built",
         "decision",
+    ),
+    (
+        "verdict_decision_stage_seconds",
+        "source=\"proxy\",stage=\"engine\"",
+        "  of which: the engine (claims checked)",
+        "engine",
     ),
     (
         "verdict_decision_stage_seconds",
@@ -1650,6 +1656,12 @@ const STAGES: [(&str, &str, &str, &str); 11] = [
         "source=\"ext_authz\",stage=\"evaluate\"",
         "check: decision: evidence, engine, policy, record built",
         "decision",
+    ),
+    (
+        "verdict_decision_stage_seconds",
+        "source=\"ext_authz\",stage=\"engine\"",
+        "  check: of which: the engine (claims checked)",
+        "engine",
     ),
     (
         "verdict_decision_stage_seconds",

@@ -135,6 +135,7 @@ async fn allow_forwards_byte_identical_with_decision_headers() {
         r#"verdict_proxy_gated_stage_seconds_count{stage="input"} 1"#,
         r#"verdict_proxy_gated_stage_seconds_count{stage="forward"} 1"#,
         r#"verdict_decision_stage_seconds_count{source="proxy",stage="evaluate"} 1"#,
+        r#"verdict_decision_stage_seconds_count{source="proxy",stage="engine"} 1"#,
         r#"verdict_decision_stage_seconds_count{source="proxy",stage="record"} 1"#,
     ] {
         assert!(

@@ -50,9 +50,12 @@ pub async fn authorize(
         let (evidence, sources) =
             gather(h, &read, sources, claims.as_deref(), answer.as_ref()).await?;
         let engine = tracing::info_span!(target: crate::telemetry::trace::TARGET, "engine");
+        let checking = Instant::now();
         let checked = check_claims(h, &read, claims, answer, sources)
             .instrument(engine.clone())
             .await?;
+        h.metrics
+            .stage(ctx.source.as_str(), "engine", checking.elapsed());
         let evaluated = engine.in_scope(|| evaluate(h, &read, &evidence, checked));
         record(h, set, ctx, read, evidence, evaluated, started).await
     }

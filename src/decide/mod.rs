@@ -249,7 +249,7 @@ impl DecisionMetrics {
         );
         registry.register(
             "verdict_decision_stage_seconds",
-            "Time of a decision by source (api, proxy, ext_authz) and stage: evaluate (sources resolved, engine, policy, the record built) and record (the audit append, until the record is durable)",
+            "Time of a decision by source (api, proxy, ext_authz) and stage: evaluate (sources resolved, engine, policy, the record built), engine (the claims checked, part of evaluate) and record (the audit append, until the record is durable)",
             m.stages.clone(),
         );
         registry.register(
