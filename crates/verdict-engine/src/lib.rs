@@ -196,6 +196,31 @@ pub struct Conflict {
     pub evidence_quote: String,
 }
 
+impl Conflict {
+    /// The conflict between the claim's bytes `claim` of `claim_text` and
+    /// the bytes `evidence` of source `source_id`'s `body` (byte ranges at
+    /// char boundaries, as token offsets are).
+    pub(crate) fn between(
+        reason: Reason,
+        claim_text: &str,
+        (cs, ce): (usize, usize),
+        source_id: &str,
+        body: &str,
+        (es, ee): (usize, usize),
+    ) -> Conflict {
+        Conflict {
+            reason,
+            claim_start: text::char_offset(claim_text, cs),
+            claim_end: text::char_offset(claim_text, ce),
+            claim_quote: claim_text.get(cs..ce).unwrap_or("").to_string(),
+            source_id: source_id.to_string(),
+            evidence_start: text::char_offset(body, es),
+            evidence_end: text::char_offset(body, ee),
+            evidence_quote: body.get(es..ee).unwrap_or("").to_string(),
+        }
+    }
+}
+
 /// An exact quote from a source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Citation {

@@ -365,17 +365,14 @@ pub(super) fn find(
     let conflict = claim_tok.and_then(|ct| {
         let s = sentences.get(hit.at.0)?;
         let et = s.toks.get(hit.at.1)?;
-        let cp = |text: &str, byte: usize| text.get(..byte).map_or(0, |t| t.chars().count());
-        Some(Conflict {
-            reason: hit.reason,
-            claim_start: cp(claim, ct.start),
-            claim_end: cp(claim, ct.end),
-            claim_quote: claim.get(ct.start..ct.end).unwrap_or("").to_string(),
-            source_id: s.source_id.to_string(),
-            evidence_start: cp(s.body, et.start),
-            evidence_end: cp(s.body, et.end),
-            evidence_quote: s.body.get(et.start..et.end).unwrap_or("").to_string(),
-        })
+        Some(Conflict::between(
+            hit.reason,
+            claim,
+            (ct.start, ct.end),
+            s.source_id,
+            s.body,
+            (et.start, et.end),
+        ))
     });
     Some((hit.reason, conflict))
 }

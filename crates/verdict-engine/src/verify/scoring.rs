@@ -264,7 +264,6 @@ fn span_conflict(
     unit: usize,
     tokens: (usize, usize),
 ) -> Conflict {
-    let cp = |text: &str, byte: usize| text.get(..byte).map_or(0, |t| t.chars().count());
     let src = &idx.sources[idx.units[unit].source];
     let es = src.tokens.get(tokens.0).map_or(0, |t| t.start);
     let ee = tokens
@@ -272,16 +271,7 @@ fn span_conflict(
         .checked_sub(1)
         .and_then(|k| src.tokens.get(k))
         .map_or(es, |t| t.end);
-    Conflict {
-        reason,
-        claim_start: cp(&a.text, cs),
-        claim_end: cp(&a.text, ce),
-        claim_quote: a.text.get(cs..ce).unwrap_or("").to_string(),
-        source_id: src.id.to_string(),
-        evidence_start: cp(src.text, es),
-        evidence_end: cp(src.text, ee),
-        evidence_quote: src.text.get(es..ee).unwrap_or("").to_string(),
-    }
+    Conflict::between(reason, &a.text, (cs, ce), src.id, src.text, (es, ee))
 }
 
 /// The claim's values against the passage's: another value for the same
