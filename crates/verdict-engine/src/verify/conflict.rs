@@ -267,6 +267,18 @@ pub(super) fn clauses<'t>(body: &str, toks: &'t [Token], vocab: &text::Vocab) ->
     out
 }
 
+/// Whether the gap between tokens `a` and `b` of `text` (a < b) ends a
+/// stretch of words that belong together: `, ; ( ) . ! ?` or a line end,
+/// and a colon when `colon`; also when either token is missing.
+fn gap_cuts(text: &str, toks: &[Token], a: usize, b: usize, colon: bool) -> bool {
+    let (Some(x), Some(y)) = (toks.get(a), toks.get(b)) else {
+        return true;
+    };
+    text.get(x.end..y.start).is_none_or(|gap| {
+        gap.contains([',', ';', '(', ')', '.', '!', '?', '\n']) || (colon && gap.contains(':'))
+    })
+}
+
 /// The stems of the claim clause that holds `stem` (the whole claim's
 /// terms when no clause does); sorted.
 fn claim_clause(a: &Analysis, stem: u32) -> &[u32] {

@@ -52,14 +52,10 @@ fn marker(norm: &str) -> Option<&'static str> {
 }
 
 /// Whether the gap between tokens `a` and `b` of `text` ends a stretch: the
-/// same boundaries as a value's stretch (`, ; ( ) .` and line ends), never
-/// a colon ("Bill to: Northwind Logistics").
+/// same boundaries as a value's stretch, never a colon ("Bill to: Northwind
+/// Logistics").
 fn cut(text: &str, toks: &[Token], a: usize, b: usize) -> bool {
-    let (Some(x), Some(y)) = (toks.get(a), toks.get(b)) else {
-        return true;
-    };
-    text.get(x.end..y.start)
-        .is_none_or(|gap| gap.contains([',', ';', '(', ')', '.', '!', '?', '\n']))
+    gap_cuts(text, toks, a, b, false)
 }
 
 /// A party in a slot: the role words before it ("store manager") as

@@ -97,13 +97,7 @@ impl Reader<'_> {
 
     /// Whether a clause boundary lies between tokens `a` and `b` (a < b).
     fn cut(&self, a: usize, b: usize) -> bool {
-        let (Some(x), Some(y)) = (self.tokens.get(a), self.tokens.get(b)) else {
-            return true;
-        };
-        self.text.get(x.end..y.start).is_none_or(|gap| {
-            gap.contains([',', ';', '(', ')', '.', '!', '?', '\n'])
-                || (self.colon_cuts && gap.contains(':'))
-        })
+        gap_cuts(self.text, self.tokens, a, b, self.colon_cuts)
     }
 
     /// A word that can govern a value: not a stopword, preposition, name
