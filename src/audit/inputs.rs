@@ -217,13 +217,14 @@ pub fn count(conn: &Connection) -> Result<u64, AuditError> {
 mod tests {
     use super::*;
 
-    /// Record ids as the log makes them (UUID v7), 1 ms apart from START.
-    fn table() -> Connection {
+    /// Record ids as the log makes them (UUID v7), 1 ms apart from START,
+    /// in a table with rowids (`layout` empty, as logs are created now) or
+    /// `WITHOUT ROWID` (logs created before 2026-11-30).
+    fn table(layout: &str) -> Connection {
         let c = Connection::open_in_memory().unwrap();
-        c.execute_batch(
-            "CREATE TABLE audit_inputs (record_id BLOB PRIMARY KEY, input TEXT NOT NULL)
-             WITHOUT ROWID",
-        )
+        c.execute_batch(&format!(
+            "CREATE TABLE audit_inputs (record_id BLOB PRIMARY KEY, input TEXT NOT NULL) {layout}"
+        ))
         .unwrap();
         for i in 0..2500u64 {
             let ms = START as u64 + i;
@@ -242,8 +243,13 @@ mod tests {
 
     #[test]
     fn a_sweep_batch_deletes_at_most_its_limit_oldest_first() {
-        let c = table();
-        assert_eq!(sweep(&c, START + 2000, SWEEP_BATCH).unwrap(), SWEEP_BATCH);
+        for layout in ["", "WITHOUT ROWID"] {
+            sweeps_oldest_first(&table(layout));
+        }
+    }
+
+    fn sweeps_oldest_first(c: &Connection) {
+        assert_eq!(sweep(c, START + 2000, SWEEP_BATCH).unwrap(), SWEEP_BATCH);
         let oldest: Vec<u8> = c
             .query_row("SELECT MIN(record_id) FROM audit_inputs", [], |r| r.get(0))
             .unwrap();
@@ -256,13 +262,13 @@ mod tests {
             secs * 1000 + u64::from(nanos / 1_000_000),
             START as u64 + 1000
         );
-        assert_eq!(sweep(&c, START + 2000, SWEEP_BATCH).unwrap(), 1000);
+        assert_eq!(sweep(c, START + 2000, SWEEP_BATCH).unwrap(), 1000);
         assert_eq!(
-            sweep(&c, START + 2000, SWEEP_BATCH).unwrap(),
+            sweep(c, START + 2000, SWEEP_BATCH).unwrap(),
             0,
             "nothing older is left"
         );
-        assert_eq!(count(&c).unwrap(), 500);
+        assert_eq!(count(c).unwrap(), 500);
     }
 
     #[test]

@@ -19,7 +19,13 @@
 //!   decision (`[audit] capture_inputs`), inserted with its record and
 //!   deleted after `audit.input_retention` (see [`super::inputs`]). Not part
 //!   of any hash: the record's `input_hash` names it, so deleting a row never
-//!   breaks the log.
+//!   breaks the log. An input is some kilobytes, so the table has rowids and
+//!   `record_id` its own index: in a `WITHOUT ROWID` table the whole row is
+//!   the b-tree's key, and SQLite reads a spilled key (the input's overflow
+//!   pages) for every cell it compares, so each insert read a few old inputs
+//!   back, more as the table grew. Logs created before 2026-11-30 keep that
+//!   layout (`CREATE TABLE IF NOT EXISTS` leaves them be); every query here
+//!   reads both.
 //!
 //! Logs written before 2026-11-24 kept the hashes in a table of their own,
 //! `audit_hashes(leaf, hashes)`. The writer merges it into `audit_records`
@@ -45,7 +51,7 @@ CREATE TABLE IF NOT EXISTS audit_records (
 CREATE TABLE IF NOT EXISTS audit_inputs (
     record_id BLOB PRIMARY KEY,
     input     TEXT NOT NULL
-) WITHOUT ROWID;
+);
 CREATE TABLE IF NOT EXISTS audit_checkpoints (
     tree_size  INTEGER PRIMARY KEY,
     note       TEXT NOT NULL,

@@ -483,3 +483,76 @@ async fn a_rotation_cut_off_before_its_record_is_completed_at_start() {
     assert_eq!(log.health().size, 3);
     log.shutdown().await;
 }
+
+/// The `CREATE` statement of `audit_inputs` in the log at `db`.
+fn inputs_table_sql(db: &Path) -> String {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.query_row(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'audit_inputs'",
+        [],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+/// Appends `n` decisions with captured inputs; returns their record ids.
+async fn append_inputs(log: &AuditLog, from: u64, n: u64) -> Vec<uuid::Uuid> {
+    let mut ids = Vec::new();
+    for i in from..from + n {
+        let rec = decision(i);
+        ids.push(rec.record_id);
+        let input = CapturedInput {
+            canonical: format!("{{\"input\":{i},\"text\":\"{}\"}}", "x".repeat(6000)),
+        };
+        log.append_with_input(rec, Some(input)).await.unwrap();
+    }
+    ids
+}
+
+/// Each decision's captured input as `inputs::for_each_from` reads it back.
+fn inputs_read_back(db: &Path) -> Vec<Option<String>> {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let mut out = Vec::new();
+    inputs::for_each_from(&c, 0, |row| {
+        out.push(row.input);
+        true
+    })
+    .unwrap();
+    out
+}
+
+#[tokio::test]
+async fn captured_inputs_go_in_a_rowid_table_and_an_older_log_keeps_its_layout() {
+    // A new log: rowids, so an insert compares record ids, not inputs.
+    let e = env();
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    append_inputs(&log, 0, 40).await;
+    shut_and_verify(&log, &e).await;
+    assert!(!inputs_table_sql(&e.db).contains("WITHOUT ROWID"));
+    let read = inputs_read_back(&e.db);
+    assert_eq!(read.len(), 40);
+    assert!(read[39].as_deref().unwrap().starts_with("{\"input\":39,"));
+
+    // A log created with the earlier `WITHOUT ROWID` table is left as it is
+    // and written and read the same way.
+    let old = env();
+    rusqlite::Connection::open(&old.db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE audit_inputs (record_id BLOB PRIMARY KEY, input TEXT NOT NULL)
+             WITHOUT ROWID",
+        )
+        .unwrap();
+    let log = AuditLog::open(&old.db, &old.keys, &cfg(0)).unwrap();
+    append_inputs(&log, 0, 40).await;
+    log.shutdown().await;
+    let log = AuditLog::open(&old.db, &old.keys, &cfg(0)).unwrap();
+    append_inputs(&log, 40, 2).await;
+    let report = shut_and_verify(&log, &old).await;
+    assert_eq!(report.records, 42);
+    assert!(inputs_table_sql(&old.db).contains("WITHOUT ROWID"));
+    let read = inputs_read_back(&old.db);
+    assert_eq!(read.len(), 42);
+    assert!(read.iter().all(Option::is_some));
+    assert!(read[41].as_deref().unwrap().starts_with("{\"input\":41,"));
+}
