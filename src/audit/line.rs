@@ -65,6 +65,9 @@ struct State {
     /// [`idle_gap`] and [`linger_cap`]).
     last_group: usize,
     last_commit: Duration,
+    /// Times the committer thread woke from its wait.
+    #[cfg(test)]
+    committer_wakes: usize,
 }
 
 /// How long a forming group waits for its next record before it closes
@@ -141,8 +144,12 @@ impl Line {
         }
         st.queue.push_back(p);
         if st.busy {
-            // A lingering leader may be waiting for company.
-            self.changed.notify_all();
+            // A lingering leader may be waiting for company; with no
+            // `max_wait` none lingers, and a wake would only rouse the
+            // committer thread to find nothing handed over.
+            if !self.max_wait.is_zero() {
+                self.changed.notify_all();
+            }
             return Ok(Role::Follower);
         }
         st.busy = true;
@@ -166,7 +173,12 @@ impl Line {
         } else {
             st.handed_over = true;
         }
-        self.changed.notify_all();
+        // Only two wait for this: the committer thread, for a hand-over,
+        // and `close`, for the line to go idle. Any other wake would put
+        // the committer thread back to sleep, a context switch per commit.
+        if st.handed_over || st.closed {
+            self.changed.notify_all();
+        }
         drop(st);
         drop(guard);
     }
@@ -224,6 +236,10 @@ impl Line {
             // the thread stops only once nobody commits.
             while !st.handed_over && (!st.closed || st.busy) {
                 st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+                #[cfg(test)]
+                {
+                    st.committer_wakes += 1;
+                }
             }
             if !st.handed_over {
                 break;
@@ -353,5 +369,61 @@ mod tests {
         std::thread::spawn(move || tx.send(thread.join().is_ok()));
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
         assert!(!line.accepting());
+    }
+
+    /// A record for the line, and the receiver of its answer.
+    fn pending() -> (
+        Pending,
+        tokio::sync::oneshot::Receiver<Result<super::super::writer::Answer, AuditError>>,
+    ) {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let permit = Arc::new(tokio::sync::Semaphore::new(1))
+            .try_acquire_owned()
+            .unwrap();
+        let p = Pending {
+            record_id: uuid::Uuid::now_v7(),
+            canonical: "{}".into(),
+            record_hash: [0; 32],
+            principal: None,
+            input: None,
+            enqueued: Instant::now(),
+            reply,
+            _permit: permit,
+        };
+        (p, answer)
+    }
+
+    /// Records that each find the line idle are committed by their callers
+    /// alone, and the committer thread sleeps through them.
+    #[test]
+    fn commits_led_by_their_callers_leave_the_committer_thread_asleep() {
+        let (line, thread) = Line::start(Box::new(Nothing), 8, Duration::ZERO).unwrap();
+        // Let the thread reach its wait.
+        std::thread::sleep(Duration::from_millis(50));
+        for _ in 0..100 {
+            let (p, _answer) = pending();
+            match line.enqueue(p).unwrap() {
+                Role::Leader(batch) => line.lead(batch),
+                Role::Follower => panic!("an idle line makes its caller the leader"),
+            }
+        }
+        assert_eq!(line.lock().committer_wakes, 0);
+        line.close();
+        thread.join().unwrap();
+
+        // A record queued during a commit is still handed over.
+        let (line, thread) = Line::start(Box::new(Nothing), 8, Duration::ZERO).unwrap();
+        let (first, _a) = pending();
+        let Ok(Role::Leader(batch)) = line.enqueue(first) else {
+            panic!("an idle line makes its caller the leader");
+        };
+        let (second, answer) = pending();
+        assert!(matches!(line.enqueue(second), Ok(Role::Follower)));
+        line.lead(batch);
+        // `Nothing` answers nobody: the answer channel closes once the
+        // committer thread has taken and committed the second record.
+        assert!(answer.blocking_recv().is_err());
+        line.close();
+        thread.join().unwrap();
     }
 }
