@@ -495,18 +495,17 @@ fn inputs_table_sql(db: &Path) -> String {
     .unwrap()
 }
 
-/// Appends `n` decisions with captured inputs; returns their record ids.
-async fn append_inputs(log: &AuditLog, from: u64, n: u64) -> Vec<uuid::Uuid> {
-    let mut ids = Vec::new();
+/// Appends decisions `from..from + n`, each with a captured input of about
+/// 6 KB (overflow pages, as real inputs have).
+async fn append_inputs(log: &AuditLog, from: u64, n: u64) {
     for i in from..from + n {
-        let rec = decision(i);
-        ids.push(rec.record_id);
         let input = CapturedInput {
             canonical: format!("{{\"input\":{i},\"text\":\"{}\"}}", "x".repeat(6000)),
         };
-        log.append_with_input(rec, Some(input)).await.unwrap();
+        log.append_with_input(decision(i), Some(input))
+            .await
+            .unwrap();
     }
-    ids
 }
 
 /// Each decision's captured input as `inputs::for_each_from` reads it back.
