@@ -52,17 +52,87 @@ fn first_id_at(ms: i64) -> [u8; 16] {
     id
 }
 
+/// Where a log created before 2026-11-30 keeps the inputs it captured
+/// before its writer first opened it since.
+///
+/// Those logs made `audit_inputs` a `WITHOUT ROWID` table, whose inserts
+/// read earlier inputs back (see `super::sqlite`). At open the writer
+/// renames such a table to this name ([`retire_without_rowid`]), which
+/// rewrites the schema and copies no row, and creates the rowid table in
+/// its place. Reads look in both; the retention sweep empties this one
+/// and then drops it.
+const OLD: &str = "audit_inputs_old";
+
+/// Moves a `WITHOUT ROWID` `audit_inputs` aside to [`OLD`], for the writer
+/// at open, before it creates its tables. Says whether it did.
+pub(super) fn retire_without_rowid(conn: &Connection) -> Result<bool, AuditError> {
+    let sql: Option<String> = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'audit_inputs'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let without_rowid = sql.is_some_and(|s| s.to_ascii_uppercase().contains("WITHOUT ROWID"));
+    if !without_rowid {
+        return Ok(false);
+    }
+    if has_table(conn, OLD)? {
+        // Only a log renamed by hand can hold both; it is read as it is.
+        tracing::warn!(
+            "audit_inputs is a WITHOUT ROWID table and {OLD} exists: left as they are \
+             (inserts of captured inputs stay slower)"
+        );
+        return Ok(false);
+    }
+    conn.execute_batch(&format!("ALTER TABLE audit_inputs RENAME TO {OLD}"))?;
+    tracing::info!(
+        "captured inputs written before this version moved to {OLD}; the retention sweep \
+         empties and drops it"
+    );
+    Ok(true)
+}
+
 /// Deletes at most `limit` inputs of records stamped before `cutoff_ms`,
-/// oldest first, in one transaction; returns how many went.
+/// oldest first (those in [`OLD`] before the rest), in one transaction, and
+/// drops [`OLD`] once it is empty; returns how many went.
 pub fn sweep(conn: &Connection, cutoff_ms: i64, limit: usize) -> Result<usize, AuditError> {
+    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+    let cutoff = first_id_at(cutoff_ms);
+    let mut n = 0;
+    if has_table(&tx, OLD)? {
+        n += delete_before(&tx, OLD, &cutoff, limit)?;
+        let left: bool =
+            tx.query_row(&format!("SELECT EXISTS (SELECT 1 FROM {OLD})"), [], |r| {
+                r.get(0)
+            })?;
+        if !left {
+            tx.execute_batch(&format!("DROP TABLE {OLD}"))?;
+        }
+    }
+    if n < limit {
+        n += delete_before(&tx, "audit_inputs", &cutoff, limit - n)?;
+    }
+    tx.commit()?;
+    Ok(n)
+}
+
+/// Deletes at most `limit` rows of `table` whose record id sorts before
+/// `cutoff`, smallest first.
+fn delete_before(
+    conn: &Connection,
+    table: &str,
+    cutoff: &[u8; 16],
+    limit: usize,
+) -> Result<usize, AuditError> {
     let n = conn
-        .prepare_cached(
-            "DELETE FROM audit_inputs WHERE record_id IN (
-                 SELECT record_id FROM audit_inputs WHERE record_id < ?1
-                 ORDER BY record_id LIMIT ?2)",
-        )?
+        .prepare_cached(&format!(
+            "DELETE FROM {table} WHERE record_id IN (
+                 SELECT record_id FROM {table} WHERE record_id < ?1
+                 ORDER BY record_id LIMIT ?2)"
+        ))?
         .execute(params![
-            first_id_at(cutoff_ms).as_slice(),
+            cutoff.as_slice(),
             i64::try_from(limit).unwrap_or(i64::MAX)
         ])?;
     Ok(n)
@@ -165,17 +235,28 @@ pub fn for_each_from(
     from: u64,
     mut f: impl FnMut(Row) -> bool,
 ) -> Result<(), AuditError> {
-    // A log no server of this version has opened has no inputs table.
-    let mut stmt = if has_table(conn)? {
-        conn.prepare(
+    // A log no server of this version has opened has no inputs table; one
+    // created before 2026-11-30 may also have inputs in `OLD`.
+    let mut stmt = match (has_table(conn, "audit_inputs")?, has_table(conn, OLD)?) {
+        (true, false) => conn.prepare(
             "SELECT r.leaf, r.canonical, i.input FROM audit_records r
              LEFT JOIN audit_inputs i ON i.record_id = r.record_id
              WHERE r.leaf >= ?1 ORDER BY r.leaf",
-        )?
-    } else {
-        conn.prepare(
+        )?,
+        (true, true) => conn.prepare(&format!(
+            "SELECT r.leaf, r.canonical, COALESCE(i.input, o.input) FROM audit_records r
+             LEFT JOIN audit_inputs i ON i.record_id = r.record_id
+             LEFT JOIN {OLD} o ON o.record_id = r.record_id
+             WHERE r.leaf >= ?1 ORDER BY r.leaf"
+        ))?,
+        (false, true) => conn.prepare(&format!(
+            "SELECT r.leaf, r.canonical, o.input FROM audit_records r
+             LEFT JOIN {OLD} o ON o.record_id = r.record_id
+             WHERE r.leaf >= ?1 ORDER BY r.leaf"
+        ))?,
+        (false, false) => conn.prepare(
             "SELECT leaf, canonical, NULL FROM audit_records WHERE leaf >= ?1 ORDER BY leaf",
-        )?
+        )?,
     };
     let mut rows = stmt.query([i64::try_from(from).unwrap_or(i64::MAX)])?;
     while let Some(r) = rows.next()? {
@@ -192,13 +273,10 @@ pub fn for_each_from(
     Ok(())
 }
 
-fn has_table(conn: &Connection) -> Result<bool, AuditError> {
+fn has_table(conn: &Connection, name: &str) -> Result<bool, AuditError> {
     let found: Option<i64> = conn
-        .query_row(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_inputs'",
-            [],
-            |r| r.get(0),
-        )
+        .prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")?
+        .query_row([name], |r| r.get(0))
         .optional()?;
     Ok(found.is_some())
 }
@@ -206,10 +284,14 @@ fn has_table(conn: &Connection) -> Result<bool, AuditError> {
 /// How many captured inputs are stored (for tests and `verdict replay`'s
 /// summary).
 pub fn count(conn: &Connection) -> Result<u64, AuditError> {
-    if !has_table(conn)? {
-        return Ok(0);
+    let mut n = 0i64;
+    for table in ["audit_inputs", OLD] {
+        if has_table(conn, table)? {
+            n += conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| {
+                r.get::<_, i64>(0)
+            })?;
+        }
     }
-    let n: i64 = conn.query_row("SELECT COUNT(*) FROM audit_inputs", [], |r| r.get(0))?;
     Ok(u64::try_from(n).unwrap_or(0))
 }
 

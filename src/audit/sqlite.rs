@@ -23,9 +23,9 @@
 //!   `record_id` its own index: in a `WITHOUT ROWID` table the whole row is
 //!   the b-tree's key, and SQLite reads a spilled key (the input's overflow
 //!   pages) for every cell it compares, so each insert read a few old inputs
-//!   back, more as the table grew. Logs created before 2026-11-30 keep that
-//!   layout (`CREATE TABLE IF NOT EXISTS` leaves them be); every query here
-//!   reads both.
+//!   back, more as the table grew. In a log created before 2026-11-30 the
+//!   writer moves that table aside at open, to `audit_inputs_old`, which
+//!   the retention sweep empties and drops (see [`super::inputs`]).
 //!
 //! Logs written before 2026-11-24 kept the hashes in a table of their own,
 //! `audit_hashes(leaf, hashes)`. The writer merges it into `audit_records`
@@ -95,6 +95,7 @@ pub fn open_writer(path: &Path) -> Result<Connection, AuditError> {
     if layout(&conn)? == Layout::SplitHashes {
         merge_hashes(&mut conn)?;
     }
+    super::inputs::retire_without_rowid(&conn)?;
     conn.execute_batch(SCHEMA_SQL)?;
     Ok(conn)
 }

@@ -2,6 +2,7 @@
 //! restarts.
 
 use super::*;
+use rusqlite::OptionalExtension as _;
 
 #[test]
 fn records_omit_absent_fields_and_redact() {
@@ -484,14 +485,15 @@ async fn a_rotation_cut_off_before_its_record_is_completed_at_start() {
     log.shutdown().await;
 }
 
-/// The `CREATE` statement of `audit_inputs` in the log at `db`.
-fn inputs_table_sql(db: &Path) -> String {
+/// The `CREATE` statement of `table` in the log at `db`, if it has one.
+fn table_sql(db: &Path, table: &str) -> Option<String> {
     let c = rusqlite::Connection::open(db).unwrap();
     c.query_row(
-        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'audit_inputs'",
-        [],
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [table],
         |r| r.get(0),
     )
+    .optional()
     .unwrap()
 }
 
@@ -520,38 +522,79 @@ fn inputs_read_back(db: &Path) -> Vec<Option<String>> {
     out
 }
 
+/// Turns the log's `audit_inputs` into the `WITHOUT ROWID` table that logs
+/// created before 2026-11-30 have, rows and all.
+fn make_inputs_without_rowid(db: &Path) {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .execute_batch(
+            "BEGIN;
+             CREATE TABLE t (record_id BLOB PRIMARY KEY, input TEXT NOT NULL) WITHOUT ROWID;
+             INSERT INTO t SELECT record_id, input FROM audit_inputs;
+             DROP TABLE audit_inputs;
+             ALTER TABLE t RENAME TO audit_inputs;
+             COMMIT;",
+        )
+        .unwrap();
+}
+
 #[tokio::test]
-async fn captured_inputs_go_in_a_rowid_table_and_an_older_log_keeps_its_layout() {
-    // A new log: rowids, so an insert compares record ids, not inputs.
+async fn captured_inputs_go_in_a_rowid_table_and_an_older_table_drains_away() {
     let e = env();
     let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
     append_inputs(&log, 0, 40).await;
     shut_and_verify(&log, &e).await;
-    assert!(!inputs_table_sql(&e.db).contains("WITHOUT ROWID"));
+    // A new log: rowids, so an insert compares record ids, not inputs.
+    let sql = table_sql(&e.db, "audit_inputs").unwrap();
+    assert!(!sql.contains("WITHOUT ROWID"), "{sql}");
+
+    // The same log as one created before 2026-11-30: read as it is...
+    make_inputs_without_rowid(&e.db);
+    assert!(table_sql(&e.db, "audit_inputs")
+        .unwrap()
+        .contains("WITHOUT ROWID"));
     let read = inputs_read_back(&e.db);
     assert_eq!(read.len(), 40);
-    assert!(read[39].as_deref().unwrap().starts_with("{\"input\":39,"));
-
-    // A log created with the earlier `WITHOUT ROWID` table is left as it is
-    // and written and read the same way.
-    let old = env();
-    rusqlite::Connection::open(&old.db)
-        .unwrap()
-        .execute_batch(
-            "CREATE TABLE audit_inputs (record_id BLOB PRIMARY KEY, input TEXT NOT NULL)
-             WITHOUT ROWID",
-        )
-        .unwrap();
-    let log = AuditLog::open(&old.db, &old.keys, &cfg(0)).unwrap();
-    append_inputs(&log, 0, 40).await;
-    log.shutdown().await;
-    let log = AuditLog::open(&old.db, &old.keys, &cfg(0)).unwrap();
-    append_inputs(&log, 40, 2).await;
-    let report = shut_and_verify(&log, &old).await;
-    assert_eq!(report.records, 42);
-    assert!(inputs_table_sql(&old.db).contains("WITHOUT ROWID"));
-    let read = inputs_read_back(&old.db);
-    assert_eq!(read.len(), 42);
     assert!(read.iter().all(Option::is_some));
+
+    // ...and at the writer's next open its table is moved aside, new
+    // inputs go into a rowid table, and reads find both.
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    append_inputs(&log, 40, 2).await;
+    let report = shut_and_verify(&log, &e).await;
+    assert_eq!(report.records, 42);
+    assert!(!table_sql(&e.db, "audit_inputs")
+        .unwrap()
+        .contains("WITHOUT ROWID"));
+    assert!(table_sql(&e.db, "audit_inputs_old").is_some());
+    let read = inputs_read_back(&e.db);
+    assert_eq!(read.len(), 42);
+    assert!(read[39].as_deref().unwrap().starts_with("{\"input\":39,"));
     assert!(read[41].as_deref().unwrap().starts_with("{\"input\":41,"));
+    let c = rusqlite::Connection::open(&e.db).unwrap();
+    assert_eq!(inputs::count(&c).unwrap(), 42);
+
+    // The retention sweep takes the old table's rows first and drops it
+    // once it is empty.
+    let later = ms_from_now(60_000);
+    assert_eq!(inputs::sweep(&c, later, 30).unwrap(), 30);
+    assert!(table_sql(&e.db, "audit_inputs_old").is_some(), "10 left");
+    assert_eq!(inputs::sweep(&c, later, 30).unwrap(), 12);
+    assert!(table_sql(&e.db, "audit_inputs_old").is_none());
+    assert_eq!(inputs::count(&c).unwrap(), 0);
+    drop(c);
+    // The log still verifies, and the next open finds nothing to move.
+    let log = AuditLog::open(&e.db, &e.keys, &cfg(0)).unwrap();
+    append_inputs(&log, 42, 1).await;
+    assert_eq!(shut_and_verify(&log, &e).await.records, 43);
+    assert!(table_sql(&e.db, "audit_inputs_old").is_none());
+}
+
+/// Milliseconds since 1970, `ms` from now.
+fn ms_from_now(ms: i64) -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    now + ms
 }
