@@ -23,7 +23,7 @@ use hedge::hedged;
 pub(super) use hedge::{claim_hedged, claim_reports_done, reported_event, reports_event_at};
 pub(super) use parties::possessive;
 use parties::{ended, party, roles, scope};
-use sentence::{stems_in, Sentence};
+use sentence::{sorted_set, stems_in, Sentence};
 pub(super) use window::breached;
 
 use std::sync::OnceLock;
@@ -333,9 +333,8 @@ pub(super) fn find(
     let claim_toks = &a.tokens[..];
     let vocab = idx.stemmer.vocab();
     let vocab = &*vocab;
-    let mut term_stems: Vec<u32> = a.terms.iter().filter_map(|t| t.stem).collect();
-    term_stems.sort_unstable();
-    term_stems.dedup();
+    let term_stems: Vec<u32> = a.terms.iter().filter_map(|t| t.stem).collect();
+    let term_stems = sorted_set(&term_stems);
     let mut sentences: Vec<Sentence<'_>> = Vec::new();
     for &u in units {
         let unit = &idx.units[u];
@@ -392,7 +391,11 @@ pub(super) fn find(
 /// The most claim words any one sentence shares; `None` when no sentence
 /// shares any.
 fn best_overlap(sentences: &[Sentence<'_>]) -> Option<usize> {
-    sentences.iter().map(|s| s.overlap).max().filter(|&n| n > 0)
+    sentences
+        .iter()
+        .map(|s| s.overlap())
+        .max()
+        .filter(|&n| n > 0)
 }
 
 /// A claim word that the sentence carrying most of the claim states with
@@ -444,7 +447,7 @@ fn denied_predicate(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Voca
     for (si, s) in sentences
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.overlap == best)
+        .filter(|(_, s)| s.overlap() == best)
     {
         let norm = |k: usize| s.toks.get(k).map_or("", |t| vocab.norm(t.norm_id));
         let at = (1..s.toks.len()).find(|&k| {

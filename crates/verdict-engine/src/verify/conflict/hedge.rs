@@ -235,7 +235,7 @@ pub(super) fn hedged(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Voc
         if by_event {
             names_event(s)
         } else {
-            s.overlap == best
+            s.overlap() == best
         }
     }) {
         let governed = (0..s.toks.len()).find_map(|k| {

@@ -47,13 +47,7 @@ pub(super) fn party(
         .filter(|t| !is_party_term(t))
         .filter_map(|t| t.stem)
         .collect();
-    let sorted = |v: &[u32]| {
-        let mut v = v.to_vec();
-        v.sort_unstable();
-        v.dedup();
-        v
-    };
-    let (party_set, predicate_set) = (sorted(&parties), sorted(&predicate));
+    let (party_set, predicate_set) = (sorted_set(&parties), sorted_set(&predicate));
     let count = |s: &Sentence<'_>, set: &[u32]| stems_in(s.toks, set).len();
     let best = sentences
         .iter()
@@ -174,7 +168,7 @@ fn designated_party(
         for (si, s) in sentences
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.overlap == best)
+            .filter(|(_, s)| s.overlap() == best)
         {
             for j in 0..s.toks.len() {
                 if s.toks[j].stem_id != head {
@@ -230,7 +224,7 @@ pub(super) fn scope(a: &Analysis, sentences: &[Sentence<'_>], vocab: &text::Voca
         let restricted = (0..s.toks.len()).find(|&k| {
             is_restriction(vocab.norm(s.toks[k].norm_id)) || is_exception_marker(s.toks, vocab, k)
         });
-        if let (true, true, Some(k)) = (a.universal, s.overlap == best, restricted) {
+        if let (true, true, Some(k)) = (a.universal, s.overlap() == best, restricted) {
             return Some(Hit {
                 reason: Reason::ScopeConflict,
                 claim: ClaimSide::Universal,

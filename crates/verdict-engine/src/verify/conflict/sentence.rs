@@ -9,27 +9,29 @@ use super::super::{negates, polarity_of, Polarity};
 use super::exclusive_stems;
 use crate::text::{self, Token};
 
-/// One clause of the passage, and how many distinct claim terms it holds.
-///
-/// The polarity checks ask the same clause about each claim word in turn,
-/// so what they read per token (its polarity, where each stem occurs, which
-/// tokens name an exclusive state) is worked out once per clause, on first
-/// use: a check then costs the occurrences it looks at, not the claim's
-/// words times the passage's tokens.
+/// One clause of the passage, the claim terms it holds, and its per-token
+/// answers, each worked out on first use (see the module docs).
 pub(super) struct Sentence<'a> {
     pub(super) body: &'a str,
     pub(super) source_id: &'a str,
     pub(super) toks: &'a [Token],
-    /// Distinct claim terms the clause holds.
-    pub(super) overlap: usize,
-    /// Those terms' stems, sorted.
-    pub(super) seen: Vec<u32>,
+    /// The stems of the distinct claim terms the clause holds, sorted.
+    seen: Vec<u32>,
     /// Each token's polarity; `None` for a negator itself.
     polarities: OnceCell<Vec<Option<Polarity>>>,
     /// (stem, token index) of every token, sorted.
     by_stem: OnceCell<Vec<(u32, usize)>>,
     /// The tokens whose stem names a state with an exclusive rival, in order.
     stateful: OnceCell<Vec<usize>>,
+}
+
+/// `stems` sorted, without repeats: the form [`stems_in`] and
+/// [`Sentence::overlap_in`] search.
+pub(super) fn sorted_set(stems: &[u32]) -> Vec<u32> {
+    let mut v = stems.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// The distinct stems of `toks` that are among `stems` (sorted), sorted.
@@ -51,17 +53,20 @@ impl<'a> Sentence<'a> {
         toks: &'a [Token],
         term_stems: &[u32],
     ) -> Self {
-        let seen = stems_in(toks, term_stems);
         Sentence {
             body,
             source_id,
             toks,
-            overlap: seen.len(),
-            seen,
+            seen: stems_in(toks, term_stems),
             polarities: OnceCell::new(),
             by_stem: OnceCell::new(),
             stateful: OnceCell::new(),
         }
+    }
+
+    /// How many distinct claim terms the clause holds.
+    pub(super) fn overlap(&self) -> usize {
+        self.seen.len()
     }
 
     /// How many of one claim clause's terms (sorted) this clause holds: a
