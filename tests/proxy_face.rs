@@ -19,6 +19,7 @@ mod gate;
 mod hostile;
 mod provenance;
 mod proxy;
+mod raw_pass;
 mod reload;
 mod server_limits;
 mod shutdown;

@@ -35,6 +35,7 @@ impl Proxy {
     pub fn checker(app: Arc<App>, cfg: ProxyConfig, stats: ProxyStats) -> Result<Proxy, String> {
         let mut proxy = Proxy::new(app, Uri::default(), cfg, stats)?;
         proxy.mode = Mode::Check;
+        proxy.raw = None;
         Ok(proxy)
     }
 

@@ -36,6 +36,11 @@ pub const PATH_OVERRIDE_HEADERS: [&str; 2] = ["x-original-url", "x-rewrite-url"]
 
 /// The path another header asks the upstream to route to, if any.
 pub fn path_override(headers: &HeaderMap) -> Option<String> {
+    if headers.is_empty() {
+        // The raw pass-through's screen has looked already (no lookup by
+        // name, which parses the name, in an empty map).
+        return None;
+    }
     PATH_OVERRIDE_HEADERS.iter().find_map(|name| {
         headers
             .get(*name)
@@ -119,8 +124,8 @@ fn percent_decode_bytes(s: &str) -> Vec<u8> {
 /// or a `_method` query parameter. `Err` when it asks for several.
 pub fn override_method(headers: &HeaderMap, query: Option<&str>) -> Result<Option<String>, String> {
     let mut found: Vec<String> = Vec::new();
-    for name in OVERRIDE_HEADERS {
-        for v in headers.get_all(name) {
+    for name in OVERRIDE_HEADERS.iter().filter(|_| !headers.is_empty()) {
+        for v in headers.get_all(*name) {
             found.push(
                 String::from_utf8_lossy(v.as_bytes())
                     .trim()

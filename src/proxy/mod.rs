@@ -37,6 +37,7 @@ mod check;
 mod gated;
 mod guard;
 mod hold;
+mod raw;
 pub mod read;
 mod stats;
 mod unmatched;
@@ -99,6 +100,9 @@ pub struct Proxy {
     held: HeldSender,
     /// Forwarding, or checking for Envoy.
     mode: Mode,
+    /// The pass-through without hyper, when the upstream is plain HTTP and
+    /// unmatched requests are forwarded (see [`raw`]).
+    raw: Option<raw::Raw>,
 }
 
 /// What a proxy does with a request it lets through.
@@ -127,6 +131,7 @@ impl Proxy {
         Ok(Proxy {
             client,
             app,
+            raw: raw::Raw::new(&upstream, &cfg),
             upstream_host: upstream_host(&upstream),
             upstream,
             connector,
@@ -153,6 +158,10 @@ impl Proxy {
             stats: self.stats.clone(),
             held: self.held.clone(),
             mode: self.mode,
+            raw: self
+                .raw
+                .as_ref()
+                .and_then(|_| raw::Raw::new(&self.upstream, &self.cfg)),
         })
     }
 
@@ -207,6 +216,14 @@ impl Handler for Proxy {
 
     fn close(&self, affinity: Affinity) {
         self.idle.checkin(affinity);
+    }
+
+    fn serve_plain<'a>(
+        &'a self,
+        plain: &'a mut crate::server::Plain,
+        _affinity: &'a Affinity,
+    ) -> impl std::future::Future<Output = crate::server::PlainEnd> + Send + 'a {
+        self.serve_raw(plain)
     }
 
     async fn handle(

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -25,6 +26,7 @@ use hyper_util::server::graceful::{GracefulConnection, Watcher};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
+use super::plain::{Plain, PlainEnd, Rewind};
 use super::{
     framing, idle, Admitted, ConnBuilders, ConnInfo, Handler, ReqBody, RESERVED_HEADER_TIMEOUT,
     RESERVED_IDLE_TIMEOUT, RESERVED_LIFETIME,
@@ -95,6 +97,8 @@ pub(super) struct Connection<H: Handler> {
     pub(super) builders: ConnBuilders,
     pub(super) acceptor: Option<TlsAcceptor>,
     pub(super) watcher: Watcher,
+    /// Turns true when the listener drains.
+    pub(super) drain: tokio::sync::watch::Receiver<bool>,
     pub(super) limits: ConnLimits,
 }
 
@@ -111,6 +115,7 @@ impl<H: Handler> Connection<H> {
             builders,
             acceptor,
             watcher,
+            drain,
             limits,
         } = self;
         let peer = conn.peer;
@@ -152,13 +157,42 @@ impl<H: Handler> Connection<H> {
                     Ok(Ok(n)) if n > 0 => n,
                     _ => return,
                 };
-                let io = TokioIo::new(framing::Watched::new(stream, ambiguous));
                 if H2_PREFACE.starts_with(&first[..n]) {
                     // HTTP/2, or too few bytes yet to tell: the auto
                     // builder reads on until it can.
+                    let io = TokioIo::new(framing::Watched::new(
+                        Rewind::new(Bytes::new(), stream),
+                        ambiguous,
+                    ));
                     let conn = builders.auto.serve_connection(io, service);
                     Box::pin(serve_until_idle(watcher, conn, idle, drive, lifetime)).await
                 } else {
+                    // The handler's turn first (the pass-through's own
+                    // loop); hyper serves whatever it gives back.
+                    let (stream, pre) = if limits.reserved {
+                        (stream, Bytes::new())
+                    } else {
+                        let mut plain = Plain {
+                            stream,
+                            buf: BytesMut::new(),
+                            conn,
+                            header_timeout,
+                            idle_timeout,
+                            body_timeout: limits.body_timeout,
+                            body_min_rate: limits.body_min_rate,
+                            drain,
+                        };
+                        if closer.serve_plain(&mut plain, &state).await == PlainEnd::Closed {
+                            drop((drive, service));
+                            if let Ok(state) = Arc::try_unwrap(state) {
+                                closer.close(state);
+                            }
+                            return;
+                        }
+                        (plain.stream, plain.buf.freeze())
+                    };
+                    let io =
+                        TokioIo::new(framing::Watched::new(Rewind::new(pre, stream), ambiguous));
                     let conn = builders.http1.serve_connection(io, service);
                     serve_until_idle(watcher, conn, idle, drive, lifetime).await
                 }

@@ -48,9 +48,11 @@ mod conn;
 mod framing;
 pub(crate) mod idle;
 pub mod pace;
+pub mod plain;
 pub mod tls;
 
 pub use pace::ReqBody;
+pub use plain::{Plain, PlainEnd};
 pub use tls::ReloadingCert;
 
 use conn::{ConnLimits, Connection};
@@ -113,6 +115,17 @@ pub trait Handler: Send + Sync + 'static {
 
     /// Called with the state once its connection has ended.
     fn close(&self, _state: Self::Conn) {}
+
+    /// Serves the requests of a plain HTTP/1 connection itself, before
+    /// hyper does, for as long as it takes them (see [`plain`]); a reserved
+    /// connection is never offered. By default it takes none.
+    fn serve_plain<'a>(
+        &'a self,
+        _plain: &'a mut Plain,
+        _state: &'a Self::Conn,
+    ) -> impl Future<Output = PlainEnd> + Send + 'a {
+        std::future::ready(PlainEnd::Hyper)
+    }
 }
 
 /// A TLS certificate or configuration that could not be loaded or built.
@@ -418,6 +431,7 @@ async fn serve_shared<H: Handler>(
             builders: builders.pick(reserved),
             acceptor: acceptor.clone(),
             watcher: drain.watcher(),
+            drain: shutdown.clone(),
             limits: ConnLimits::new(&limits, reserved, draining),
         };
         tokio::spawn(connection.serve(stream));
