@@ -9,9 +9,11 @@
 //! no upstream connection: the upstream connections number the requests in
 //! flight, not the clients connected.
 //!
-//! hyper parses and writes both sides, as before: the downstream request is
-//! read by hyper's server, the upstream request written by hyper's client
+//! hyper parses and writes both sides: the downstream request is read by
+//! hyper's server, the upstream request written by hyper's client
 //! (`hyper::client::conn::http1`, the same code the pooled client uses).
+//! This carries what the raw pass-through (`super::raw`) leaves to hyper:
+//! allowed gated calls, and requests on a connection handed to hyper.
 //! HTTP/2 downstreams, and held calls forwarded after their approval, use
 //! the pooled client.
 
@@ -220,7 +222,7 @@ fn connect_error(e: hyper::Error) -> UpstreamError {
 /// How often a proxy thread's idle list is swept: connections the upstream
 /// closed and connections past [`IDLE_TIMEOUT`] are dropped, so they do not
 /// wait for the next checkout while the proxy is quiet.
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
+pub(super) const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Idle upstream connections of one proxy thread, newest last. Only that
 /// thread uses it (its requests and its sweeper task), so its lock is never
@@ -277,7 +279,11 @@ impl IdleUpstreams {
     fn keep(&self, send: SendRequest<RespBody>, conn: Pin<Box<UpstreamConn>>) {
         if !self.sweeping.swap(true, Ordering::Relaxed) {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(sweep(Arc::downgrade(&self.list), self.sweep_every));
+                runtime.spawn(sweep(
+                    Arc::downgrade(&self.list),
+                    self.sweep_every,
+                    Idle::live,
+                ));
             }
         }
         // Expired and closed ones leave with the sweep (or a checkout).
@@ -310,16 +316,20 @@ impl IdleUpstreams {
     }
 }
 
-/// Drops the dead and the expired from an idle list every `every`, until
-/// the list is gone.
-async fn sweep(list: Weak<Mutex<Vec<Idle>>>, every: Duration) {
+/// Drops the dead and the expired (those not `live`) from an idle list
+/// every `every`, until the list is gone.
+pub(super) async fn sweep<T>(
+    list: Weak<Mutex<Vec<T>>>,
+    every: Duration,
+    live: fn(&mut T, &mut Context<'_>) -> bool,
+) {
     loop {
         tokio::time::sleep(every).await;
         let Some(list) = list.upgrade() else {
             return;
         };
         let mut cx = Context::from_waker(Waker::noop());
-        lock(&list).retain_mut(|idle| idle.live(&mut cx));
+        lock(&list).retain_mut(|idle| live(idle, &mut cx));
     }
 }
 

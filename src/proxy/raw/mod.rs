@@ -20,13 +20,15 @@
 //! (`server::pace`); a response body is passed on by its length, its chunks
 //! or (re-chunked) until the upstream closes. Upstream connections are
 //! borrowed per request from this thread's own idle list, as the affinity
-//! path borrows hyper's. Upstream failures get the same JSON errors, and
+//! path borrows hyper's, and swept the same way. Upstream failures get the same JSON errors, and
 //! the connection is closed after them.
 
 mod chunks;
 mod head;
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
@@ -50,13 +52,6 @@ const MAX_HEAD: usize = 64 * 1024;
 /// How much room each read is given.
 const READ_CHUNK: usize = 8 * 1024;
 
-/// An idle upstream connection older than this is checked before reuse:
-/// one the upstream closed meanwhile is dropped instead of written to.
-/// A younger one is checked only for a request that could not be sent
-/// again; a whole idempotent request is sent again instead when the
-/// connection turns out closed (one `recvfrom` fewer per request).
-const CHECK_AFTER: Duration = Duration::from_secs(1);
-
 /// Reused connections tried for one request before a new one is opened.
 const MAX_REUSED_TRIES: usize = 3;
 
@@ -66,7 +61,35 @@ pub(super) struct Raw {
     target: Target,
     host: String,
     port: u16,
-    idle: Mutex<Vec<(TcpStream, Instant)>>,
+    /// Newest last; swept every second once the first is kept, as the
+    /// affinity path's list is (`super::affinity::sweep`).
+    idle: Arc<Mutex<Vec<Idle>>>,
+    sweeping: AtomicBool,
+}
+
+/// An upstream connection whose response is done, waiting for the next.
+struct Idle {
+    stream: TcpStream,
+    since: Instant,
+}
+
+impl Idle {
+    /// Within `IDLE_TIMEOUT`, and not closed by the upstream as far as the
+    /// runtime has seen: no read readiness (a close or unasked bytes would
+    /// have set it), so no system call in the usual case.
+    fn live(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.since.elapsed() >= super::affinity::IDLE_TIMEOUT {
+            return false;
+        }
+        match self.stream.poll_read_ready(cx) {
+            Poll::Pending => true,
+            Poll::Ready(Ok(())) => {
+                let mut probe = [0u8; 1];
+                matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            }
+            Poll::Ready(Err(_)) => false,
+        }
+    }
 }
 
 impl Raw {
@@ -87,47 +110,46 @@ impl Raw {
             },
             host: host.to_string(),
             port: upstream.port_u16().unwrap_or(80),
-            idle: Mutex::new(Vec::new()),
+            idle: Arc::default(),
+            sweeping: AtomicBool::new(false),
         })
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(TcpStream, Instant)>> {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The most recently used idle upstream connection that is still
-    /// usable, if any. One idle for a while, or any when `check` (a
-    /// request that could not be sent again), is first checked for a close
-    /// from the upstream.
-    fn checkout(&self, check: bool) -> Option<TcpStream> {
+    /// The most recently used idle upstream connection still live.
+    fn checkout(&self) -> Option<TcpStream> {
+        let mut cx = Context::from_waker(Waker::noop());
         let mut idle = self.idle();
-        while let Some((stream, since)) = idle.pop() {
-            let quiet = since.elapsed();
-            if quiet >= super::affinity::IDLE_TIMEOUT {
-                // The rest are older still.
-                idle.clear();
-                return None;
-            }
-            if (quiet < CHECK_AFTER && !check) || still_open(&stream) {
-                return Some(stream);
+        while let Some(mut one) = idle.pop() {
+            if one.live(&mut cx) {
+                return Some(one.stream);
             }
         }
         None
     }
 
     /// Keeps an upstream connection whose response is done for the next
-    /// request; the oldest is closed past `IDLE_MAX`.
+    /// request; past `IDLE_MAX` it is closed.
     fn checkin(&self, stream: TcpStream) {
-        let mut idle = self.idle();
-        let expired = idle
-            .iter()
-            .take_while(|(_, since)| since.elapsed() >= super::affinity::IDLE_TIMEOUT)
-            .count();
-        idle.drain(..expired);
-        if idle.len() >= super::affinity::IDLE_MAX {
-            idle.remove(0);
+        if !self.sweeping.swap(true, Ordering::Relaxed) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(super::affinity::sweep(
+                    Arc::downgrade(&self.idle),
+                    super::affinity::SWEEP_EVERY,
+                    Idle::live,
+                ));
+            }
         }
-        idle.push((stream, Instant::now()));
+        let mut idle = self.idle();
+        if idle.len() < super::affinity::IDLE_MAX {
+            idle.push(Idle {
+                stream,
+                since: Instant::now(),
+            });
+        }
     }
 
     async fn connect(&self, within: Duration) -> Result<TcpStream, Failure> {
@@ -143,13 +165,6 @@ impl Raw {
             ))),
         }
     }
-}
-
-/// Whether an idle connection has neither been closed by its peer nor
-/// sent anything unasked.
-fn still_open(stream: &TcpStream) -> bool {
-    let mut probe = [0u8; 1];
-    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 /// Why a request taken by the raw path got no upstream answer.
@@ -334,8 +349,9 @@ impl Proxy {
 
     /// Sends the head (and what came of the body with it), streams the
     /// rest of the body, and reads the response head. A reused connection
-    /// that closes before any answer is replaced when nothing of the
-    /// request is lost by sending it again (a whole idempotent request).
+    /// that closes before any answer (its close not yet seen when it was
+    /// taken) is replaced when nothing of the request is lost by sending it
+    /// again: a whole idempotent request.
     async fn send_raw(
         &self,
         p: &mut Plain,
@@ -348,7 +364,7 @@ impl Proxy {
         let mut tries = 0;
         loop {
             let reused = if tries < MAX_REUSED_TRIES {
-                raw.checkout(!again)
+                raw.checkout()
             } else {
                 None
             };
