@@ -132,7 +132,13 @@ impl ProxyStats {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         match result {
-            Ok(()) => self.last_ok_ms.store(now, Ordering::Relaxed),
+            // Stored only when it changed: both proxy threads answer here
+            // many times a millisecond, and a store on every answer would
+            // bounce the line between their cores.
+            Ok(()) if self.last_ok_ms.load(Ordering::Relaxed) != now => {
+                self.last_ok_ms.store(now, Ordering::Relaxed);
+            }
+            Ok(()) => {}
             Err(kind) => {
                 self.last_err_ms.store(now, Ordering::Relaxed);
                 self.upstream_errors

@@ -257,10 +257,8 @@ impl Proxy {
                 p.buf.reserve(READ_CHUNK);
                 match p.stream.try_read_buf(&mut p.buf) {
                     Ok(0) => return Next::Closed,
-                    Ok(_) => {
-                        deadline = Some(tokio::time::Instant::now() + p.header_timeout);
-                        continue;
-                    }
+                    // The head's timer starts if the head is not whole.
+                    Ok(_) => continue,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                     Err(_) => return Next::Closed,
                 }
@@ -300,7 +298,7 @@ impl Proxy {
     /// Forwards one taken request and passes its answer back; whether the
     /// connection goes on.
     async fn exchange(&self, p: &mut Plain, raw: &Raw, mut plan: Plan) -> bool {
-        let started = Instant::now();
+        let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
         self.stats.unmatched_pass.inc();
         let buffered = usize::try_from(plan.body_len)
             .unwrap_or(usize::MAX)
@@ -323,7 +321,7 @@ impl Proxy {
                 tracing::debug!(
                     request_id = %plan.request_id,
                     status,
-                    latency_ms = crate::http::latency_ms(started.elapsed()),
+                    latency_ms = started.map(|s| crate::http::latency_ms(s.elapsed())),
                     "passed through"
                 );
                 return false;
@@ -341,7 +339,7 @@ impl Proxy {
         tracing::debug!(
             request_id = %plan.request_id,
             status,
-            latency_ms = crate::http::latency_ms(started.elapsed()),
+            latency_ms = started.map(|s| crate::http::latency_ms(s.elapsed())),
             "passed through"
         );
         !plan.close
