@@ -106,6 +106,13 @@ impl PolicyStore {
         self.current.load_full()
     }
 
+    /// The live set for a look that ends before any `.await` (routing a
+    /// request): no count taken on the set's `Arc`, which every proxy
+    /// thread would otherwise move between their cores on each request.
+    pub fn load(&self) -> arc_swap::Guard<Arc<PolicySet>> {
+        self.current.load()
+    }
+
     /// A copy of the reload bookkeeping.
     pub fn status(&self) -> ReloadStatus {
         lock(&self.status).clone()

@@ -276,7 +276,7 @@ impl Proxy {
     /// The plan for a parsed request head, when the raw path takes it.
     fn take(&self, req: &httparse::Request<'_, '_>, client: &Client, raw: &Raw) -> Option<Plan> {
         let s = head::screen(req)?;
-        let set = self.app.policies.load_full();
+        let set = self.app.policies.load();
         let routed = read::route(
             &set,
             &self.cfg,
