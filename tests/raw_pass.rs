@@ -96,9 +96,13 @@ async fn serve(
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
             }
         }
+        let body_sum: u64 = buf[end..end + len].iter().map(|&b| u64::from(b)).sum();
         buf.drain(..end + len);
         let path = head.split(' ').nth(1).unwrap_or("").to_string();
-        heads.lock().unwrap().push(head);
+        heads
+            .lock()
+            .unwrap()
+            .push(format!("{head}body: {len} bytes, sum {body_sum}\r\n"));
         let (bytes, after) = answer(&path);
         if sock.write_all(&bytes).await.is_err() || after == After::Close {
             return;
@@ -142,8 +146,13 @@ fn parse_response(buf: &[u8], head_only: bool) -> Option<(String, Vec<u8>, usize
 
 /// Sends `req` on `sock` and reads one response.
 async fn exchange(sock: &mut TcpStream, req: &str) -> (String, String) {
-    sock.write_all(req.as_bytes()).await.unwrap();
-    let mut all = responses(sock, 1, req.starts_with("HEAD ")).await;
+    exchange_bytes(sock, req.as_bytes()).await
+}
+
+/// [`exchange`] with a request of any bytes.
+async fn exchange_bytes(sock: &mut TcpStream, req: &[u8]) -> (String, String) {
+    sock.write_all(req).await.unwrap();
+    let mut all = responses(sock, 1, req.starts_with(b"HEAD ")).await;
     all.remove(0)
 }
 
@@ -178,8 +187,32 @@ async fn responses(sock: &mut TcpStream, n: usize, head_only: bool) -> Vec<(Stri
     support::within(WAIT, "responses", read).await
 }
 
+/// A body of `n` bytes that is not one repeated byte.
+fn big(n: usize) -> Vec<u8> {
+    (0..n).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
 fn answer(path: &str) -> (Vec<u8>, After) {
     let keep = After::KeepOpen;
+    match path {
+        "/big" => {
+            let mut out =
+                format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", 1 << 20).into_bytes();
+            out.extend_from_slice(&big(1 << 20));
+            return (out, keep);
+        }
+        "/big-chunked" => {
+            let mut out = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+            for piece in big(1 << 20).chunks(3000) {
+                out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                out.extend_from_slice(piece);
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(b"0\r\n\r\n");
+            return (out, keep);
+        }
+        _ => {}
+    }
     let bytes: &[u8] = match path.split('?').next().unwrap_or("") {
         "/chunked" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Up: 1\r\n\r\n3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nx-trailer: t\r\n\r\n",
         "/informational" => b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
@@ -350,4 +383,37 @@ async fn a_gated_request_after_a_passed_one_still_meets_the_gate() {
     let paths: Vec<String> = g.up.calls().iter().map(|c| c.path.clone()).collect();
     assert_eq!(paths, ["/first", "/after"]);
     g.s.shutdown().await;
+}
+
+#[tokio::test]
+async fn large_bodies_pass_whole_both_ways() {
+    let up = Scripted::start(answer).await;
+    let s = proxy_to(&up).await;
+    let mut sock = TcpStream::connect(s.proxy_addr()).await.unwrap();
+    let body = big(3 << 20);
+    let sum: u64 = body.iter().map(|&b| u64::from(b)).sum();
+    let mut req = format!(
+        "POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&body);
+    let (head, _) = exchange_bytes(&mut sock, &req).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let got = up.heads();
+    assert!(
+        got[0].ends_with(&format!("body: {} bytes, sum {sum}\r\n", body.len())),
+        "{}",
+        got[0]
+    );
+    for path in ["/big", "/big-chunked"] {
+        let (head, text) = exchange(
+            &mut sock,
+            &format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n"),
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(text.as_bytes(), big(1 << 20), "{path}");
+    }
+    s.shutdown().await;
 }
