@@ -82,6 +82,22 @@ async fn serve(
             }
         };
         let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        if head.starts_with("POST /reject ") {
+            // Answers before reading the body, then closes with it unread
+            // (a reset).
+            let _ = sock
+                .write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo big!")
+                .await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            heads.lock().unwrap().push(head);
+            return;
+        }
+        if head.starts_with("GET /until-reset ") {
+            let _ = sock.write_all(b"HTTP/1.1 200 OK\r\n\r\npartial").await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let _ = sock.set_zero_linger();
+            return;
+        }
         let len: usize = head
             .lines()
             .find_map(|l| {
@@ -415,5 +431,88 @@ async fn large_bodies_pass_whole_both_ways() {
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         assert_eq!(text.as_bytes(), big(1 << 20), "{path}");
     }
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_upstream_that_answers_before_the_body_is_heard() {
+    let up = Scripted::start(answer).await;
+    let s = proxy_to(&up).await;
+    let mut sock = TcpStream::connect(s.proxy_addr()).await.unwrap();
+    let body = big(4 << 20);
+    let mut req = format!(
+        "POST /reject HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&body);
+    // The client may find the connection closed before it has sent all.
+    let writer = async {
+        let _ = sock.write_all(&req).await;
+    };
+    let _ = tokio::time::timeout(WAIT, writer).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(WAIT, sock.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.starts_with("HTTP/1.1 413"),
+        "the upstream's own answer: {text}"
+    );
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close\r\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("too big!"), "{text}");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_body_until_close_that_is_cut_off_is_not_passed_as_whole() {
+    let up = Scripted::start(answer).await;
+    let s = proxy_to(&up).await;
+    let mut sock = TcpStream::connect(s.proxy_addr()).await.unwrap();
+    sock.write_all(b"GET /until-reset HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(WAIT, sock.read_to_end(&mut out)).await;
+    assert!(read.is_ok(), "the connection is closed");
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        !text.ends_with("0\r\n\r\n"),
+        "a cut body must not end like a whole one: {text:?}"
+    );
+    s.shutdown().await;
+}
+
+/// A connection the raw path hands to hyper after a while of requests is
+/// not taken for idle: the wait for the rest of a head hyper must read is
+/// not cut by the idle timeout the raw path's requests kept at bay.
+#[tokio::test]
+async fn a_connection_handed_to_hyper_late_is_not_idle() {
+    let up = Scripted::start(answer).await;
+    let url = format!("http://{}", up.addr);
+    let policy = RefundPolicy::new("strict").build();
+    let s = TestServer::with_policies(&[("refunds.toml", &policy)], |c| {
+        c.proxy.upstream = Some(url);
+        c.server.idle_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let mut sock = TcpStream::connect(s.proxy_addr()).await.unwrap();
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        let (head, _) = exchange(&mut sock, "GET /plain HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A head over the raw path's 64 KiB goes to hyper, in two parts.
+    let filler = "a".repeat(70 * 1024);
+    let head = format!("GET /plain HTTP/1.1\r\nhost: x\r\nx-filler: {filler}\r\n");
+    sock.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (head, body) = exchange(&mut sock, "\r\n").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, "hello");
     s.shutdown().await;
 }

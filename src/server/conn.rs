@@ -189,6 +189,9 @@ impl<H: Handler> Connection<H> {
                             }
                             return;
                         }
+                        // The connection was busy until now: its idle
+                        // clock starts at the hand-over.
+                        drop(activity.begin());
                         (plain.stream, plain.buf.freeze())
                     };
                     let io =

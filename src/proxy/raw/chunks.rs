@@ -52,8 +52,8 @@ impl Chunks {
             let rest = &input[pos..];
             match self.state {
                 State::Done => return Ok(pos),
-                State::Size => match httparse::parse_chunk_size(rest) {
-                    Ok(httparse::Status::Complete((n, size))) => {
+                State::Size => match size_line(rest)? {
+                    Some((n, size)) => {
                         pos += n;
                         if size == 0 {
                             self.state = State::Trailers;
@@ -62,8 +62,7 @@ impl Chunks {
                             self.state = State::Data(size);
                         }
                     }
-                    Ok(httparse::Status::Partial) if rest.len() <= MAX_LINE => return Ok(pos),
-                    _ => return Err(BadResponse("malformed chunk size")),
+                    None => return Ok(pos),
                 },
                 State::Data(left) => {
                     if rest.is_empty() {
@@ -112,6 +111,37 @@ impl Chunks {
     }
 }
 
+/// A chunk size line at the start of `rest`, read as strictly as hyper's
+/// decoder reads one: one to sixteen hex digits, optional spaces or tabs,
+/// an optional extension without CR or LF, then CRLF. `None` until the
+/// line is whole; its length and the size once it is.
+fn size_line(rest: &[u8]) -> Result<Option<(usize, u64)>, BadResponse> {
+    const BAD: BadResponse = BadResponse("malformed chunk size");
+    let Some(lf) = rest.iter().take(MAX_LINE + 1).position(|&b| b == b'\n') else {
+        return if rest.len() > MAX_LINE {
+            Err(BAD)
+        } else {
+            Ok(None)
+        };
+    };
+    let line = rest[..lf].strip_suffix(b"\r").ok_or(BAD)?;
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 || digits > 16 {
+        return Err(BAD);
+    }
+    let blank = line[digits..]
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count();
+    let after = &line[digits + blank..];
+    if !(after.is_empty() || after.starts_with(b";")) || after.contains(&b'\r') {
+        return Err(BAD);
+    }
+    let hex = std::str::from_utf8(&line[..digits]).map_err(|_| BAD)?;
+    let size = u64::from_str_radix(hex, 16).map_err(|_| BAD)?;
+    Ok(Some((lf + 1, size)))
+}
+
 /// One piece of a body that ends when the upstream closes, as a chunk.
 pub(super) fn frame(data: &[u8], out: &mut Vec<u8>) {
     if !data.is_empty() {
@@ -155,7 +185,20 @@ mod tests {
 
     #[test]
     fn malformed_chunks_are_refused() {
-        for bad in [&b"zz\r\nhello\r\n"[..], b"3\r\nhello\r\n0\r\n\r\n"] {
+        let bad_inputs: [&[u8]; 9] = [
+            b"zz\r\nhello\r\n",
+            b"3\r\nhello\r\n0\r\n\r\n",
+            // No digits: not a last chunk.
+            b"\r\nREST",
+            b";x\r\nREST",
+            b" \r\nREST",
+            // A bare LF, in an extension or ending the line.
+            b"5;a\nb\r\nhello\r\n",
+            b"5\nhello\r\n",
+            b"12345678901234567\r\n",
+            b"5 \r;x\r\nhello\r\n",
+        ];
+        for bad in bad_inputs {
             let mut c = Chunks::new();
             assert!(c.relay(bad, &mut Vec::new()).is_err(), "{bad:?}");
         }

@@ -269,6 +269,19 @@ pub(super) struct Answer {
     pub(super) reusable: bool,
 }
 
+impl Answer {
+    /// The answer when the client's connection closes after it: it says
+    /// so, and the upstream connection is not reused.
+    pub(super) fn closing(mut self, plan: &Plan) -> Answer {
+        if !plan.close && self.head.ends_with(b"\r\n\r\n") {
+            self.head.truncate(self.head.len() - 2);
+            self.head.extend_from_slice(b"connection: close\r\n\r\n");
+        }
+        self.reusable = false;
+        self
+    }
+}
+
 /// Why an upstream response head cannot be passed on: a 502.
 #[derive(Debug)]
 pub(super) struct BadResponse(pub(super) &'static str);
@@ -286,16 +299,13 @@ pub(super) fn answer(
     let status = resp.code.ok_or(BadResponse("no status"))?;
     let version = resp.version.ok_or(BadResponse("no version"))?;
     let mut listed: Vec<&[u8]> = Vec::new();
-    let mut upstream_close = version == 0;
+    let (mut close, mut keep_alive) = (false, false);
     let (mut length, mut chunked, mut encoded) = (None, false, false);
     for h in resp.headers.iter() {
         if h.name.eq_ignore_ascii_case("connection") {
             for t in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                if t.eq_ignore_ascii_case(b"close") {
-                    upstream_close = true;
-                } else if version == 0 && t.eq_ignore_ascii_case(b"keep-alive") {
-                    upstream_close = false;
-                }
+                close |= t.eq_ignore_ascii_case(b"close");
+                keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
                 listed.push(t);
             }
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
@@ -313,6 +323,8 @@ pub(super) fn answer(
             length = Some(n);
         }
     }
+    // `close` wins over `keep-alive`; HTTP/1.0 keeps only when asked to.
+    let upstream_close = close || (version == 0 && !keep_alive);
     let no_body = plan.head_only || status == 204 || status == 304;
     let framing = match (no_body, encoded, chunked, length) {
         (true, ..) => Framing::Empty,

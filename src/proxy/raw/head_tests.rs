@@ -175,6 +175,16 @@ fn each_framing_is_read_as_hyper_reads_it() {
             Framing::Length(4),
             true,
         ),
+        (
+            "HTTP/1.0 200 OK\r\ncontent-length: 4\r\nconnection: close, keep-alive\r\n\r\n",
+            Framing::Length(4),
+            false,
+        ),
+        (
+            "HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: keep-alive, close\r\n\r\n",
+            Framing::Length(4),
+            false,
+        ),
     ];
     for (head, framing, reusable) in cases {
         let a = answer_of(head, &get()).unwrap();

@@ -71,6 +71,10 @@ pub(super) struct Raw {
 struct Idle {
     stream: TcpStream,
     since: Instant,
+    /// Its last answer had no body (a `HEAD`'s, a 204, a 304): an upstream
+    /// that sends one anyway may still be sending it, so the socket itself
+    /// is read before reuse, not only the readiness the runtime has seen.
+    bodiless: bool,
 }
 
 impl Idle {
@@ -82,8 +86,8 @@ impl Idle {
             return false;
         }
         match self.stream.poll_read_ready(cx) {
-            Poll::Pending => true,
-            Poll::Ready(Ok(())) => {
+            Poll::Pending if !self.bodiless => true,
+            Poll::Pending | Poll::Ready(Ok(())) => {
                 let mut probe = [0u8; 1];
                 matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
             }
@@ -133,7 +137,7 @@ impl Raw {
 
     /// Keeps an upstream connection whose response is done for the next
     /// request; past `IDLE_MAX` it is closed.
-    fn checkin(&self, stream: TcpStream) {
+    fn checkin(&self, stream: TcpStream, bodiless: bool) {
         if !self.sweeping.swap(true, Ordering::Relaxed) {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(super::affinity::sweep(
@@ -148,6 +152,7 @@ impl Raw {
             idle.push(Idle {
                 stream,
                 since: Instant::now(),
+                bodiless,
             });
         }
     }
@@ -180,6 +185,8 @@ enum Failure {
     BodySlow,
     /// A reused connection closed before any answer: worth another.
     Stale,
+    /// The upstream stopped reading the request body.
+    UpstreamStopped(String),
 }
 
 /// What the next request on the connection is.
@@ -205,15 +212,14 @@ impl Proxy {
         };
         let client = Client::of(p.conn);
         loop {
-            if p.draining() {
-                return PlainEnd::Closed;
-            }
             let plan = match self.next_request(p, raw, &client).await {
                 Next::Taken(plan) => plan,
                 Next::Hyper => return PlainEnd::Hyper,
                 Next::Closed => return PlainEnd::Closed,
             };
-            if !self.exchange(p, raw, plan).await {
+            // A drain lets the request in flight finish, then closes, as
+            // hyper's graceful shutdown does.
+            if !self.exchange(p, raw, plan).await || p.draining() {
                 return PlainEnd::Closed;
             }
         }
@@ -244,13 +250,15 @@ impl Proxy {
             } else {
                 // Between requests the connection holds no buffer.
                 p.buf = BytesMut::new();
+                // A request already sent is served even when the drain has
+                // begun; an idle connection closes at the drain.
                 let readable = tokio::time::timeout(p.idle_timeout, p.stream.readable());
                 tokio::select! {
                     biased;
-                    () = drained(&mut p.drain) => return Next::Closed,
                     r = readable => if !matches!(r, Ok(Ok(()))) {
                         return Next::Closed;
                     },
+                    () = drained(&mut p.drain) => return Next::Closed,
                 }
                 // Usually the whole head is there: read it without arming
                 // the head's timer.
@@ -314,7 +322,7 @@ impl Proxy {
             Ok(Err(f)) => Err(f),
             Err(_) => Err(Failure::Timeout),
         };
-        let (mut up, mut rbuf, answer) = match failed {
+        let (mut up, mut rbuf, answer, cut) = match failed {
             Ok(x) => x,
             Err(f) => {
                 let status = self.fail(p, f, &plan.request_id).await;
@@ -329,12 +337,13 @@ impl Proxy {
         };
         self.stats.upstream(Ok(()));
         let status = answer.status;
+        let bodiless = answer.framing == Framing::Empty;
         let Ok(reusable) = relay(p, &mut up, &mut rbuf, answer).await else {
             tracing::debug!(request_id = %plan.request_id, "response broke off while passed through");
             return false;
         };
         if reusable && rbuf.is_empty() {
-            raw.checkin(up);
+            raw.checkin(up, bodiless);
         }
         tracing::debug!(
             request_id = %plan.request_id,
@@ -342,14 +351,17 @@ impl Proxy {
             latency_ms = started.map(|s| crate::http::latency_ms(s.elapsed())),
             "passed through"
         );
-        !plan.close
+        !plan.close && !cut
     }
 
     /// Sends the head (and what came of the body with it), streams the
     /// rest of the body, and reads the response head. A reused connection
     /// that closes before any answer (its close not yet seen when it was
     /// taken) is replaced when nothing of the request is lost by sending it
-    /// again: a whole idempotent request.
+    /// again: a whole idempotent request. An upstream that answers before
+    /// it has read the whole body (a 413, a 401) and stops reading has its
+    /// answer passed on, and the client's connection is closed after it
+    /// (`true` last: the rest of its body was never read).
     async fn send_raw(
         &self,
         p: &mut Plain,
@@ -357,7 +369,7 @@ impl Proxy {
         first: &[u8],
         rest: u64,
         plan: &Plan,
-    ) -> Result<(TcpStream, BytesMut, Answer), Failure> {
+    ) -> Result<(TcpStream, BytesMut, Answer, bool), Failure> {
         let again = plan.idempotent && rest == 0;
         let mut tries = 0;
         loop {
@@ -375,13 +387,21 @@ impl Proxy {
             let result = async {
                 up.write_all(first).await.map_err(|_| Failure::Stale)?;
                 if rest > 0 {
-                    copy_body(p, &mut up, rest).await?;
+                    match copy_body(p, &mut up, rest).await {
+                        Ok(()) => {}
+                        Err(Failure::UpstreamStopped(why)) => {
+                            let early = read_answer(&mut up, plan).await;
+                            let (rbuf, answer) = early.map_err(|_| Failure::Connect(why))?;
+                            return Ok((rbuf, answer.closing(plan), true));
+                        }
+                        Err(f) => return Err(f),
+                    }
                 }
-                read_answer(&mut up, plan).await
+                read_answer(&mut up, plan).await.map(|(r, a)| (r, a, false))
             }
             .await;
             match result {
-                Ok((rbuf, answer)) => return Ok((up, rbuf, answer)),
+                Ok((rbuf, answer, cut)) => return Ok((up, rbuf, answer, cut)),
                 Err(Failure::Stale) if was_reused && again => continue,
                 Err(Failure::Stale) => {
                     return Err(Failure::Connect(
@@ -401,7 +421,7 @@ impl Proxy {
                 self.stats.upstream(Err("timeout"));
                 ApiError::UpstreamTimeout(self.cfg.response_timeout)
             }
-            Failure::Connect(m) => {
+            Failure::Connect(m) | Failure::UpstreamStopped(m) => {
                 self.stats.upstream(Err("connect"));
                 ApiError::UpstreamUnavailable(m)
             }
@@ -454,7 +474,7 @@ async fn copy_body(p: &mut Plain, up: &mut TcpStream, mut rest: u64) -> Result<(
         let take = usize::try_from(rest).unwrap_or(usize::MAX).min(p.buf.len());
         up.write_all(&p.buf[..take])
             .await
-            .map_err(|e| Failure::Connect(e.to_string()))?;
+            .map_err(|e| Failure::UpstreamStopped(e.to_string()))?;
         p.buf.advance(take);
         rest -= take as u64;
         received += take as u64;
@@ -548,9 +568,14 @@ async fn relay(
             p.stream.write_all(&out).await.map_err(drop)?;
             out.clear();
             rbuf.reserve(READ_CHUNK);
-            if matches!(up.read_buf(rbuf).await, Ok(0) | Err(_)) {
-                p.stream.write_all(b"0\r\n\r\n").await.map_err(drop)?;
-                return Ok(false);
+            match up.read_buf(rbuf).await {
+                Ok(0) => {
+                    p.stream.write_all(b"0\r\n\r\n").await.map_err(drop)?;
+                    return Ok(false);
+                }
+                Ok(_) => {}
+                // Cut off, not ended: the client must not take it as whole.
+                Err(_) => return Err(()),
             }
         },
     }
