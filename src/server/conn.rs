@@ -3,9 +3,12 @@
 //! requests (and refuses those it may not make), its TLS handshake, and
 //! serving it until it ends, goes idle or is drained.
 //!
-//! A plain connection whose first bytes are not HTTP/2's preface is served
-//! by hyper's HTTP/1 connection directly, inside the task; TLS and HTTP/2
-//! connections go through hyper-util's auto builder, boxed. The task of the
+//! A plain connection whose first bytes are not HTTP/2's preface is first
+//! offered to the handler ([`Handler::serve_plain`], the proxy's raw
+//! pass-through; see [`super::plain`]), then served by hyper's HTTP/1
+//! connection directly, inside the task, from the request the handler gave
+//! back; TLS and HTTP/2 connections go through hyper-util's auto builder,
+//! boxed. The task of the
 //! common case, many keep-alive HTTP/1 clients, stays small: it does not
 //! carry room for an HTTP/2 connection or a TLS session it never has, and
 //! hyper's read buffer is not split by the auto builder's look at the first
@@ -160,10 +163,7 @@ impl<H: Handler> Connection<H> {
                 if H2_PREFACE.starts_with(&first[..n]) {
                     // HTTP/2, or too few bytes yet to tell: the auto
                     // builder reads on until it can.
-                    let io = TokioIo::new(framing::Watched::new(
-                        Rewind::new(Bytes::new(), stream),
-                        ambiguous,
-                    ));
+                    let io = TokioIo::new(framing::Watched::new(stream, ambiguous));
                     let conn = builders.auto.serve_connection(io, service);
                     Box::pin(serve_until_idle(watcher, conn, idle, drive, lifetime)).await
                 } else {
