@@ -12,22 +12,17 @@ use std::fmt::Write as _;
 use http::uri::PathAndQuery;
 
 use crate::proxy::guard::{OVERRIDE_HEADERS, PATH_OVERRIDE_HEADERS};
+use crate::proxy::upstream::HOP_BY_HOP;
 use crate::server::ConnInfo;
 
 /// Headers a request may carry before it is handed to hyper (hyper's own
 /// default limit).
 pub(super) const MAX_HEADERS: usize = 100;
 
-/// Hop-by-hop fields a taken request may carry, dropped from what goes
-/// upstream (`connection` is read for `close`; anything else that names a
-/// field, or asks for an upgrade, is hyper's).
-const DROPPED: [&str; 5] = [
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-];
+/// Whether `name` is a hop-by-hop field (the list the hyper path drops).
+fn hop_by_hop(name: &str) -> bool {
+    HOP_BY_HOP.iter().any(|n| name.eq_ignore_ascii_case(n))
+}
 
 /// What the proxy does with one parsed request head it takes.
 #[derive(Debug)]
@@ -61,6 +56,8 @@ pub(super) struct Screened<'h> {
     pub(super) method: &'h str,
     pub(super) target: PathAndQuery,
     pub(super) body_len: u64,
+    /// The client asked for `Connection: close`.
+    pub(super) close: bool,
 }
 
 /// The request line and framing of `req`, when the raw path can take it:
@@ -79,7 +76,7 @@ pub(super) fn screen<'h>(req: &httparse::Request<'h, '_>) -> Option<Screened<'h>
         return None;
     }
     let target = PathAndQuery::try_from(path).ok()?;
-    let (mut hosts, mut lengths, mut body_len) = (0, 0, 0u64);
+    let (mut hosts, mut lengths, mut body_len, mut close) = (0, 0, 0u64, false);
     for h in req.headers.iter() {
         let name = h.name;
         if name.eq_ignore_ascii_case("host") {
@@ -88,14 +85,12 @@ pub(super) fn screen<'h>(req: &httparse::Request<'h, '_>) -> Option<Screened<'h>
             lengths += 1;
             body_len = content_length(h.value)?;
         } else if name.eq_ignore_ascii_case("connection") {
-            let value = std::str::from_utf8(h.value).ok()?;
-            let plain = value.split(',').map(str::trim).all(|t| {
-                t.is_empty()
-                    || t.eq_ignore_ascii_case("close")
-                    || t.eq_ignore_ascii_case("keep-alive")
-            });
-            if !plain {
-                return None;
+            for t in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                if t.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if !(t.is_empty() || t.eq_ignore_ascii_case(b"keep-alive")) {
+                    return None;
+                }
             }
         } else if ["transfer-encoding", "expect", "upgrade"]
             .iter()
@@ -110,6 +105,7 @@ pub(super) fn screen<'h>(req: &httparse::Request<'h, '_>) -> Option<Screened<'h>
         method,
         target,
         body_len,
+        close,
     })
 }
 
@@ -167,7 +163,6 @@ pub(super) fn plan(
     head.extend_from_slice(target.host.as_bytes());
     head.extend_from_slice(b"\r\n");
     let (mut forwarded_for, mut forwarded_host, mut request_id) = (None, None, None);
-    let mut close = false;
     for h in req.headers.iter() {
         let name = h.name;
         let lower = |n: &str| name.eq_ignore_ascii_case(n);
@@ -177,17 +172,13 @@ pub(super) fn plan(
             forwarded_for = forwarded_for.or(Some(h.value));
         } else if lower("x-request-id") {
             request_id = request_id.or(Some(h.value));
-        } else if lower("connection") {
-            close |= h
-                .value
-                .split(|&b| b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
         } else {
-            // Replaced by the proxy's own, or hop-by-hop, or spoofed.
+            // Replaced by the proxy's own, or hop-by-hop (`screen` left
+            // only `Connection` of those that shape the hop), or spoofed.
             let dropped = lower("content-length")
                 || lower("x-forwarded-proto")
                 || lower("x-forwarded-host")
-                || DROPPED.iter().any(|n| lower(n))
+                || hop_by_hop(name)
                 || name
                     .get(..10)
                     .is_some_and(|p| p.eq_ignore_ascii_case("x-verdict-"));
@@ -225,7 +216,7 @@ pub(super) fn plan(
             s.method,
             "GET" | "HEAD" | "OPTIONS" | "PUT" | "DELETE" | "TRACE"
         ),
-        close,
+        close: s.close,
         request_id,
     }
 }
@@ -343,13 +334,9 @@ pub(super) fn answer(
         let is = |n: &str| name.eq_ignore_ascii_case(n);
         // A bodiless answer keeps the length the upstream gave: what a GET
         // would have had.
-        let framing_field =
-            is("transfer-encoding") || (is("content-length") && framing != Framing::Empty);
-        if framing_field
-            || is("connection")
+        if (is("content-length") && framing != Framing::Empty)
             || is("x-request-id")
-            || is("upgrade")
-            || DROPPED.iter().any(|n| is(n))
+            || hop_by_hop(name)
             || listed
                 .iter()
                 .any(|l| l.eq_ignore_ascii_case(name.as_bytes()))

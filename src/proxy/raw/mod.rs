@@ -403,11 +403,6 @@ impl Proxy {
             match result {
                 Ok((rbuf, answer, cut)) => return Ok((up, rbuf, answer, cut)),
                 Err(Failure::Stale) if was_reused && again => continue,
-                Err(Failure::Stale) => {
-                    return Err(Failure::Connect(
-                        "the upstream closed the connection before answering".into(),
-                    ))
-                }
                 Err(f) => return Err(f),
             }
         }
@@ -427,7 +422,9 @@ impl Proxy {
             }
             Failure::Stale => {
                 self.stats.upstream(Err("connect"));
-                ApiError::UpstreamUnavailable("the upstream closed the connection".into())
+                ApiError::UpstreamUnavailable(
+                    "the upstream closed the connection before answering".into(),
+                )
             }
             Failure::BadResponse(m) => {
                 self.stats.upstream(Err("connect"));
